@@ -1,0 +1,609 @@
+/*
+ * DeviceKit device API — the one C interface a hardware vendor implements.
+ *
+ * A plugin is a shared library that exports exactly one symbol, DK_GetApi
+ * (see the end of this file), returning a pointer to a constant function
+ * table, DK_Api. Everything the SDK needs from a device goes through that
+ * table: plugin information, devices, memory, copies, streams, events and the
+ * base-operator kernel table. Everything above the base operators (tensors,
+ * views, broadcasting, type promotion, composite ops, autograd) belongs to the
+ * SDK and is not part of this contract.
+ *
+ * Conventions used throughout
+ * ---------------------------
+ * - Pure C99. No C++ types cross this boundary, no exceptions, no setjmp.
+ * - Every call takes one `DK_<Object>_<Verb>_Args*` whose first field is
+ *   `struct_size`; fields marked `// out` are written by the callee.
+ *   The caller sets struct_size with the matching DK_<name>_STRUCT_SIZE macro.
+ *   A callee must read only the fields that fit within the struct_size it was
+ *   given, and write only `// out` fields that fit within it, so that an
+ *   older caller and a newer callee (or the reverse) still talk.
+ * - Every call returns `DK_Error*`: NULL means success; anything else is an
+ *   error object owned by the caller, who frees it with DK_Api.Error_Destroy.
+ * - Pointers: every pointer field says who owns it, how long it lives,
+ *   whether it may be NULL, and what threads may touch it.
+ * - Thread-safety: unless a call says otherwise, every call may be made from
+ *   any host thread concurrently with any other call; a plugin that needs
+ *   locks takes them itself.
+ * - Device memory is addressed by opaque `void*` device pointers. The SDK
+ *   never dereferences one on the host; only the plugin (in copies and
+ *   kernels) does.
+ */
+#ifndef DEVICEKIT_DEVICE_API_H_
+#define DEVICEKIT_DEVICE_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ========================================================================== */
+/*  Versioning                                                                */
+/* ========================================================================== */
+/*
+ * The device API is versioned MAJOR.MINOR.
+ *
+ * Rules (every change to this file follows them; CHANGELOG.md records each bump):
+ * 1. A MINOR bump only appends: new fields at the end of a struct, new
+ *    entries at the end of DK_Api, new DK_OpId values at the end of the op
+ *    list, new enum values at the end of an enum. Nothing is removed,
+ *    reordered, renamed or re-typed, and no existing behaviour changes.
+ * 2. Anything else is a MAJOR bump: a plugin built for major N does not load
+ *    into an SDK for major M != N.
+ * 3. The SDK loads a plugin whose MAJOR equals its own and whose MINOR is
+ *    less than or equal to its own. Fields the older plugin does not have
+ *    (beyond its struct_size) are treated as absent: NULL function pointers,
+ *    "not implemented" kernels. A plugin that claims a newer MINOR than the
+ *    SDK is refused, because it may rely on SDK behaviour the SDK lacks: the
+ *    error names both versions and the devicekit release to install.
+ * 4. Every versioned struct records, per MINOR, the struct_size it had then
+ *    (DK_Api_STRUCT_SIZE_1_0, ...), so the SDK can tell a genuinely old
+ *    plugin from a corrupt one.
+ */
+#define DK_API_MAJOR 1
+#define DK_API_MINOR 0
+
+/* Size of a struct up to and including `last_field`. Used instead of sizeof so
+ * trailing padding never counts and appending a field changes the value. */
+#define DK_STRUCT_SIZE(type, last_field) \
+  (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
+
+/* Defines DK_<type>_STRUCT_SIZE and breaks the build if someone appends a
+ * field to `type` and forgets to move the macro to the new last field. */
+#if defined(__cplusplus)
+#define DK_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define DK_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+#define DK_DEFINE_STRUCT_SIZE(type, last_field)                         \
+  enum { type##_STRUCT_SIZE = DK_STRUCT_SIZE(type, last_field) };      \
+  DK_STATIC_ASSERT(sizeof(type) - type##_STRUCT_SIZE < 8,              \
+                   #type " gained a field: update DK_DEFINE_STRUCT_SIZE")
+/* (A field appended into existing tail padding is not caught by sizeof; the
+ * SDK's own test compiles every struct and compares against its last field.) */
+
+/* ========================================================================== */
+/*  Errors                                                                    */
+/* ========================================================================== */
+
+/* A small, fixed set of error codes. Append-only. */
+typedef enum DK_ErrorCode {
+  DK_ERROR_INVALID_ARGUMENT = 1, /* caller passed something malformed       */
+  DK_ERROR_OUT_OF_MEMORY = 2,    /* allocation could not be satisfied       */
+  DK_ERROR_UNIMPLEMENTED = 3,    /* the plugin does not provide this        */
+  DK_ERROR_INTERNAL = 4,         /* a bug or unexpected state in the plugin */
+  DK_ERROR_UNAVAILABLE = 5,      /* device lost, busy, or not present       */
+  DK_ERROR_OUT_OF_RANGE = 6,     /* index, ordinal or size out of range     */
+  DK_ERROR_FAILED_PRECONDITION = 7 /* call made in the wrong state          */
+} DK_ErrorCode;
+
+/* Opaque error object, created by the plugin. Owned by whoever received it
+ * (the caller of the call that returned it), who frees it exactly once with
+ * Error_Destroy. Not shared between threads without external locking. */
+typedef struct DK_Error DK_Error;
+
+typedef struct DK_Error_Destroy_Args {
+  size_t struct_size;
+  DK_Error* error; /* owned by the caller; invalid after this call. Not NULL. */
+} DK_Error_Destroy_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Error_Destroy_Args, error);
+/* Frees `error`. Cannot fail. */
+typedef void DK_Error_Destroy(DK_Error_Destroy_Args* args);
+
+typedef struct DK_Error_Message_Args {
+  size_t struct_size;
+  const DK_Error* error; /* borrowed; not NULL */
+  const char* message;   /* out: NUL-terminated UTF-8, owned by `error`, valid
+                            until `error` is destroyed. Never NULL. A message
+                            names the call, what was expected and what was
+                            found, and a hint where one exists. */
+  size_t message_size;   /* out: strlen(message) */
+} DK_Error_Message_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Error_Message_Args, message_size);
+typedef void DK_Error_Message(DK_Error_Message_Args* args);
+
+typedef struct DK_Error_GetCode_Args {
+  size_t struct_size;
+  const DK_Error* error; /* borrowed; not NULL */
+  DK_ErrorCode code;     /* out */
+} DK_Error_GetCode_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Error_GetCode_Args, code);
+typedef void DK_Error_GetCode(DK_Error_GetCode_Args* args);
+
+/* ========================================================================== */
+/*  Data types                                                                */
+/* ========================================================================== */
+
+/* Element types. Append-only; the value is the bit index used in dtype masks. */
+typedef enum DK_DType {
+  DK_DTYPE_FLOAT32 = 0,
+  DK_DTYPE_FLOAT16 = 1,  /* IEEE 754 binary16 */
+  DK_DTYPE_BFLOAT16 = 2, /* upper 16 bits of a float32 */
+  DK_DTYPE_FLOAT64 = 3,
+  DK_DTYPE_INT8 = 4,
+  DK_DTYPE_INT32 = 5,
+  DK_DTYPE_INT64 = 6,
+  DK_DTYPE_UINT8 = 7,
+  DK_DTYPE_BOOL = 8,     /* one byte, 0 or 1 */
+  DK_DTYPE_COUNT_1_0 = 9 /* number of dtypes defined in API 1.0 */
+} DK_DType;
+
+#define DK_DTYPE_BIT(dt) ((uint64_t)1 << (dt))
+#define DK_DTYPE_MASK_ALL_1_0 ((DK_DTYPE_BIT(DK_DTYPE_COUNT_1_0)) - 1)
+
+/* ========================================================================== */
+/*  Plugin                                                                    */
+/* ========================================================================== */
+
+typedef struct DK_Plugin_Initialize_Args {
+  size_t struct_size;
+  int32_t sdk_api_major; /* the device API version the SDK was built with */
+  int32_t sdk_api_minor;
+} DK_Plugin_Initialize_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Plugin_Initialize_Args, sdk_api_minor);
+/* Called once, after the SDK accepted the version, before any other call
+ * except Error_*. Not thread-safe with any other call. A plugin that cannot
+ * run on this machine (no driver, no device) returns an error here; the SDK
+ * reports it as the plugin's load error. */
+typedef DK_Error* DK_Plugin_Initialize(DK_Plugin_Initialize_Args* args);
+
+typedef struct DK_Plugin_GetInfo_Args {
+  size_t struct_size;
+  /* All strings below: out, NUL-terminated UTF-8, owned by the plugin, valid
+   * until the library is unloaded. Never NULL (empty string when unknown). */
+  const char* name;    /* out: short device-type name, [a-z][a-z0-9_]*, e.g.
+                          "acme"; devices are addressed as "acme:0" */
+  const char* vendor;  /* out: e.g. "Acme Silicon Inc." */
+  const char* version; /* out: the plugin's own version, e.g. "0.3.1" */
+  /* out: free-form "key=value" lines, e.g. "driver=12.4\nfirmware=7" */
+  const char* attributes;
+} DK_Plugin_GetInfo_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Plugin_GetInfo_Args, attributes);
+typedef DK_Error* DK_Plugin_GetInfo(DK_Plugin_GetInfo_Args* args);
+
+/* ========================================================================== */
+/*  Devices                                                                   */
+/* ========================================================================== */
+
+/* Devices are addressed by ordinal, 0 .. count-1, fixed after Initialize. */
+
+typedef struct DK_Device_Count_Args {
+  size_t struct_size;
+  int32_t count; /* out: >= 0 */
+} DK_Device_Count_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Device_Count_Args, count);
+typedef DK_Error* DK_Device_Count(DK_Device_Count_Args* args);
+
+/* Device capability flags (DK_Device_GetProperties_Args.capabilities). */
+#define DK_DEVICE_CAP_ASYNC_COPY ((uint64_t)1 << 0)  /* copies overlap kernels */
+#define DK_DEVICE_CAP_HOST_MEMORY ((uint64_t)1 << 1) /* device memory is host-addressable
+                                                        (still never touched by the SDK) */
+#define DK_DEVICE_CAP_TIMING_EVENTS ((uint64_t)1 << 2) /* Event_ElapsedTime works */
+
+typedef struct DK_Device_GetProperties_Args {
+  size_t struct_size;
+  int32_t device;          /* ordinal; DK_ERROR_OUT_OF_RANGE when invalid */
+  const char* name;        /* out: owned by the plugin, valid until unload,
+                              never NULL; e.g. "Acme X1 (rev b)" */
+  uint64_t total_memory;   /* out: bytes of device memory */
+  uint64_t capabilities;   /* out: DK_DEVICE_CAP_* */
+  uint64_t dtypes;         /* out: mask of DK_DTYPE_BIT(dt) the device stores */
+  size_t alignment;        /* out: alignment of Memory_Allocate results, a
+                              power of two >= 16 */
+} DK_Device_GetProperties_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Device_GetProperties_Args, alignment);
+typedef DK_Error* DK_Device_GetProperties(DK_Device_GetProperties_Args* args);
+
+typedef struct DK_Device_MemoryStats_Args {
+  size_t struct_size;
+  int32_t device;
+  uint64_t bytes_in_use;  /* out: exact bytes currently allocated through
+                             Memory_Allocate and not yet freed */
+  uint64_t peak_bytes_in_use; /* out: maximum of bytes_in_use since Initialize */
+  uint64_t num_allocs;    /* out: number of live allocations */
+} DK_Device_MemoryStats_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Device_MemoryStats_Args, num_allocs);
+typedef DK_Error* DK_Device_MemoryStats(DK_Device_MemoryStats_Args* args);
+
+typedef struct DK_Device_Synchronize_Args {
+  size_t struct_size;
+  int32_t device;
+} DK_Device_Synchronize_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Device_Synchronize_Args, device);
+/* Blocks until all work enqueued on every stream of `device` has finished.
+ * Returns the first asynchronous error raised by that work, if any (the
+ * error is then cleared). */
+typedef DK_Error* DK_Device_Synchronize(DK_Device_Synchronize_Args* args);
+
+/* ========================================================================== */
+/*  Memory                                                                    */
+/* ========================================================================== */
+
+typedef struct DK_Memory_Allocate_Args {
+  size_t struct_size;
+  int32_t device;
+  size_t size;     /* bytes; 0 is valid and yields ptr == NULL */
+  void* ptr;       /* out: device pointer, aligned to the device alignment.
+                      Owned by the caller until passed to Memory_Free. */
+} DK_Memory_Allocate_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Memory_Allocate_Args, ptr);
+/* A request that cannot be satisfied returns DK_ERROR_OUT_OF_MEMORY, leaves
+ * `ptr` NULL and changes no memory statistic. Synchronous. */
+typedef DK_Error* DK_Memory_Allocate(DK_Memory_Allocate_Args* args);
+
+typedef struct DK_Memory_Free_Args {
+  size_t struct_size;
+  int32_t device;
+  void* ptr;   /* from Memory_Allocate on the same device, or NULL (no-op) */
+} DK_Memory_Free_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Memory_Free_Args, ptr);
+/* Frees immediately. The caller guarantees no enqueued work still uses `ptr`
+ * (the SDK synchronises or orders frees on the stream that last used it). */
+typedef DK_Error* DK_Memory_Free(DK_Memory_Free_Args* args);
+
+/* ========================================================================== */
+/*  Streams                                                                   */
+/* ========================================================================== */
+
+/* Opaque, created by the plugin. Work enqueued on one stream runs in order;
+ * work on different streams may run concurrently unless ordered by events.
+ * Any thread may enqueue on any stream; the order of two enqueues from two
+ * threads is the order in which the calls took the stream's lock. */
+typedef struct DK_Stream DK_Stream;
+
+typedef struct DK_Stream_Create_Args {
+  size_t struct_size;
+  int32_t device;
+  DK_Stream* stream; /* out: owned by the caller until Stream_Destroy */
+} DK_Stream_Create_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Stream_Create_Args, stream);
+typedef DK_Error* DK_Stream_Create(DK_Stream_Create_Args* args);
+
+typedef struct DK_Stream_Destroy_Args {
+  size_t struct_size;
+  DK_Stream* stream; /* not NULL; invalid after this call */
+} DK_Stream_Destroy_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Stream_Destroy_Args, stream);
+/* Waits for the stream's pending work, then frees it. */
+typedef DK_Error* DK_Stream_Destroy(DK_Stream_Destroy_Args* args);
+
+typedef struct DK_Stream_Synchronize_Args {
+  size_t struct_size;
+  DK_Stream* stream; /* not NULL */
+} DK_Stream_Synchronize_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Stream_Synchronize_Args, stream);
+/* Blocks until all work enqueued on `stream` has finished; returns (and
+ * clears) the first asynchronous error raised by that work. */
+typedef DK_Error* DK_Stream_Synchronize(DK_Stream_Synchronize_Args* args);
+
+typedef struct DK_Stream_Query_Args {
+  size_t struct_size;
+  DK_Stream* stream; /* not NULL */
+  int32_t idle;      /* out: 1 when all enqueued work has finished, else 0 */
+} DK_Stream_Query_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Stream_Query_Args, idle);
+typedef DK_Error* DK_Stream_Query(DK_Stream_Query_Args* args);
+
+/* ========================================================================== */
+/*  Events                                                                    */
+/* ========================================================================== */
+
+/* Opaque marker in a stream's timeline. */
+typedef struct DK_Event DK_Event;
+
+typedef struct DK_Event_Create_Args {
+  size_t struct_size;
+  int32_t device;
+  DK_Event* event; /* out: owned by the caller until Event_Destroy */
+} DK_Event_Create_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Event_Create_Args, event);
+typedef DK_Error* DK_Event_Create(DK_Event_Create_Args* args);
+
+typedef struct DK_Event_Destroy_Args {
+  size_t struct_size;
+  DK_Event* event; /* not NULL; invalid after this call. Destroying an event
+                      that is recorded but not yet reached is allowed: streams
+                      waiting on it still wait for the recorded point. */
+} DK_Event_Destroy_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Event_Destroy_Args, event);
+typedef DK_Error* DK_Event_Destroy(DK_Event_Destroy_Args* args);
+
+typedef struct DK_Event_Record_Args {
+  size_t struct_size;
+  DK_Event* event;   /* not NULL */
+  DK_Stream* stream; /* not NULL; same device as the event */
+} DK_Event_Record_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Event_Record_Args, stream);
+/* Captures the point after all work enqueued on `stream` so far. Recording
+ * again moves the event to the new point. */
+typedef DK_Error* DK_Event_Record(DK_Event_Record_Args* args);
+
+typedef struct DK_Event_Query_Args {
+  size_t struct_size;
+  DK_Event* event; /* not NULL */
+  int32_t reached; /* out: 1 when the recorded point has been reached (or the
+                      event was never recorded), else 0 */
+} DK_Event_Query_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Event_Query_Args, reached);
+typedef DK_Error* DK_Event_Query(DK_Event_Query_Args* args);
+
+typedef struct DK_Event_Synchronize_Args {
+  size_t struct_size;
+  DK_Event* event; /* not NULL */
+} DK_Event_Synchronize_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Event_Synchronize_Args, event);
+/* Blocks the calling host thread until the recorded point is reached. */
+typedef DK_Error* DK_Event_Synchronize(DK_Event_Synchronize_Args* args);
+
+typedef struct DK_Event_ElapsedTime_Args {
+  size_t struct_size;
+  DK_Event* start; /* not NULL; recorded and reached */
+  DK_Event* end;   /* not NULL; recorded and reached */
+  double milliseconds; /* out: time from start to end; may be negative when
+                          `end` was reached first */
+} DK_Event_ElapsedTime_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Event_ElapsedTime_Args, milliseconds);
+/* DK_ERROR_FAILED_PRECONDITION when either event is not yet reached. */
+typedef DK_Error* DK_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args);
+
+typedef struct DK_Stream_WaitEvent_Args {
+  size_t struct_size;
+  DK_Stream* stream; /* not NULL */
+  DK_Event* event;   /* not NULL; may belong to another stream */
+} DK_Stream_WaitEvent_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Stream_WaitEvent_Args, event);
+/* Work enqueued on `stream` after this call does not start before the point
+ * `event` recorded (at the time of this call) is reached. Does not block the
+ * host. Waiting on a never-recorded event is a no-op. */
+typedef DK_Error* DK_Stream_WaitEvent(DK_Stream_WaitEvent_Args* args);
+
+/* ========================================================================== */
+/*  Copies                                                                    */
+/* ========================================================================== */
+
+typedef enum DK_CopyKind {
+  DK_COPY_HOST_TO_DEVICE = 0,
+  DK_COPY_DEVICE_TO_HOST = 1,
+  DK_COPY_DEVICE_TO_DEVICE = 2 /* same device */
+} DK_CopyKind;
+
+typedef struct DK_Memcpy_Args {
+  size_t struct_size;
+  int32_t device;
+  DK_CopyKind kind;
+  void* dst;        /* device or host pointer per `kind`; borrowed */
+  const void* src;  /* device or host pointer per `kind`; borrowed */
+  size_t size;      /* bytes; 0 is a no-op. dst/src need no alignment. */
+  DK_Stream* stream; /* NULL: synchronous — the copy has finished when the call
+                        returns; it is not ordered with any stream, so the
+                        caller makes sure no stream uses dst/src meanwhile.
+                        Otherwise: enqueued on `stream` and ordered with its
+                        other work; host buffers must stay valid and unchanged
+                        until the stream passes the copy. */
+} DK_Memcpy_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Memcpy_Args, stream);
+typedef DK_Error* DK_Memcpy(DK_Memcpy_Args* args);
+
+/* ========================================================================== */
+/*  Kernels                                                                   */
+/* ========================================================================== */
+/*
+ * A kernel computes one base operator on tensor views, asynchronously on a
+ * stream. Which base operators exist is fixed by DK_OpId below (append-only);
+ * a plugin fills a DK_KernelTable with one entry per op it implements.
+ *
+ * Tensors cross as views. The SDK hands a kernel only views that satisfy the
+ * capabilities the plugin declared for that op: with no capability bits, every
+ * input and output is dense row-major contiguous, inputs already have the
+ * output's shape (broadcasting materialised) and no output aliases an input.
+ */
+
+/* A tensor view. Owned by the SDK; valid only for the duration of the kernel
+ * call (copy shape/strides if the work runs later). The memory `data` points
+ * at must be used only by work enqueued on the kernel's stream. */
+typedef struct DK_TensorView {
+  size_t struct_size;
+  void* data;             /* device pointer to element [0, ..., 0]; may be
+                             NULL only when the view has zero elements */
+  DK_DType dtype;
+  int32_t rank;           /* 0 .. DK_MAX_RANK; rank 0 is a scalar */
+  const int64_t* shape;   /* [rank]; NULL when rank == 0 */
+  const int64_t* strides; /* [rank], in elements, may be 0 (broadcast) but
+                             never negative; NULL when rank == 0 */
+} DK_TensorView;
+DK_DEFINE_STRUCT_SIZE(DK_TensorView, strides);
+
+#define DK_MAX_RANK 8
+
+/* The base operators of API 1.0. Append-only: a new op takes the next value
+ * and raises DK_OP_COUNT_<version>. Inputs, outputs and attributes: */
+typedef enum DK_OpId {
+  /* copy: in[0] any view -> out[0] same shape and dtype. The SDK's
+   * materialiser: it must accept strided and broadcast (stride 0) inputs even
+   * if its capability bits are 0. No attributes. */
+  DK_OP_COPY = 0,
+  /* fill: no inputs -> out[0] every element set to attrs->value converted to
+   * out[0].dtype. Attributes: DK_FillAttrs. */
+  DK_OP_FILL = 1,
+  /* cast: in[0] -> out[0] same shape, another dtype. Float to float rounds to
+   * nearest even; NaN stays NaN; float to integer truncates toward zero and is
+   * unspecified for NaN and out-of-range values; anything to bool is x != 0.
+   * No attributes. Declared dtypes are those of the input. */
+  DK_OP_CAST = 2,
+  /* add: in[0] + in[1] -> out[0], all the same dtype and (without
+   * DK_KERNEL_CAP_BROADCAST) the same shape. bool add is logical or.
+   * Integer overflow wraps. No attributes. */
+  DK_OP_ADD = 3,
+  DK_OP_COUNT_1_0 = 4
+} DK_OpId;
+
+/* A scalar value carried in attributes. */
+typedef struct DK_Scalar {
+  DK_DType dtype;        /* which member below is meaningful: FLOAT64 for f,
+                            INT64 for i, BOOL for i in {0,1} */
+  union {
+    double f;
+    int64_t i;
+  } value;
+} DK_Scalar;
+
+typedef struct DK_FillAttrs {
+  size_t struct_size;
+  DK_Scalar value;
+} DK_FillAttrs;
+DK_DEFINE_STRUCT_SIZE(DK_FillAttrs, value);
+
+typedef struct DK_Kernel_Args {
+  size_t struct_size;
+  int32_t device;
+  DK_Stream* stream;  /* not NULL; the kernel is enqueued on this stream */
+  DK_OpId op;
+  int32_t num_inputs;
+  const DK_TensorView* const* inputs;  /* [num_inputs]; borrowed, call only */
+  int32_t num_outputs;
+  const DK_TensorView* const* outputs; /* [num_outputs]; borrowed, call only */
+  const void* attrs;  /* op's attribute struct (begins with struct_size), or
+                         NULL for ops without attributes; call only */
+} DK_Kernel_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Kernel_Args, attrs);
+/* Validates synchronously (bad arguments are returned here, before anything is
+ * enqueued) and enqueues the computation on args->stream. Errors raised while
+ * the work runs are reported by the next synchronize of that stream/device.
+ * Must not write outside the output views' elements. Thread-safe. */
+typedef DK_Error* DK_KernelFn(const DK_Kernel_Args* args);
+
+/* Per-op capability bits (DK_KernelTable.caps). The SDK materialises (with
+ * DK_OP_COPY) whatever a kernel did not declare it can take. */
+#define DK_KERNEL_CAP_STRIDED ((uint32_t)1 << 0)   /* inputs may be any
+                                                      non-negative strides */
+#define DK_KERNEL_CAP_BROADCAST ((uint32_t)1 << 1) /* inputs may have size-1 or
+                                                      missing leading dims to be
+                                                      broadcast to out's shape */
+#define DK_KERNEL_CAP_INPLACE ((uint32_t)1 << 2)   /* out[0] may alias in[0]
+                                                      exactly */
+
+typedef struct DK_KernelTable {
+  size_t struct_size;
+  /* Length of each array below. Ops with id >= num_ops are not implemented.
+   * A plugin built against an older minor simply has a smaller num_ops. */
+  int32_t num_ops;
+  /* [num_ops], indexed by DK_OpId; a NULL entry means "not implemented".
+   * Owned by the plugin, constant, valid until unload. */
+  DK_KernelFn* const* kernels;
+  /* [num_ops]: mask of DK_DTYPE_BIT(dt) the kernel accepts (for cast: input
+   * dtypes; any output dtype the device stores is accepted). */
+  const uint64_t* dtypes;
+  /* [num_ops]: DK_KERNEL_CAP_* bits; NULL means all zero. */
+  const uint32_t* caps;
+} DK_KernelTable;
+DK_DEFINE_STRUCT_SIZE(DK_KernelTable, caps);
+
+/* ========================================================================== */
+/*  Extensions                                                                */
+/* ========================================================================== */
+
+/* Optional extensions (collectives, profiling, ...) form a singly linked list
+ * from DK_Api.extension_start. Each begins with this header; the SDK skips
+ * types it does not know. Owned by the plugin, constant, valid until unload. */
+typedef struct DK_Extension_Base {
+  size_t struct_size;
+  int32_t type;                          /* DK_EXTENSION_* (none defined yet) */
+  const struct DK_Extension_Base* next;  /* NULL ends the list */
+} DK_Extension_Base;
+DK_DEFINE_STRUCT_SIZE(DK_Extension_Base, next);
+
+/* ========================================================================== */
+/*  The function table                                                        */
+/* ========================================================================== */
+
+#define DK_API_FN(name) DK_##name* name
+
+typedef struct DK_Api {
+  size_t struct_size; /* DK_Api_STRUCT_SIZE_<major>_<minor> of the plugin's header */
+  const DK_Extension_Base* extension_start; /* NULL when none */
+  int32_t api_major;  /* DK_API_MAJOR the plugin was built with */
+  int32_t api_minor;  /* DK_API_MINOR the plugin was built with */
+
+  DK_API_FN(Error_Destroy);
+  DK_API_FN(Error_Message);
+  DK_API_FN(Error_GetCode);
+
+  DK_API_FN(Plugin_Initialize);
+  DK_API_FN(Plugin_GetInfo);
+
+  DK_API_FN(Device_Count);
+  DK_API_FN(Device_GetProperties);
+  DK_API_FN(Device_MemoryStats);
+  DK_API_FN(Device_Synchronize);
+
+  DK_API_FN(Memory_Allocate);
+  DK_API_FN(Memory_Free);
+
+  DK_API_FN(Memcpy);
+
+  DK_API_FN(Stream_Create);
+  DK_API_FN(Stream_Destroy);
+  DK_API_FN(Stream_Synchronize);
+  DK_API_FN(Stream_Query);
+  DK_API_FN(Stream_WaitEvent);
+
+  DK_API_FN(Event_Create);
+  DK_API_FN(Event_Destroy);
+  DK_API_FN(Event_Record);
+  DK_API_FN(Event_Query);
+  DK_API_FN(Event_Synchronize);
+  DK_API_FN(Event_ElapsedTime);
+
+  /* Owned by the plugin, constant, valid until unload. Never NULL. */
+  const DK_KernelTable* kernels;
+} DK_Api;
+DK_DEFINE_STRUCT_SIZE(DK_Api, kernels);
+
+/* The size DK_Api had at each minor of this major (rule 4 above). */
+#define DK_Api_STRUCT_SIZE_1_0 DK_Api_STRUCT_SIZE
+
+/* ========================================================================== */
+/*  Entry point                                                               */
+/* ========================================================================== */
+
+/* The one symbol a plugin exports. Returns a pointer to a constant table that
+ * lives until the library is unloaded; never NULL. Must do no work beyond
+ * returning the table (initialisation happens in Plugin_Initialize), so the
+ * SDK can check versions before anything runs. */
+#define DK_ENTRY_SYMBOL "DK_GetApi"
+
+#if defined(_WIN32)
+#define DK_EXPORT __declspec(dllexport)
+#else
+#define DK_EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef const DK_Api* DK_GetApi_Fn(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DEVICEKIT_DEVICE_API_H_ */
