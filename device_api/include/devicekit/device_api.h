@@ -25,9 +25,11 @@
  * - Thread-safety: unless a call says otherwise, every call may be made from
  *   any host thread concurrently with any other call; a plugin that needs
  *   locks takes them itself.
- * - Device memory is addressed by opaque `void*` device pointers. The SDK
- *   never dereferences one on the host; only the plugin (in copies and
- *   kernels) does.
+ * - Device memory is addressed by `void*` device pointers. The SDK never
+ *   dereferences one on the host; only the plugin (in copies and kernels)
+ *   does. The SDK does form interior pointers by adding byte offsets to a
+ *   pointer from Memory_Allocate (views into one allocation), so a plugin's
+ *   device pointers must be plain byte addresses within an allocation.
  */
 #ifndef DEVICEKIT_DEVICE_API_H_
 #define DEVICEKIT_DEVICE_API_H_
@@ -82,7 +84,7 @@ extern "C" {
   DK_STATIC_ASSERT(sizeof(type) - type##_STRUCT_SIZE < 8,              \
                    #type " gained a field: update DK_DEFINE_STRUCT_SIZE")
 /* (A field appended into existing tail padding is not caught by sizeof; the
- * SDK's own test compiles every struct and compares against its last field.) */
+ * frozen-layout test in tests/ compares every field's offset with 1.0's.) */
 
 /* ========================================================================== */
 /*  Errors                                                                    */

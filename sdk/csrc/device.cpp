@@ -1,0 +1,128 @@
+#include "device.h"
+
+namespace dk {
+
+Device::Device(Plugin* plugin, int index)
+    : plugin_(plugin), index_(index), name_(plugin->info().name + ":" + std::to_string(index)) {}
+
+Device::~Device() {
+  // Devices live as long as their plugin, i.e. until process exit, when
+  // plugin worker threads may already be gone: deliberately release nothing.
+}
+
+const DeviceProperties& Device::properties() {
+  std::call_once(props_once_, [&] {
+    auto a = DK_ARGS(DK_Device_GetProperties_Args);
+    a.device = index_;
+    check(api()->Device_GetProperties(&a), "Device_GetProperties");
+    props_ = {a.name ? a.name : "", a.total_memory, a.capabilities, a.dtypes, a.alignment};
+  });
+  return props_;
+}
+
+DK_Stream* Device::default_stream() {
+  std::call_once(stream_once_, [&] {
+    auto a = DK_ARGS(DK_Stream_Create_Args);
+    a.device = index_;
+    check(api()->Stream_Create(&a), "Stream_Create");
+    stream_ = a.stream;
+  });
+  return stream_;
+}
+
+void Device::synchronize() {
+  auto a = DK_ARGS(DK_Device_Synchronize_Args);
+  a.device = index_;
+  check(api()->Device_Synchronize(&a), "Device_Synchronize");
+}
+
+void* Device::raw_alloc(size_t nbytes) {
+  auto a = DK_ARGS(DK_Memory_Allocate_Args);
+  a.device = index_;
+  a.size = nbytes;
+  check(api()->Memory_Allocate(&a), "Memory_Allocate");
+  return a.ptr;
+}
+
+void Device::raw_free(void* ptr) {
+  auto a = DK_ARGS(DK_Memory_Free_Args);
+  a.device = index_;
+  a.ptr = ptr;
+  check(api()->Memory_Free(&a), "Memory_Free");
+}
+
+namespace {
+// Size classes: 512-byte granules below 1 MiB, 1 MiB granules above, so that
+// tensors of nearby sizes share blocks without wasting more than ~0.1%-50%.
+size_t round_block(size_t n) {
+  constexpr size_t kSmall = 512, kLarge = size_t(1) << 20;
+  if (n == 0) return 0;
+  if (n < kLarge) return (n + kSmall - 1) / kSmall * kSmall;
+  return (n + kLarge - 1) / kLarge * kLarge;
+}
+}  // namespace
+
+void* Device::allocate(size_t nbytes, size_t* block_size) {
+  const size_t bs = round_block(nbytes);
+  *block_size = bs;
+  if (bs == 0) return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(bs);
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      stats_.cached_bytes -= bs;
+      stats_.allocated_bytes += bs;
+      ++stats_.cache_hits;
+      return p;
+    }
+  }
+  void* p;
+  try {
+    p = raw_alloc(bs);
+  } catch (const Error& e) {
+    if (e.code() != DK_ERROR_OUT_OF_MEMORY) throw;
+    // Out of memory with blocks parked in the cache: give them back and retry
+    // once before reporting the plugin's error.
+    empty_cache();
+    p = raw_alloc(bs);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.allocated_bytes += bs;
+  ++stats_.plugin_alloc_calls;
+  return p;
+}
+
+void Device::release(void* ptr, size_t block_size) noexcept {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  free_[block_size].push_back(ptr);
+  stats_.allocated_bytes -= block_size;
+  stats_.cached_bytes += block_size;
+}
+
+void Device::empty_cache() {
+  // Cached blocks may still be read or written by enqueued work.
+  synchronize();
+  std::unordered_map<size_t, std::vector<void*>> blocks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks.swap(free_);
+    stats_.cached_bytes = 0;
+  }
+  for (auto& kv : blocks) {
+    for (void* p : kv.second) {
+      raw_free(p);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.plugin_free_calls;
+    }
+  }
+}
+
+CacheStats Device::cache_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace dk

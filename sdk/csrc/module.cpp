@@ -1,0 +1,176 @@
+// The `devicekit._core` extension: plugin loading, devices, tensors and ops.
+// Python-side conveniences (dtype objects, discovery, CLI) live in the
+// `devicekit` package; everything on the per-call path is bound here.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+
+namespace dk {
+namespace {
+
+// Plugins are kept for the life of the process (see Plugin::handle_).
+std::vector<std::shared_ptr<Plugin>>& loaded_plugins() {
+  static auto* v = new std::vector<std::shared_ptr<Plugin>>();
+  return *v;
+}
+
+const char* exception_name(ErrorKind k, int code) {
+  switch (k) {
+    case ErrorKind::PluginLoad: return "PluginLoadError";
+    case ErrorKind::PluginVersion: return "PluginVersionError";
+    case ErrorKind::Device: return code == DK_ERROR_OUT_OF_MEMORY ? "OutOfMemoryError" : "DeviceError";
+    case ErrorKind::NotImplemented: return "NotImplementedByPlugin";
+    case ErrorKind::InvalidArgument: return "InvalidArgumentError";
+    case ErrorKind::DTypeMismatch: return "DTypeError";
+    case ErrorKind::DeviceNotFound: return "DeviceNotFoundError";
+  }
+  return "DeviceKitError";
+}
+
+void translate(std::exception_ptr p) {
+  try {
+    if (p) std::rethrow_exception(p);
+  } catch (const Error& e) {
+    py::object cls = py::module_::import("devicekit.errors").attr(exception_name(e.kind(), e.code()));
+    py::object code = e.kind() == ErrorKind::Device ? py::str(error_code_name(e.code()))
+                                                    : py::object(py::none());
+    // Plugin messages are not guaranteed UTF-8; never fail while reporting a failure.
+    const std::string what = e.what();
+    py::object msg = py::reinterpret_steal<py::object>(
+        PyUnicode_DecodeUTF8(what.data(), Py_ssize_t(what.size()), "replace"));
+    py::object exc = cls(msg, py::arg("code") = code);
+    PyErr_SetObject(cls.ptr(), exc.ptr());
+  }
+}
+
+py::dict properties_dict(Device& d) {
+  const DeviceProperties& p = d.properties();
+  py::list dtypes;
+  for (int i = 0; i < DK_DTYPE_COUNT_1_0; ++i) {
+    if (p.dtypes & DK_DTYPE_BIT(i)) dtypes.append(dtype_name(DK_DType(i)));
+  }
+  py::dict out;
+  out["name"] = p.name;
+  out["total_memory"] = p.total_memory;
+  out["capabilities"] = p.capabilities;
+  out["dtypes"] = dtypes;
+  out["alignment"] = p.alignment;
+  return out;
+}
+
+py::dict memory_stats(Device& d) {
+  auto a = DK_ARGS(DK_Device_MemoryStats_Args);
+  a.device = d.index();
+  d.check(d.api()->Device_MemoryStats(&a), "Device_MemoryStats");
+  const CacheStats c = d.cache_stats();
+  py::dict out;
+  out["allocated_bytes"] = c.allocated_bytes;
+  out["cached_bytes"] = c.cached_bytes;
+  out["reserved_bytes"] = c.allocated_bytes + c.cached_bytes;
+  out["plugin_alloc_calls"] = c.plugin_alloc_calls;
+  out["plugin_free_calls"] = c.plugin_free_calls;
+  out["cache_hits"] = c.cache_hits;
+  out["bytes_in_use"] = a.bytes_in_use;
+  out["peak_bytes_in_use"] = a.peak_bytes_in_use;
+  out["num_allocs"] = a.num_allocs;
+  return out;
+}
+
+// Per-op facts for `devicekit devices` and conformance: which kernels exist,
+// for which dtypes, with which capability bits.
+py::list kernel_info(const Plugin& p) {
+  py::list out;
+  for (int op = 0; op < DK_OP_COUNT_1_0; ++op) {
+    py::dict d;
+    d["op"] = op_name(DK_OpId(op));
+    d["implemented"] = p.kernel(DK_OpId(op)) != nullptr;
+    py::list dts;
+    const uint64_t mask = p.kernel_dtypes(DK_OpId(op));
+    for (int i = 0; i < DK_DTYPE_COUNT_1_0; ++i) {
+      if (mask & DK_DTYPE_BIT(i)) dts.append(dtype_name(DK_DType(i)));
+    }
+    d["dtypes"] = dts;
+    d["caps"] = p.kernel_caps(DK_OpId(op));
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+DK_Scalar to_scalar(const py::handle& v) {
+  DK_Scalar s{};
+  if (py::isinstance<py::bool_>(v)) {
+    s.dtype = DK_DTYPE_BOOL;
+    s.value.i = v.cast<bool>() ? 1 : 0;
+  } else if (py::isinstance<py::int_>(v)) {
+    s.dtype = DK_DTYPE_INT64;
+    s.value.i = v.cast<int64_t>();  // OverflowError beyond int64
+  } else if (py::isinstance<py::float_>(v)) {
+    s.dtype = DK_DTYPE_FLOAT64;
+    s.value.f = v.cast<double>();
+  } else {
+    throw py::type_error("expected a Tensor or a Python bool/int/float, got " +
+                         std::string(py::str(py::type::of(v).attr("__name__"))));
+  }
+  return s;
+}
+
+}  // namespace dk
+
+PYBIND11_MODULE(_core, m) {
+  using namespace dk;
+  m.doc() = "DeviceKit core: plugin loading, devices, tensors, dispatch";
+  py::register_exception_translator(&translate);
+  m.attr("API_MAJOR") = DK_API_MAJOR;
+  m.attr("API_MINOR") = DK_API_MINOR;
+  py::list dts;
+  for (int i = 0; i < DK_DTYPE_COUNT_1_0; ++i) {
+    dts.append(py::make_tuple(dtype_name(DK_DType(i)), dtype_info(DK_DType(i)).itemsize));
+  }
+  m.attr("DTYPES") = dts;  // (name, itemsize) indexed by DK_DType
+
+  py::class_<Plugin, std::shared_ptr<Plugin>>(m, "Plugin")
+      .def_property_readonly("name", [](const Plugin& p) { return p.info().name; })
+      .def_property_readonly("vendor", [](const Plugin& p) { return p.info().vendor; })
+      .def_property_readonly("version", [](const Plugin& p) { return p.info().version; })
+      .def_property_readonly("attributes", [](const Plugin& p) { return p.info().attributes; })
+      .def_property_readonly("api_version", [](const Plugin& p) {
+        return std::to_string(p.api_major()) + "." + std::to_string(p.api_minor());
+      })
+      .def_property_readonly("path", &Plugin::path)
+      .def_property_readonly("devices", &Plugin::devices)
+      .def("kernels", &kernel_info, "Per base op: implemented?, declared dtypes, capability bits")
+      .def("__repr__", [](const Plugin& p) {
+        return "<devicekit.Plugin '" + p.info().name + "' " + p.info().version + " (device API " +
+               std::to_string(p.api_major()) + "." + std::to_string(p.api_minor()) + ") " +
+               p.path() + ">";
+      });
+
+  DeviceClass device_cls(m, "Device");
+  device_cls
+      .def_property_readonly("name", &Device::name)
+      .def_property_readonly("type", [](const Device& d) { return d.plugin()->info().name; })
+      .def_property_readonly("index", &Device::index)
+      .def_property_readonly("plugin", [](const Device& d) {
+        for (auto& p : loaded_plugins()) if (p.get() == d.plugin()) return p;
+        return std::shared_ptr<Plugin>();
+      })
+      .def_property_readonly("properties", &properties_dict)
+      .def("memory_stats", &memory_stats,
+           "SDK cache (allocated/cached/reserved bytes, plugin call counts) and the plugin's own "
+           "exact figures (bytes_in_use, peak_bytes_in_use, num_allocs)")
+      .def("synchronize", &Device::synchronize, py::call_guard<py::gil_scoped_release>())
+      .def("empty_cache", &Device::empty_cache, py::call_guard<py::gil_scoped_release>())
+      .def("__repr__", [](const Device& d) { return "device('" + d.name() + "')"; })
+      .def("__str__", &Device::name);
+
+  m.def("load_plugin", [](const std::string& path) {
+    auto p = Plugin::load(path);
+    loaded_plugins().push_back(p);
+    return p;
+  }, py::arg("path"), "Load one plugin library; raises PluginLoadError/PluginVersionError with the cause");
+
+  bind_tensor(m);
+  bind_runtime(m, device_cls);
+}

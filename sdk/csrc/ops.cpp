@@ -1,0 +1,281 @@
+#include "ops.h"
+
+#include <array>
+#include <cstring>
+
+namespace dk {
+
+const char* op_name(DK_OpId op) {
+  switch (op) {
+    case DK_OP_COPY: return "copy";
+    case DK_OP_FILL: return "fill";
+    case DK_OP_CAST: return "cast";
+    case DK_OP_ADD: return "add";
+    default: return "unknown-op";
+  }
+}
+
+namespace {
+
+std::string operands(std::initializer_list<const TensorImpl*> in,
+                     std::initializer_list<const TensorImpl*> out) {
+  std::string s = "(";
+  for (auto* t : in) s += (s.size() > 1 ? ", " : "") + t->describe();
+  s += ") -> (";
+  bool first = true;
+  for (auto* t : out) {
+    s += (first ? "" : ", ") + t->describe();
+    first = false;
+  }
+  return s + ")";
+}
+
+constexpr int kMaxOperands = 8;
+
+}  // namespace
+
+void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
+            std::initializer_list<const TensorImpl*> out, const void* attrs) {
+  const TensorImpl* first = out.size() ? *out.begin() : *in.begin();
+  Device& dev = first->device();
+  Plugin* plugin = dev.plugin();
+  DK_KernelFn* fn = plugin->kernel(op);
+  const std::string who = "plugin '" + plugin->info().name + "'";
+  if (fn == nullptr) {
+    throw Error(ErrorKind::NotImplemented,
+                std::string("op '") + op_name(op) + "' is not implemented by " + who +
+                    " (its kernel table has no entry) for " + operands(in, out));
+  }
+  // Cast declares its input dtypes; every other op its operands' dtype.
+  const DK_DType dt = in.size() ? (*in.begin())->dtype() : first->dtype();
+  const uint64_t declared = plugin->kernel_dtypes(op);
+  if (!(declared & DK_DTYPE_BIT(dt))) {
+    throw Error(ErrorKind::NotImplemented,
+                std::string("op '") + op_name(op) + "' on " + who + " does not support " +
+                    dtype_name(dt) + " (it declares: " + dtype_mask_names(declared) + ") for " +
+                    operands(in, out));
+  }
+  std::array<DK_TensorView, kMaxOperands> views;
+  std::array<const DK_TensorView*, kMaxOperands> ptrs;
+  int n = 0;
+  for (auto* t : in) {
+    if (&t->device() != &dev) {
+      invalid_argument(std::string("op '") + op_name(op) + "': operands are on different devices " +
+                       operands(in, out) + "; move them with .to(device) first");
+    }
+    views[n] = t->as_view();
+    ptrs[n] = &views[n];
+    ++n;
+  }
+  for (auto* t : out) {
+    views[n] = t->as_view();
+    ptrs[n] = &views[n];
+    ++n;
+  }
+  DK_Kernel_Args a{};
+  a.struct_size = DK_Kernel_Args_STRUCT_SIZE;
+  a.device = dev.index();
+  a.stream = dev.default_stream();
+  a.op = op;
+  a.num_inputs = int32_t(in.size());
+  a.inputs = ptrs.data();
+  a.num_outputs = int32_t(out.size());
+  a.outputs = ptrs.data() + in.size();
+  a.attrs = attrs;
+  DK_Error* err = fn(&a);
+  if (err) plugin->check(err, dev.ctx((std::string("kernel '") + op_name(op) + "' " + operands(in, out)).c_str()));
+}
+
+DK_DType promote_types(DK_DType a, DK_DType b) {
+  if (a == b) return a;
+  if (a == DK_DTYPE_BOOL) return b;
+  if (b == DK_DTYPE_BOOL) return a;
+  const auto& ia = dtype_info(a);
+  const auto& ib = dtype_info(b);
+  if (ia.is_float != ib.is_float) return ia.is_float ? a : b;
+  // Rank within a kind; float16 and bfloat16 tie and meet in float32, as do
+  // int8 and uint8 in int32 (the smallest set member holding both; DeviceKit
+  // has no int16).
+  auto rank = [](DK_DType d) {
+    switch (d) {
+      case DK_DTYPE_UINT8: case DK_DTYPE_INT8: return 1;
+      case DK_DTYPE_INT32: return 2;
+      case DK_DTYPE_INT64: return 3;
+      case DK_DTYPE_FLOAT16: case DK_DTYPE_BFLOAT16: return 4;
+      case DK_DTYPE_FLOAT32: return 5;
+      case DK_DTYPE_FLOAT64: return 6;
+      default: return 0;
+    }
+  };
+  const int ra = rank(a), rb = rank(b);
+  if (ra == rb) return ia.is_float ? DK_DTYPE_FLOAT32 : DK_DTYPE_INT32;
+  return ra > rb ? a : b;
+}
+
+Dims broadcast_shapes(const Dims& a, const Dims& b) {
+  const size_t r = std::max(a.size(), b.size());
+  Dims out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      invalid_argument("shapes " + dims_str(a) + " and " + dims_str(b) +
+                       " cannot be broadcast together (dimension " + std::to_string(i) +
+                       ": " + std::to_string(da) + " vs " + std::to_string(db) + ")");
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor expand(const Tensor& t, const Dims& shape) {
+  const int r = int(shape.size()), tr = t->rank();
+  if (tr > r) {
+    invalid_argument("cannot expand " + t->describe() + " to fewer dimensions " + dims_str(shape));
+  }
+  Dims strides(r, 0);
+  for (int i = 0; i < tr; ++i) {
+    const int o = r - tr + i;
+    const int64_t have = t->shape_data()[i];
+    if (have == shape[o]) {
+      strides[o] = t->strides_data()[i];
+    } else if (have != 1) {
+      invalid_argument("cannot expand " + t->describe() + " to " + dims_str(shape) +
+                       ": dimension " + std::to_string(i) + " is " + std::to_string(have) +
+                       ", not 1");
+    }
+  }
+  return t->view(shape, strides, t->offset());
+}
+
+Tensor contiguous(const Tensor& t) {
+  if (t->is_contiguous()) return t;
+  Tensor out = TensorImpl::empty(t->device_ptr(), t->dtype(), t->rank(), t->shape_data());
+  if (out->numel() > 0) launch(DK_OP_COPY, {t.get()}, {out.get()});
+  return out;
+}
+
+namespace {
+
+// Make `t` acceptable to `op`'s kernel given its declared capabilities:
+// broadcast to `shape` and densify unless the plugin said it copes.
+Tensor prepare_input(const Tensor& t, const Dims& shape, uint32_t caps) {
+  Tensor v = t;
+  const bool same_shape = t->rank() == int(shape.size()) &&
+                          std::equal(shape.begin(), shape.end(), t->shape_data());
+  if (!same_shape && !(caps & DK_KERNEL_CAP_BROADCAST)) v = expand(t, shape);
+  if (!(caps & DK_KERNEL_CAP_STRIDED)) v = contiguous(v);
+  return v;
+}
+
+}  // namespace
+
+Tensor cast(const Tensor& t, DK_DType dt) {
+  if (t->dtype() == dt) return t;
+  Tensor src = contiguous(t);
+  Tensor out = TensorImpl::empty(t->device_ptr(), dt, t->rank(), t->shape_data());
+  if (out->numel() > 0) launch(DK_OP_CAST, {src.get()}, {out.get()});
+  return out;
+}
+
+Tensor full(const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt,
+            const DK_Scalar& value) {
+  Tensor out = TensorImpl::empty(dev, dt, shape);
+  if (out->numel() > 0) {
+    DK_FillAttrs attrs{};
+    attrs.struct_size = DK_FillAttrs_STRUCT_SIZE;
+    attrs.value = value;
+    launch(DK_OP_FILL, {}, {out.get()}, &attrs);
+  }
+  return out;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  if (&a->device() != &b->device()) {
+    invalid_argument("add: operands are on different devices (" + a->describe() + ", " +
+                     b->describe() + "); move one with .to(device) first");
+  }
+  const DK_DType dt = promote_types(a->dtype(), b->dtype());
+  // Fast path: same shape, dtype and layout; the common case in models.
+  const bool same_shape = a->rank() == b->rank() &&
+                          std::equal(a->shape_data(), a->shape_data() + a->rank(), b->shape_data());
+  const uint32_t caps = a->device().plugin()->kernel_caps(DK_OP_ADD);
+  Tensor x = cast(a, dt), y = cast(b, dt);
+  Tensor out;
+  if (same_shape) {
+    out = TensorImpl::empty(a->device_ptr(), dt, a->rank(), a->shape_data());
+    if (!(caps & DK_KERNEL_CAP_STRIDED)) {
+      x = contiguous(x);
+      y = contiguous(y);
+    }
+  } else {
+    const Dims shape = broadcast_shapes(a->shape(), b->shape());
+    out = TensorImpl::empty(a->device_ptr(), dt, shape);
+    x = prepare_input(x, shape, caps);
+    y = prepare_input(y, shape, caps);
+  }
+  if (out->numel() > 0) launch(DK_OP_ADD, {x.get(), y.get()}, {out.get()});
+  return out;
+}
+
+Tensor add_scalar(const Tensor& a, const DK_Scalar& s) {
+  const bool s_float = s.dtype == DK_DTYPE_FLOAT64;
+  const bool a_float = dtype_info(a->dtype()).is_float;
+  DK_DType dt = a->dtype();
+  if (s_float && !a_float) dt = DK_DTYPE_FLOAT32;                    // int tensor + 2.5
+  else if (s.dtype == DK_DTYPE_INT64 && a->dtype() == DK_DTYPE_BOOL) dt = DK_DTYPE_INT64;
+  Tensor scalar = full(a->device_ptr(), {}, dt, s);
+  return add(cast(a, dt), scalar);
+}
+
+namespace {
+
+void memcpy_sync(Device& dev, DK_CopyKind kind, void* dst, const void* src, size_t n,
+                 const char* what) {
+  if (n == 0) return;
+  auto c = DK_ARGS(DK_Memcpy_Args);
+  c.device = dev.index();
+  c.kind = kind;
+  c.dst = dst;
+  c.src = src;
+  c.size = n;
+  // Enqueued on the default stream so it is ordered after the kernels that
+  // produced (or last used) the device memory; then waited for, because the
+  // host buffer belongs to the caller.
+  c.stream = dev.default_stream();
+  dev.check(dev.api()->Memcpy(&c), what);
+  auto s = DK_ARGS(DK_Stream_Synchronize_Args);
+  s.stream = c.stream;
+  dev.check(dev.api()->Stream_Synchronize(&s), "Stream_Synchronize");
+}
+
+}  // namespace
+
+Tensor from_host(const std::shared_ptr<Device>& dev, DK_DType dt, const Dims& shape,
+                 const void* host) {
+  Tensor t = TensorImpl::empty(dev, dt, shape);
+  memcpy_sync(*dev, DK_COPY_HOST_TO_DEVICE, t->data(), host,
+              size_t(t->numel()) * dtype_info(dt).itemsize, "Memcpy(host to device)");
+  return t;
+}
+
+void to_host(const Tensor& t, void* host, size_t nbytes) {
+  Tensor c = contiguous(t);
+  const size_t need = size_t(c->numel()) * dtype_info(c->dtype()).itemsize;
+  if (nbytes != need) {
+    invalid_argument("to_host: host buffer has " + std::to_string(nbytes) + " bytes, " +
+                     t->describe() + " needs " + std::to_string(need));
+  }
+  memcpy_sync(c->device(), DK_COPY_DEVICE_TO_HOST, host, c->data(), need,
+              "Memcpy(device to host)");
+}
+
+Tensor to_device(const Tensor& t, const std::shared_ptr<Device>& dev) {
+  if (&t->device() == dev.get()) return t;
+  // Across plugins there is no shared address space: stage through the host.
+  std::vector<char> staging(size_t(t->numel()) * dtype_info(t->dtype()).itemsize);
+  to_host(t, staging.data(), staging.size());
+  return from_host(dev, t->dtype(), t->shape(), staging.data());
+}
+
+}  // namespace dk

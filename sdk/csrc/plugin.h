@@ -1,0 +1,61 @@
+// Loading one plugin library: dlopen, the entry symbol, fail-closed version
+// and struct_size checks, Initialize, and thin wrappers that turn a returned
+// DK_Error* into a dk::Error carrying the plugin's own message verbatim.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "devicekit/device_api.h"
+#include "errors.h"
+
+namespace dk {
+
+class Device;
+
+struct PluginInfo {
+  std::string name, vendor, version, attributes;
+};
+
+class Plugin {
+ public:
+  // Throws Error(PluginLoad | PluginVersion) with the real cause.
+  static std::shared_ptr<Plugin> load(const std::string& path);
+
+  const DK_Api* api() const { return api_; }
+  const PluginInfo& info() const { return info_; }
+  const std::string& path() const { return path_; }
+  int api_major() const { return api_->api_major; }
+  int api_minor() const { return api_->api_minor; }
+  const std::vector<std::shared_ptr<Device>>& devices() const { return devices_; }
+
+  // Kernel lookup honouring the table's num_ops (older plugins have fewer).
+  DK_KernelFn* kernel(DK_OpId op) const;
+  uint64_t kernel_dtypes(DK_OpId op) const;
+  uint32_t kernel_caps(DK_OpId op) const;
+
+  // If `err` is non-NULL: read its code and message, free it, and throw
+  // Error(Device) whose text is "<context>: [<CODE>] <plugin message>".
+  void check(DK_Error* err, const std::string& context) const;
+
+ private:
+  Plugin() = default;
+  std::string path_;
+  void* handle_ = nullptr;  // never dlclose'd: plugin threads may outlive us
+  const DK_Api* api_ = nullptr;
+  PluginInfo info_;
+  std::vector<std::shared_ptr<Device>> devices_;
+};
+
+// Fill the struct_size field of an args struct declared with
+// DK_DEFINE_STRUCT_SIZE: `auto a = args<DK_Memcpy_Args>(DK_Memcpy_Args_STRUCT_SIZE);`
+template <typename T>
+inline T make_args(size_t struct_size) {
+  T a{};
+  a.struct_size = struct_size;
+  return a;
+}
+#define DK_ARGS(type) ::dk::make_args<type>(type##_STRUCT_SIZE)
+
+}  // namespace dk

@@ -1,0 +1,202 @@
+// The device runtime exposed as-is (buffers, streams, events, raw copies), for
+// conformance tests and anyone who needs the contract without tensors.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstdio>
+
+#include "bindings.h"
+
+namespace dk {
+namespace {
+
+struct Buffer {
+  std::shared_ptr<Device> dev;
+  void* ptr = nullptr;
+  size_t nbytes = 0;
+  bool live = false;
+  void free() {
+    if (!live) return;
+    live = false;
+    dev->raw_free(ptr);
+  }
+  ~Buffer() {
+    // A destructor cannot raise; report instead of swallowing.
+    try {
+      free();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "devicekit: freeing a buffer failed: %s\n", e.what());
+    }
+  }
+};
+
+struct Stream {
+  std::shared_ptr<Device> dev;
+  DK_Stream* s = nullptr;
+  py::list keepalive;  // host arrays of pending async copies
+  ~Stream() {
+    auto a = DK_ARGS(DK_Stream_Destroy_Args);
+    a.stream = s;
+    try {
+      dev->check(dev->api()->Stream_Destroy(&a), "Stream_Destroy");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "devicekit: destroying a stream failed: %s\n", e.what());
+    }
+  }
+  void synchronize() {
+    auto a = DK_ARGS(DK_Stream_Synchronize_Args);
+    a.stream = s;
+    {
+      py::gil_scoped_release nogil;
+      dev->check(dev->api()->Stream_Synchronize(&a), "Stream_Synchronize");
+    }
+    keepalive = py::list();
+  }
+};
+
+struct Event {
+  std::shared_ptr<Device> dev;
+  DK_Event* e = nullptr;
+  ~Event() {
+    auto a = DK_ARGS(DK_Event_Destroy_Args);
+    a.event = e;
+    try {
+      dev->check(dev->api()->Event_Destroy(&a), "Event_Destroy");
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "devicekit: destroying an event failed: %s\n", ex.what());
+    }
+  }
+};
+
+char* buffer_at(Buffer& b, size_t offset, size_t n, const char* what) {
+  if (!b.live) invalid_argument(std::string(what) + ": buffer was freed");
+  if (offset > b.nbytes || n > b.nbytes - offset) {
+    invalid_argument(std::string(what) + ": range [" + std::to_string(offset) + ", " +
+                     std::to_string(offset + n) + ") is outside the " +
+                     std::to_string(b.nbytes) + "-byte buffer");
+  }
+  return static_cast<char*>(b.ptr) + offset;
+}
+
+void do_copy(Device& d, DK_CopyKind kind, void* dst, const void* src, size_t n, Stream* s) {
+  auto a = DK_ARGS(DK_Memcpy_Args);
+  a.device = d.index();
+  a.kind = kind;
+  a.dst = dst;
+  a.src = src;
+  a.size = n;
+  a.stream = s ? s->s : nullptr;
+  py::gil_scoped_release nogil;
+  d.check(d.api()->Memcpy(&a), "Memcpy");
+}
+
+py::buffer_info host_bytes(const py::array& a, bool writable) {
+  if (!(a.flags() & py::array::c_style)) invalid_argument("host array must be C-contiguous");
+  return a.request(writable);
+}
+
+}  // namespace
+
+void bind_runtime(py::module_& m, DeviceClass& D) {
+  py::class_<Buffer, std::shared_ptr<Buffer>>(m, "Buffer")
+      .def_property_readonly("ptr", [](const Buffer& b) { return reinterpret_cast<uintptr_t>(b.ptr); })
+      .def_property_readonly("nbytes", [](const Buffer& b) { return b.nbytes; })
+      .def_property_readonly("device", [](const Buffer& b) { return b.dev; })
+      .def("free", &Buffer::free);
+
+  py::class_<Stream, std::shared_ptr<Stream>>(m, "Stream")
+      .def_property_readonly("device", [](const Stream& s) { return s.dev; })
+      .def("synchronize", &Stream::synchronize)
+      .def("query", [](Stream& s) {
+        auto a = DK_ARGS(DK_Stream_Query_Args);
+        a.stream = s.s;
+        s.dev->check(s.dev->api()->Stream_Query(&a), "Stream_Query");
+        return a.idle != 0;
+      })
+      .def("wait_event", [](Stream& s, Event& e) {
+        auto a = DK_ARGS(DK_Stream_WaitEvent_Args);
+        a.stream = s.s;
+        a.event = e.e;
+        s.dev->check(s.dev->api()->Stream_WaitEvent(&a), "Stream_WaitEvent");
+      });
+
+  py::class_<Event, std::shared_ptr<Event>>(m, "Event")
+      .def("record", [](Event& e, Stream& s) {
+        auto a = DK_ARGS(DK_Event_Record_Args);
+        a.event = e.e;
+        a.stream = s.s;
+        e.dev->check(e.dev->api()->Event_Record(&a), "Event_Record");
+      })
+      .def("query", [](Event& e) {
+        auto a = DK_ARGS(DK_Event_Query_Args);
+        a.event = e.e;
+        e.dev->check(e.dev->api()->Event_Query(&a), "Event_Query");
+        return a.reached != 0;
+      })
+      .def("synchronize", [](Event& e) {
+        auto a = DK_ARGS(DK_Event_Synchronize_Args);
+        a.event = e.e;
+        py::gil_scoped_release nogil;
+        e.dev->check(e.dev->api()->Event_Synchronize(&a), "Event_Synchronize");
+      })
+      .def("elapsed_ms", [](Event& start, Event& end) {
+        auto a = DK_ARGS(DK_Event_ElapsedTime_Args);
+        a.start = start.e;
+        a.end = end.e;
+        start.dev->check(start.dev->api()->Event_ElapsedTime(&a), "Event_ElapsedTime");
+        return a.milliseconds;
+      }, py::arg("end"));
+
+  // Device methods that create runtime objects or move raw bytes.
+  D.def("alloc", [](const std::shared_ptr<Device>& d, size_t nbytes) {
+     auto b = std::make_shared<Buffer>();
+     b->dev = d;
+     b->nbytes = nbytes;
+     b->ptr = d->raw_alloc(nbytes);
+     b->live = true;
+     return b;
+   }, py::arg("nbytes"), "Raw device allocation straight from the plugin (no cache)")
+      .def("stream", [](const std::shared_ptr<Device>& d) {
+        auto s = std::make_shared<Stream>();
+        auto a = DK_ARGS(DK_Stream_Create_Args);
+        a.device = d->index();
+        d->check(d->api()->Stream_Create(&a), "Stream_Create");
+        s->dev = d;
+        s->s = a.stream;
+        return s;
+      })
+      .def("event", [](const std::shared_ptr<Device>& d) {
+        auto e = std::make_shared<Event>();
+        auto a = DK_ARGS(DK_Event_Create_Args);
+        a.device = d->index();
+        d->check(d->api()->Event_Create(&a), "Event_Create");
+        e->dev = d;
+        e->e = a.event;
+        return e;
+      })
+      .def("copy_h2d", [](Device& d, Buffer& dst, py::array src, size_t dst_offset, Stream* stream) {
+        py::buffer_info b = host_bytes(src, false);
+        const size_t n = size_t(b.size) * size_t(b.itemsize);
+        char* p = buffer_at(dst, dst_offset, n, "copy_h2d");
+        if (stream) stream->keepalive.append(src);
+        do_copy(d, DK_COPY_HOST_TO_DEVICE, p, b.ptr, n, stream);
+      }, py::arg("dst"), py::arg("src"), py::kw_only(), py::arg("dst_offset") = 0,
+         py::arg("stream") = nullptr)
+      .def("copy_d2h", [](Device& d, py::array dst, Buffer& src, size_t src_offset, Stream* stream) {
+        py::buffer_info b = host_bytes(dst, true);
+        const size_t n = size_t(b.size) * size_t(b.itemsize);
+        char* p = buffer_at(src, src_offset, n, "copy_d2h");
+        if (stream) stream->keepalive.append(dst);
+        do_copy(d, DK_COPY_DEVICE_TO_HOST, b.ptr, p, n, stream);
+      }, py::arg("dst"), py::arg("src"), py::kw_only(), py::arg("src_offset") = 0,
+         py::arg("stream") = nullptr)
+      .def("copy_d2d", [](Device& d, Buffer& dst, Buffer& src, size_t nbytes, size_t dst_offset,
+                          size_t src_offset, Stream* stream) {
+        char* q = buffer_at(dst, dst_offset, nbytes, "copy_d2d");
+        char* p = buffer_at(src, src_offset, nbytes, "copy_d2d");
+        do_copy(d, DK_COPY_DEVICE_TO_DEVICE, q, p, nbytes, stream);
+      }, py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::kw_only(), py::arg("dst_offset") = 0,
+         py::arg("src_offset") = 0, py::arg("stream") = nullptr);
+}
+
+}  // namespace dk

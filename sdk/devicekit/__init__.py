@@ -1,0 +1,60 @@
+"""DeviceKit: bring a new AI accelerator to deep learning through one small C API.
+
+Quick start::
+
+    import devicekit as dk
+    a = dk.tensor([1.0, 2.0, 3.0], device="cpu:0")
+    print((a + a).numpy())
+    print(dk.devices())
+"""
+
+from importlib import metadata as _metadata
+
+from . import _core
+from .errors import *  # noqa: F401,F403  (the exception classes are public API)
+from .errors import __all__ as _errors_all
+from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int32,
+                     int64, uint8)
+from ._registry import PluginRecord, device, devices, load_plugin, plugins, reload_plugins
+from ._registry import device as _resolve_device
+from .tensor import Tensor, empty, full, ones, tensor, zeros
+from . import ops
+
+try:
+    __version__ = _metadata.version("devicekit")
+except _metadata.PackageNotFoundError:  # running from a source tree
+    __version__ = "0+unknown"
+
+API_VERSION = f"{_core.API_MAJOR}.{_core.API_MINOR}"
+Device = _core.Device
+Plugin = _core.Plugin
+
+
+def _targets(device_):
+    return devices() if device_ is None else [_resolve_device(device_)]
+
+
+def synchronize(device=None):
+    """Wait for all work on ``device`` (every device when None); raises the
+    first asynchronous error a kernel reported."""
+    for d in _targets(device):
+        d.synchronize()
+
+
+def empty_cache(device=None):
+    """Return the SDK's cached device blocks to the plugin (after synchronizing)."""
+    for d in _targets(device):
+        d.empty_cache()
+
+
+def memory_stats(device=None):
+    """``device.memory_stats()`` of one device (the first device when None)."""
+    return _resolve_device(device).memory_stats()
+
+
+__all__ = [
+    "API_VERSION", "Device", "Plugin", "PluginRecord", "Tensor", "bfloat16", "bool_", "device",
+    "devices", "dtype", "empty", "empty_cache", "float16", "float32", "float64", "full", "int8",
+    "int32", "int64", "load_plugin", "memory_stats", "ones", "ops", "plugins", "reload_plugins",
+    "synchronize", "tensor", "uint8", "zeros", *_errors_all,
+]

@@ -1,0 +1,60 @@
+"""DeviceKit's exceptions: one root, one class per kind of failure.
+
+Every error raised by DeviceKit derives from :class:`DeviceKitError`. Classes
+that correspond to a familiar built-in also derive from it (``MemoryError``,
+``NotImplementedError``, ``ValueError``, ``TypeError``, ``LookupError``) so
+generic handlers keep working. Messages carry the real cause: the dlerror
+text, the plugin's own error message, both sides of a version mismatch.
+"""
+
+__all__ = [
+    "DeviceKitError", "PluginLoadError", "PluginVersionError", "DeviceError",
+    "OutOfMemoryError", "NotImplementedByPlugin", "InvalidArgumentError",
+    "DTypeError", "DeviceNotFoundError",
+]
+
+
+class DeviceKitError(Exception):
+    """Root of every DeviceKit error. ``code`` is the device API error code
+    name (e.g. ``"INVALID_ARGUMENT"``) when a plugin call produced the error,
+    else ``None``."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.code = code
+
+
+class PluginLoadError(DeviceKitError):
+    """A plugin library could not be loaded: missing file, dlopen failure,
+    missing entry symbol, or its Plugin_Initialize returned an error."""
+
+
+class PluginVersionError(PluginLoadError):
+    """A plugin was built for an incompatible device API version, or its
+    tables' struct_size do not match the version it claims."""
+
+
+class DeviceError(DeviceKitError):
+    """A plugin call returned an error; the plugin's message is included verbatim."""
+
+
+class OutOfMemoryError(DeviceError, MemoryError):
+    """The device could not satisfy an allocation."""
+
+
+class NotImplementedByPlugin(DeviceKitError, NotImplementedError):
+    """The plugin has no kernel (or no kernel for this dtype) for an op and the
+    SDK has nothing to run instead. Never a silent fallback."""
+
+
+class InvalidArgumentError(DeviceKitError, ValueError):
+    """Bad input caught by the SDK before it reached a plugin: shapes that do
+    not broadcast, tensors on different devices, out-of-bounds views, ..."""
+
+
+class DTypeError(DeviceKitError, TypeError):
+    """An unknown or unsupported dtype."""
+
+
+class DeviceNotFoundError(DeviceKitError, LookupError):
+    """No loaded plugin provides the requested device."""

@@ -1,0 +1,223 @@
+"""Tensor creation and the Python-side Tensor methods.
+
+``Tensor`` is the C++ class ``devicekit._core.Tensor``; the per-call paths
+(``+``, ``ops.add``, casts, copies) are bound in C++. The methods added here
+parse Python-level arguments (shapes, indices) into one C++ view call.
+"""
+
+import numbers
+
+import numpy as np
+
+from . import _core
+from . import dtypes as _dt
+from ._registry import device as _device
+from .errors import InvalidArgumentError
+
+Tensor = _core.Tensor
+
+# Same-size unsigned views let bytes cross the C++ boundary for every dtype,
+# bfloat16 included, without depending on buffer-protocol format codes.
+_RAW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _raw(arr):
+    return arr.view(_RAW[arr.dtype.itemsize])
+
+
+def tensor(data, device="cpu:0", dtype=None):
+    """Copy ``data`` (array-like or Tensor) to a new tensor on ``device``.
+
+    Without ``dtype``: numpy arrays keep their dtype; Python floats become
+    float32, ints int64 and bools bool (as in PyTorch).
+    """
+    dev = _device(device)
+    if isinstance(data, Tensor):
+        out = data._to_device(dev)
+        return out._cast(_dt.as_dtype(dtype).id) if dtype is not None else out
+    if dtype is not None:
+        dt = _dt.as_dtype(dtype)
+        arr = np.asarray(data)
+        if arr.dtype != dt.numpy:
+            arr = arr.astype(dt.numpy)  # numpy/ml_dtypes round to nearest even
+    else:
+        arr = np.asarray(data)
+        from_python = not isinstance(data, (np.ndarray, np.generic))
+        if from_python and arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        dt = _dt.as_dtype(arr.dtype)
+    arr = np.ascontiguousarray(arr)
+    return _core.from_host(dev, dt.id, _raw(arr))
+
+
+def empty(*shape, dtype=_dt.float32, device="cpu:0"):
+    return _core.empty(_device(device), _shape_arg(shape), _dt.as_dtype(dtype).id)
+
+
+def full(shape, fill_value, dtype=_dt.float32, device="cpu:0"):
+    return _core.full(_device(device), _shape_arg((shape,)), _dt.as_dtype(dtype).id, fill_value)
+
+
+def zeros(*shape, dtype=_dt.float32, device="cpu:0"):
+    return full(_shape_arg(shape), 0, dtype=dtype, device=device)
+
+
+def ones(*shape, dtype=_dt.float32, device="cpu:0"):
+    return full(_shape_arg(shape), 1, dtype=dtype, device=device)
+
+
+def _shape_arg(shape):
+    if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
+        shape = tuple(shape[0])
+    return [int(s) for s in shape]
+
+
+# ---- Tensor methods ---------------------------------------------------------
+
+def _dtype(self):
+    return _dt.from_id(self._dtype_id)
+
+
+def _numpy(self):
+    out = np.empty(self.shape, dtype=self.dtype.numpy)
+    self._copy_to_host(_raw(out))
+    return out
+
+
+def _to(self, target=None, dtype=None):
+    """``t.to("cpu:0")``, ``t.to(devicekit.float16)``, ``t.to(device, dtype)``."""
+    out = self
+    if target is not None:
+        try:
+            dtype_target = _dt.as_dtype(target)
+        except Exception:
+            dtype_target = None
+        if dtype_target is not None and not isinstance(target, _core.Device):
+            dtype = dtype if dtype is not None else dtype_target
+        else:
+            out = out._to_device(_device(target))
+    if dtype is not None:
+        out = out._cast(_dt.as_dtype(dtype).id)
+    return out
+
+
+def _contiguous_strides(shape):
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return list(reversed(strides))
+
+
+def _reshape(self, *shape):
+    shape = _shape_arg(shape)
+    n = self.numel()
+    if shape.count(-1) > 1:
+        raise InvalidArgumentError(f"reshape: only one dimension can be -1, got {shape}")
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1]))
+        if known == 0 or n % known:
+            raise InvalidArgumentError(f"reshape: cannot infer -1 in {shape} for {n} elements")
+        shape[shape.index(-1)] = n // known
+    if int(np.prod(shape)) != n:
+        raise InvalidArgumentError(
+            f"reshape: shape {tuple(shape)} has {int(np.prod(shape))} elements, tensor of shape "
+            f"{self.shape} has {n}")
+    src = self.contiguous()  # a copy only when the layout demands it
+    return src._view(shape, _contiguous_strides(shape), src._offset)
+
+
+def _permute(self, *dims):
+    dims = _shape_arg(dims)
+    nd = self.ndim
+    norm = [d + nd if d < 0 else d for d in dims]
+    if sorted(norm) != list(range(nd)):
+        raise InvalidArgumentError(f"permute: {tuple(dims)} is not a permutation of {nd} dims")
+    return self._view([self.shape[d] for d in norm], [self.strides[d] for d in norm], self._offset)
+
+
+def _transpose(self, dim0, dim1):
+    order = list(range(self.ndim))
+    order[dim0], order[dim1] = order[dim1], order[dim0]
+    return _permute(self, *order)
+
+
+def _expand(self, *shape):
+    shape = _shape_arg(shape)
+    lead = len(shape) - self.ndim
+    shape = [self.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape)]
+    return self._expand(shape)
+
+
+def _getitem(self, index):
+    if not isinstance(index, tuple):
+        index = (index,)
+    if any(isinstance(i, (Tensor, list, np.ndarray)) for i in index):
+        raise NotImplementedError("advanced (tensor/list) indexing is not supported yet; "
+                                  "use ints, slices, None and ...")
+    n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if n_real > self.ndim:
+        raise IndexError(f"too many indices ({n_real}) for tensor of dimension {self.ndim}")
+    if Ellipsis in index:
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (self.ndim - n_real) + index[at + 1:]
+    else:
+        index = index + (slice(None),) * (self.ndim - n_real)
+    shape, strides, offset, dim = [], [], self._offset, 0
+    for i in index:
+        if i is None:
+            shape.append(1)
+            strides.append(0)
+            continue
+        size, stride = self.shape[dim], self.strides[dim]
+        if isinstance(i, slice):
+            start, stop, step = i.indices(size)
+            if step <= 0:
+                raise InvalidArgumentError("slices with a negative or zero step are not supported")
+            count = max(0, (stop - start + step - 1) // step)
+            if count:
+                offset += start * stride
+            shape.append(count)
+            strides.append(stride * step)
+        elif isinstance(i, numbers.Integral):
+            j = int(i) + size if i < 0 else int(i)
+            if not 0 <= j < size:
+                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
+            offset += j * stride
+        else:
+            raise TypeError(f"unsupported index {i!r}")
+        dim += 1
+    return self._view(shape, strides, offset)
+
+
+def _repr(self):
+    body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+    return f"tensor({body}, dtype={self.dtype}, device='{self.device.name}')"
+
+
+def _len(self):
+    if self.ndim == 0:
+        raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+
+
+def _item(self):
+    if self.numel() != 1:
+        raise InvalidArgumentError(f"item() needs exactly one element, tensor has {self.numel()}")
+    return self.numpy().reshape(()).item()
+
+
+def _array(self, dtype=None, copy=None):
+    a = self.numpy()
+    return a.astype(dtype) if dtype is not None else a
+
+
+for _name, _fn in {
+    "numpy": _numpy, "to": _to, "reshape": _reshape, "permute": _permute,
+    "transpose": _transpose, "expand": _expand, "__getitem__": _getitem,
+    "__repr__": _repr, "__len__": _len, "item": _item, "tolist": lambda self: self.numpy().tolist(),
+    "__array__": _array,
+}.items():
+    setattr(Tensor, _name, _fn)
+Tensor.dtype = property(_dtype)
+Tensor.T = property(lambda self: _permute(self, *reversed(range(self.ndim))))
