@@ -3,6 +3,9 @@
 // `devicekit` package; everything on the per-call path is bound here.
 #include <pybind11/stl.h>
 
+#include <climits>
+#include <cstdlib>
+
 #include "bindings.h"
 
 namespace dk {
@@ -166,10 +169,18 @@ PYBIND11_MODULE(_core, m) {
       .def("__str__", &Device::name);
 
   m.def("load_plugin", [](const std::string& path) {
+    // A library is initialised once per process: loading the same file again
+    // (rediscovery, or two paths to one file) returns the plugin already loaded.
+    char buf[PATH_MAX];
+    const std::string real = ::realpath(path.c_str(), buf) ? std::string(buf) : path;
+    for (auto& p : loaded_plugins()) {
+      if (p->real_path() == real) return p;
+    }
     auto p = Plugin::load(path);
+    p->set_real_path(real);
     loaded_plugins().push_back(p);
     return p;
-  }, py::arg("path"), "Load one plugin library; raises PluginLoadError/PluginVersionError with the cause");
+  }, py::arg("path"), "Load one plugin library (once per process); raises PluginLoadError/PluginVersionError with the cause");
 
   bind_tensor(m);
   bind_runtime(m, device_cls);

@@ -26,6 +26,8 @@ class Plugin {
   const DK_Api* api() const { return api_; }
   const PluginInfo& info() const { return info_; }
   const std::string& path() const { return path_; }
+  const std::string& real_path() const { return real_path_; }
+  void set_real_path(const std::string& p) { real_path_ = p; }
   int api_major() const { return api_->api_major; }
   int api_minor() const { return api_->api_minor; }
   const std::vector<std::shared_ptr<Device>>& devices() const { return devices_; }
@@ -41,7 +43,7 @@ class Plugin {
 
  private:
   Plugin() = default;
-  std::string path_;
+  std::string path_, real_path_;
   void* handle_ = nullptr;  // never dlclose'd: plugin threads may outlive us
   const DK_Api* api_ = nullptr;
   PluginInfo info_;

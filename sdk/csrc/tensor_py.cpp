@@ -74,7 +74,9 @@ void bind_tensor(py::module_& m) {
   m.def("from_host", [](const std::shared_ptr<Device>& dev, int dt, py::array a) {
     const DK_DType d = checked_dtype(dt);
     py::buffer_info b = host_buffer(a, d, false);
-    Dims shape(b.shape.begin(), b.shape.end());
+    // From the array, not buffer_info: the buffer protocol reports a 0-d
+    // array as shape [1].
+    Dims shape(a.shape(), a.shape() + a.ndim());
     py::gil_scoped_release nogil;
     return from_host(dev, d, shape, b.ptr);
   }, "Copy a C-contiguous numpy array to a new tensor on `device` (bytes reinterpreted as dtype)");

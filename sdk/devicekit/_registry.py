@@ -98,7 +98,7 @@ def _discover():
         real = os.path.realpath(path)
         if real in seen_paths:
             rec.error_type = "PluginLoadError"
-            rec.error = f"'{path}' is the same library as '{seen_paths[real]}', already loaded"
+            rec.error = f"'{path}' is the same library as '{seen_paths[real]}', listed twice"
             continue
         seen_paths[real] = path
         try:

@@ -46,7 +46,8 @@ def tensor(data, device="cpu:0", dtype=None):
         if from_python and arr.dtype == np.float64:
             arr = arr.astype(np.float32)
         dt = _dt.as_dtype(arr.dtype)
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:  # (np.ascontiguousarray would turn 0-d into 1-d)
+        arr = arr.copy(order="C")
     return _core.from_host(dev, dt.id, _raw(arr))
 
 

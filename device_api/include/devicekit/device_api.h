@@ -22,6 +22,10 @@
  *   error object owned by the caller, who frees it with DK_Api.Error_Destroy.
  * - Pointers: every pointer field says who owns it, how long it lives,
  *   whether it may be NULL, and what threads may touch it.
+ * - Enumerations cross the boundary as int32_t fields (an enum's size is the
+ *   compiler's choice, and an out-of-range enum value is undefined behaviour
+ *   in C++); the enum types below only name the values. A callee rejects
+ *   values it does not know with DK_ERROR_INVALID_ARGUMENT.
  * - Thread-safety: unless a call says otherwise, every call may be made from
  *   any host thread concurrently with any other call; a plugin that needs
  *   locks takes them itself.
@@ -129,7 +133,7 @@ typedef void DK_Error_Message(DK_Error_Message_Args* args);
 typedef struct DK_Error_GetCode_Args {
   size_t struct_size;
   const DK_Error* error; /* borrowed; not NULL */
-  DK_ErrorCode code;     /* out */
+  int32_t code;          /* out: a DK_ErrorCode */
 } DK_Error_GetCode_Args;
 DK_DEFINE_STRUCT_SIZE(DK_Error_GetCode_Args, code);
 typedef void DK_Error_GetCode(DK_Error_GetCode_Args* args);
@@ -235,8 +239,8 @@ typedef struct DK_Device_Synchronize_Args {
 } DK_Device_Synchronize_Args;
 DK_DEFINE_STRUCT_SIZE(DK_Device_Synchronize_Args, device);
 /* Blocks until all work enqueued on every stream of `device` has finished.
- * Returns the first asynchronous error raised by that work, if any (the
- * error is then cleared). */
+ * Returns the asynchronous error of the earliest-created stream that has one
+ * (and clears it); other streams keep theirs for their own synchronize. */
 typedef DK_Error* DK_Device_Synchronize(DK_Device_Synchronize_Args* args);
 
 /* ========================================================================== */
@@ -288,7 +292,8 @@ typedef struct DK_Stream_Destroy_Args {
   DK_Stream* stream; /* not NULL; invalid after this call */
 } DK_Stream_Destroy_Args;
 DK_DEFINE_STRUCT_SIZE(DK_Stream_Destroy_Args, stream);
-/* Waits for the stream's pending work, then frees it. */
+/* Waits for the stream's pending work, then frees it. Returns the stream's
+ * pending asynchronous error, if any; the stream is destroyed either way. */
 typedef DK_Error* DK_Stream_Destroy(DK_Stream_Destroy_Args* args);
 
 typedef struct DK_Stream_Synchronize_Args {
@@ -356,7 +361,9 @@ typedef struct DK_Event_Synchronize_Args {
   DK_Event* event; /* not NULL */
 } DK_Event_Synchronize_Args;
 DK_DEFINE_STRUCT_SIZE(DK_Event_Synchronize_Args, event);
-/* Blocks the calling host thread until the recorded point is reached. */
+/* Blocks the calling host thread until the recorded point is reached. Does
+ * not report asynchronous errors of the recording stream (its synchronize
+ * does). */
 typedef DK_Error* DK_Event_Synchronize(DK_Event_Synchronize_Args* args);
 
 typedef struct DK_Event_ElapsedTime_Args {
@@ -373,7 +380,8 @@ typedef DK_Error* DK_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args);
 typedef struct DK_Stream_WaitEvent_Args {
   size_t struct_size;
   DK_Stream* stream; /* not NULL */
-  DK_Event* event;   /* not NULL; may belong to another stream */
+  DK_Event* event;   /* not NULL; may belong to another stream, also of
+                        another device of the same plugin */
 } DK_Stream_WaitEvent_Args;
 DK_DEFINE_STRUCT_SIZE(DK_Stream_WaitEvent_Args, event);
 /* Work enqueued on `stream` after this call does not start before the point
@@ -394,7 +402,7 @@ typedef enum DK_CopyKind {
 typedef struct DK_Memcpy_Args {
   size_t struct_size;
   int32_t device;
-  DK_CopyKind kind;
+  int32_t kind;     /* a DK_CopyKind */
   void* dst;        /* device or host pointer per `kind`; borrowed */
   const void* src;  /* device or host pointer per `kind`; borrowed */
   size_t size;      /* bytes; 0 is a no-op. dst/src need no alignment. */
@@ -429,7 +437,7 @@ typedef struct DK_TensorView {
   size_t struct_size;
   void* data;             /* device pointer to element [0, ..., 0]; may be
                              NULL only when the view has zero elements */
-  DK_DType dtype;
+  int32_t dtype;          /* a DK_DType */
   int32_t rank;           /* 0 .. DK_MAX_RANK; rank 0 is a scalar */
   const int64_t* shape;   /* [rank]; NULL when rank == 0 */
   const int64_t* strides; /* [rank], in elements, may be 0 (broadcast) but
@@ -443,11 +451,12 @@ DK_DEFINE_STRUCT_SIZE(DK_TensorView, strides);
  * and raises DK_OP_COUNT_<version>. Inputs, outputs and attributes: */
 typedef enum DK_OpId {
   /* copy: in[0] any view -> out[0] same shape and dtype. The SDK's
-   * materialiser: it must accept strided and broadcast (stride 0) inputs even
-   * if its capability bits are 0. No attributes. */
+   * materialiser: it must accept strided and broadcast (stride 0) inputs, and
+   * strided outputs that write no element twice, even if its capability bits
+   * are 0. No attributes. */
   DK_OP_COPY = 0,
   /* fill: no inputs -> out[0] every element set to attrs->value converted to
-   * out[0].dtype. Attributes: DK_FillAttrs. */
+   * out[0].dtype by the rules of cast. Attributes: DK_FillAttrs. */
   DK_OP_FILL = 1,
   /* cast: in[0] -> out[0] same shape, another dtype. Float to float rounds to
    * nearest even; NaN stays NaN; float to integer truncates toward zero and is
@@ -463,8 +472,8 @@ typedef enum DK_OpId {
 
 /* A scalar value carried in attributes. */
 typedef struct DK_Scalar {
-  DK_DType dtype;        /* which member below is meaningful: FLOAT64 for f,
-                            INT64 for i, BOOL for i in {0,1} */
+  int32_t dtype;         /* a DK_DType saying which member below is meaningful:
+                            FLOAT64 for f, INT64 for i, BOOL for i in {0,1} */
   union {
     double f;
     int64_t i;
@@ -481,7 +490,7 @@ typedef struct DK_Kernel_Args {
   size_t struct_size;
   int32_t device;
   DK_Stream* stream;  /* not NULL; the kernel is enqueued on this stream */
-  DK_OpId op;
+  int32_t op;         /* a DK_OpId */
   int32_t num_inputs;
   const DK_TensorView* const* inputs;  /* [num_inputs]; borrowed, call only */
   int32_t num_outputs;
@@ -583,8 +592,10 @@ typedef struct DK_Api {
 } DK_Api;
 DK_DEFINE_STRUCT_SIZE(DK_Api, kernels);
 
-/* The size DK_Api had at each minor of this major (rule 4 above). */
-#define DK_Api_STRUCT_SIZE_1_0 DK_Api_STRUCT_SIZE
+/* The size DK_Api had at each minor of this major (rule 4 above), named by
+ * the last field of that minor so the value never moves when fields are
+ * appended. */
+#define DK_Api_STRUCT_SIZE_1_0 DK_STRUCT_SIZE(DK_Api, kernels)
 
 /* ========================================================================== */
 /*  Entry point                                                               */
