@@ -1,0 +1,83 @@
+/* The two tables a vendor fills in, and the one exported symbol.
+ *
+ * Written in C for its designated initializers: each slot is named, so a
+ * missing or misplaced entry is obvious at a glance (C++17 has no such thing). */
+#include "api.h"
+
+/* Indexed by DK_OpId. A NULL slot would mean "not implemented"; the SDK then
+ * decomposes or reports it, never silently falls back. */
+static DK_KernelFn* const kKernels[DK_OP_COUNT_1_0] = {
+    [DK_OP_COPY] = dk_cpu_kernel_copy,
+    [DK_OP_FILL] = dk_cpu_kernel_fill,
+    [DK_OP_CAST] = dk_cpu_kernel_cast, /* input dtype from this mask, output any */
+    [DK_OP_ADD] = dk_cpu_kernel_add,
+};
+
+static const uint64_t kDtypes[DK_OP_COUNT_1_0] = {
+    [DK_OP_COPY] = DK_DTYPE_MASK_ALL_1_0,
+    [DK_OP_FILL] = DK_DTYPE_MASK_ALL_1_0,
+    [DK_OP_CAST] = DK_DTYPE_MASK_ALL_1_0,
+    [DK_OP_ADD] = DK_DTYPE_MASK_ALL_1_0,
+};
+
+/* What each kernel copes with beyond dense, same-shape, non-aliasing views.
+ * copy takes any input layout (the header requires it of every plugin) and
+ * any non-overlapping output layout; the others show the minimal demand:
+ * the SDK materialises their inputs first. */
+static const uint32_t kCaps[DK_OP_COUNT_1_0] = {
+    [DK_OP_COPY] = DK_KERNEL_CAP_STRIDED | DK_KERNEL_CAP_BROADCAST,
+    [DK_OP_FILL] = 0,
+    [DK_OP_CAST] = 0,
+    [DK_OP_ADD] = 0,
+};
+
+const DK_KernelTable dk_cpu_kernel_table = {
+    .struct_size = DK_KernelTable_STRUCT_SIZE,
+    .num_ops = DK_OP_COUNT_1_0,
+    .kernels = kKernels,
+    .dtypes = kDtypes,
+    .caps = kCaps,
+};
+
+static const DK_Api kApi = {
+    .struct_size = DK_Api_STRUCT_SIZE_1_0,
+    .extension_start = NULL,
+    .api_major = DK_API_MAJOR,
+    .api_minor = DK_API_MINOR,
+
+    .Error_Destroy = dk_cpu_Error_Destroy,
+    .Error_Message = dk_cpu_Error_Message,
+    .Error_GetCode = dk_cpu_Error_GetCode,
+
+    .Plugin_Initialize = dk_cpu_Plugin_Initialize,
+    .Plugin_GetInfo = dk_cpu_Plugin_GetInfo,
+
+    .Device_Count = dk_cpu_Device_Count,
+    .Device_GetProperties = dk_cpu_Device_GetProperties,
+    .Device_MemoryStats = dk_cpu_Device_MemoryStats,
+    .Device_Synchronize = dk_cpu_Device_Synchronize,
+
+    .Memory_Allocate = dk_cpu_Memory_Allocate,
+    .Memory_Free = dk_cpu_Memory_Free,
+
+    .Memcpy = dk_cpu_Memcpy,
+
+    .Stream_Create = dk_cpu_Stream_Create,
+    .Stream_Destroy = dk_cpu_Stream_Destroy,
+    .Stream_Synchronize = dk_cpu_Stream_Synchronize,
+    .Stream_Query = dk_cpu_Stream_Query,
+    .Stream_WaitEvent = dk_cpu_Stream_WaitEvent,
+
+    .Event_Create = dk_cpu_Event_Create,
+    .Event_Destroy = dk_cpu_Event_Destroy,
+    .Event_Record = dk_cpu_Event_Record,
+    .Event_Query = dk_cpu_Event_Query,
+    .Event_Synchronize = dk_cpu_Event_Synchronize,
+    .Event_ElapsedTime = dk_cpu_Event_ElapsedTime,
+
+    .kernels = &dk_cpu_kernel_table,
+};
+
+/* The only exported symbol (exports.map). Does no work, as the header
+ * requires: the SDK checks the version fields before calling anything. */
+DK_EXPORT const DK_Api* DK_GetApi(void) { return &kApi; }

@@ -1,0 +1,59 @@
+/* Every function the plugin puts in its two tables (src/api.c), and where it
+ * lives. C-compatible so the tables can be written in C with designated
+ * initializers. All of these are hidden; only DK_GetApi is exported. */
+#ifndef DEVICEKIT_CPU_API_H_
+#define DEVICEKIT_CPU_API_H_
+
+#include <devicekit/device_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* src/plugin.cpp: errors, initialisation, plugin information. */
+void dk_cpu_Error_Destroy(DK_Error_Destroy_Args* args);
+void dk_cpu_Error_Message(DK_Error_Message_Args* args);
+void dk_cpu_Error_GetCode(DK_Error_GetCode_Args* args);
+DK_Error* dk_cpu_Plugin_Initialize(DK_Plugin_Initialize_Args* args);
+DK_Error* dk_cpu_Plugin_GetInfo(DK_Plugin_GetInfo_Args* args);
+
+/* src/runtime.cpp: devices, memory, copies. */
+DK_Error* dk_cpu_Device_Count(DK_Device_Count_Args* args);
+DK_Error* dk_cpu_Device_GetProperties(DK_Device_GetProperties_Args* args);
+DK_Error* dk_cpu_Device_MemoryStats(DK_Device_MemoryStats_Args* args);
+DK_Error* dk_cpu_Memory_Allocate(DK_Memory_Allocate_Args* args);
+DK_Error* dk_cpu_Memory_Free(DK_Memory_Free_Args* args);
+DK_Error* dk_cpu_Memcpy(DK_Memcpy_Args* args);
+
+/* src/stream.cpp: streams (one worker thread each), events, device sync. */
+DK_Error* dk_cpu_Device_Synchronize(DK_Device_Synchronize_Args* args);
+DK_Error* dk_cpu_Stream_Create(DK_Stream_Create_Args* args);
+DK_Error* dk_cpu_Stream_Destroy(DK_Stream_Destroy_Args* args);
+DK_Error* dk_cpu_Stream_Synchronize(DK_Stream_Synchronize_Args* args);
+DK_Error* dk_cpu_Stream_Query(DK_Stream_Query_Args* args);
+DK_Error* dk_cpu_Stream_WaitEvent(DK_Stream_WaitEvent_Args* args);
+DK_Error* dk_cpu_Event_Create(DK_Event_Create_Args* args);
+DK_Error* dk_cpu_Event_Destroy(DK_Event_Destroy_Args* args);
+DK_Error* dk_cpu_Event_Record(DK_Event_Record_Args* args);
+DK_Error* dk_cpu_Event_Query(DK_Event_Query_Args* args);
+DK_Error* dk_cpu_Event_Synchronize(DK_Event_Synchronize_Args* args);
+DK_Error* dk_cpu_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args);
+
+/* src/kernels.cpp: the base operators. */
+DK_Error* dk_cpu_kernel_copy(const DK_Kernel_Args* args);
+DK_Error* dk_cpu_kernel_fill(const DK_Kernel_Args* args);
+DK_Error* dk_cpu_kernel_cast(const DK_Kernel_Args* args);
+DK_Error* dk_cpu_kernel_add(const DK_Kernel_Args* args);
+
+/* src/api.c: the kernel table, also read by the kernels' own validation so
+ * what they accept can never drift from what they declare. */
+extern const DK_KernelTable dk_cpu_kernel_table;
+
+/* The entry point; the header gives its type (DK_GetApi_Fn) but no prototype. */
+DK_EXPORT const DK_Api* DK_GetApi(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DEVICEKIT_CPU_API_H_ */

@@ -1,0 +1,410 @@
+// The four base operators of API 1.0: copy, fill, cast, add.
+//
+// Each kernel validates synchronously against the op's contract and against
+// the capability bits and dtype mask it declared in the kernel table (so
+// the SDK hands it nothing it did not promise to take), then copies what
+// it needs from the views, which die with the call, into a fixed-size
+// Launch record and enqueues that on the stream.
+#include <cstring>
+#include <string>
+
+#include "api.h"
+#include "dtype.h"
+#include "internal.h"
+
+namespace dkcpu {
+namespace {
+
+// A view as the worker needs it, shape and strides copied in.
+struct View {
+  char* data;
+  DK_DType dtype;
+  int32_t rank;
+  int64_t shape[DK_MAX_RANK];
+  int64_t strides[DK_MAX_RANK];  // in elements
+  uint64_t span_begin, span_end;  // addresses of the bytes it may touch
+};
+
+struct Launch {
+  int64_t numel;
+  View in[2];
+  View out;
+  unsigned char fill_value[8];  // fill: the value already in out's dtype
+};
+
+std::string dims(const View& v) {
+  std::string s = "[";
+  for (int32_t d = 0; d < v.rank; ++d) s += (d ? "," : "") + std::to_string(v.shape[d]);
+  return s + "]";
+}
+
+bool is_contiguous(const View& v) {
+  int64_t expected = 1;
+  for (int32_t d = v.rank - 1; d >= 0; --d) {
+    if (v.shape[d] != 1 && v.strides[d] != expected) return false;  // size-1 dims: any stride
+    expected *= v.shape[d];
+  }
+  return true;
+}
+
+uint32_t declared_caps(DK_OpId op) { return dk_cpu_kernel_table.caps[op]; }
+
+DK_Error* check_call(const char* call, const DK_Kernel_Args* a, DK_OpId op, int32_t num_inputs,
+                     int32_t num_outputs) {
+  DKCPU_CHECK_ARGS(call, a, DK_Kernel_Args);
+  if (int(a->op) != op) {
+    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: args->op is %d; expected %d. Hint: the "
+                      "kernel table is indexed by DK_OpId.", call, int(a->op), int(op));
+  }
+  if (DK_Error* e = check_device(call, a->device)) return e;
+  if (DK_Error* e = check_stream(call, a->stream, a->device)) return e;
+  if (a->num_inputs != num_inputs || a->num_outputs != num_outputs) {
+    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: got %d input(s) and %d output(s); "
+                      "expected %d and %d", call, a->num_inputs, a->num_outputs, num_inputs,
+                      num_outputs);
+  }
+  if ((num_inputs > 0 && a->inputs == nullptr) || a->outputs == nullptr) {
+    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: args->%s is NULL; expected an array of "
+                      "views", call, a->outputs == nullptr ? "outputs" : "inputs");
+  }
+  return nullptr;
+}
+
+// Checks one view against the header's rules and copies it into `out`.
+DK_Error* load_view(const char* call, const char* what, const DK_Kernel_Args* a,
+                    const DK_TensorView* v, View* out, int64_t* numel) {
+  if (v == nullptr || v->struct_size < DK_TensorView_STRUCT_SIZE) {
+    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL or its struct_size is %zu; "
+                      "expected at least %zu", call, what, v ? v->struct_size : size_t(0),
+                      size_t(DK_TensorView_STRUCT_SIZE));
+  }
+  if (unsigned(int(v->dtype)) >= DK_DTYPE_COUNT_1_0) {
+    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has dtype %d; expected a DK_DType "
+                      "below %d", call, what, int(v->dtype), int(DK_DTYPE_COUNT_1_0));
+  }
+  if (v->rank < 0 || v->rank > DK_MAX_RANK || (v->rank > 0 && (!v->shape || !v->strides))) {
+    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has rank %d (shape %p, strides %p); "
+                      "expected rank 0..%d with both arrays set when rank > 0", call, what,
+                      v->rank, static_cast<const void*>(v->shape),
+                      static_cast<const void*>(v->strides), DK_MAX_RANK);
+  }
+  out->data = static_cast<char*>(v->data);
+  out->dtype = DK_DType(v->dtype);  // range-checked above
+  out->rank = v->rank;
+  int64_t n = 1, last = 0;  // `last`: offset of the last element, in elements
+  for (int32_t d = 0; d < v->rank; ++d) {
+    if (v->shape[d] < 0 || v->strides[d] < 0) {
+      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %lld and stride %lld in "
+                        "dim %d; expected both >= 0", call, what, (long long)v->shape[d],
+                        (long long)v->strides[d], d);
+    }
+    out->shape[d] = v->shape[d];
+    out->strides[d] = v->strides[d];
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(n, v->shape[d], &n) ||
+        (v->shape[d] > 0 && (__builtin_mul_overflow(v->shape[d] - 1, v->strides[d], &reach) ||
+                             __builtin_add_overflow(last, reach, &last)))) {
+      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has a shape or strides whose extent "
+                        "overflows 64 bits at dim %d", call, what, d);
+    }
+  }
+  *numel = n;
+  uint64_t bytes = 0;
+  if (n > 0 && __builtin_mul_overflow(uint64_t(last) + 1, dtype_size(DK_DType(v->dtype)), &bytes)) {
+    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s spans more than 2^64 bytes", call, what);
+  }
+  out->span_begin = uintptr_t(v->data);
+  out->span_end = uintptr_t(v->data) + bytes;
+  if (n == 0) return nullptr;  // data may be NULL and is never touched
+  return check_device_memory(call, what, a->device, v->data, bytes);
+}
+
+DK_Error* check_dtype_declared(const char* call, const char* what, DK_OpId op, const View& v) {
+  if ((dk_cpu_kernel_table.dtypes[op] >> v.dtype) & 1) return nullptr;
+  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s, which this kernel did not declare "
+                    "in its dtype mask. Hint: the SDK should cast first.", call, what,
+                    dtype_name(v.dtype));
+}
+
+DK_Error* check_same_dtype(const char* call, const char* what, const View& v, const View& ref,
+                           const char* ref_what) {
+  if (v.dtype == ref.dtype) return nullptr;
+  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s; expected %s like %s", call, what,
+                    dtype_name(v.dtype), dtype_name(ref.dtype), ref_what);
+}
+
+DK_Error* check_same_shape(const char* call, const char* what, const View& v, const View& ref,
+                           const char* ref_what) {
+  bool same = v.rank == ref.rank;
+  for (int32_t d = 0; same && d < v.rank; ++d) same = v.shape[d] == ref.shape[d];
+  if (same) return nullptr;
+  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s; expected %s like %s", call,
+                    what, dims(v).c_str(), dims(ref).c_str(), ref_what);
+}
+
+// Without DK_KERNEL_CAP_STRIDED every view must be dense row-major.
+DK_Error* check_layout(const char* call, const char* what, DK_OpId op, const View& v) {
+  if ((declared_caps(op) & DK_KERNEL_CAP_STRIDED) || is_contiguous(v)) return nullptr;
+  std::string strides = "[";
+  for (int32_t d = 0; d < v.rank; ++d) strides += (d ? "," : "") + std::to_string(v.strides[d]);
+  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s and strides %s]; expected "
+                    "contiguous row-major, since the kernel did not declare "
+                    "DK_KERNEL_CAP_STRIDED. Hint: the SDK must materialise it with copy.", call,
+                    what, dims(v).c_str(), strides.c_str());
+}
+
+// Without DK_KERNEL_CAP_INPLACE no output may share memory with an input.
+// Checked on byte spans, which is conservative for interleaved views.
+DK_Error* check_no_alias(const char* call, DK_OpId op, const View& out, const View& in,
+                         const char* in_what) {
+  if (declared_caps(op) & DK_KERNEL_CAP_INPLACE) return nullptr;
+  if (out.span_begin >= in.span_end || in.span_begin >= out.span_end) return nullptr;
+  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 overlaps %s in memory; expected "
+                    "disjoint views, since the kernel did not declare DK_KERNEL_CAP_INPLACE. "
+                    "Hint: the SDK must write to a fresh buffer.", call, in_what);
+}
+
+// DK_KERNEL_CAP_BROADCAST: right-aligns in's dims with out's; a missing or
+// size-1 dim is read again and again (stride 0). False when they do not fit.
+bool broadcast_to(View* in, const View& out) {
+  const int32_t shift = out.rank - in->rank;
+  if (shift < 0) return false;
+  View b = *in;
+  b.rank = out.rank;
+  for (int32_t d = 0; d < out.rank; ++d) {
+    const int64_t size = d >= shift ? in->shape[d - shift] : 1;
+    if (size != out.shape[d] && size != 1) return false;
+    b.shape[d] = out.shape[d];
+    b.strides[d] = size == 1 ? 0 : in->strides[d - shift];
+  }
+  *in = b;
+  return true;
+}
+
+// ---- Work run by the stream's worker ----------------------------------------
+
+template <size_t kBytes>
+void copy_strided(const Launch& l) {
+  const View &in = l.in[0], &out = l.out;
+  const int32_t r = out.rank;  // rank 0: one element, no outer dims
+  const int64_t inner = r > 0 ? out.shape[r - 1] : 1;
+  const int64_t in_step = r > 0 ? in.strides[r - 1] * int64_t(kBytes) : 0;
+  const int64_t out_step = r > 0 ? out.strides[r - 1] * int64_t(kBytes) : 0;
+  int64_t idx[DK_MAX_RANK] = {};
+  const char* src = in.data;
+  char* dst = out.data;
+  for (int64_t done = 0; done < l.numel; done += inner) {
+    for (int64_t i = 0; i < inner; ++i) std::memcpy(dst + i * out_step, src + i * in_step, kBytes);
+    for (int32_t d = r - 2; d >= 0; --d) {  // advance the outer index like an odometer
+      src += in.strides[d] * int64_t(kBytes);
+      dst += out.strides[d] * int64_t(kBytes);
+      if (++idx[d] < out.shape[d]) break;
+      src -= in.strides[d] * out.shape[d] * int64_t(kBytes);
+      dst -= out.strides[d] * out.shape[d] * int64_t(kBytes);
+      idx[d] = 0;
+    }
+  }
+}
+
+DK_Error* run_copy(const void* payload) {
+  const Launch& l = *static_cast<const Launch*>(payload);
+  switch (dtype_size(l.out.dtype)) {
+    case 1: copy_strided<1>(l); break;
+    case 2: copy_strided<2>(l); break;
+    case 4: copy_strided<4>(l); break;
+    default: copy_strided<8>(l); break;
+  }
+  return nullptr;
+}
+
+DK_Error* run_memcpy(const void* payload) {
+  const Launch& l = *static_cast<const Launch*>(payload);
+  std::memcpy(l.out.data, l.in[0].data, size_t(l.numel) * dtype_size(l.out.dtype));
+  return nullptr;
+}
+
+template <class T>
+void fill_as(const Launch& l) {
+  T value;
+  std::memcpy(&value, l.fill_value, sizeof value);
+  T* out = reinterpret_cast<T*>(l.out.data);
+  for (int64_t i = 0; i < l.numel; ++i) out[i] = value;
+}
+
+DK_Error* run_fill(const void* payload) {
+  const Launch& l = *static_cast<const Launch*>(payload);
+  switch (dtype_size(l.out.dtype)) {
+    case 1: fill_as<uint8_t>(l); break;
+    case 2: fill_as<uint16_t>(l); break;
+    case 4: fill_as<uint32_t>(l); break;
+    default: fill_as<uint64_t>(l); break;
+  }
+  return nullptr;
+}
+
+DK_Error* run_cast(const void* payload) {
+  const Launch& l = *static_cast<const Launch*>(payload);
+  dispatch(l.in[0].dtype, [&](auto src_tag) {
+    dispatch(l.out.dtype, [&](auto dst_tag) {
+      using S = decltype(src_tag);
+      using D = decltype(dst_tag);
+      const S* in = reinterpret_cast<const S*>(l.in[0].data);
+      D* out = reinterpret_cast<D*>(l.out.data);
+      for (int64_t i = 0; i < l.numel; ++i) out[i] = convert<D>(in[i]);
+    });
+  });
+  return nullptr;
+}
+
+template <class T>
+T add_one(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) {
+    return a + b;
+  } else if constexpr (std::is_same<T, f16>::value) {
+    return f16{float_to_half(half_to_float(a.bits) + half_to_float(b.bits))};
+  } else if constexpr (std::is_same<T, bf16>::value) {
+    return bf16{float_to_bfloat16(bfloat16_to_float(a.bits) + bfloat16_to_float(b.bits))};
+  } else if constexpr (std::is_same<T, boolean>::value) {
+    return boolean{uint8_t(a.value != 0 || b.value != 0)};
+  } else {
+    using U = std::make_unsigned_t<T>;  // unsigned arithmetic wraps; signed would be UB
+    return T(U(U(a) + U(b)));
+  }
+}
+
+// __restrict is true (no INPLACE capability, so check_no_alias rejected
+// aliasing) and lets the compiler vectorise the float32 loop at -O3.
+template <class T>
+void add_loop(const T* __restrict a, const T* __restrict b, T* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = add_one(a[i], b[i]);
+}
+
+DK_Error* run_add(const void* payload) {
+  const Launch& l = *static_cast<const Launch*>(payload);
+  dispatch(l.out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    add_loop(reinterpret_cast<const T*>(l.in[0].data), reinterpret_cast<const T*>(l.in[1].data),
+             reinterpret_cast<T*>(l.out.data), l.numel);
+  });
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace dkcpu
+
+using namespace dkcpu;
+
+extern "C" {
+
+DK_Error* dk_cpu_kernel_copy(const DK_Kernel_Args* args) {
+  static const char* const kCall = "cpu.Kernel(copy)";
+  if (DK_Error* e = check_call(kCall, args, DK_OP_COPY, 1, 1)) return e;
+  return guarded(kCall, [&]() -> DK_Error* {
+    Launch l{};
+    int64_t in_numel = 0;
+    View& in = l.in[0];
+    if (DK_Error* e = load_view(kCall, "input 0", args, args->inputs[0], &in, &in_numel)) return e;
+    if (DK_Error* e = load_view(kCall, "output 0", args, args->outputs[0], &l.out, &l.numel))
+      return e;
+    if (DK_Error* e = check_dtype_declared(kCall, "input 0", DK_OP_COPY, in)) return e;
+    if (DK_Error* e = check_same_dtype(kCall, "output 0", l.out, in, "input 0")) return e;
+    if (!broadcast_to(&in, l.out)) {
+      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 0 has shape %s, which does not "
+                        "broadcast to output 0's shape %s", kCall, dims(in).c_str(),
+                        dims(l.out).c_str());
+    }
+    for (int32_t d = 0; d < l.out.rank; ++d) {
+      if (l.out.shape[d] > 1 && l.out.strides[d] == 0) {
+        return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 has stride 0 in dim %d of "
+                          "size %lld; expected a non-overlapping output", kCall, d,
+                          (long long)l.out.shape[d]);
+      }
+    }
+    if (DK_Error* e = check_no_alias(kCall, DK_OP_COPY, l.out, in, "input 0")) return e;
+    if (l.numel == 0) return nullptr;
+    const bool dense = is_contiguous(in) && is_contiguous(l.out);
+    enqueue(args->stream, dense ? run_memcpy : run_copy, l);
+    return nullptr;
+  });
+}
+
+DK_Error* dk_cpu_kernel_fill(const DK_Kernel_Args* args) {
+  static const char* const kCall = "cpu.Kernel(fill)";
+  if (DK_Error* e = check_call(kCall, args, DK_OP_FILL, 0, 1)) return e;
+  return guarded(kCall, [&]() -> DK_Error* {
+    Launch l{};
+    if (DK_Error* e = load_view(kCall, "output 0", args, args->outputs[0], &l.out, &l.numel))
+      return e;
+    if (DK_Error* e = check_dtype_declared(kCall, "output 0", DK_OP_FILL, l.out)) return e;
+    if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_FILL, l.out)) return e;
+    const auto* attrs = static_cast<const DK_FillAttrs*>(args->attrs);
+    if (attrs == nullptr || attrs->struct_size < DK_FillAttrs_STRUCT_SIZE) {
+      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs is NULL or its struct_size is %zu; "
+                        "expected a DK_FillAttrs of at least %zu bytes", kCall,
+                        attrs ? attrs->struct_size : size_t(0), size_t(DK_FillAttrs_STRUCT_SIZE));
+    }
+    const DK_Scalar& v = attrs->value;
+    const int dt = int(v.dtype);
+    const bool is_int = dt == DK_DTYPE_INT64 || dt == DK_DTYPE_BOOL;
+    if ((!is_int && dt != DK_DTYPE_FLOAT64) ||
+        (dt == DK_DTYPE_BOOL && v.value.i != 0 && v.value.i != 1)) {
+      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->value has dtype %d (%s) and "
+                        "value.i %lld; expected float64 (value.f), int64 (value.i) or bool "
+                        "(value.i 0 or 1)", kCall, dt, dtype_name(dt), (long long)v.value.i);
+    }
+    dispatch(l.out.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T x = is_int ? convert<T>(v.value.i) : convert<T>(v.value.f);
+      std::memcpy(l.fill_value, &x, sizeof x);
+    });
+    if (l.numel > 0) enqueue(args->stream, run_fill, l);
+    return nullptr;
+  });
+}
+
+DK_Error* dk_cpu_kernel_cast(const DK_Kernel_Args* args) {
+  static const char* const kCall = "cpu.Kernel(cast)";
+  if (DK_Error* e = check_call(kCall, args, DK_OP_CAST, 1, 1)) return e;
+  return guarded(kCall, [&]() -> DK_Error* {
+    Launch l{};
+    int64_t in_numel = 0;
+    if (DK_Error* e = load_view(kCall, "input 0", args, args->inputs[0], &l.in[0], &in_numel))
+      return e;
+    if (DK_Error* e = load_view(kCall, "output 0", args, args->outputs[0], &l.out, &l.numel))
+      return e;
+    // The mask covers input dtypes; the output may be any dtype the device stores.
+    if (DK_Error* e = check_dtype_declared(kCall, "input 0", DK_OP_CAST, l.in[0])) return e;
+    if (DK_Error* e = check_same_shape(kCall, "output 0", l.out, l.in[0], "input 0")) return e;
+    if (DK_Error* e = check_layout(kCall, "input 0", DK_OP_CAST, l.in[0])) return e;
+    if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_CAST, l.out)) return e;
+    if (DK_Error* e = check_no_alias(kCall, DK_OP_CAST, l.out, l.in[0], "input 0")) return e;
+    if (l.numel > 0) enqueue(args->stream, run_cast, l);
+    return nullptr;
+  });
+}
+
+DK_Error* dk_cpu_kernel_add(const DK_Kernel_Args* args) {
+  static const char* const kCall = "cpu.Kernel(add)";
+  if (DK_Error* e = check_call(kCall, args, DK_OP_ADD, 2, 1)) return e;
+  return guarded(kCall, [&]() -> DK_Error* {
+    Launch l{};
+    int64_t in_numel = 0;
+    static const char* const kIn[2] = {"input 0", "input 1"};
+    if (DK_Error* e = load_view(kCall, "output 0", args, args->outputs[0], &l.out, &l.numel))
+      return e;
+    if (DK_Error* e = check_dtype_declared(kCall, "output 0", DK_OP_ADD, l.out)) return e;
+    if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_ADD, l.out)) return e;
+    for (int i = 0; i < 2; ++i) {
+      View& in = l.in[i];
+      if (DK_Error* e = load_view(kCall, kIn[i], args, args->inputs[i], &in, &in_numel)) return e;
+      if (DK_Error* e = check_same_dtype(kCall, kIn[i], in, l.out, "output 0")) return e;
+      if (DK_Error* e = check_same_shape(kCall, kIn[i], in, l.out, "output 0")) return e;
+      if (DK_Error* e = check_layout(kCall, kIn[i], DK_OP_ADD, in)) return e;
+      if (DK_Error* e = check_no_alias(kCall, DK_OP_ADD, l.out, in, kIn[i])) return e;
+    }
+    if (l.numel > 0) enqueue(args->stream, run_add, l);
+    return nullptr;
+  });
+}
+
+}  // extern "C"
