@@ -1,0 +1,153 @@
+"""Shared fixtures for the SDK's own tests.
+
+What each group of tests needs (STYLE item 7):
+- ``bad_plugins``: a C compiler on PATH (the purpose-built bad plugins in
+  tests/plugins are compiled once per session); skipped with the reason if none.
+- ``cpu``: the reference CPU plugin, found through its entry point. It ships with
+  devicekit, so a missing or broken one fails the test (with the load errors)
+  instead of skipping it.
+- ``plugin_path``: points DEVICEKIT_PLUGIN_PATH somewhere for one test and
+  re-runs discovery before and after.
+- ``run_cli`` / ``run_python``: run ``python -m devicekit ...`` / ``python -c
+  ...`` in a subprocess with a given DEVICEKIT_PLUGIN_PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# devicekit is imported inside the fixtures that need it, so tests that need no
+# SDK (e.g. the header layout check) still run where the SDK does not import.
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEVICE_API_INCLUDE = REPO_ROOT / "device_api" / "include"
+DEVICE_API_HEADER = DEVICE_API_INCLUDE / "devicekit" / "device_api.h"
+BAD_PLUGIN_SOURCES = Path(__file__).resolve().parent / "plugins"
+
+# Long enough that the loader reads past the first bytes: dlopen says
+# "invalid ELF header" rather than "file too short".
+NOT_A_LIBRARY_TEXT = "This is a text file named like a plugin library. It is not one.\n" * 4
+
+
+def _header_define(name: str) -> int:
+    match = re.search(rf"^#define {name} (\d+)\s*$", DEVICE_API_HEADER.read_text(), re.M)
+    assert match, f"{name} not found in {DEVICE_API_HEADER}"
+    return int(match.group(1))
+
+
+@pytest.fixture(scope="session")
+def api_version() -> tuple[int, int]:
+    """(major, minor) of the device API in this checkout's header: the version
+    the SDK under test supports."""
+    return _header_define("DK_API_MAJOR"), _header_define("DK_API_MINOR")
+
+
+def _find_c_compiler() -> str | None:
+    for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def bad_plugins(tmp_path_factory) -> dict[str, Path]:
+    """Builds every tests/plugins/*.c into a temporary folder.
+
+    Returns {file stem: library path}, plus "not_a_library": a text file with a
+    .so name. Compile errors fail loudly (they are bugs in the test plugins);
+    only a missing compiler skips.
+    """
+    compiler = _find_c_compiler()
+    if compiler is None:
+        pytest.skip("no C compiler on PATH (tried $CC, cc, gcc, clang): "
+                    "the bad test plugins in tests/plugins cannot be built")
+    out_dir = tmp_path_factory.mktemp("bad_plugins")
+    built: dict[str, Path] = {}
+    for source in sorted(BAD_PLUGIN_SOURCES.glob("*.c")):
+        library = out_dir / f"{source.stem}.so"
+        command = [compiler, "-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra",
+                   f"-I{DEVICE_API_INCLUDE}", "-o", str(library), str(source)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.fail(f"building {source.name} failed:\n$ {' '.join(command)}\n"
+                        f"{result.stdout}{result.stderr}")
+        built[source.stem] = library
+    not_a_library = out_dir / "not_a_library.so"
+    not_a_library.write_text(NOT_A_LIBRARY_TEXT)
+    built["not_a_library"] = not_a_library
+    return built
+
+
+@pytest.fixture
+def cpu():
+    """The reference CPU plugin's device "cpu:0"."""
+    import devicekit
+
+    try:
+        return devicekit.device("cpu:0")
+    except devicekit.DeviceNotFoundError as exc:
+        errors = "\n".join(f"  {r.path}: {r.error_type}: {r.error}"
+                           for r in devicekit.plugins() if r.error is not None)
+        pytest.fail(f"the reference CPU plugin did not provide cpu:0 ({exc}); "
+                    f"plugin load errors:\n{errors or '  (none)'}")
+
+
+def _join(paths) -> str:
+    return os.pathsep.join(str(p) for p in paths)
+
+
+@pytest.fixture
+def plugin_path():
+    """Call ``plugin_path([path, ...])`` to set DEVICEKIT_PLUGIN_PATH and re-run
+    discovery. The old value (and a fresh discovery) is restored afterwards, so
+    no other test sees these plugins."""
+    import devicekit
+
+    old = os.environ.get("DEVICEKIT_PLUGIN_PATH")
+
+    def set_path(paths):
+        os.environ["DEVICEKIT_PLUGIN_PATH"] = _join(paths)
+        devicekit.reload_plugins()
+
+    yield set_path
+    if old is None:
+        os.environ.pop("DEVICEKIT_PLUGIN_PATH", None)
+    else:
+        os.environ["DEVICEKIT_PLUGIN_PATH"] = old
+    devicekit.reload_plugins()
+
+
+def _run_python(python_args, plugin_path=(), timeout=120):
+    """Runs ``python PYTHON_ARGS`` in a fresh process with DEVICEKIT_PLUGIN_PATH
+    set to ``plugin_path`` (paths; empty: the variable is unset)."""
+    env = dict(os.environ)
+    env.pop("DEVICEKIT_PLUGIN_PATH", None)
+    if plugin_path:
+        env["DEVICEKIT_PLUGIN_PATH"] = _join(plugin_path)
+    return subprocess.run([sys.executable, *python_args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture
+def run_cli():
+    """``run_cli(["devices"], plugin_path=[...])`` runs ``python -m devicekit
+    devices`` in a subprocess; returns the CompletedProcess (text mode)."""
+    def run(args, plugin_path=()):
+        return _run_python(["-m", "devicekit", *args], plugin_path)
+    return run
+
+
+@pytest.fixture
+def run_python():
+    """``run_python(code, plugin_path=[...])`` runs ``python -c code`` in a
+    subprocess, for checks that must not share (or crash) the test process."""
+    def run(code, plugin_path=()):
+        return _run_python(["-c", code], plugin_path)
+    return run
