@@ -36,6 +36,23 @@ void Device::synchronize() {
   check(api()->Device_Synchronize(&a), "Device_Synchronize");
 }
 
+void Device::memcpy(DK_CopyKind kind, void* dst, const void* src, size_t n, DK_Stream* stream) {
+  auto c = DK_ARGS(DK_Memcpy_Args);
+  c.device = index_;
+  c.kind = kind;
+  c.dst = dst;
+  c.src = src;
+  c.size = n;
+  c.stream = stream;
+  check(api()->Memcpy(&c), "Memcpy");
+}
+
+void Device::synchronize(DK_Stream* stream) {
+  auto s = DK_ARGS(DK_Stream_Synchronize_Args);
+  s.stream = stream;
+  check(api()->Stream_Synchronize(&s), "Stream_Synchronize");
+}
+
 void* Device::raw_alloc(size_t nbytes) {
   auto a = DK_ARGS(DK_Memory_Allocate_Args);
   a.device = index_;

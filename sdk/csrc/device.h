@@ -43,6 +43,10 @@ class Device {
   // because a plugin may spawn a thread per stream).
   DK_Stream* default_stream();
   void synchronize();  // Device_Synchronize
+  // Memcpy on `stream` (NULL: synchronous). Host buffers of a stream copy
+  // must stay valid until the stream passes it.
+  void memcpy(DK_CopyKind kind, void* dst, const void* src, size_t n, DK_Stream* stream);
+  void synchronize(DK_Stream* stream);  // Stream_Synchronize
 
   // Caching allocator. Blocks are reused only by work on the default stream,
   // which is ordered after every earlier use, so a freed block needs no event.

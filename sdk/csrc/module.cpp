@@ -163,7 +163,7 @@ PYBIND11_MODULE(_core, m) {
       .def("memory_stats", &memory_stats,
            "SDK cache (allocated/cached/reserved bytes, plugin call counts) and the plugin's own "
            "exact figures (bytes_in_use, peak_bytes_in_use, num_allocs)")
-      .def("synchronize", &Device::synchronize, py::call_guard<py::gil_scoped_release>())
+      .def("synchronize", [](Device& d) { d.synchronize(); }, py::call_guard<py::gil_scoped_release>())
       .def("empty_cache", &Device::empty_cache, py::call_guard<py::gil_scoped_release>())
       .def("__repr__", [](const Device& d) { return "device('" + d.name() + "')"; })
       .def("__str__", &Device::name);

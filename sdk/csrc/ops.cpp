@@ -230,23 +230,13 @@ Tensor add_scalar(const Tensor& a, const DK_Scalar& s) {
 
 namespace {
 
-void memcpy_sync(Device& dev, DK_CopyKind kind, void* dst, const void* src, size_t n,
-                 const char* what) {
+void memcpy_sync(Device& dev, DK_CopyKind kind, void* dst, const void* src, size_t n) {
   if (n == 0) return;
-  auto c = DK_ARGS(DK_Memcpy_Args);
-  c.device = dev.index();
-  c.kind = kind;
-  c.dst = dst;
-  c.src = src;
-  c.size = n;
   // Enqueued on the default stream so it is ordered after the kernels that
   // produced (or last used) the device memory; then waited for, because the
   // host buffer belongs to the caller.
-  c.stream = dev.default_stream();
-  dev.check(dev.api()->Memcpy(&c), what);
-  auto s = DK_ARGS(DK_Stream_Synchronize_Args);
-  s.stream = c.stream;
-  dev.check(dev.api()->Stream_Synchronize(&s), "Stream_Synchronize");
+  dev.memcpy(kind, dst, src, n, dev.default_stream());
+  dev.synchronize(dev.default_stream());
 }
 
 }  // namespace
@@ -255,7 +245,7 @@ Tensor from_host(const std::shared_ptr<Device>& dev, DK_DType dt, const Dims& sh
                  const void* host) {
   Tensor t = TensorImpl::empty(dev, dt, shape);
   memcpy_sync(*dev, DK_COPY_HOST_TO_DEVICE, t->data(), host,
-              size_t(t->numel()) * dtype_info(dt).itemsize, "Memcpy(host to device)");
+              size_t(t->numel()) * dtype_info(dt).itemsize);
   return t;
 }
 
@@ -266,8 +256,7 @@ void to_host(const Tensor& t, void* host, size_t nbytes) {
     invalid_argument("to_host: host buffer has " + std::to_string(nbytes) + " bytes, " +
                      t->describe() + " needs " + std::to_string(need));
   }
-  memcpy_sync(c->device(), DK_COPY_DEVICE_TO_HOST, host, c->data(), need,
-              "Memcpy(device to host)");
+  memcpy_sync(c->device(), DK_COPY_DEVICE_TO_HOST, host, c->data(), need);
 }
 
 Tensor to_device(const Tensor& t, const std::shared_ptr<Device>& dev) {

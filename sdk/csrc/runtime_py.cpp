@@ -44,11 +44,9 @@ struct Stream {
     }
   }
   void synchronize() {
-    auto a = DK_ARGS(DK_Stream_Synchronize_Args);
-    a.stream = s;
     {
       py::gil_scoped_release nogil;
-      dev->check(dev->api()->Stream_Synchronize(&a), "Stream_Synchronize");
+      dev->synchronize(s);
     }
     keepalive = py::list();
   }
@@ -79,15 +77,8 @@ char* buffer_at(Buffer& b, size_t offset, size_t n, const char* what) {
 }
 
 void do_copy(Device& d, DK_CopyKind kind, void* dst, const void* src, size_t n, Stream* s) {
-  auto a = DK_ARGS(DK_Memcpy_Args);
-  a.device = d.index();
-  a.kind = kind;
-  a.dst = dst;
-  a.src = src;
-  a.size = n;
-  a.stream = s ? s->s : nullptr;
   py::gil_scoped_release nogil;
-  d.check(d.api()->Memcpy(&a), "Memcpy");
+  d.memcpy(kind, dst, src, n, s ? s->s : nullptr);
 }
 
 py::buffer_info host_bytes(const py::array& a, bool writable) {
