@@ -1,14 +1,18 @@
 """Promise 1, checked on every run: within major 1 the device API only appends.
 
 Compares the current header's binary layout (measured by the C compiler) with
-the frozen 1.0 snapshot in abi/: every 1.0 field keeps its offset and size,
-every new field sits past the 1.0 struct's end, every 1.0 enumerator keeps its
-value. Needs no device; needs `cc`.
+every frozen snapshot in abi/ (one per released minor): each field keeps its
+offset and size, every new field sits past the old struct's end, every
+enumerator keeps its value. Also checks that the generated parts of the header
+match spec/base_ops.json. Needs no device; needs `cc`.
 """
 
+import glob
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -17,12 +21,29 @@ import abi_layout
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="needs a C compiler (cc) to measure the header layout")
 
-SNAPSHOT = os.path.join(os.path.dirname(__file__), "abi", "device_api_1_0_layout.json")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SNAPSHOTS = sorted(glob.glob(os.path.join(HERE, "abi", "device_api_*_layout.json")))
 
 
 @pytest.fixture(scope="module")
-def layouts():
-    return json.load(open(SNAPSHOT)), abi_layout.measure()
+def current_layout():
+    return abi_layout.measure()
+
+
+@pytest.fixture(params=SNAPSHOTS, ids=os.path.basename)
+def layouts(request, current_layout):
+    return json.load(open(request.param)), current_layout
+
+
+def test_snapshots_exist():
+    names = [os.path.basename(p) for p in SNAPSHOTS]
+    assert "device_api_1_0_layout.json" in names, names
+
+
+def test_generated_header_and_docs_match_the_spec():
+    gen = os.path.join(os.path.dirname(HERE), "device_api", "tools", "gen_ops.py")
+    r = subprocess.run([sys.executable, gen, "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_every_1_0_field_keeps_offset_and_size(layouts):

@@ -83,7 +83,7 @@ py::dict memory_stats(Device& d) {
 // for which dtypes, with which capability bits.
 py::list kernel_info(const Plugin& p) {
   py::list out;
-  for (int op = 0; op < DK_OP_COUNT_1_0; ++op) {
+  for (int op = 0; op < kNumOps; ++op) {
     py::dict d;
     d["op"] = op_name(DK_OpId(op));
     d["implemented"] = p.kernel(DK_OpId(op)) != nullptr;

@@ -7,10 +7,9 @@ namespace dk {
 
 const char* op_name(DK_OpId op) {
   switch (op) {
-    case DK_OP_COPY: return "copy";
-    case DK_OP_FILL: return "fill";
-    case DK_OP_CAST: return "cast";
-    case DK_OP_ADD: return "add";
+#define DK_OP_NAME(id, name) case DK_OP_##id: return #name;
+    DK_BASE_OPS(DK_OP_NAME)
+#undef DK_OP_NAME
     default: return "unknown-op";
   }
 }

@@ -7,6 +7,10 @@
 
 namespace dk {
 
+// Base ops this SDK knows (the latest minor of its header); a plugin built
+// for an older minor has a shorter table and the rest read as not implemented.
+constexpr int kNumOps = DK_OP_COUNT_1_1;
+
 const char* op_name(DK_OpId op);
 
 // Launch `op` on the device of out[0] (or in[0]), on that device's default

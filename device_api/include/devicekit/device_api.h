@@ -69,7 +69,7 @@ extern "C" {
  *    plugin from a corrupt one.
  */
 #define DK_API_MAJOR 1
-#define DK_API_MINOR 0
+#define DK_API_MINOR 1
 
 /* Size of a struct up to and including `last_field`. Used instead of sizeof so
  * trailing padding never counts and appending a field changes the value. */
@@ -447,29 +447,6 @@ DK_DEFINE_STRUCT_SIZE(DK_TensorView, strides);
 
 #define DK_MAX_RANK 8
 
-/* The base operators of API 1.0. Append-only: a new op takes the next value
- * and raises DK_OP_COUNT_<version>. Inputs, outputs and attributes: */
-typedef enum DK_OpId {
-  /* copy: in[0] any view -> out[0] same shape and dtype. The SDK's
-   * materialiser: it must accept strided and broadcast (stride 0) inputs, and
-   * strided outputs that write no element twice, even if its capability bits
-   * are 0. No attributes. */
-  DK_OP_COPY = 0,
-  /* fill: no inputs -> out[0] every element set to attrs->value converted to
-   * out[0].dtype by the rules of cast. Attributes: DK_FillAttrs. */
-  DK_OP_FILL = 1,
-  /* cast: in[0] -> out[0] same shape, another dtype. Float to float rounds to
-   * nearest even; NaN stays NaN; float to integer truncates toward zero and is
-   * unspecified for NaN and out-of-range values; anything to bool is x != 0.
-   * No attributes. Declared dtypes are those of the input. */
-  DK_OP_CAST = 2,
-  /* add: in[0] + in[1] -> out[0], all the same dtype and (without
-   * DK_KERNEL_CAP_BROADCAST) the same shape. bool add is logical or.
-   * Integer overflow wraps. No attributes. */
-  DK_OP_ADD = 3,
-  DK_OP_COUNT_1_0 = 4
-} DK_OpId;
-
 /* A scalar value carried in attributes. */
 typedef struct DK_Scalar {
   int32_t dtype;         /* a DK_DType saying which member below is meaningful:
@@ -480,11 +457,245 @@ typedef struct DK_Scalar {
   } value;
 } DK_Scalar;
 
+/* ---- BEGIN GENERATED from spec/base_ops.json by tools/gen_ops.py; do not edit ---- */
+
+/* The base operators. Append-only: a new op takes the next value, in a new
+ * minor, and adds a DK_OP_COUNT_<major>_<minor>. Per op: inputs -> outputs,
+ * the attribute struct (NULL when none), dtypes a kernel may declare, and
+ * the semantics every backend must reproduce. */
+typedef enum DK_OpId {
+  /* copy(x) -> out; no attrs; since 1.0. out = x elementwise, same shape and
+   * dtype. The SDK's materialiser: accepts strided and broadcast (stride 0)
+   * inputs and strided outputs that write no element twice, whatever its
+   * capability bits. */
+  DK_OP_COPY = 0,
+  /* fill() -> out; attrs DK_FillAttrs; since 1.0. every element of out =
+   * value, converted to out's dtype by the rules of cast. */
+  DK_OP_FILL = 1,
+  /* cast(x) -> out; no attrs; since 1.0. out = x converted to out's dtype.
+   * Float to float rounds to nearest even, NaN stays NaN, overflow gives Inf;
+   * float to integer truncates toward zero (NaN and out-of-range values are
+   * unspecified); anything to bool is x != 0. Declared dtypes are the input's;
+   * any output dtype the device stores is accepted. */
+  DK_OP_CAST = 2,
+  /* add(a, b) -> out; no attrs; since 1.0. out = a + b. Integer overflow
+   * wraps; bool add is logical or. */
+  DK_OP_ADD = 3,
+  /* neg(x) -> out; no attrs; since 1.1. out = -x; integers wrap (-INT_MIN =
+   * INT_MIN). */
+  DK_OP_NEG = 4,
+  /* abs(x) -> out; no attrs; since 1.1. out = |x|; abs(-0.0) = +0.0; integers
+   * wrap (abs(INT_MIN) = INT_MIN). */
+  DK_OP_ABS = 5,
+  /* exp(x) -> out; no attrs; since 1.1. out = e^x; exp(-inf) = +0, exp(+inf) =
+   * +inf. */
+  DK_OP_EXP = 6,
+  /* log(x) -> out; no attrs; since 1.1. out = ln x; log(0) = -inf, log(x<0) =
+   * NaN. */
+  DK_OP_LOG = 7,
+  /* sqrt(x) -> out; no attrs; since 1.1. out = sqrt(x); sqrt(-0.0) = -0.0,
+   * sqrt(x<0) = NaN. */
+  DK_OP_SQRT = 8,
+  /* rsqrt(x) -> out; no attrs; since 1.1. out = 1/sqrt(x); rsqrt(+0) = +inf,
+   * rsqrt(x<0) = NaN. */
+  DK_OP_RSQRT = 9,
+  /* reciprocal(x) -> out; no attrs; since 1.1. out = 1/x; reciprocal(+-0) =
+   * +-inf. */
+  DK_OP_RECIPROCAL = 10,
+  /* sin(x) -> out; no attrs; since 1.1. out = sin(x). */
+  DK_OP_SIN = 11,
+  /* cos(x) -> out; no attrs; since 1.1. out = cos(x). */
+  DK_OP_COS = 12,
+  /* tanh(x) -> out; no attrs; since 1.1. out = tanh(x); saturates to +-1
+   * without NaN for large |x|. */
+  DK_OP_TANH = 13,
+  /* erf(x) -> out; no attrs; since 1.1. out = erf(x). */
+  DK_OP_ERF = 14,
+  /* floor(x) -> out; no attrs; since 1.1. out = largest integer value <= x
+   * (floating); integers unchanged. */
+  DK_OP_FLOOR = 15,
+  /* sign(x) -> out; no attrs; since 1.1. out = -1, 0 or +1 (as x's dtype);
+   * sign(NaN) = NaN; sign(-0.0) = 0. */
+  DK_OP_SIGN = 16,
+  /* sub(a, b) -> out; no attrs; since 1.1. out = a - b; integers wrap. */
+  DK_OP_SUB = 17,
+  /* mul(a, b) -> out; no attrs; since 1.1. out = a * b; integers wrap; bool
+   * mul is logical and. */
+  DK_OP_MUL = 18,
+  /* div(a, b) -> out; no attrs; since 1.1. out = a / b (true division,
+   * floating only; x/0 = +-inf, 0/0 = NaN). */
+  DK_OP_DIV = 19,
+  /* pow(a, b) -> out; no attrs; since 1.1. out = a ** b (C pow semantics:
+   * pow(x, 0) = 1 even for NaN x). */
+  DK_OP_POW = 20,
+  /* maximum(a, b) -> out; no attrs; since 1.1. out = max(a, b); NaN if either
+   * is NaN. */
+  DK_OP_MAXIMUM = 21,
+  /* minimum(a, b) -> out; no attrs; since 1.1. out = min(a, b); NaN if either
+   * is NaN. */
+  DK_OP_MINIMUM = 22,
+  /* eq(a, b) -> out; no attrs; since 1.1. out = a == b (NaN != NaN; -0.0 ==
+   * +0.0); out is bool, inputs share a dtype. */
+  DK_OP_EQ = 23,
+  /* ne(a, b) -> out; no attrs; since 1.1. out = a != b; out is bool, inputs
+   * share a dtype. */
+  DK_OP_NE = 24,
+  /* lt(a, b) -> out; no attrs; since 1.1. out = a < b; out is bool, inputs
+   * share a dtype. */
+  DK_OP_LT = 25,
+  /* le(a, b) -> out; no attrs; since 1.1. out = a <= b; out is bool, inputs
+   * share a dtype. */
+  DK_OP_LE = 26,
+  /* logical_and(a, b) -> out; no attrs; since 1.1. out = a && b on bool
+   * inputs; out is bool. */
+  DK_OP_LOGICAL_AND = 27,
+  /* logical_or(a, b) -> out; no attrs; since 1.1. out = a || b on bool inputs;
+   * out is bool. */
+  DK_OP_LOGICAL_OR = 28,
+  /* logical_xor(a, b) -> out; no attrs; since 1.1. out = a != b on bool
+   * inputs; out is bool. */
+  DK_OP_LOGICAL_XOR = 29,
+  /* logical_not(x) -> out; no attrs; since 1.1. out = !x on bool input; out is
+   * bool. */
+  DK_OP_LOGICAL_NOT = 30,
+  /* where(cond, a, b) -> out; no attrs; since 1.1. out = cond ? a : b; cond is
+   * bool, a/b/out share a dtype (the declared one). */
+  DK_OP_WHERE = 31,
+  /* reduce_sum(x) -> out; attrs DK_ReduceAttrs; since 1.1. out = sum of x over
+   * the dimensions in axes; out has x's rank with those dimensions of size 1.
+   * float16/bfloat16 accumulate in float32; integers wrap; bool sums are not
+   * allowed. An empty reduction gives 0. */
+  DK_OP_REDUCE_SUM = 32,
+  /* reduce_max(x) -> out; attrs DK_ReduceAttrs; since 1.1. out = maximum over
+   * axes (NaN if any element is NaN); shape as reduce_sum. Empty reductions
+   * are rejected by the SDK. */
+  DK_OP_REDUCE_MAX = 33,
+  /* reduce_min(x) -> out; attrs DK_ReduceAttrs; since 1.1. out = minimum over
+   * axes (NaN if any element is NaN); shape as reduce_sum. */
+  DK_OP_REDUCE_MIN = 34,
+  /* argmax(x) -> out; attrs DK_AxisAttrs; since 1.1. out (int64) = index along
+   * axis of the maximum; the first index on ties; a NaN counts as the maximum
+   * (first NaN wins). out has x's rank with axis of size 1. */
+  DK_OP_ARGMAX = 35,
+  /* cumsum(x) -> out; attrs DK_AxisAttrs; since 1.1. out[..., i, ...] = sum of
+   * x[..., 0..i, ...] along axis (float16/bfloat16 accumulate in float32). */
+  DK_OP_CUMSUM = 36,
+  /* iota() -> out; attrs DK_IotaAttrs; since 1.1. out[i0, ..., ik] = start +
+   * i_axis * step, converted to out's dtype by the rules of cast. */
+  DK_OP_IOTA = 37,
+  /* gather(x, index) -> out; attrs DK_AxisAttrs; since 1.1. out[i][j][k] =
+   * x[index[i][j][k]][j][k] for axis 0 (torch.gather). index is int64 with
+   * out's shape; every index in [0, x.shape[axis]) (the SDK checks nothing on
+   * device: an out-of-range index is an error the kernel reports). */
+  DK_OP_GATHER = 38,
+  /* scatter_add(x, index, src) -> out; attrs DK_AxisAttrs; since 1.1. out = x,
+   * then out[index[i][j][k]][j][k] += src[i][j][k] for axis 0
+   * (torch.scatter_add); index is int64 with src's shape. Floating results may
+   * depend on summation order within the tolerance. */
+  DK_OP_SCATTER_ADD = 39,
+  /* matmul(a, b) -> out; no attrs; since 1.1. batched matrix product: a [B...,
+   * M, K] @ b [B..., K, N] -> out [B..., M, N] with equal batch dims;
+   * accumulates in float32 for float16/bfloat16 (float64 for float64);
+   * integers wrap. */
+  DK_OP_MATMUL = 40,
+  /* random_bits() -> out; attrs DK_RandomAttrs; since 1.1. Philox4x32-10.
+   * Element n (row-major index in out) is word n % 4 of Philox(counter =
+   * {lo32(c), hi32(c), 0, 0}, key = {lo32(seed), hi32(seed)}) with c = offset
+   * + n / 4, reinterpreted as int32. Every backend yields identical bits. */
+  DK_OP_RANDOM_BITS = 41,
+  /* random_uniform() -> out; attrs DK_RandomAttrs; since 1.1. u = (w >> 8) *
+   * 2^-24 in [0, 1), w the uint32 word random_bits gives element n; u is exact
+   * in float32 and rounded to nearest even for float16/bfloat16. */
+  DK_OP_RANDOM_UNIFORM = 42,
+  DK_OP_COUNT_1_0 = 4, /* number of ops in device API 1.0 */
+  DK_OP_COUNT_1_1 = 43 /* number of ops in device API 1.1 */
+} DK_OpId;
+
+/* X-macro over every base op, in DK_OpId order: X(ID_SUFFIX, name). */
+#define DK_BASE_OPS(X) \
+  X(COPY, copy) \
+  X(FILL, fill) \
+  X(CAST, cast) \
+  X(ADD, add) \
+  X(NEG, neg) \
+  X(ABS, abs) \
+  X(EXP, exp) \
+  X(LOG, log) \
+  X(SQRT, sqrt) \
+  X(RSQRT, rsqrt) \
+  X(RECIPROCAL, reciprocal) \
+  X(SIN, sin) \
+  X(COS, cos) \
+  X(TANH, tanh) \
+  X(ERF, erf) \
+  X(FLOOR, floor) \
+  X(SIGN, sign) \
+  X(SUB, sub) \
+  X(MUL, mul) \
+  X(DIV, div) \
+  X(POW, pow) \
+  X(MAXIMUM, maximum) \
+  X(MINIMUM, minimum) \
+  X(EQ, eq) \
+  X(NE, ne) \
+  X(LT, lt) \
+  X(LE, le) \
+  X(LOGICAL_AND, logical_and) \
+  X(LOGICAL_OR, logical_or) \
+  X(LOGICAL_XOR, logical_xor) \
+  X(LOGICAL_NOT, logical_not) \
+  X(WHERE, where) \
+  X(REDUCE_SUM, reduce_sum) \
+  X(REDUCE_MAX, reduce_max) \
+  X(REDUCE_MIN, reduce_min) \
+  X(ARGMAX, argmax) \
+  X(CUMSUM, cumsum) \
+  X(IOTA, iota) \
+  X(GATHER, gather) \
+  X(SCATTER_ADD, scatter_add) \
+  X(MATMUL, matmul) \
+  X(RANDOM_BITS, random_bits) \
+  X(RANDOM_UNIFORM, random_uniform)
+
+/* Attributes of fill (since 1.0). */
 typedef struct DK_FillAttrs {
   size_t struct_size;
-  DK_Scalar value;
+  DK_Scalar value; /* the value to store */
 } DK_FillAttrs;
 DK_DEFINE_STRUCT_SIZE(DK_FillAttrs, value);
+
+/* Attributes of reduce_sum, reduce_max, reduce_min (since 1.1). */
+typedef struct DK_ReduceAttrs {
+  size_t struct_size;
+  uint32_t axes; /* bit d set: dimension d is reduced (kept with size 1 in out); never 0 */
+} DK_ReduceAttrs;
+DK_DEFINE_STRUCT_SIZE(DK_ReduceAttrs, axes);
+
+/* Attributes of argmax, cumsum, gather, scatter_add (since 1.1). */
+typedef struct DK_AxisAttrs {
+  size_t struct_size;
+  int32_t axis; /* dimension, 0 <= axis < rank */
+} DK_AxisAttrs;
+DK_DEFINE_STRUCT_SIZE(DK_AxisAttrs, axis);
+
+/* Attributes of iota (since 1.1). */
+typedef struct DK_IotaAttrs {
+  size_t struct_size;
+  int32_t axis; /* dimension, 0 <= axis < rank */
+  DK_Scalar start; /* first value */
+  DK_Scalar step; /* increment */
+} DK_IotaAttrs;
+DK_DEFINE_STRUCT_SIZE(DK_IotaAttrs, step);
+
+/* Attributes of random_bits, random_uniform (since 1.1). */
+typedef struct DK_RandomAttrs {
+  size_t struct_size;
+  uint64_t seed; /* Philox key: k0 = low 32 bits, k1 = high 32 bits */
+  uint64_t offset; /* counter of element 0, in 4-word blocks */
+} DK_RandomAttrs;
+DK_DEFINE_STRUCT_SIZE(DK_RandomAttrs, offset);
+
+/* ---- END GENERATED ---- */
 
 typedef struct DK_Kernel_Args {
   size_t struct_size;
@@ -596,6 +807,7 @@ DK_DEFINE_STRUCT_SIZE(DK_Api, kernels);
  * the last field of that minor so the value never moves when fields are
  * appended. */
 #define DK_Api_STRUCT_SIZE_1_0 DK_STRUCT_SIZE(DK_Api, kernels)
+#define DK_Api_STRUCT_SIZE_1_1 DK_STRUCT_SIZE(DK_Api, kernels) /* 1.1 added ops only */
 
 /* ========================================================================== */
 /*  Entry point                                                               */

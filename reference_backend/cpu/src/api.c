@@ -4,43 +4,42 @@
  * missing or misplaced entry is obvious at a glance (C++17 has no such thing). */
 #include "api.h"
 
-/* Indexed by DK_OpId. A NULL slot would mean "not implemented"; the SDK then
- * decomposes or reports it, never silently falls back. */
-static DK_KernelFn* const kKernels[DK_OP_COUNT_1_0] = {
-    [DK_OP_COPY] = dk_cpu_kernel_copy,
-    [DK_OP_FILL] = dk_cpu_kernel_fill,
-    [DK_OP_CAST] = dk_cpu_kernel_cast, /* input dtype from this mask, output any */
-    [DK_OP_ADD] = dk_cpu_kernel_add,
+/* The kernel table is three arrays indexed by DK_OpId. Their rows live in
+ * ops_*.def, one line per op, so an op's kernel, dtypes and capability bits
+ * sit side by side; each array below picks one column. A slot without a row
+ * is NULL: "not implemented", which the SDK reports (or decomposes), never
+ * silently falls back from. */
+static DK_KernelFn* const kKernels[DK_OP_COUNT_1_1] = {
+#define DKCPU_OP(id, fn, dtypes, caps) [DK_OP_##id] = fn,
+#include "ops_1_0.def"
+#include "ops_1_1.def"
+#undef DKCPU_OP
 };
 
-static const uint64_t kDtypes[DK_OP_COUNT_1_0] = {
-    [DK_OP_COPY] = DK_DTYPE_MASK_ALL_1_0,
-    [DK_OP_FILL] = DK_DTYPE_MASK_ALL_1_0,
-    [DK_OP_CAST] = DK_DTYPE_MASK_ALL_1_0,
-    [DK_OP_ADD] = DK_DTYPE_MASK_ALL_1_0,
+static const uint64_t kDtypes[DK_OP_COUNT_1_1] = {
+#define DKCPU_OP(id, fn, dtypes, caps) [DK_OP_##id] = (dtypes),
+#include "ops_1_0.def"
+#include "ops_1_1.def"
+#undef DKCPU_OP
 };
 
-/* What each kernel copes with beyond dense, same-shape, non-aliasing views.
- * copy takes any input layout (the header requires it of every plugin) and
- * any non-overlapping output layout; the others show the minimal demand:
- * the SDK materialises their inputs first. */
-static const uint32_t kCaps[DK_OP_COUNT_1_0] = {
-    [DK_OP_COPY] = DK_KERNEL_CAP_STRIDED | DK_KERNEL_CAP_BROADCAST,
-    [DK_OP_FILL] = 0,
-    [DK_OP_CAST] = 0,
-    [DK_OP_ADD] = 0,
+static const uint32_t kCaps[DK_OP_COUNT_1_1] = {
+#define DKCPU_OP(id, fn, dtypes, caps) [DK_OP_##id] = (caps),
+#include "ops_1_0.def"
+#include "ops_1_1.def"
+#undef DKCPU_OP
 };
 
 const DK_KernelTable dk_cpu_kernel_table = {
     .struct_size = DK_KernelTable_STRUCT_SIZE,
-    .num_ops = DK_OP_COUNT_1_0,
+    .num_ops = DK_OP_COUNT_1_1,
     .kernels = kKernels,
     .dtypes = kDtypes,
     .caps = kCaps,
 };
 
 static const DK_Api kApi = {
-    .struct_size = DK_Api_STRUCT_SIZE_1_0,
+    .struct_size = DK_Api_STRUCT_SIZE_1_1,
     .extension_start = NULL,
     .api_major = DK_API_MAJOR,
     .api_minor = DK_API_MINOR,

@@ -39,11 +39,11 @@ DK_Error* dk_cpu_Event_Query(DK_Event_Query_Args* args);
 DK_Error* dk_cpu_Event_Synchronize(DK_Event_Synchronize_Args* args);
 DK_Error* dk_cpu_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args);
 
-/* src/kernels.cpp: the base operators. */
-DK_Error* dk_cpu_kernel_copy(const DK_Kernel_Args* args);
-DK_Error* dk_cpu_kernel_fill(const DK_Kernel_Args* args);
-DK_Error* dk_cpu_kernel_cast(const DK_Kernel_Args* args);
-DK_Error* dk_cpu_kernel_add(const DK_Kernel_Args* args);
+/* The base-operator kernels, one per row of ops_*.def. */
+#define DKCPU_OP(id, fn, dtypes, caps) DK_Error* fn(const DK_Kernel_Args* args);
+#include "ops_1_0.def"
+#include "ops_1_1.def"
+#undef DKCPU_OP
 
 /* src/api.c: the kernel table, also read by the kernels' own validation so
  * what they accept can never drift from what they declare. */

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Generate the base-operator parts of the device API from spec/base_ops.json.
+
+Writes, between the GENERATED markers of include/devicekit/device_api.h, the
+DK_OpId list (in spec order: the order *is* the ABI and only appends), the
+DK_BASE_OPS X-macro, the op-count per minor and the attribute structs; and
+writes docs/base_ops.md. With --check it changes nothing and exits 1 when a
+generated file is stale (the test suite runs that, so spec, header and docs
+cannot drift).
+"""
+
+import argparse
+import json
+import os
+import sys
+import textwrap
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+API_DIR = os.path.dirname(HERE)
+REPO = os.path.dirname(API_DIR)
+SPEC = os.path.join(API_DIR, "spec", "base_ops.json")
+HEADER = os.path.join(API_DIR, "include", "devicekit", "device_api.h")
+DOCS = os.path.join(REPO, "docs", "base_ops.md")
+BEGIN = "/* ---- BEGIN GENERATED from spec/base_ops.json by tools/gen_ops.py; do not edit ---- */"
+END = "/* ---- END GENERATED ---- */"
+
+
+def load_spec(path=SPEC):
+    with open(path) as f:
+        return json.load(f)
+
+
+def dtype_list(spec, dtypes):
+    return spec["dtype_groups"]["all"] if dtypes == "all" else dtypes
+
+
+def _minor(version):
+    return int(version.split(".")[1])
+
+
+def _comment(text, indent):
+    lines = textwrap.wrap(text, 76 - indent)
+    pad = " " * indent
+    if len(lines) == 1:
+        return f"{pad}/* {lines[0]} */"
+    body = "\n".join(f"{pad} * {l}" for l in lines[1:])
+    return f"{pad}/* {lines[0]}\n{body} */"
+
+
+def header_block(spec):
+    ops = spec["ops"]
+    out = [BEGIN, "", "/* The base operators. Append-only: a new op takes the next value, in a new",
+           " * minor, and adds a DK_OP_COUNT_<major>_<minor>. Per op: inputs -> outputs,",
+           " * the attribute struct (NULL when none), dtypes a kernel may declare, and",
+           " * the semantics every backend must reproduce. */", "typedef enum DK_OpId {"]
+    for i, o in enumerate(ops):
+        sig = f"{o['name']}({', '.join(o['inputs'])}) -> {', '.join(o['outputs'])}"
+        attrs = f"attrs {o['attrs']}" if o["attrs"] else "no attrs"
+        out.append(_comment(f"{sig}; {attrs}; since {o['since']}. {o['semantics']}", 2))
+        out.append(f"  DK_OP_{o['name'].upper()} = {i},")
+    counts = {}
+    for i, o in enumerate(ops):
+        counts[o["since"]] = i + 1
+    minors = sorted(counts, key=_minor)
+    for v in minors:
+        out.append(f"  DK_OP_COUNT_{v.replace('.', '_')} = {counts[v]},"
+                   f" /* number of ops in device API {v} */")
+    out[-1] = out[-1].replace(",", "", 1)
+    out += ["} DK_OpId;", "",
+            "/* X-macro over every base op, in DK_OpId order: X(ID_SUFFIX, name). */",
+            "#define DK_BASE_OPS(X) \\"]
+    out += [f"  X({o['name'].upper()}, {o['name']}) \\" for o in ops]
+    out[-1] = out[-1][:-2]
+    out.append("")
+    for name, st in spec["attr_structs"].items():
+        users = ", ".join(o["name"] for o in ops if o["attrs"] == name)
+        out.append(f"/* Attributes of {users} (since {st['since']}). */")
+        out.append(f"typedef struct {name} {{")
+        out.append("  size_t struct_size;")
+        for fld in st["fields"]:
+            out.append(f"  {fld['type']} {fld['name']}; /* {fld['doc']} */")
+        out.append(f"}} {name};")
+        out.append(f"DK_DEFINE_STRUCT_SIZE({name}, {st['fields'][-1]['name']});")
+        out.append("")
+    out.append(END)
+    return "\n".join(out)
+
+
+def docs_table(spec):
+    lines = ["# Base operators", "",
+             "Generated from `device_api/spec/base_ops.json` by `device_api/tools/gen_ops.py`;",
+             "do not edit. The id is the `DK_OpId` value and the kernel-table index.", "",
+             "| id | op | since | inputs → outputs | attributes | dtypes (required) | semantics |",
+             "|---|---|---|---|---|---|---|"]
+    for i, o in enumerate(spec["ops"]):
+        dts = dtype_list(spec, o["dtypes"])
+        req = dtype_list(spec, o["required_dtypes"]) if o["required_dtypes"] != "float32" else ["float32"]
+        dt_text = ", ".join(f"**{d}**" if d in req else d for d in dts)
+        io = f"{', '.join(o['inputs']) or '—'} → {', '.join(o['outputs'])}"
+        lines.append(f"| {i} | `{o['name']}` | {o['since']} | {io} | {o['attrs'] or '—'} | "
+                     f"{dt_text} | {o['semantics']} |")
+    lines += ["", "**Bold** dtypes are mandatory for a kernel that exists; others are declared",
+              "per op by the plugin, and the SDK converts where a dtype is missing.", ""]
+    return "\n".join(lines)
+
+
+def render(spec):
+    with open(HEADER) as f:
+        header = f.read()
+    a, b = header.index(BEGIN), header.index(END) + len(END)
+    return {HEADER: header[:a] + header_block(spec) + header[b:], DOCS: docs_table(spec)}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if a generated file is stale")
+    args = ap.parse_args(argv)
+    stale = []
+    for path, text in render(load_spec()).items():
+        old = open(path).read() if os.path.exists(path) else None
+        if old != text:
+            stale.append(os.path.relpath(path, REPO))
+            if not args.check:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write(text)
+    if args.check and stale:
+        print("stale generated files (run device_api/tools/gen_ops.py): " + ", ".join(stale))
+        return 1
+    print(("updated: " + ", ".join(stale)) if stale else "up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
