@@ -12,21 +12,24 @@
 static DK_KernelFn* const kKernels[DK_OP_COUNT_1_1] = {
 #define DKCPU_OP(id, fn, dtypes, caps) [DK_OP_##id] = fn,
 #include "ops_1_0.def"
-#include "ops_1_1.def"
+#include "ops_1_1_elementwise.def"
+#include "ops_1_1_other.def"
 #undef DKCPU_OP
 };
 
 static const uint64_t kDtypes[DK_OP_COUNT_1_1] = {
 #define DKCPU_OP(id, fn, dtypes, caps) [DK_OP_##id] = (dtypes),
 #include "ops_1_0.def"
-#include "ops_1_1.def"
+#include "ops_1_1_elementwise.def"
+#include "ops_1_1_other.def"
 #undef DKCPU_OP
 };
 
 static const uint32_t kCaps[DK_OP_COUNT_1_1] = {
 #define DKCPU_OP(id, fn, dtypes, caps) [DK_OP_##id] = (caps),
 #include "ops_1_0.def"
-#include "ops_1_1.def"
+#include "ops_1_1_elementwise.def"
+#include "ops_1_1_other.def"
 #undef DKCPU_OP
 };
 

@@ -42,7 +42,8 @@ DK_Error* dk_cpu_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args);
 /* The base-operator kernels, one per row of ops_*.def. */
 #define DKCPU_OP(id, fn, dtypes, caps) DK_Error* fn(const DK_Kernel_Args* args);
 #include "ops_1_0.def"
-#include "ops_1_1.def"
+#include "ops_1_1_elementwise.def"
+#include "ops_1_1_other.def"
 #undef DKCPU_OP
 
 /* src/api.c: the kernel table, also read by the kernels' own validation so
