@@ -4,7 +4,8 @@
 Writes, between the GENERATED markers of include/devicekit/device_api.h, the
 DK_OpId list (in spec order: the order *is* the ABI and only appends), the
 DK_BASE_OPS X-macro, the op-count per minor and the attribute structs; and
-writes docs/base_ops.md. With --check it changes nothing and exits 1 when a
+writes docs/base_ops.md and the SDK's per-op table sdk/csrc/base_ops_table.inc.
+With --check it changes nothing and exits 1 when a
 generated file is stale (the test suite runs that, so spec, header and docs
 cannot drift).
 """
@@ -21,6 +22,7 @@ REPO = os.path.dirname(API_DIR)
 SPEC = os.path.join(API_DIR, "spec", "base_ops.json")
 HEADER = os.path.join(API_DIR, "include", "devicekit", "device_api.h")
 DOCS = os.path.join(REPO, "docs", "base_ops.md")
+SDK_TABLE = os.path.join(REPO, "sdk", "csrc", "base_ops_table.inc")
 BEGIN = "/* ---- BEGIN GENERATED from spec/base_ops.json by tools/gen_ops.py; do not edit ---- */"
 END = "/* ---- END GENERATED ---- */"
 
@@ -104,11 +106,28 @@ def docs_table(spec):
     return "\n".join(lines)
 
 
+def sdk_table(spec):
+    """One row per op for the SDK core: what the SDK itself must know of an
+    op (arity, the dtypes the spec allows) without reading JSON at run time."""
+    all_dtypes = spec["dtype_groups"]["all"]
+    rows = ["// Generated from device_api/spec/base_ops.json by device_api/tools/gen_ops.py;",
+            "// do not edit. Row: {op, name, num_inputs, spec dtype mask, output dtype rule}."]
+    for o in spec["ops"]:
+        mask = " | ".join(f"DK_DTYPE_BIT(DK_DTYPE_{d.upper()})" for d in dtype_list(spec, o["dtypes"]))
+        if set(dtype_list(spec, o["dtypes"])) == set(all_dtypes):
+            mask = "DK_DTYPE_MASK_ALL_1_0"
+        rule = {"same": "OutDType::Same", "bool": "OutDType::Bool", "int64": "OutDType::Int64",
+                "attr:out": "OutDType::Given"}[o["output_dtype"]]
+        rows.append(f"{{DK_OP_{o['name'].upper()}, \"{o['name']}\", {len(o['inputs'])}, {mask}, {rule}}},")
+    return "\n".join(rows) + "\n"
+
+
 def render(spec):
     with open(HEADER) as f:
         header = f.read()
     a, b = header.index(BEGIN), header.index(END) + len(END)
-    return {HEADER: header[:a] + header_block(spec) + header[b:], DOCS: docs_table(spec)}
+    return {HEADER: header[:a] + header_block(spec) + header[b:], DOCS: docs_table(spec),
+            SDK_TABLE: sdk_table(spec)}
 
 
 def main(argv=None):

@@ -11,7 +11,8 @@ namespace py = pybind11;
 using DeviceClass = py::class_<Device, std::shared_ptr<Device>>;
 // runtime_py.cpp: Buffer, Stream, Event, and the Device methods that use them.
 void bind_runtime(py::module_& m, DeviceClass& device_cls);
-void bind_tensor(py::module_& m);   // tensor_py.cpp: Tensor and the ops
+void bind_tensor(py::module_& m);   // tensor_py.cpp: Tensor, transfers, add
+void bind_ops(py::module_& m);      // ops_py.cpp: the generic op paths
 
 // A Python bool/int/float as a DK_Scalar; TypeError for anything else.
 DK_Scalar to_scalar(const py::handle& v);

@@ -183,5 +183,6 @@ PYBIND11_MODULE(_core, m) {
   }, py::arg("path"), "Load one plugin library (once per process); raises PluginLoadError/PluginVersionError with the cause");
 
   bind_tensor(m);
+  bind_ops(m);
   bind_runtime(m, device_cls);
 }

@@ -1,18 +1,48 @@
 #include "ops.h"
 
 #include <array>
+#include <atomic>
 #include <cstring>
 
 namespace dk {
 
+namespace {
+const OpSpec kOpSpecs[] = {
+#include "base_ops_table.inc"
+};
+static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == kNumOps, "regenerate base_ops_table.inc");
+
+struct AtomicCounts {
+  std::atomic<uint64_t> kernel{0}, cast_inserted{0};
+};
+AtomicCounts g_counts[kNumOps];
+}  // namespace
+
+const OpSpec& op_spec(DK_OpId op) { return kOpSpecs[op]; }
+
 const char* op_name(DK_OpId op) {
-  switch (op) {
-#define DK_OP_NAME(id, name) case DK_OP_##id: return #name;
-    DK_BASE_OPS(DK_OP_NAME)
-#undef DK_OP_NAME
-    default: return "unknown-op";
+  return (op >= 0 && op < kNumOps) ? kOpSpecs[op].name : "unknown-op";
+}
+
+DK_OpId op_from_name(const std::string& name) {
+  for (const OpSpec& s : kOpSpecs) {
+    if (name == s.name) return s.op;
+  }
+  invalid_argument("unknown base op '" + name + "'");
+}
+
+DispatchCounts dispatch_counts(DK_OpId op) {
+  return {g_counts[op].kernel.load(), g_counts[op].cast_inserted.load()};
+}
+
+void reset_dispatch_counts() {
+  for (auto& c : g_counts) {
+    c.kernel = 0;
+    c.cast_inserted = 0;
   }
 }
+
+void count_cast_inserted(DK_OpId op) { g_counts[op].cast_inserted.fetch_add(1, std::memory_order_relaxed); }
 
 namespace {
 
@@ -45,8 +75,11 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
                 std::string("op '") + op_name(op) + "' is not implemented by " + who +
                     " (its kernel table has no entry) for " + operands(in, out));
   }
-  // Cast declares its input dtypes; every other op its operands' dtype.
-  const DK_DType dt = in.size() ? (*in.begin())->dtype() : first->dtype();
+  // Cast declares its input dtypes, where its value operands', every other op
+  // its first operand's (or, with no inputs, its output's).
+  const DK_DType dt = op == DK_OP_WHERE ? (*(in.begin() + 1))->dtype()
+                      : in.size()       ? (*in.begin())->dtype()
+                                        : first->dtype();
   const uint64_t declared = plugin->kernel_dtypes(op);
   if (!(declared & DK_DTYPE_BIT(dt))) {
     throw Error(ErrorKind::NotImplemented,
@@ -81,6 +114,7 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
   a.num_outputs = int32_t(out.size());
   a.outputs = ptrs.data() + in.size();
   a.attrs = attrs;
+  g_counts[op].kernel.fetch_add(1, std::memory_order_relaxed);
   DK_Error* err = fn(&a);
   if (err) plugin->check(err, dev.ctx((std::string("kernel '") + op_name(op) + "' " + operands(in, out)).c_str()));
 }
@@ -154,10 +188,6 @@ Tensor contiguous(const Tensor& t) {
   return out;
 }
 
-namespace {
-
-// Make `t` acceptable to `op`'s kernel given its declared capabilities:
-// broadcast to `shape` and densify unless the plugin said it copes.
 Tensor prepare_input(const Tensor& t, const Dims& shape, uint32_t caps) {
   Tensor v = t;
   const bool same_shape = t->rank() == int(shape.size()) &&
@@ -166,8 +196,6 @@ Tensor prepare_input(const Tensor& t, const Dims& shape, uint32_t caps) {
   if (!(caps & DK_KERNEL_CAP_STRIDED)) v = contiguous(v);
   return v;
 }
-
-}  // namespace
 
 Tensor cast(const Tensor& t, DK_DType dt) {
   if (t->dtype() == dt) return t;
@@ -217,14 +245,12 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor add_scalar(const Tensor& a, const DK_Scalar& s) {
+Tensor scalar_like(const Tensor& a, const DK_Scalar& s) {
   const bool s_float = s.dtype == DK_DTYPE_FLOAT64;
-  const bool a_float = dtype_info(a->dtype()).is_float;
   DK_DType dt = a->dtype();
-  if (s_float && !a_float) dt = DK_DTYPE_FLOAT32;                    // int tensor + 2.5
-  else if (s.dtype == DK_DTYPE_INT64 && a->dtype() == DK_DTYPE_BOOL) dt = DK_DTYPE_INT64;
-  Tensor scalar = full(a->device_ptr(), {}, dt, s);
-  return add(cast(a, dt), scalar);
+  if (s_float && !dtype_info(dt).is_float) dt = DK_DTYPE_FLOAT32;    // int tensor + 2.5
+  else if (s.dtype == DK_DTYPE_INT64 && dt == DK_DTYPE_BOOL) dt = DK_DTYPE_INT64;
+  return full(a->device_ptr(), {}, dt, s);
 }
 
 namespace {

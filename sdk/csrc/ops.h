@@ -13,6 +13,31 @@ constexpr int kNumOps = DK_OP_COUNT_1_1;
 
 const char* op_name(DK_OpId op);
 
+// What the SDK knows of each op from the spec (base_ops_table.inc).
+enum class OutDType { Same, Bool, Int64, Given };
+struct OpSpec {
+  DK_OpId op;
+  const char* name;
+  int num_inputs;
+  uint64_t dtypes;  // every dtype the spec allows a kernel to declare
+  OutDType out;
+};
+const OpSpec& op_spec(DK_OpId op);
+DK_OpId op_from_name(const std::string& name);  // InvalidArgument if unknown
+
+// Dispatch counters, per op: kernel launches, and the calls for which the SDK
+// inserted casts because the plugin did not declare the dtype (never silent).
+struct DispatchCounts {
+  uint64_t kernel = 0, cast_inserted = 0;
+};
+DispatchCounts dispatch_counts(DK_OpId op);
+void reset_dispatch_counts();
+void count_cast_inserted(DK_OpId op);
+
+// Make `t` acceptable to a kernel with capability bits `caps`: broadcast to
+// `shape` and densify, unless the plugin declared it copes.
+Tensor prepare_input(const Tensor& t, const Dims& shape, uint32_t caps);
+
 // Launch `op` on the device of out[0] (or in[0]), on that device's default
 // stream. Checks presence and declared dtype first; the kernel validates the
 // rest and its error comes back naming op, operands, device and plugin.
@@ -28,8 +53,25 @@ Tensor cast(const Tensor& t, DK_DType dt);       // self when dt matches
 Tensor full(const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt,
             const DK_Scalar& value);
 Tensor add(const Tensor& a, const Tensor& b);
-// Python-scalar operand, typed the way PyTorch types "weak" scalars.
-Tensor add_scalar(const Tensor& a, const DK_Scalar& s);
+// A Python scalar as a 0-d tensor beside `a`, typed the way PyTorch types
+// "weak" scalars: it takes a's dtype unless it is a float and a is not.
+Tensor scalar_like(const Tensor& a, const DK_Scalar& s);
+
+// Generic paths for the 1.1 ops (ops_generic.cpp): type promotion,
+// broadcasting, dtype fallback through casts, then one launch.
+Tensor unary(DK_OpId op, const Tensor& x);
+Tensor binary(DK_OpId op, const Tensor& a, const Tensor& b);  // arith, compare, logical
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor reduce(DK_OpId op, const Tensor& x, uint32_t axes);     // keeps reduced dims (size 1)
+Tensor argmax(const Tensor& x, int axis);                      // keeps axis (size 1)
+Tensor cumsum(const Tensor& x, int axis);
+Tensor iota(const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt, int axis,
+            const DK_Scalar& start, const DK_Scalar& step);
+Tensor gather(const Tensor& x, int axis, const Tensor& index);
+Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src);
+Tensor matmul(const Tensor& a, const Tensor& b);  // [B..., M, K] @ [B..., K, N], equal B
+Tensor random(DK_OpId op, const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt,
+              uint64_t seed, uint64_t offset);
 
 // Host transfers on the default stream. Both wait for completion, so the host
 // buffer is free to reuse on return, and report any earlier async error.

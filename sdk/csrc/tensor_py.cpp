@@ -34,7 +34,7 @@ py::buffer_info host_buffer(const py::array& a, DK_DType dt, bool writable) {
 
 Tensor binary_add(const Tensor& a, const py::object& b) {
   if (py::isinstance<TensorImpl>(b)) return add(a, b.cast<Tensor>());
-  return add_scalar(a, to_scalar(b));
+  return add(a, scalar_like(a, to_scalar(b)));
 }
 
 }  // namespace

@@ -30,6 +30,15 @@ Device = _core.Device
 Plugin = _core.Plugin
 
 
+def dispatch_stats():
+    """Per base op: ``kernel`` launches, and ``cast_inserted`` calls in which the SDK
+    converted operands because the plugin did not declare the dtype."""
+    return _core.dispatch_stats()
+
+
+reset_dispatch_stats = _core.reset_dispatch_stats
+
+
 def _targets(device_):
     return devices() if device_ is None else [_resolve_device(device_)]
 
@@ -54,7 +63,7 @@ def memory_stats(device=None):
 
 __all__ = [
     "API_VERSION", "Device", "Plugin", "PluginRecord", "Tensor", "bfloat16", "bool_", "device",
-    "devices", "dtype", "empty", "empty_cache", "float16", "float32", "float64", "full", "int8",
+    "devices", "dispatch_stats", "dtype", "empty", "empty_cache", "float16", "float32", "float64", "full", "int8",
     "int32", "int64", "load_plugin", "memory_stats", "ones", "ops", "plugins", "reload_plugins",
-    "synchronize", "tensor", "uint8", "zeros", *_errors_all,
+    "reset_dispatch_stats", "synchronize", "tensor", "uint8", "zeros", *_errors_all,
 ]

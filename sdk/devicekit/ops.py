@@ -1,14 +1,190 @@
-"""Operators. ``add`` is the C++ binding itself: no Python frame per call.
+"""Operators over the base-op set, with numpy/PyTorch names and semantics.
 
-Only the base operators of device API 1.0 exist so far (copy, fill, cast,
-add); each raises NotImplementedByPlugin when a device lacks the kernel.
+Every function here ends in one C++ call per base op: type promotion,
+broadcasting, and casts around a kernel that lacks a dtype happen in the SDK
+core, once, not in each plugin (see ``devicekit.dispatch_stats()``). An op
+the device's plugin does not implement raises ``NotImplementedByPlugin``.
 """
+
+import builtins as _builtins  # sum, max, min, abs and pow are shadowed below
+import math
+import numbers
 
 from . import _core
 from . import dtypes as _dt
-from .tensor import full
+from ._registry import device as _device
+from .errors import InvalidArgumentError
+from .tensor import Tensor, full
 
-add = _core.add
+_ID = {name: i for i, name in enumerate(_core.OP_NAMES)}
+
+add = _core.add  # the C++ binding itself: no Python frame per call
+
+
+def _unary(name):
+    op = _ID[name]
+
+    def fn(x):
+        return _core.unary(op, x)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"Elementwise base op ``{name}`` (see docs/base_ops.md)."
+    return fn
+
+
+def _binary(name, doc=None):
+    op = _ID[name]
+
+    def fn(a, b):
+        return _core.binary(op, a, b)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc or f"Elementwise base op ``{name}`` with broadcasting and type promotion."
+    return fn
+
+
+neg, abs, exp, log, sqrt, rsqrt, reciprocal, sin, cos, tanh, erf, floor, sign = (
+    _unary(n) for n in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
+                        "tanh", "erf", "floor", "sign"))
+sub, mul, div, pow, maximum, minimum = (
+    _binary(n) for n in ("sub", "mul", "div", "pow", "maximum", "minimum"))
+eq, ne, lt, le = (_binary(n) for n in ("eq", "ne", "lt", "le"))
+logical_and, logical_or, logical_xor = (_binary(n) for n in ("logical_and", "logical_or", "logical_xor"))
+logical_not = _unary("logical_not")
+
+
+def gt(a, b):
+    """``a > b``, as ``b < a`` (the base set has lt and le only)."""
+    return lt(b, a)
+
+
+def ge(a, b):
+    """``a >= b``, as ``b <= a``."""
+    return le(b, a)
+
+
+def where(cond, a, b):
+    """``a`` where ``cond`` is true, else ``b`` (broadcast; cond taken as ``!= 0``)."""
+    return _core.where(cond, a, b)
+
+
+def _axes(x, axis):
+    nd = x.ndim
+    if axis is None:
+        return list(range(nd))
+    axes = [axis] if isinstance(axis, numbers.Integral) else list(axis)
+    norm = []
+    for a in axes:
+        b = a + nd if a < 0 else a
+        if not 0 <= b < _builtins.max(nd, 1):
+            raise InvalidArgumentError(f"axis {a} is out of range for a tensor of rank {nd}")
+        norm.append(b)
+    if len(set(norm)) != len(norm):
+        raise InvalidArgumentError(f"repeated axis in {axis}")
+    return norm
+
+
+def _squeeze(t, axes, keepdims):
+    if keepdims or not axes:
+        return t
+    shape = [s for i, s in enumerate(t.shape) if i not in axes]
+    return t.reshape(shape)
+
+
+def _reduction(name):
+    op = _ID["reduce_" + name]
+
+    def fn(x, axis=None, keepdims=False):
+        axes = _axes(x, axis)
+        mask = 0
+        for a in axes:
+            mask |= 1 << a
+        return _squeeze(_core.reduce(op, x, mask), axes, keepdims)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (f"{name} over ``axis`` (int, tuple or None for all), like numpy; integer and "
+                  f"bool sums are int64." if name == "sum" else f"{name} over ``axis``, like numpy.")
+    return fn
+
+
+sum, max, min = _reduction("sum"), _reduction("max"), _reduction("min")
+
+
+def mean(x, axis=None, keepdims=False):
+    """Arithmetic mean (integers give float32, like PyTorch requires a float input)."""
+    axes = _axes(x, axis)
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    s = sum(x if x.dtype.is_floating_point else x.to(_dt.float32), axis, keepdims)
+    return div(s, float(n))
+
+
+def argmax(x, axis=None, keepdims=False):
+    """Index of the maximum (first on ties, first NaN wins), int64. ``axis=None``
+    indexes the flattened tensor."""
+    if axis is None:
+        out = _core.argmax(x.reshape(-1), 0) if x.ndim else _core.argmax(x, 0)
+        return out.reshape([1] * x.ndim) if keepdims else out.reshape([])
+    a = _axes(x, axis)
+    return _squeeze(_core.argmax(x, a[0]), a, keepdims)
+
+
+def cumsum(x, axis):
+    """Running sum along ``axis``; integer and bool inputs give int64."""
+    return _core.cumsum(x, axis)
+
+
+def arange(start, stop=None, step=1, dtype=None, device="cpu:0"):
+    """``start, start+step, ...`` below ``stop``, like numpy/PyTorch, via the iota op."""
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise InvalidArgumentError("arange: step must not be 0")
+    n = _builtins.max(0, math.ceil((stop - start) / step))
+    if dtype is None:
+        ints = all(isinstance(v, numbers.Integral) for v in (start, stop, step))
+        dtype = _dt.int64 if ints else _dt.float32
+    return _core.iota(_device(device), [n], _dt.as_dtype(dtype).id, 0, start, step)
+
+
+def gather(x, axis, index):
+    """``out[i][j] = x[index[i][j]][j]`` for axis 0 (``torch.gather``)."""
+    return _core.gather(x, axis, index)
+
+
+def scatter_add(x, axis, index, src):
+    """``x`` with ``src`` added at ``index`` along ``axis`` (``torch.scatter_add``)."""
+    return _core.scatter_add(x, axis, index, src)
+
+
+def matmul(a, b):
+    """Matrix product with numpy semantics: 1-D operands, broadcast batch dims."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise InvalidArgumentError("matmul: both operands need at least one dimension")
+    va, vb = a.ndim == 1, b.ndim == 1
+    if va:
+        a = a.reshape(1, a.shape[0])
+    if vb:
+        b = b.reshape(b.shape[0], 1)
+    batch = _core.broadcast_shapes(list(a.shape[:-2]), list(b.shape[:-2]))
+    a = a.expand(*batch, *a.shape[-2:])
+    b = b.expand(*batch, *b.shape[-2:])
+    out = _core.matmul(a, b)
+    shape = list(out.shape)
+    if vb:
+        shape.pop(-1)
+    if va:
+        shape.pop(-2 if not vb else -1)
+    return out.reshape(shape) if (va or vb) else out
+
+
+def random_bits(shape, seed, offset=0, device="cpu:0"):
+    """Philox4x32-10 bits as int32 (identical on every conformant backend)."""
+    return _core.random(_ID["random_bits"], _device(device), _shape(shape), _dt.int32.id, seed, offset)
+
+
+def rand(shape, seed, offset=0, dtype=_dt.float32, device="cpu:0"):
+    """Uniform [0, 1) from the same Philox stream as random_bits."""
+    return _core.random(_ID["random_uniform"], _device(device), _shape(shape),
+                        _dt.as_dtype(dtype).id, seed, offset)
 
 
 def cast(x, dtype):
@@ -21,4 +197,38 @@ def contiguous(x):
     return x.contiguous()
 
 
-__all__ = ["add", "cast", "contiguous", "full"]
+def _install_tensor_methods():
+    """Python operators and methods on Tensor, mapped onto the ops above."""
+    def rev(fn):
+        return lambda self, other: fn(other, self)
+    methods = {
+        "__sub__": sub, "__rsub__": rev(sub), "__mul__": mul, "__rmul__": mul,
+        "__truediv__": div, "__rtruediv__": rev(div), "__pow__": pow, "__rpow__": rev(pow),
+        "__matmul__": matmul, "__rmatmul__": rev(matmul), "__neg__": neg, "__abs__": abs,
+        "__eq__": eq, "__ne__": ne, "__lt__": lt, "__le__": le, "__gt__": gt, "__ge__": ge,
+        "__and__": logical_and, "__or__": logical_or, "__xor__": logical_xor,
+        "__invert__": logical_not,
+        "sum": sum, "max": max, "min": min, "mean": mean, "argmax": argmax, "cumsum": cumsum,
+        "matmul": matmul, "maximum": maximum, "minimum": minimum, "where": None,
+    }
+    for name in ("exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "erf",
+                 "floor", "sign", "abs", "neg"):
+        methods[name] = globals()[name]
+    del methods["where"]
+    for name, fn in methods.items():
+        setattr(Tensor, name, fn)
+    Tensor.__hash__ = object.__hash__  # __eq__ is elementwise; keep tensors usable as keys by identity
+
+
+_install_tensor_methods()
+
+
+def _shape(shape):
+    return [int(shape)] if isinstance(shape, numbers.Integral) else [int(s) for s in shape]
+
+
+__all__ = ["abs", "add", "arange", "argmax", "cast", "contiguous", "cos", "cumsum", "div", "eq",
+           "erf", "exp", "floor", "full", "gather", "ge", "gt", "le", "log", "logical_and",
+           "logical_not", "logical_or", "logical_xor", "lt", "matmul", "max", "maximum", "mean",
+           "min", "minimum", "mul", "ne", "neg", "pow", "rand", "random_bits", "reciprocal",
+           "rsqrt", "scatter_add", "sign", "sin", "sqrt", "sub", "sum", "tanh", "where"]

@@ -1,0 +1,282 @@
+// The SDK side of the 1.1 base ops: everything a plugin is spared. Type
+// promotion and broadcasting happen here once; when a kernel lacks a dtype,
+// the op runs in a dtype the kernel has, between two casts, and that is
+// counted (dispatch_counts) rather than hidden.
+#include <algorithm>
+
+#include "ops.h"
+
+namespace dk {
+namespace {
+
+bool is_float(DK_DType d) { return dtype_info(d).is_float; }
+
+// The dtype `op` actually runs in on this plugin for operands of dtype `want`.
+DK_DType compute_dtype(Plugin* p, DK_OpId op, DK_DType want) {
+  const uint64_t have = p->kernel_dtypes(op);
+  if (p->kernel(op) == nullptr || (have & DK_DTYPE_BIT(want))) return want;
+  // Wider types of the same kind first, so no value is lost.
+  static const DK_DType kFloat[] = {DK_DTYPE_FLOAT32, DK_DTYPE_FLOAT64};
+  static const DK_DType kInt[] = {DK_DTYPE_INT64, DK_DTYPE_INT32, DK_DTYPE_FLOAT64};
+  static const DK_DType kBool[] = {DK_DTYPE_UINT8, DK_DTYPE_INT32, DK_DTYPE_INT64, DK_DTYPE_FLOAT32};
+  const DK_DType* c = is_float(want) ? kFloat : want == DK_DTYPE_BOOL ? kBool : kInt;
+  const int n = is_float(want) ? 2 : want == DK_DTYPE_BOOL ? 4 : 3;
+  for (int i = 0; i < n; ++i) {
+    if (have & DK_DTYPE_BIT(c[i])) return c[i];
+  }
+  return want;  // launch() reports what the kernel declares
+}
+
+DK_DType out_dtype(DK_OpId op, DK_DType in) {
+  switch (op_spec(op).out) {
+    case OutDType::Bool: return DK_DTYPE_BOOL;
+    case OutDType::Int64: return DK_DTYPE_INT64;
+    default: return in;
+  }
+}
+
+bool float_only(DK_OpId op) {
+  const uint64_t floats = DK_DTYPE_BIT(DK_DTYPE_FLOAT32) | DK_DTYPE_BIT(DK_DTYPE_FLOAT16) |
+                          DK_DTYPE_BIT(DK_DTYPE_BFLOAT16) | DK_DTYPE_BIT(DK_DTYPE_FLOAT64);
+  return (op_spec(op).dtypes & ~floats) == 0;
+}
+
+void same_device(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Device* d = &(*ts.begin())->get()->device();
+  for (const Tensor* t : ts) {
+    if (&(*t)->device() != d) {
+      std::string all;
+      for (const Tensor* u : ts) all += (all.empty() ? "" : ", ") + (*u)->describe();
+      invalid_argument(std::string(op) + ": operands are on different devices (" + all +
+                       "); move them with .to(device) first");
+    }
+  }
+}
+
+// Elementwise launch over broadcast inputs already in the compute dtype.
+Tensor elementwise(DK_OpId op, std::vector<Tensor> in, DK_DType result) {
+  Dims shape = in[0]->shape();
+  for (size_t i = 1; i < in.size(); ++i) shape = broadcast_shapes(shape, in[i]->shape());
+  const std::shared_ptr<Device>& dev = in[0]->device_ptr();
+  const uint32_t caps = dev->plugin()->kernel_caps(op);
+  for (Tensor& t : in) t = prepare_input(t, shape, caps);
+  Tensor out = TensorImpl::empty(dev, result, shape);
+  if (out->numel() == 0) return out;
+  switch (in.size()) {
+    case 1: launch(op, {in[0].get()}, {out.get()}); break;
+    case 2: launch(op, {in[0].get(), in[1].get()}, {out.get()}); break;
+    default: launch(op, {in[0].get(), in[1].get(), in[2].get()}, {out.get()}); break;
+  }
+  return out;
+}
+
+// Runs `body(compute dtype)` on operands of dtype `dt`; when the plugin lacks
+// dt for `op`, the operands are cast to what it has and the result back.
+template <class Body>
+Tensor with_dtype_fallback(DK_OpId op, const Device& dev, DK_DType dt, DK_DType result, Body body) {
+  const DK_DType c = compute_dtype(dev.plugin(), op, dt);
+  if (c == dt) return body(dt);
+  count_cast_inserted(op);
+  return cast(body(c), result);
+}
+
+uint32_t normalise_axis(int axis, int rank, const char* op) {
+  const int a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= std::max(rank, 1)) {
+    invalid_argument(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for rank " +
+                     std::to_string(rank));
+  }
+  return uint32_t(a);
+}
+
+}  // namespace
+
+Tensor unary(DK_OpId op, const Tensor& x) {
+  // Float-only ops take integers and bools as float32, like PyTorch.
+  DK_DType dt = x->dtype();
+  if (float_only(op) && !is_float(dt)) dt = DK_DTYPE_FLOAT32;
+  if (op == DK_OP_LOGICAL_NOT) dt = DK_DTYPE_BOOL;
+  const Tensor src = cast(x, dt);
+  const DK_DType result = out_dtype(op, dt);
+  return with_dtype_fallback(op, x->device(), dt, result, [&](DK_DType c) {
+    return elementwise(op, {cast(src, c)}, out_dtype(op, c));
+  });
+}
+
+Tensor binary(DK_OpId op, const Tensor& a, const Tensor& b) {
+  same_device(op_name(op), {&a, &b});
+  DK_DType dt = promote_types(a->dtype(), b->dtype());
+  if (float_only(op) && !is_float(dt)) dt = DK_DTYPE_FLOAT32;  // true division, pow
+  if (op_spec(op).dtypes == DK_DTYPE_BIT(DK_DTYPE_BOOL)) dt = DK_DTYPE_BOOL;  // logical ops
+  const Tensor x = cast(a, dt), y = cast(b, dt);
+  const DK_DType result = out_dtype(op, dt);
+  return with_dtype_fallback(op, a->device(), dt, result, [&](DK_DType c) {
+    return elementwise(op, {cast(x, c), cast(y, c)}, out_dtype(op, c));
+  });
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  same_device("where", {&cond, &a, &b});
+  const DK_DType dt = promote_types(a->dtype(), b->dtype());
+  const Tensor c = cast(cond, DK_DTYPE_BOOL), x = cast(a, dt), y = cast(b, dt);
+  return with_dtype_fallback(DK_OP_WHERE, a->device(), dt, dt, [&](DK_DType k) {
+    return elementwise(DK_OP_WHERE, {c, cast(x, k), cast(y, k)}, k);
+  });
+}
+
+namespace {
+
+// Launch an op with one input, one output of `out_shape`, and attributes.
+Tensor single(DK_OpId op, const Tensor& x, const Dims& out_shape, DK_DType out_dt, const void* attrs) {
+  const Tensor src = contiguous(x);  // none of these ops takes strided input from the SDK
+  Tensor out = TensorImpl::empty(x->device_ptr(), out_dt, out_shape);
+  if (out->numel() > 0) launch(op, {src.get()}, {out.get()}, attrs);
+  return out;
+}
+
+}  // namespace
+
+Tensor reduce(DK_OpId op, const Tensor& x, uint32_t axes) {
+  const int r = x->rank();
+  Dims shape = x->shape();
+  bool empty_reduction = false;
+  for (int d = 0; d < r; ++d) {
+    if (axes & (1u << d)) {
+      empty_reduction |= shape[d] == 0;
+      shape[d] = 1;
+    }
+  }
+  if (r == 0 || axes == 0) return contiguous(x);  // nothing to reduce
+  if (empty_reduction && op != DK_OP_REDUCE_SUM) {
+    invalid_argument(std::string(op_name(op)) + " of " + x->describe() +
+                     " reduces over an empty dimension, which has no identity");
+  }
+  // Sums of integers and bools are int64 (as in PyTorch), so they do not wrap early.
+  DK_DType dt = x->dtype();
+  if (op == DK_OP_REDUCE_SUM && !is_float(dt)) dt = DK_DTYPE_INT64;
+  const Tensor src = cast(x, dt);
+  DK_ReduceAttrs attrs{};
+  attrs.struct_size = DK_ReduceAttrs_STRUCT_SIZE;
+  attrs.axes = axes;
+  return with_dtype_fallback(op, x->device(), dt, dt, [&](DK_DType c) {
+    return single(op, cast(src, c), shape, c, &attrs);
+  });
+}
+
+Tensor argmax(const Tensor& x, int axis) {
+  const uint32_t a = normalise_axis(axis, x->rank(), "argmax");
+  if (x->rank() == 0) return full(x->device_ptr(), {}, DK_DTYPE_INT64, DK_Scalar{DK_DTYPE_INT64, {0}});
+  Dims shape = x->shape();
+  if (shape[a] == 0) invalid_argument("argmax of " + x->describe() + " along an empty axis");
+  shape[a] = 1;
+  DK_AxisAttrs attrs{};
+  attrs.struct_size = DK_AxisAttrs_STRUCT_SIZE;
+  attrs.axis = int32_t(a);
+  const DK_DType c = compute_dtype(x->device().plugin(), DK_OP_ARGMAX, x->dtype());
+  if (c != x->dtype()) count_cast_inserted(DK_OP_ARGMAX);
+  return single(DK_OP_ARGMAX, cast(x, c), shape, DK_DTYPE_INT64, &attrs);
+}
+
+Tensor cumsum(const Tensor& x, int axis) {
+  const uint32_t a = normalise_axis(axis, x->rank(), "cumsum");
+  DK_DType dt = is_float(x->dtype()) ? x->dtype() : DK_DTYPE_INT64;
+  if (x->rank() == 0) return cast(x, dt);
+  const Tensor src = cast(x, dt);
+  DK_AxisAttrs attrs{};
+  attrs.struct_size = DK_AxisAttrs_STRUCT_SIZE;
+  attrs.axis = int32_t(a);
+  return with_dtype_fallback(DK_OP_CUMSUM, x->device(), dt, dt, [&](DK_DType c) {
+    return single(DK_OP_CUMSUM, cast(src, c), src->shape(), c, &attrs);
+  });
+}
+
+Tensor iota(const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt, int axis,
+            const DK_Scalar& start, const DK_Scalar& step) {
+  const uint32_t a = normalise_axis(axis, int(shape.size()), "iota");
+  DK_IotaAttrs attrs{};
+  attrs.struct_size = DK_IotaAttrs_STRUCT_SIZE;
+  attrs.axis = int32_t(a);
+  attrs.start = start;
+  attrs.step = step;
+  return with_dtype_fallback(DK_OP_IOTA, *dev, dt, dt, [&](DK_DType c) {
+    Tensor out = TensorImpl::empty(dev, c, shape);
+    if (out->numel() > 0) launch(DK_OP_IOTA, {}, {out.get()}, &attrs);
+    return out;
+  });
+}
+
+Tensor gather(const Tensor& x, int axis, const Tensor& index) {
+  same_device("gather", {&x, &index});
+  const uint32_t a = normalise_axis(axis, x->rank(), "gather");
+  if (index->dtype() != DK_DTYPE_INT64 || index->rank() != x->rank()) {
+    invalid_argument("gather: index must be int64 with the rank of x; got x " + x->describe() +
+                     ", index " + index->describe());
+  }
+  DK_AxisAttrs attrs{};
+  attrs.struct_size = DK_AxisAttrs_STRUCT_SIZE;
+  attrs.axis = int32_t(a);
+  const Tensor idx = contiguous(index);
+  return with_dtype_fallback(DK_OP_GATHER, x->device(), x->dtype(), x->dtype(), [&](DK_DType c) {
+    const Tensor src = contiguous(cast(x, c));
+    Tensor out = TensorImpl::empty(x->device_ptr(), c, index->shape());
+    if (out->numel() > 0) launch(DK_OP_GATHER, {src.get(), idx.get()}, {out.get()}, &attrs);
+    return out;
+  });
+}
+
+Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+  same_device("scatter_add", {&x, &index, &src});
+  const uint32_t a = normalise_axis(axis, x->rank(), "scatter_add");
+  if (index->dtype() != DK_DTYPE_INT64 || index->shape() != src->shape() || index->rank() != x->rank()) {
+    invalid_argument("scatter_add: index must be int64 with src's shape and x's rank; got x " +
+                     x->describe() + ", index " + index->describe() + ", src " + src->describe());
+  }
+  DK_AxisAttrs attrs{};
+  attrs.struct_size = DK_AxisAttrs_STRUCT_SIZE;
+  attrs.axis = int32_t(a);
+  const Tensor idx = contiguous(index);
+  const DK_DType dt = x->dtype();
+  return with_dtype_fallback(DK_OP_SCATTER_ADD, x->device(), dt, dt, [&](DK_DType c) {
+    const Tensor base = contiguous(cast(x, c)), vals = contiguous(cast(src, c));
+    Tensor out = TensorImpl::empty(x->device_ptr(), c, x->shape());
+    if (out->numel() > 0) launch(DK_OP_SCATTER_ADD, {base.get(), idx.get(), vals.get()}, {out.get()}, &attrs);
+    return out;
+  });
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  same_device("matmul", {&a, &b});
+  const int r = a->rank();
+  const Dims as = a->shape(), bs = b->shape();
+  if (r < 2 || b->rank() != r || !std::equal(as.begin(), as.end() - 2, bs.begin()) || as[r - 1] != bs[r - 2]) {
+    invalid_argument("matmul: expected [B..., M, K] @ [B..., K, N] with equal batch dims, got " +
+                     a->describe() + " @ " + b->describe());
+  }
+  const DK_DType dt = promote_types(a->dtype(), b->dtype());
+  Dims shape = as;
+  shape[r - 1] = bs[r - 1];
+  const Tensor x = cast(a, dt), y = cast(b, dt);
+  return with_dtype_fallback(DK_OP_MATMUL, a->device(), dt, dt, [&](DK_DType c) {
+    const Tensor p = contiguous(cast(x, c)), q = contiguous(cast(y, c));
+    Tensor out = TensorImpl::empty(a->device_ptr(), c, shape);
+    if (out->numel() == 0) return out;
+    if (as[r - 1] == 0) return full(a->device_ptr(), shape, c, DK_Scalar{DK_DTYPE_INT64, {0}});
+    launch(DK_OP_MATMUL, {p.get(), q.get()}, {out.get()});
+    return out;
+  });
+}
+
+Tensor random(DK_OpId op, const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt,
+              uint64_t seed, uint64_t offset) {
+  DK_RandomAttrs attrs{};
+  attrs.struct_size = DK_RandomAttrs_STRUCT_SIZE;
+  attrs.seed = seed;
+  attrs.offset = offset;
+  return with_dtype_fallback(op, *dev, dt, dt, [&](DK_DType c) {
+    Tensor out = TensorImpl::empty(dev, c, shape);
+    if (out->numel() > 0) launch(op, {}, {out.get()}, &attrs);
+    return out;
+  });
+}
+
+}  // namespace dk

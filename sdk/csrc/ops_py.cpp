@@ -1,0 +1,82 @@
+// Bindings of the generic op paths (ops_generic.cpp). Python's devicekit.ops
+// wraps these with the PyTorch-style signatures; ops are passed by DK_OpId.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+
+namespace dk {
+namespace {
+
+DK_OpId checked_op(int op) {
+  if (op < 0 || op >= kNumOps) invalid_argument("unknown op id " + std::to_string(op));
+  return DK_OpId(op);
+}
+
+DK_DType checked_dt(int dt) {
+  if (dt < 0 || dt >= DK_DTYPE_COUNT_1_0) invalid_argument("unknown dtype id " + std::to_string(dt));
+  return DK_DType(dt);
+}
+
+// A Tensor, or a Python scalar typed against the other operand.
+Tensor operand(const py::object& v, const Tensor& other) {
+  if (py::isinstance<TensorImpl>(v)) return v.cast<Tensor>();
+  return scalar_like(other, to_scalar(v));
+}
+
+}  // namespace
+
+void bind_ops(py::module_& m) {
+  py::list names;
+  for (int i = 0; i < kNumOps; ++i) names.append(op_name(DK_OpId(i)));
+  m.attr("OP_NAMES") = names;  // indexed by DK_OpId
+
+  m.def("unary", [](int op, const Tensor& x) { return unary(checked_op(op), x); });
+  m.def("binary", [](int op, const py::object& a, const py::object& b) {
+    const DK_OpId id = checked_op(op);
+    if (py::isinstance<TensorImpl>(a)) {
+      const Tensor x = a.cast<Tensor>();
+      return binary(id, x, operand(b, x));
+    }
+    if (!py::isinstance<TensorImpl>(b)) {
+      throw py::type_error(std::string(op_name(id)) + ": at least one operand must be a Tensor");
+    }
+    const Tensor y = b.cast<Tensor>();
+    return binary(id, operand(a, y), y);
+  });
+  m.def("where", [](const Tensor& c, const py::object& a, const py::object& b) {
+    const Tensor x = py::isinstance<TensorImpl>(a) ? a.cast<Tensor>()
+                     : py::isinstance<TensorImpl>(b) ? scalar_like(b.cast<Tensor>(), to_scalar(a))
+                                                    : full(c->device_ptr(), {}, DK_DTYPE_FLOAT32, to_scalar(a));
+    return where(c, x, operand(b, x));
+  });
+  m.def("reduce", [](int op, const Tensor& x, uint32_t axes) { return reduce(checked_op(op), x, axes); });
+  m.def("argmax", [](const Tensor& x, int axis) { return argmax(x, axis); });
+  m.def("cumsum", [](const Tensor& x, int axis) { return cumsum(x, axis); });
+  m.def("iota", [](const std::shared_ptr<Device>& dev, const Dims& shape, int dt, int axis,
+                   const py::object& start, const py::object& step) {
+    return iota(dev, shape, checked_dt(dt), axis, to_scalar(start), to_scalar(step));
+  });
+  m.def("gather", [](const Tensor& x, int axis, const Tensor& index) { return gather(x, axis, index); });
+  m.def("scatter_add", [](const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+    return scatter_add(x, axis, index, src);
+  });
+  m.def("matmul", [](const Tensor& a, const Tensor& b) { return matmul(a, b); });
+  m.def("random", [](int op, const std::shared_ptr<Device>& dev, const Dims& shape, int dt,
+                     uint64_t seed, uint64_t offset) {
+    return random(checked_op(op), dev, shape, checked_dt(dt), seed, offset);
+  });
+  m.def("dispatch_stats", []() {
+    py::dict out;
+    for (int i = 0; i < kNumOps; ++i) {
+      const DispatchCounts c = dispatch_counts(DK_OpId(i));
+      py::dict d;
+      d["kernel"] = c.kernel;
+      d["cast_inserted"] = c.cast_inserted;
+      out[op_name(DK_OpId(i))] = d;
+    }
+    return out;
+  });
+  m.def("reset_dispatch_stats", &reset_dispatch_counts);
+}
+
+}  // namespace dk
