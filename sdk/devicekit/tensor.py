@@ -208,6 +208,13 @@ def _item(self):
     return self.numpy().reshape(()).item()
 
 
+def _bool(self):
+    if self.numel() != 1:
+        raise InvalidArgumentError(f"the truth value of a tensor with {self.numel()} elements is "
+                                   f"ambiguous; use ops.sum/ops.max or .item()")
+    return bool(self.item())
+
+
 def _array(self, dtype=None, copy=None):
     a = self.numpy()
     return a.astype(dtype) if dtype is not None else a
@@ -217,7 +224,7 @@ for _name, _fn in {
     "numpy": _numpy, "to": _to, "reshape": _reshape, "permute": _permute,
     "transpose": _transpose, "expand": _expand, "__getitem__": _getitem,
     "__repr__": _repr, "__len__": _len, "item": _item, "tolist": lambda self: self.numpy().tolist(),
-    "__array__": _array,
+    "__array__": _array, "__bool__": _bool,
 }.items():
     setattr(Tensor, _name, _fn)
 Tensor.dtype = property(_dtype)
