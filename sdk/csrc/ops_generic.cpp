@@ -146,7 +146,6 @@ Tensor reduce(DK_OpId op, const Tensor& x, uint32_t axes) {
       shape[d] = 1;
     }
   }
-  if (r == 0 || axes == 0) return contiguous(x);  // nothing to reduce
   if (empty_reduction && op != DK_OP_REDUCE_SUM) {
     invalid_argument(std::string(op_name(op)) + " of " + x->describe() +
                      " reduces over an empty dimension, which has no identity");
@@ -155,6 +154,7 @@ Tensor reduce(DK_OpId op, const Tensor& x, uint32_t axes) {
   DK_DType dt = x->dtype();
   if (op == DK_OP_REDUCE_SUM && !is_float(dt)) dt = DK_DTYPE_INT64;
   const Tensor src = cast(x, dt);
+  if (r == 0 || axes == 0) return contiguous(src);  // nothing to reduce
   DK_ReduceAttrs attrs{};
   attrs.struct_size = DK_ReduceAttrs_STRUCT_SIZE;
   attrs.axes = axes;

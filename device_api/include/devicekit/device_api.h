@@ -515,7 +515,7 @@ typedef enum DK_OpId {
    * (floating); integers unchanged. */
   DK_OP_FLOOR = 15,
   /* sign(x) -> out; no attrs; since 1.1. out = -1, 0 or +1 (as x's dtype);
-   * sign(NaN) = NaN; sign(-0.0) = 0. */
+   * sign(NaN) = NaN; sign(+-0.0) = +0.0. */
   DK_OP_SIGN = 16,
   /* sub(a, b) -> out; no attrs; since 1.1. out = a - b; integers wrap. */
   DK_OP_SUB = 17,
@@ -529,10 +529,10 @@ typedef enum DK_OpId {
    * pow(x, 0) = 1 even for NaN x). */
   DK_OP_POW = 20,
   /* maximum(a, b) -> out; no attrs; since 1.1. out = max(a, b); NaN if either
-   * is NaN. */
+   * is NaN; -0.0 < +0.0 (IEEE 754-2019 maximum). */
   DK_OP_MAXIMUM = 21,
   /* minimum(a, b) -> out; no attrs; since 1.1. out = min(a, b); NaN if either
-   * is NaN. */
+   * is NaN; -0.0 < +0.0 (IEEE 754-2019 minimum). */
   DK_OP_MINIMUM = 22,
   /* eq(a, b) -> out; no attrs; since 1.1. out = a == b (NaN != NaN; -0.0 ==
    * +0.0); out is bool, inputs share a dtype. */
