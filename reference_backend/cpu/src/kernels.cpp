@@ -6,6 +6,7 @@
 // it needs from the views, which die with the call, into a fixed-size
 // Launch record and enqueues that on the stream.
 #include "kernel_common.h"
+#include "parallel.h"
 
 namespace dkcpu {
 namespace {
@@ -119,8 +120,12 @@ DK_Error* run_add(const void* payload) {
   const Launch& l = *static_cast<const Launch*>(payload);
   dispatch(l.out.dtype, [&](auto tag) {
     using T = decltype(tag);
-    add_loop(reinterpret_cast<const T*>(l.in[0].data), reinterpret_cast<const T*>(l.in[1].data),
-             reinterpret_cast<T*>(l.out.data), l.numel);
+    const T* a = reinterpret_cast<const T*>(l.in[0].data);
+    const T* b = reinterpret_cast<const T*>(l.in[1].data);
+    T* out = reinterpret_cast<T*>(l.out.data);
+    parallel_for(l.numel, 32 * 1024, [&](int64_t begin, int64_t end) {
+      add_loop(a + begin, b + begin, out + begin, end - begin);
+    });
   });
   return nullptr;
 }
