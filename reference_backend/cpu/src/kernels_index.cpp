@@ -1,0 +1,302 @@
+// The 1.1 ops that compute or follow indices along one axis: iota, gather
+// and scatter_add.
+//
+// Inputs are contiguous (no capability bits: the SDK materialises). An index
+// is data, so it can only be checked when the kernel runs: an out-of-range one
+// becomes the asynchronous error of the stream, which its next synchronize
+// reports with the position, the value and the valid range.
+#include <algorithm>
+#include <mutex>
+
+#include "kernel_common.h"
+#include "parallel.h"
+
+namespace dkcpu {
+namespace {
+
+// ---- iota: out seen as [outer, length, inner] ------------------------------
+
+struct IotaLaunch {
+  char* out;
+  DK_DType dtype;
+  int64_t outer, length, inner;
+  bool exact_int;          // start and step are both integers
+  int64_t start_i, step_i;
+  double start_f, step_f;
+};
+
+DK_Error* run_iota(const void* payload) {
+  const IotaLaunch& l = *static_cast<const IotaLaunch*>(payload);
+  dispatch(l.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* out = reinterpret_cast<T*>(l.out);
+    const int64_t grain = std::max<int64_t>(1, 16384 / l.inner);
+    parallel_for(l.outer * l.length, grain, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t i = r % l.length;
+        // Integer start and step: exact int64 arithmetic (wrapping), then one
+        // conversion; otherwise in double, then one conversion.
+        const T v = l.exact_int
+            ? convert<T>(int64_t(uint64_t(l.start_i) + uint64_t(i) * uint64_t(l.step_i)))
+            : convert<T>(l.start_f + double(i) * l.step_f);
+        std::fill(out + r * l.inner, out + (r + 1) * l.inner, v);
+      }
+    });
+  });
+  return nullptr;
+}
+
+// ---- gather, scatter_add ---------------------------------------------------
+
+// scatter_add's accumulator: float32 for float16/bfloat16, else the type itself.
+template <class T>
+using Wide = std::conditional_t<std::is_same<T, f16>::value || std::is_same<T, bf16>::value,
+                                 float, T>;
+
+template <class T>
+Wide<T> widen_exact(T x) {
+  if constexpr (std::is_same<Wide<T>, T>::value) return x;
+  else return float(widen(x));
+}
+
+struct IndexLaunch {
+  const char* x;
+  const int64_t* index;
+  const char* src;    // scatter_add only
+  char* out;
+  DK_DType dtype;
+  int32_t rank, axis;
+  int64_t x_shape[DK_MAX_RANK];
+  int64_t idx_shape[DK_MAX_RANK];  // index's shape (gather: = out's; scatter_add: = src's)
+};
+
+// Offset in x of index position `pos`, with the axis coordinate left out.
+inline int64_t x_offset_without_axis(const IndexLaunch& l, int64_t pos) {
+  int64_t off = 0, stride = 1;
+  for (int32_t d = l.rank - 1; d >= 0; --d) {
+    const int64_t i = pos % l.idx_shape[d];
+    pos /= l.idx_shape[d];
+    if (d != l.axis) off += i * stride;
+    stride *= l.x_shape[d];
+  }
+  return off;
+}
+
+inline int64_t x_axis_stride(const IndexLaunch& l) {
+  int64_t s = 1;
+  for (int32_t d = l.axis + 1; d < l.rank; ++d) s *= l.x_shape[d];
+  return s;
+}
+
+DK_Error* out_of_range(const char* call, const IndexLaunch& l, int64_t pos, int64_t value) {
+  std::string where = "[";
+  for (int32_t d = l.rank - 1, p = 0; d >= 0; --d, p = 1) {
+    where.insert(1, std::to_string(pos % l.idx_shape[d]) + (p ? "," : ""));
+    pos /= l.idx_shape[d];
+  }
+  return make_error(DK_ERROR_OUT_OF_RANGE, "%s: index%s] is %lld, out of range for dim %d of x "
+                    "(size %lld); expected 0 <= index < %lld. Output 0 is left unspecified.",
+                    call, where.c_str(), (long long)value, l.axis, (long long)l.x_shape[l.axis],
+                    (long long)l.x_shape[l.axis]);
+}
+
+DK_Error* run_gather(const void* payload) {
+  const IndexLaunch& l = *static_cast<const IndexLaunch*>(payload);
+  int64_t n = 1;
+  for (int32_t d = 0; d < l.rank; ++d) n *= l.idx_shape[d];
+  const int64_t size = l.x_shape[l.axis], step = x_axis_stride(l), es = dtype_size(l.dtype);
+  std::mutex mu;
+  int64_t bad_pos = n, bad_value = 0;  // the first bad index in row-major order
+  parallel_for(n, 4096, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t i = l.index[p];
+      if (i < 0 || i >= size) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (p < bad_pos) bad_pos = p, bad_value = i;
+        return;
+      }
+      std::memcpy(l.out + p * es, l.x + (x_offset_without_axis(l, p) + i * step) * es, size_t(es));
+    }
+  });
+  return bad_pos < n ? out_of_range("cpu.Kernel(gather)", l, bad_pos, bad_value) : nullptr;
+}
+
+DK_Error* run_scatter_add(const void* payload) {
+  const IndexLaunch& l = *static_cast<const IndexLaunch*>(payload);
+  int64_t n = 1, x_numel = 1;
+  for (int32_t d = 0; d < l.rank; ++d) n *= l.idx_shape[d], x_numel *= l.x_shape[d];
+  const int64_t size = l.x_shape[l.axis], step = x_axis_stride(l);
+  DK_Error* err = nullptr;
+  dispatch(l.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same<T, boolean>::value) {
+      const T* x = reinterpret_cast<const T*>(l.x);
+      const T* src = reinterpret_cast<const T*>(l.src);
+      T* out = reinterpret_cast<T*>(l.out);
+      // Sequential in src's row-major order: deterministic, and no two
+      // threads ever add into one element. float16/bfloat16 accumulate in a
+      // float32 copy and round once at the end.
+      using A = typename std::conditional_t<kIsFloat<T>, std::common_type<Wide<T>>,
+                                            std::make_unsigned<T>>::type;  // (picked lazily)
+      std::vector<A> acc(static_cast<size_t>(x_numel));
+      for (int64_t e = 0; e < x_numel; ++e) acc[e] = A(widen_exact(x[e]));
+      for (int64_t p = 0; p < n && !err; ++p) {
+        const int64_t i = l.index[p];
+        if (i < 0 || i >= size) err = out_of_range("cpu.Kernel(scatter_add)", l, p, i);
+        else acc[x_offset_without_axis(l, p) + i * step] += A(widen_exact(src[p]));
+      }
+      for (int64_t e = 0; e < x_numel; ++e) {
+        if constexpr (kIsFloat<T>) out[e] = convert<T>(acc[e]);
+        else out[e] = T(acc[e]);
+      }
+    }
+  });
+  return err;
+}
+
+// ---- Validation ------------------------------------------------------------
+
+template <class Attrs>
+DK_Error* load_attrs(const char* call, const DK_Kernel_Args* a, size_t needed, const char* type,
+                     const Attrs** out) {
+  *out = static_cast<const Attrs*>(a->attrs);
+  if (*out != nullptr && (*out)->struct_size >= needed) return nullptr;
+  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs is NULL or its struct_size is %zu; "
+                    "expected a %s of at least %zu bytes", call,
+                    *out ? (*out)->struct_size : size_t(0), type, needed);
+}
+
+DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {
+  if (axis >= 0 && axis < v.rank) return nullptr;
+  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->axis is %d; expected 0 <= axis < %d "
+                    "(the rank of %s %s)", call, axis, v.rank, what, dims(v).c_str());
+}
+
+// Checks an index-op tensor's shape against x's: same rank, and no larger
+// than x in any dim but the axis (torch.gather / scatter_add).
+DK_Error* check_index_shape(const char* call, const char* what, const View& v, const View& x,
+                            int32_t axis) {
+  bool ok = v.rank == x.rank;
+  for (int32_t d = 0; ok && d < v.rank; ++d) ok = d == axis || v.shape[d] <= x.shape[d];
+  if (ok) return nullptr;
+  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s; expected rank %d and a size "
+                    "<= x's in every dim but axis %d (x is %s)", call, what, dims(v).c_str(),
+                    x.rank, axis, dims(x).c_str());
+}
+
+}  // namespace
+}  // namespace dkcpu
+
+using namespace dkcpu;
+
+extern "C" {
+
+DK_Error* dk_cpu_kernel_iota(const DK_Kernel_Args* args) {
+  static const char* const kCall = "cpu.Kernel(iota)";
+  if (DK_Error* e = check_call(kCall, args, DK_OP_IOTA, 0, 1)) return e;
+  return guarded(kCall, [&]() -> DK_Error* {
+    View out;
+    int64_t numel = 0;
+    const DK_IotaAttrs* attrs;
+    if (DK_Error* e = load_view(kCall, "output 0", args, args->outputs[0], &out, &numel)) return e;
+    if (DK_Error* e = check_dtype_declared(kCall, "output 0", DK_OP_IOTA, out)) return e;
+    if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_IOTA, out)) return e;
+    if (DK_Error* e = load_attrs(kCall, args, DK_IotaAttrs_STRUCT_SIZE, "DK_IotaAttrs", &attrs))
+      return e;
+    if (DK_Error* e = check_axis(kCall, attrs->axis, out, "output 0")) return e;
+    IotaLaunch l{};
+    for (const DK_Scalar* s : {&attrs->start, &attrs->step}) {
+      const int dt = int(s->dtype);
+      if ((dt != DK_DTYPE_FLOAT64 && dt != DK_DTYPE_INT64 && dt != DK_DTYPE_BOOL) ||
+          (dt == DK_DTYPE_BOOL && s->value.i != 0 && s->value.i != 1)) {
+        return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->%s has dtype %d (%s) and value.i "
+                          "%lld; expected float64 (value.f), int64 (value.i) or bool (value.i 0 "
+                          "or 1)", kCall, s == &attrs->start ? "start" : "step", dt,
+                          dtype_name(dt), (long long)s->value.i);
+      }
+    }
+    auto is_int = [](const DK_Scalar& s) { return s.dtype != DK_DTYPE_FLOAT64; };
+    auto as_double = [&](const DK_Scalar& s) { return is_int(s) ? double(s.value.i) : s.value.f; };
+    l.exact_int = is_int(attrs->start) && is_int(attrs->step);
+    l.start_i = attrs->start.value.i;
+    l.step_i = attrs->step.value.i;
+    l.start_f = as_double(attrs->start);
+    l.step_f = as_double(attrs->step);
+    l.out = out.data;
+    l.dtype = out.dtype;
+    l.outer = l.inner = 1;
+    for (int32_t d = 0; d < attrs->axis; ++d) l.outer *= out.shape[d];
+    for (int32_t d = attrs->axis + 1; d < out.rank; ++d) l.inner *= out.shape[d];
+    l.length = out.shape[attrs->axis];
+    if (numel > 0) enqueue(args->stream, run_iota, l);
+    return nullptr;
+  });
+}
+
+// gather(x, index) and scatter_add(x, index, src) share their checks.
+static DK_Error* launch_index(const char* call, DK_OpId op, const DK_Kernel_Args* args) {
+  const bool scatter = op == DK_OP_SCATTER_ADD;
+  if (DK_Error* e = check_call(call, args, op, scatter ? 3 : 2, 1)) return e;
+  return guarded(call, [&]() -> DK_Error* {
+    View x{}, index{}, src{}, out{};
+    int64_t numel = 0, index_numel = 0, out_numel = 0;
+    const DK_AxisAttrs* attrs;
+    if (DK_Error* e = load_view(call, "input 0 (x)", args, args->inputs[0], &x, &numel)) return e;
+    if (DK_Error* e =
+            load_view(call, "input 1 (index)", args, args->inputs[1], &index, &index_numel))
+      return e;
+    if (scatter) {
+      if (DK_Error* e = load_view(call, "input 2 (src)", args, args->inputs[2], &src, &numel))
+        return e;
+    }
+    if (DK_Error* e = load_view(call, "output 0", args, args->outputs[0], &out, &out_numel))
+      return e;
+    if (DK_Error* e = check_dtype_declared(call, "input 0 (x)", op, x)) return e;
+    if (DK_Error* e = check_same_dtype(call, "output 0", out, x, "input 0 (x)")) return e;
+    if (scatter) {
+      if (DK_Error* e = check_same_dtype(call, "input 2 (src)", src, x, "input 0 (x)")) return e;
+    }
+    if (index.dtype != DK_DTYPE_INT64) {
+      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 1 (index) is %s; expected int64",
+                        call, dtype_name(index.dtype));
+    }
+    if (DK_Error* e = load_attrs(call, args, DK_AxisAttrs_STRUCT_SIZE, "DK_AxisAttrs", &attrs))
+      return e;
+    if (DK_Error* e = check_axis(call, attrs->axis, x, "input 0 (x)")) return e;
+    if (DK_Error* e = check_index_shape(call, "input 1 (index)", index, x, attrs->axis)) return e;
+    if (scatter) {
+      if (DK_Error* e = check_same_shape(call, "input 2 (src)", src, index, "input 1 (index)"))
+        return e;
+      if (DK_Error* e = check_same_shape(call, "output 0", out, x, "input 0 (x)")) return e;
+    } else if (DK_Error* e = check_same_shape(call, "output 0", out, index, "input 1 (index)")) {
+      return e;
+    }
+    const View* ins[3] = {&x, &index, &src};
+    static const char* const kNames[3] = {"input 0 (x)", "input 1 (index)", "input 2 (src)"};
+    for (int i = 0; i < (scatter ? 3 : 2); ++i) {
+      if (DK_Error* e = check_layout(call, kNames[i], op, *ins[i])) return e;
+      if (DK_Error* e = check_no_alias(call, op, out, *ins[i], kNames[i])) return e;
+    }
+    if (DK_Error* e = check_layout(call, "output 0", op, out)) return e;
+    // (An empty out with a non-empty index still runs: every index is then
+    // out of range, and that must be reported.)
+    if (out_numel == 0 && index_numel == 0) return nullptr;
+    IndexLaunch l{x.data, reinterpret_cast<const int64_t*>(index.data), src.data, out.data,
+                  x.dtype, x.rank, attrs->axis, {}, {}};
+    std::copy(x.shape, x.shape + x.rank, l.x_shape);
+    std::copy(index.shape, index.shape + index.rank, l.idx_shape);
+    enqueue(args->stream, scatter ? run_scatter_add : run_gather, l);
+    return nullptr;
+  });
+}
+
+DK_Error* dk_cpu_kernel_gather(const DK_Kernel_Args* args) {
+  return launch_index("cpu.Kernel(gather)", DK_OP_GATHER, args);
+}
+
+DK_Error* dk_cpu_kernel_scatter_add(const DK_Kernel_Args* args) {
+  return launch_index("cpu.Kernel(scatter_add)", DK_OP_SCATTER_ADD, args);
+}
+
+}  // extern "C"
+
