@@ -412,6 +412,15 @@ def test_random(dtype, shape, seed, offset):
                        op="random_uniform", case=f"shape={shape} seed={seed} offset={offset}")
 
 
+@pytest.mark.parametrize("dtype", dtypes_of("random_uniform"))
+def test_uniform_is_below_one_and_exact_in_every_float_dtype(dtype):
+    # 2^16 samples hit words near 2^32, where rounding a 24-bit fraction to
+    # float16/bfloat16 would give exactly 1.0.
+    u = ops.rand((1 << 16,), seed=3, dtype=getattr(dk, dtype)).numpy().astype(np.float64)
+    assert u.min() >= 0.0 and u.max() < 1.0, (u.min(), u.max())
+    assert len(np.unique(u)) > 100
+
+
 # -- the SDK surface on top: promotion, operators, errors --------------------
 
 PROMOTE = [("int8", "uint8", "add", "int32"), ("float16", "bfloat16", "mul", "float32"),

@@ -272,11 +272,12 @@ Tensor random(DK_OpId op, const std::shared_ptr<Device>& dev, const Dims& shape,
   attrs.struct_size = DK_RandomAttrs_STRUCT_SIZE;
   attrs.seed = seed;
   attrs.offset = offset;
-  return with_dtype_fallback(op, *dev, dt, dt, [&](DK_DType c) {
-    Tensor out = TensorImpl::empty(dev, c, shape);
-    if (out->numel() > 0) launch(op, {}, {out.get()}, &attrs);
-    return out;
-  });
+  // No dtype fallback: the bits are specified per output dtype, so computing
+  // in another dtype and casting would give other numbers. A missing dtype is
+  // reported by launch().
+  Tensor out = TensorImpl::empty(dev, dt, shape);
+  if (out->numel() > 0) launch(op, {}, {out.get()}, &attrs);
+  return out;
 }
 
 }  // namespace dk

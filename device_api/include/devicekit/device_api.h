@@ -603,9 +603,10 @@ typedef enum DK_OpId {
    * {lo32(c), hi32(c), 0, 0}, key = {lo32(seed), hi32(seed)}) with c = offset
    * + n / 4, reinterpreted as int32. Every backend yields identical bits. */
   DK_OP_RANDOM_BITS = 41,
-  /* random_uniform() -> out; attrs DK_RandomAttrs; since 1.1. u = (w >> 8) *
-   * 2^-24 in [0, 1), w the uint32 word random_bits gives element n; u is exact
-   * in float32 and rounded to nearest even for float16/bfloat16. */
+  /* random_uniform() -> out; attrs DK_RandomAttrs; since 1.1. u = (w >> (32 -
+   * p)) * 2^-p with w the uint32 word random_bits gives element n and p the
+   * significand width of out's dtype (24 for float32 and float64, 11 for
+   * float16, 8 for bfloat16): exact, and always in [0, 1). */
   DK_OP_RANDOM_UNIFORM = 42,
   DK_OP_COUNT_1_0 = 4, /* number of ops in device API 1.0 */
   DK_OP_COUNT_1_1 = 43 /* number of ops in device API 1.1 */

@@ -17,15 +17,14 @@ struct RandomLaunch {
   uint64_t seed, offset;
 };
 
-// random_uniform: the top 24 bits as a multiple of 2^-24, exact in float32;
-// float16/bfloat16 round that float to nearest even (see the note in
-// README.md: near 1 that rounding can give exactly 1.0).
+// random_uniform: the top p bits of the word as a multiple of 2^-p, where p
+// is the significand width of the output type (24 for float32 and float64,
+// 11 for float16, 8 for bfloat16): exact in that type and always < 1.
 template <class T>
 T uniform_from_bits(uint32_t w) {
-  const float u = float(w >> 8) * 0x1p-24f;
-  if constexpr (std::is_same<T, f16>::value) return f16{float_to_half(u)};
-  else if constexpr (std::is_same<T, bf16>::value) return bf16{float_to_bfloat16(u)};
-  else return T(u);
+  if constexpr (std::is_same<T, f16>::value) return f16{float_to_half(float(w >> 21) * 0x1p-11f)};
+  else if constexpr (std::is_same<T, bf16>::value) return bf16{float_to_bfloat16(float(w >> 24) * 0x1p-8f)};
+  else return T(float(w >> 8) * 0x1p-24f);
 }
 
 template <class T, bool kBits>

@@ -78,7 +78,10 @@ def random_uniform(shape, seed, offset=0, dtype=np.float32):
     float16 or ml_dtypes.bfloat16)."""
     from .oracle import round_to  # correct float64 -> bfloat16 rounding lives there
 
-    u = (_words(shape, seed, offset) >> np.uint32(8)).astype(np.float64) * 2.0**-24
+    # p = significand bits of dtype; (w >> (32 - p)) * 2^-p is exact and < 1.
+    p = {np.dtype(np.float16): 11, np.dtype(np.float32): 24, np.dtype(np.float64): 24}.get(
+        np.dtype(dtype), 8)  # 8: bfloat16
+    u = (_words(shape, seed, offset) >> np.uint32(32 - p)).astype(np.float64) * 2.0**-p
     return round_to(u, dtype)
 
 
