@@ -156,22 +156,6 @@ DK_Error* run_scatter_add(const void* payload) {
 
 // ---- Validation ------------------------------------------------------------
 
-template <class Attrs>
-DK_Error* load_attrs(const char* call, const DK_Kernel_Args* a, size_t needed, const char* type,
-                     const Attrs** out) {
-  *out = static_cast<const Attrs*>(a->attrs);
-  if (*out != nullptr && (*out)->struct_size >= needed) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs is NULL or its struct_size is %zu; "
-                    "expected a %s of at least %zu bytes", call,
-                    *out ? (*out)->struct_size : size_t(0), type, needed);
-}
-
-DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {
-  if (axis >= 0 && axis < v.rank) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->axis is %d; expected 0 <= axis < %d "
-                    "(the rank of %s %s)", call, axis, v.rank, what, dims(v).c_str());
-}
-
 // Checks an index-op tensor's shape against x's: same rank, and no larger
 // than x in any dim but the axis (torch.gather / scatter_add).
 DK_Error* check_index_shape(const char* call, const char* what, const View& v, const View& x,

@@ -356,22 +356,6 @@ DK_Error* run_cumsum(const void* payload) {
 
 // ---- Validation shared by the launchers -----------------------------------
 
-template <class Attrs>
-DK_Error* load_attrs(const char* call, const DK_Kernel_Args* a, size_t needed, const char* type,
-                     const Attrs** out) {
-  *out = static_cast<const Attrs*>(a->attrs);
-  if (*out != nullptr && (*out)->struct_size >= needed) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs is NULL or its struct_size is %zu; "
-                    "expected a %s of at least %zu bytes", call,
-                    *out ? (*out)->struct_size : size_t(0), type, needed);
-}
-
-DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {
-  if (axis >= 0 && axis < v.rank) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->axis is %d; expected 0 <= axis < %d "
-                    "(the rank of %s %s)", call, axis, v.rank, what, dims(v).c_str());
-}
-
 // out must be x's shape with the dims in `axes` set to 1.
 DK_Error* check_reduced_shape(const char* call, const View& x, const View& out, uint32_t axes) {
   bool ok = out.rank == x.rank;
