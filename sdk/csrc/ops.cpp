@@ -218,29 +218,18 @@ Tensor full(const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt,
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  if (&a->device() != &b->device()) {
-    invalid_argument("add: operands are on different devices (" + a->describe() + ", " +
-                     b->describe() + "); move one with .to(device) first");
-  }
-  const DK_DType dt = promote_types(a->dtype(), b->dtype());
-  // Fast path: same shape, dtype and layout; the common case in models.
-  const bool same_shape = a->rank() == b->rank() &&
-                          std::equal(a->shape_data(), a->shape_data() + a->rank(), b->shape_data());
-  const uint32_t caps = a->device().plugin()->kernel_caps(DK_OP_ADD);
-  Tensor x = cast(a, dt), y = cast(b, dt);
-  Tensor out;
-  if (same_shape) {
-    out = TensorImpl::empty(a->device_ptr(), dt, a->rank(), a->shape_data());
-    if (!(caps & DK_KERNEL_CAP_STRIDED)) {
-      x = contiguous(x);
-      y = contiguous(y);
-    }
-  } else {
-    const Dims shape = broadcast_shapes(a->shape(), b->shape());
-    out = TensorImpl::empty(a->device_ptr(), dt, shape);
-    x = prepare_input(x, shape, caps);
-    y = prepare_input(y, shape, caps);
-  }
+  // Fast path for the common case in models: same device, dtype and shape, a
+  // dtype the kernel declares. Everything else (promotion, broadcasting, dtype
+  // fallback) goes through the generic path that every binary op shares.
+  Plugin* p = a->device().plugin();
+  const bool fast = &a->device() == &b->device() && a->dtype() == b->dtype() &&
+                    a->rank() == b->rank() &&
+                    std::equal(a->shape_data(), a->shape_data() + a->rank(), b->shape_data()) &&
+                    (p->kernel_dtypes(DK_OP_ADD) & DK_DTYPE_BIT(a->dtype()));
+  if (!fast) return binary(DK_OP_ADD, a, b);
+  const bool strided_ok = p->kernel_caps(DK_OP_ADD) & DK_KERNEL_CAP_STRIDED;
+  const Tensor x = strided_ok ? a : contiguous(a), y = strided_ok ? b : contiguous(b);
+  Tensor out = TensorImpl::empty(a->device_ptr(), a->dtype(), a->rank(), a->shape_data());
   if (out->numel() > 0) launch(DK_OP_ADD, {x.get(), y.get()}, {out.get()});
   return out;
 }
