@@ -94,6 +94,12 @@ def main(argv=None):
     p = sub.add_parser("devices", help="list plugins, their devices and load errors")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_devices)
+    # Each further command lives in its own module and registers itself with
+    # add_parser(subparsers) -> sets func; run(args) returns the exit code.
+    from .conformance import cli as conformance_cli
+    conformance_cli.add_parser(sub)
+    from . import scaffold
+    scaffold.add_parser(sub)
 
     args = parser.parse_args(argv)
     if args.include_dir:

@@ -1,0 +1,1 @@
+"""DeviceKit conformance suite (installed as devicekit.conformance_tests)."""

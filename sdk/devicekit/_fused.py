@@ -1,0 +1,91 @@
+"""Fused-kernel selection for composite ops (the SDPA "kernel picker", generalised).
+
+A composite op (``rms_norm``, ``softmax``, ``scaled_dot_product_attention`` ...)
+is always defined by its decomposition into base ops. A plugin may register
+fused kernels for it; ``dispatch`` takes the first one whose ``supports``
+predicate accepts the call, else runs the decomposition. Which path each call
+took is counted (``devicekit.composite_stats()``) and never silent.
+
+Contract used by the composites in ``devicekit.nn.functional``::
+
+    dispatch(op, inputs, attrs, decompose)
+
+- ``op``: the composite's name, e.g. ``"rms_norm"``.
+- ``inputs``: a tuple of Tensor or None (an absent optional input).
+- ``attrs``: a dict of the op's attributes (floats, ints, bools).
+- ``decompose``: a zero-argument callable running the decomposition.
+
+While autograd is recording and an input requires grad, the decomposition
+runs (its gradient is the composite's gradient), unless the kernel brings a
+fused backward; that choice is counted like any other.
+"""
+
+import contextlib
+import threading
+
+_state = threading.local()
+_stats_lock = threading.Lock()
+_stats = {}  # op -> {"decomposed": n, "fused": {kernel name: n}}
+
+
+def _enabled():
+    return getattr(_state, "enabled", True)
+
+
+@contextlib.contextmanager
+def fused_kernels(enabled=True):
+    """``with devicekit.fused_kernels(False):`` forces every composite op in this
+    thread onto its decomposition (for testing and benchmarks)."""
+    previous = _enabled()
+    _state.enabled = bool(enabled)
+    try:
+        yield
+    finally:
+        _state.enabled = previous
+
+
+def _count(op, kernel=None):
+    with _stats_lock:
+        entry = _stats.setdefault(op, {"decomposed": 0, "fused": {}})
+        if kernel is None:
+            entry["decomposed"] += 1
+        else:
+            entry["fused"][kernel] = entry["fused"].get(kernel, 0) + 1
+
+
+def composite_stats():
+    """Per composite op: ``decomposed`` calls and ``fused`` calls per kernel name."""
+    with _stats_lock:
+        return {op: {"decomposed": e["decomposed"], "fused": dict(e["fused"])}
+                for op, e in _stats.items()}
+
+
+def reset_composite_stats():
+    with _stats_lock:
+        _stats.clear()
+
+
+def _try_fused(op, inputs, attrs):
+    """Run the first registered fused kernel that accepts the call.
+
+    Returns ``(output, kernel_name)`` or ``None`` when no kernel accepts.
+    (Filled in by the fused-kernel ABI work; until then nothing is registered.)
+    """
+    return None
+
+
+def _needs_grad(inputs):
+    from . import autograd  # local: autograd imports ops, which import this module
+    return autograd.is_grad_enabled() and any(
+        t is not None and getattr(t, "requires_grad", False) for t in inputs)
+
+
+def dispatch(op, inputs, attrs, decompose):
+    if _enabled() and not _needs_grad(inputs):
+        hit = _try_fused(op, inputs, attrs)
+        if hit is not None:
+            out, kernel = hit
+            _count(op, kernel)
+            return out
+    _count(op)
+    return decompose()
