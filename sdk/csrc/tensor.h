@@ -64,6 +64,12 @@ class TensorImpl {
 
   std::string describe() const;  // "float32[2, 3] on cpu:0"
 
+  // Set on tensors autograd tracks (leaves with requires_grad, and results
+  // recorded on the tape). The add hot path reads only this byte to decide
+  // whether a call must go to the Python autograd hook. New tensors and views
+  // made in C++ start untracked; devicekit.autograd sets it.
+  bool requires_grad = false;
+
  private:
   std::shared_ptr<Storage> storage_;
   int64_t offset_ = 0;  // in elements

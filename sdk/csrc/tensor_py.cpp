@@ -32,9 +32,27 @@ py::buffer_info host_buffer(const py::array& a, DK_DType dt, bool writable) {
   return a.request(writable);
 }
 
-Tensor binary_add(const Tensor& a, const py::object& b) {
-  if (py::isinstance<TensorImpl>(b)) return add(a, b.cast<Tensor>());
-  return add(a, scalar_like(a, to_scalar(b)));
+// devicekit.autograd's add(a, b), called instead of the kernel when an operand
+// is tracked. Heap-allocated and never freed: a py::object destroyed after the
+// interpreter shuts down would crash at exit.
+py::object& autograd_add_hook() {
+  static py::object* hook = new py::object();
+  return *hook;
+}
+
+// Returns a py::object, not a Tensor: the hook's result carries Python-side
+// autograd attributes (grad_fn) in its __dict__, and only that very wrapper
+// object has them.
+py::object tensor_add(const Tensor& a, const Tensor& b, const py::object& a_obj, const py::object& b_obj) {
+  if ((a->requires_grad || b->requires_grad) && autograd_add_hook()) return autograd_add_hook()(a_obj, b_obj);
+  return py::cast(add(a, b));
+}
+
+py::object binary_add(const py::object& a_obj, const py::object& b) {
+  const Tensor a = a_obj.cast<Tensor>();
+  if (py::isinstance<TensorImpl>(b)) return tensor_add(a, b.cast<Tensor>(), a_obj, b);
+  if (a->requires_grad && autograd_add_hook()) return autograd_add_hook()(a_obj, b);
+  return py::cast(add(a, scalar_like(a, to_scalar(b))));
 }
 
 }  // namespace
@@ -64,12 +82,19 @@ void bind_tensor(py::module_& m) {
         py::gil_scoped_release nogil;
         to_host(t, b.ptr, size_t(b.size) * size_t(b.itemsize));
       })
+      .def_property("_requires_grad", [](const TensorImpl& t) { return t.requires_grad; },
+                    [](TensorImpl& t, bool v) { t.requires_grad = v; },
+                    "the C++ tracking flag; use .requires_grad, which validates")
       .def("__add__", &binary_add, py::is_operator())
       .def("__radd__", &binary_add, py::is_operator());
 
-  m.def("add", [](const Tensor& a, const Tensor& b) { return add(a, b); }, py::arg("a"), py::arg("b"));
-  m.def("add", [](const Tensor& a, const py::object& b) { return binary_add(a, b); }, py::arg("a"), py::arg("b"));
-  m.def("add", [](const py::object& a, const Tensor& b) { return binary_add(b, a); }, py::arg("a"), py::arg("b"));
+  m.def("add", [](const py::object& a, const py::object& b) {
+    if (py::isinstance<TensorImpl>(a)) return binary_add(a, b);
+    if (!py::isinstance<TensorImpl>(b)) throw py::type_error("add: at least one operand must be a Tensor");
+    return binary_add(b, a);
+  }, py::arg("a"), py::arg("b"));
+  m.def("_set_autograd_add_hook", [](py::object hook) { autograd_add_hook() = std::move(hook); },
+        "install devicekit.autograd's add(a, b) for tracked operands");
 
   m.def("from_host", [](const std::shared_ptr<Device>& dev, int dt, py::array a) {
     const DK_DType d = checked_dtype(dt);

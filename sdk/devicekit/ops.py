@@ -4,6 +4,13 @@ Every function here ends in one C++ call per base op: type promotion,
 broadcasting, and casts around a kernel that lacks a dtype happen in the SDK
 core, once, not in each plugin (see ``devicekit.dispatch_stats()``). An op
 the device's plugin does not implement raises ``NotImplementedByPlugin``.
+
+Differentiable ops report their result to ``autograd.track`` (their gradient
+rules are in ``_grad_rules.py``); comparisons, logical ops, argmax, floor,
+sign and random ops are not differentiable and their results never require
+grad. Gradient tie rules: ``maximum``/``minimum`` split the gradient half and
+half between equal operands; ``max``/``min`` reductions split it evenly among
+all elements equal to the result.
 """
 
 import builtins as _builtins  # sum, max, min, abs and pow are shadowed below
@@ -13,6 +20,7 @@ import numbers
 from . import _core
 from . import dtypes as _dt
 from ._registry import device as _device
+from .autograd import track as _track
 from .errors import InvalidArgumentError
 from .tensor import Tensor, full
 
@@ -21,34 +29,44 @@ _ID = {name: i for i, name in enumerate(_core.OP_NAMES)}
 add = _core.add  # the C++ binding itself: no Python frame per call
 
 
-def _unary(name):
+def _unary(name, differentiable=True):
     op = _ID[name]
 
     def fn(x):
         return _core.unary(op, x)
+
+    def tracked(x):
+        return _track(name, _core.unary(op, x), (x,))
+    fn = tracked if differentiable else fn
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"Elementwise base op ``{name}`` (see docs/base_ops.md)."
     return fn
 
 
-def _binary(name, doc=None):
+def _binary(name, doc=None, differentiable=True):
     op = _ID[name]
 
     def fn(a, b):
         return _core.binary(op, a, b)
+
+    def tracked(a, b):
+        return _track(name, _core.binary(op, a, b), (a, b))
+    fn = tracked if differentiable else fn
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc or f"Elementwise base op ``{name}`` with broadcasting and type promotion."
     return fn
 
 
-neg, abs, exp, log, sqrt, rsqrt, reciprocal, sin, cos, tanh, erf, floor, sign = (
+neg, abs, exp, log, sqrt, rsqrt, reciprocal, sin, cos, tanh, erf = (
     _unary(n) for n in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
-                        "tanh", "erf", "floor", "sign"))
+                        "tanh", "erf"))
+floor, sign = (_unary(n, differentiable=False) for n in ("floor", "sign"))  # zero gradient
 sub, mul, div, pow, maximum, minimum = (
     _binary(n) for n in ("sub", "mul", "div", "pow", "maximum", "minimum"))
-eq, ne, lt, le = (_binary(n) for n in ("eq", "ne", "lt", "le"))
-logical_and, logical_or, logical_xor = (_binary(n) for n in ("logical_and", "logical_or", "logical_xor"))
-logical_not = _unary("logical_not")
+eq, ne, lt, le = (_binary(n, differentiable=False) for n in ("eq", "ne", "lt", "le"))
+logical_and, logical_or, logical_xor = (
+    _binary(n, differentiable=False) for n in ("logical_and", "logical_or", "logical_xor"))
+logical_not = _unary("logical_not", differentiable=False)
 
 
 def gt(a, b):
@@ -63,7 +81,7 @@ def ge(a, b):
 
 def where(cond, a, b):
     """``a`` where ``cond`` is true, else ``b`` (broadcast; cond taken as ``!= 0``)."""
-    return _core.where(cond, a, b)
+    return _track("where", _core.where(cond, a, b), (cond, a, b))
 
 
 def _axes(x, axis):
@@ -97,7 +115,8 @@ def _reduction(name):
         mask = 0
         for a in axes:
             mask |= 1 << a
-        return _squeeze(_core.reduce(op, x, mask), axes, keepdims)
+        out = _track("reduce_" + name, _core.reduce(op, x, mask), (x,), axes=axes)
+        return _squeeze(out, axes, keepdims)
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (f"{name} over ``axis`` (int, tuple or None for all), like numpy; integer and "
                   f"bool sums are int64." if name == "sum" else f"{name} over ``axis``, like numpy.")
@@ -129,7 +148,7 @@ def argmax(x, axis=None, keepdims=False):
 
 def cumsum(x, axis):
     """Running sum along ``axis``; integer and bool inputs give int64."""
-    return _core.cumsum(x, axis)
+    return _track("cumsum", _core.cumsum(x, axis), (x,), axis=axis)
 
 
 def arange(start, stop=None, step=1, dtype=None, device="cpu:0"):
@@ -147,12 +166,12 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu:0"):
 
 def gather(x, axis, index):
     """``out[i][j] = x[index[i][j]][j]`` for axis 0 (``torch.gather``)."""
-    return _core.gather(x, axis, index)
+    return _track("gather", _core.gather(x, axis, index), (x, index), axis=axis)
 
 
 def scatter_add(x, axis, index, src):
     """``x`` with ``src`` added at ``index`` along ``axis`` (``torch.scatter_add``)."""
-    return _core.scatter_add(x, axis, index, src)
+    return _track("scatter_add", _core.scatter_add(x, axis, index, src), (x, index, src), axis=axis)
 
 
 def matmul(a, b):
@@ -167,7 +186,7 @@ def matmul(a, b):
     batch = _core.broadcast_shapes(list(a.shape[:-2]), list(b.shape[:-2]))
     a = a.expand(*batch, *a.shape[-2:])
     b = b.expand(*batch, *b.shape[-2:])
-    out = _core.matmul(a, b)
+    out = _track("matmul", _core.matmul(a, b), (a, b))
     shape = list(out.shape)
     if vb:
         shape.pop(-1)
@@ -189,7 +208,7 @@ def rand(shape, seed, offset=0, dtype=_dt.float32, device="cpu:0"):
 
 def cast(x, dtype):
     """``x`` converted to ``dtype`` (round to nearest even between floats)."""
-    return x._cast(_dt.as_dtype(dtype).id)
+    return _track("cast", x._cast(_dt.as_dtype(dtype).id), (x,))
 
 
 def contiguous(x):

@@ -3,6 +3,8 @@
 ``Tensor`` is the C++ class ``devicekit._core.Tensor``; the per-call paths
 (``+``, ``ops.add``, casts, copies) are bound in C++. The methods added here
 parse Python-level arguments (shapes, indices) into one C++ view call.
+Views, ``contiguous`` and ``to`` report to ``autograd.track`` so gradients
+flow through them.
 """
 
 import numbers
@@ -12,9 +14,11 @@ import numpy as np
 from . import _core
 from . import dtypes as _dt
 from ._registry import device as _device
+from .autograd import track as _track
 from .errors import InvalidArgumentError
 
 Tensor = _core.Tensor
+_raw_contiguous = Tensor.contiguous  # the C++ method; the tracked one replaces it below
 
 # Same-size unsigned views let bytes cross the C++ boundary for every dtype,
 # bfloat16 included, without depending on buffer-protocol format codes.
@@ -25,16 +29,25 @@ def _raw(arr):
     return arr.view(_RAW[arr.dtype.itemsize])
 
 
-def tensor(data, device="cpu:0", dtype=None):
+def tensor(data, device="cpu:0", dtype=None, requires_grad=False):
     """Copy ``data`` (array-like or Tensor) to a new tensor on ``device``.
 
     Without ``dtype``: numpy arrays keep their dtype; Python floats become
-    float32, ints int64 and bools bool (as in PyTorch).
+    float32, ints int64 and bools bool (as in PyTorch). The result is a new
+    autograd leaf (a Tensor ``data`` is copied, not tracked through).
     """
+    out = _tensor(data, device, dtype)
+    if requires_grad:
+        out.requires_grad = True  # validates the dtype
+    return out
+
+
+def _tensor(data, device, dtype):
     dev = _device(device)
     if isinstance(data, Tensor):
         out = data._to_device(dev)
-        return out._cast(_dt.as_dtype(dtype).id) if dtype is not None else out
+        out = out._cast(_dt.as_dtype(dtype).id) if dtype is not None else out
+        return out.detach() if out is data else out
     if dtype is not None:
         dt = _dt.as_dtype(dtype)
         arr = np.asarray(data)
@@ -88,6 +101,7 @@ def _numpy(self):
 def _to(self, target=None, dtype=None):
     """``t.to("cpu:0")``, ``t.to(devicekit.float16)``, ``t.to(device, dtype)``."""
     out = self
+    device = None
     if target is not None:
         try:
             dtype_target = _dt.as_dtype(target)
@@ -96,9 +110,11 @@ def _to(self, target=None, dtype=None):
         if dtype_target is not None and not isinstance(target, _core.Device):
             dtype = dtype if dtype is not None else dtype_target
         else:
-            out = out._to_device(_device(target))
+            device = _device(target)
+    if device is not None:
+        out = _track("to_device", out._to_device(device), (out,))
     if dtype is not None:
-        out = out._cast(_dt.as_dtype(dtype).id)
+        out = _track("cast", out._cast(_dt.as_dtype(dtype).id), (out,))
     return out
 
 
@@ -124,8 +140,8 @@ def _reshape(self, *shape):
         raise InvalidArgumentError(
             f"reshape: shape {tuple(shape)} has {int(np.prod(shape))} elements, tensor of shape "
             f"{self.shape} has {n}")
-    src = self.contiguous()  # a copy only when the layout demands it
-    return src._view(shape, _contiguous_strides(shape), src._offset)
+    src = _raw_contiguous(self)  # a copy only when the layout demands it
+    return _track("reshape", src._view(shape, _contiguous_strides(shape), src._offset), (self,))
 
 
 def _permute(self, *dims):
@@ -134,7 +150,8 @@ def _permute(self, *dims):
     norm = [d + nd if d < 0 else d for d in dims]
     if sorted(norm) != list(range(nd)):
         raise InvalidArgumentError(f"permute: {tuple(dims)} is not a permutation of {nd} dims")
-    return self._view([self.shape[d] for d in norm], [self.strides[d] for d in norm], self._offset)
+    out = self._view([self.shape[d] for d in norm], [self.strides[d] for d in norm], self._offset)
+    return _track("permute", out, (self,), dims=norm)
 
 
 def _transpose(self, dim0, dim1):
@@ -147,12 +164,16 @@ def _expand(self, *shape):
     shape = _shape_arg(shape)
     lead = len(shape) - self.ndim
     shape = [self.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape)]
-    return self._expand(shape)
+    return _track("expand", self._expand(shape), (self,))
 
 
 def _getitem(self, index):
     if not isinstance(index, tuple):
         index = (index,)
+    return _track("getitem", _basic_view(self, index), (self,), index=index)
+
+
+def _basic_view(self, index):
     if any(isinstance(i, (Tensor, list, np.ndarray)) for i in index):
         raise NotImplementedError("advanced (tensor/list) indexing is not supported yet; "
                                   "use ints, slices, None and ...")
@@ -225,6 +246,7 @@ for _name, _fn in {
     "transpose": _transpose, "expand": _expand, "__getitem__": _getitem,
     "__repr__": _repr, "__len__": _len, "item": _item, "tolist": lambda self: self.numpy().tolist(),
     "__array__": _array, "__bool__": _bool,
+    "contiguous": lambda self: _track("contiguous", _raw_contiguous(self), (self,)),
 }.items():
     setattr(Tensor, _name, _fn)
 Tensor.dtype = property(_dtype)
