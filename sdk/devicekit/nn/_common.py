@@ -3,6 +3,7 @@ bfloat16 compute policy."""
 
 import numbers
 
+from .. import _core
 from .. import dtypes as _dt
 from ..errors import DTypeError, InvalidArgumentError
 
@@ -37,6 +38,14 @@ def check_vector(op, name, t, size):
     """``t`` is None or a 1-D tensor of ``size`` elements (a per-feature weight or bias)."""
     if t is not None and shape_of(t) != [size]:
         fail(op, f"{name} must have shape [{size}], got {shape_of(t)}")
+
+
+def broadcasts_to(t, target):
+    """Whether ``t`` broadcasts to ``target`` without changing it."""
+    try:
+        return _core.broadcast_shapes(shape_of(t), list(target)) == list(target)
+    except InvalidArgumentError:  # the shapes do not broadcast at all
+        return False
 
 
 def norm_axis(op, t, axis):

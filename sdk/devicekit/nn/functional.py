@@ -19,7 +19,7 @@ from .. import _core, _fused
 from .. import ops
 from ..autograd import no_grad
 from ..tensor import full
-from ._common import (check_float, check_int, check_rank, check_vector, compute, fail,
+from ._common import (broadcasts_to, check_float, check_int, check_rank, check_vector, compute, fail,
                       norm_axis, result, shape_of)
 from ._spatial import avg_pool2d, conv2d, max_pool2d
 
@@ -178,8 +178,8 @@ def swiglu(x):
     check_rank("swiglu", "x", x, 1)
     if x.shape[-1] % 2:
         fail("swiglu", f"the last dim of x must be even, got shape {shape_of(x)}")
-    h = x.shape[-1] // 2
-    return silu(x[..., :h]) * x[..., h:]
+    gate, value = _halves(x)
+    return silu(gate) * value
 
 
 # ---- layers -----------------------------------------------------------------
@@ -230,11 +230,7 @@ def rotary_embedding(x, cos, sin):
     if x.shape[-1] % 2:
         fail("rotary_embedding", f"the last dim of x must be even, got shape {shape_of(x)}")
     for name, t in (("cos", cos), ("sin", sin)):
-        try:
-            ok = _core.broadcast_shapes(shape_of(x), shape_of(t)) == shape_of(x)
-        except Exception:
-            ok = False
-        if not ok:
+        if not broadcasts_to(t, shape_of(x)):
             fail("rotary_embedding", f"{name} {shape_of(t)} does not broadcast to x {shape_of(x)}")
     xf = compute(x)
     x1, x2 = _halves(xf)
@@ -313,11 +309,7 @@ def _check_attention(q, k, v, mask, is_causal):
         if not (mask.dtype == "bool" or mask.dtype.is_floating_point):
             fail(op, f"attn_mask must be bool or floating, got {mask.dtype}")
         target = [*q.shape[:-1], k.shape[-2]]
-        try:
-            ok = _core.broadcast_shapes(shape_of(mask), target) == target
-        except Exception:
-            ok = False
-        if not ok:
+        if not broadcasts_to(mask, target):
             fail(op, f"attn_mask {shape_of(mask)} does not broadcast to {target} ({shapes})")
 
 
