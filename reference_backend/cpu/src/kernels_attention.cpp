@@ -124,19 +124,30 @@ __attribute__((target("avx2,fma"))) void attend_range_avx2(const SdpaLaunch& L, 
   for (int64_t it = begin; it < end; ++it) attend_block(L, it, scratch);
 }
 
-bool has_avx2() {
+// 512-bit vectors: each key tile row (kBk = 64 floats) is four registers.
+__attribute__((target("avx512f,avx512vl,avx2,fma,prefer-vector-width=512")))
+void attend_range_avx512(const SdpaLaunch& L, int64_t begin, int64_t end, float* scratch) {
+  for (int64_t it = begin; it < end; ++it) attend_block(L, it, scratch);
+}
+
+enum class Isa { kGeneric, kAvx2, kAvx512 };
+
+Isa detect_isa() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return Isa::kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+  return Isa::kGeneric;
 }
 
 DK_Error* run_sdpa(const void* payload) {
   const SdpaLaunch L = *static_cast<const SdpaLaunch*>(payload);
-  static const bool avx2 = has_avx2();
+  static const Isa isa = detect_isa();
   const int64_t items = L.b * L.hq * ((L.lq + kBq - 1) / kBq);
   parallel_for(items, 1, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scratch;  // grows once per thread, then reused
     scratch.resize(size_t(kBq * L.d + L.d * kBk + kBq * L.dv));
-    if (avx2) attend_range_avx2(L, begin, end, scratch.data());
+    if (isa == Isa::kAvx512) attend_range_avx512(L, begin, end, scratch.data());
+    else if (isa == Isa::kAvx2) attend_range_avx2(L, begin, end, scratch.data());
     else attend_range(L, begin, end, scratch.data());
   });
   return nullptr;
