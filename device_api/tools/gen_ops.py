@@ -3,8 +3,10 @@
 
 Writes, between the GENERATED markers of include/devicekit/device_api.h, the
 DK_OpId list (in spec order: the order *is* the ABI and only appends), the
-DK_BASE_OPS X-macro, the op-count per minor and the attribute structs; and
-writes docs/base_ops.md and the SDK's per-op table sdk/csrc/base_ops_table.inc.
+DK_BASE_OPS X-macro, the op-count per minor, the DK_FusedOpId list of the
+composite ops a plugin may register fused kernels for (same append-only
+rules) and the attribute structs; and writes docs/base_ops.md and the SDK's
+per-op tables sdk/csrc/base_ops_table.inc and sdk/csrc/fused_ops_table.inc.
 With --check it changes nothing and exits 1 when a
 generated file is stale (the test suite runs that, so spec, header and docs
 cannot drift).
@@ -23,6 +25,7 @@ SPEC = os.path.join(API_DIR, "spec", "base_ops.json")
 HEADER = os.path.join(API_DIR, "include", "devicekit", "device_api.h")
 DOCS = os.path.join(REPO, "docs", "base_ops.md")
 SDK_TABLE = os.path.join(REPO, "sdk", "csrc", "base_ops_table.inc")
+SDK_FUSED_TABLE = os.path.join(REPO, "sdk", "csrc", "fused_ops_table.inc")
 BEGIN = "/* ---- BEGIN GENERATED from spec/base_ops.json by tools/gen_ops.py; do not edit ---- */"
 END = "/* ---- END GENERATED ---- */"
 
@@ -74,8 +77,9 @@ def header_block(spec):
     out += [f"  X({o['name'].upper()}, {o['name']}) \\" for o in ops]
     out[-1] = out[-1][:-2]
     out.append("")
+    out += fused_block(spec["fused_ops"])
     for name, st in spec["attr_structs"].items():
-        users = ", ".join(o["name"] for o in ops if o["attrs"] == name)
+        users = ", ".join(o["name"] for o in ops + spec["fused_ops"] if o["attrs"] == name)
         out.append(f"/* Attributes of {users} (since {st['since']}). */")
         out.append(f"typedef struct {name} {{")
         out.append("  size_t struct_size;")
@@ -86,6 +90,37 @@ def header_block(spec):
         out.append("")
     out.append(END)
     return "\n".join(out)
+
+
+def _counts(ops, prefix, what):
+    counts = {}
+    for i, o in enumerate(ops):
+        counts[o["since"]] = i + 1
+    return [f"  {prefix}_{v.replace('.', '_')} = {counts[v]}, /* number of {what} in device API {v} */"
+            for v in sorted(counts, key=_minor)]
+
+
+def fused_block(fused):
+    out = ["/* The composite ops a plugin may register fused kernels for (DK_FusedKernel.op;",
+           " * see \"Fused kernels\" below). Append-only, like DK_OpId. Per op: inputs",
+           " * (a trailing ? marks an optional input: when absent, its entry in",
+           " * DK_Kernel_Args.inputs is NULL) -> outputs, the attribute struct, and the",
+           " * semantics a fused kernel must reproduce: the SDK's decomposition into base",
+           " * ops is the definition, and conformance checks the kernel against it. */",
+           "typedef enum DK_FusedOpId {"]
+    for i, o in enumerate(fused):
+        sig = f"{o['name']}({', '.join(o['inputs'])}) -> {', '.join(o['outputs'])}"
+        out.append(_comment(f"{sig}; attrs {o['attrs']}; since {o['since']}. {o['semantics']}", 2))
+        out.append(f"  DK_FUSED_{o['name'].upper()} = {i},")
+    out += _counts(fused, "DK_FUSED_OP_COUNT", "fused ops")
+    out[-1] = out[-1].replace(",", "", 1)
+    out += ["} DK_FusedOpId;", "",
+            "/* X-macro over every fused op, in DK_FusedOpId order: X(ID_SUFFIX, name). */",
+            "#define DK_FUSED_OPS(X) \\"]
+    out += [f"  X({o['name'].upper()}, {o['name']}) \\" for o in fused]
+    out[-1] = out[-1][:-2]
+    out.append("")
+    return out
 
 
 def docs_table(spec):
@@ -102,7 +137,19 @@ def docs_table(spec):
         lines.append(f"| {i} | `{o['name']}` | {o['since']} | {io} | {o['attrs'] or '—'} | "
                      f"{dt_text} | {o['semantics']} |")
     lines += ["", "**Bold** dtypes are mandatory for a kernel that exists; others are declared",
-              "per op by the plugin, and the SDK converts where a dtype is missing.", ""]
+              "per op by the plugin, and the SDK converts where a dtype is missing.", "",
+              "# Fused operators", "",
+              "Composite ops a plugin may register fused kernels for (`DK_FusedKernelTable`,",
+              "since 1.2). The id is the `DK_FusedOpId` value. `?` marks an optional input",
+              "(a NULL entry in `DK_Kernel_Args.inputs` when absent). A kernel's `supports`",
+              "predicate decides which dtypes and layouts it takes; the SDK runs the",
+              "decomposition for every call no kernel accepts.", "",
+              "| id | op | since | inputs → outputs | attributes | semantics |",
+              "|---|---|---|---|---|---|"]
+    for i, o in enumerate(spec["fused_ops"]):
+        io = f"{', '.join(o['inputs'])} → {', '.join(o['outputs'])}"
+        lines.append(f"| {i} | `{o['name']}` | {o['since']} | {io} | {o['attrs']} | {o['semantics']} |")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -122,12 +169,22 @@ def sdk_table(spec):
     return "\n".join(rows) + "\n"
 
 
+def sdk_fused_table(spec):
+    """One row per fused op: {id, name, num_inputs, num_required_inputs}."""
+    rows = ["// Generated from device_api/spec/base_ops.json by device_api/tools/gen_ops.py;",
+            "// do not edit. Row: {fused op, name, num_inputs, num_required_inputs}."]
+    for o in spec["fused_ops"]:
+        required = sum(1 for i in o["inputs"] if not i.endswith("?"))
+        rows.append(f"{{DK_FUSED_{o['name'].upper()}, \"{o['name']}\", {len(o['inputs'])}, {required}}},")
+    return "\n".join(rows) + "\n"
+
+
 def render(spec):
     with open(HEADER) as f:
         header = f.read()
     a, b = header.index(BEGIN), header.index(END) + len(END)
     return {HEADER: header[:a] + header_block(spec) + header[b:], DOCS: docs_table(spec),
-            SDK_TABLE: sdk_table(spec)}
+            SDK_TABLE: sdk_table(spec), SDK_FUSED_TABLE: sdk_fused_table(spec)}
 
 
 def main(argv=None):

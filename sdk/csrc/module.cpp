@@ -144,6 +144,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("path", &Plugin::path)
       .def_property_readonly("devices", &Plugin::devices)
       .def("kernels", &kernel_info, "Per base op: implemented?, declared dtypes, capability bits")
+      .def("fused_kernels", &fused_kernel_info,
+           "The fused kernels the plugin registered (device API 1.2+), as [{op, name}] in the "
+           "order the dispatcher asks them; [] for older plugins")
       .def("__repr__", [](const Plugin& p) {
         return "<devicekit.Plugin '" + p.info().name + "' " + p.info().version + " (device API " +
                std::to_string(p.api_major()) + "." + std::to_string(p.api_minor()) + ") " +
@@ -184,5 +187,6 @@ PYBIND11_MODULE(_core, m) {
 
   bind_tensor(m);
   bind_ops(m);
+  bind_fused(m);
   bind_runtime(m, device_cls);
 }

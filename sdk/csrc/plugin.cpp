@@ -27,7 +27,8 @@ namespace {
 
 // DK_Api's size at each minor of major 1 (rule 4 in device_api.h). A plugin
 // claiming 1.m must be at least kApiSizeByMinor[m] bytes.
-constexpr size_t kApiSizeByMinor[] = {DK_Api_STRUCT_SIZE_1_0, DK_Api_STRUCT_SIZE_1_1};
+constexpr size_t kApiSizeByMinor[] = {DK_Api_STRUCT_SIZE_1_0, DK_Api_STRUCT_SIZE_1_1,
+                                      DK_Api_STRUCT_SIZE_1_2};
 constexpr int kKnownMinors = sizeof(kApiSizeByMinor) / sizeof(kApiSizeByMinor[0]);
 static_assert(kKnownMinors == DK_API_MINOR + 1, "add the new minor's DK_Api size");
 
@@ -117,6 +118,72 @@ void check_functions(const std::string& path, const DK_Api* api) {
 
 std::string safe_str(const char* s) { return s ? std::string(s) : std::string(); }
 
+// Fused ops per minor of major 1 (a 1.m plugin may only register those).
+int fused_op_count(int minor) { return minor >= 2 ? DK_FUSED_OP_COUNT_1_2 : 0; }
+
+bool valid_kernel_name(const char* s) {
+  if (s == nullptr || *s == '\0') return false;
+  for (; *s; ++s) {
+    const char c = *s;
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.')) return false;
+  }
+  return true;
+}
+
+// The fused-kernel registry (since 1.2), checked entry by entry so that a
+// malformed table is a load error naming the entry, never a crash at the
+// first composite call. Returns the kernels grouped by op, in table order.
+std::vector<std::vector<const DK_FusedKernel*>> check_fused(const std::string& path,
+                                                           const DK_Api* api) {
+  std::vector<std::vector<const DK_FusedKernel*>> by_op(DK_FUSED_OP_COUNT_1_2);
+  if (api->api_minor < 2) return by_op;  // the field does not exist in its table
+  const DK_FusedKernelTable* t = api->fused_kernels;
+  if (t == nullptr) return by_op;
+  if (t->struct_size < DK_FusedKernelTable_STRUCT_SIZE) {
+    version_error(path, "its DK_FusedKernelTable is " + std::to_string(t->struct_size) +
+                            " bytes, expected at least " +
+                            std::to_string(DK_FusedKernelTable_STRUCT_SIZE) +
+                            "; rebuild it against the device API header it claims");
+  }
+  if (t->num_kernels < 0 || (t->num_kernels > 0 && t->kernels == nullptr)) {
+    load_error(path, "DK_FusedKernelTable has num_kernels=" + std::to_string(t->num_kernels) +
+                         (t->num_kernels < 0 ? "; expected >= 0" : " but a NULL kernels array"));
+  }
+  const int known = fused_op_count(api->api_minor);
+  std::vector<std::string> names;
+  for (int i = 0; i < t->num_kernels; ++i) {
+    const DK_FusedKernel* k = t->kernels[i];
+    const std::string where = "DK_FusedKernelTable.kernels[" + std::to_string(i) + "]";
+    if (k == nullptr) load_error(path, where + " is NULL");
+    if (k->struct_size < DK_FusedKernel_STRUCT_SIZE) {
+      version_error(path, where + " has struct_size " + std::to_string(k->struct_size) +
+                              ", expected at least " + std::to_string(DK_FusedKernel_STRUCT_SIZE) +
+                              " (DK_FusedKernel_STRUCT_SIZE); set it with that macro");
+    }
+    if (!valid_kernel_name(k->name)) {
+      load_error(path, where + " has name " + (k->name ? "'" + std::string(k->name) + "'" : "NULL") +
+                           "; expected a non-empty [a-z0-9_.]+ name");
+    }
+    const std::string named = where + " ('" + k->name + "')";
+    if (k->op < 0 || k->op >= known) {
+      load_error(path, named + " has op " + std::to_string(k->op) +
+                           ", which is not a DK_FusedOpId of device API 1." +
+                           std::to_string(api->api_minor) + " (expected 0.." +
+                           std::to_string(known - 1) + ")");
+    }
+    if (k->supports == nullptr || k->launch == nullptr) {
+      load_error(path, named + " has a NULL " + (k->supports ? "launch" : "supports") +
+                           " function; both are required");
+    }
+    for (const std::string& n : names) {
+      if (n == k->name) load_error(path, named + ": the name is used twice; names must be unique");
+    }
+    names.push_back(k->name);
+    by_op[k->op].push_back(k);
+  }
+  return by_op;
+}
+
 }  // namespace
 
 std::shared_ptr<Plugin> Plugin::load(const std::string& path) {
@@ -146,11 +213,13 @@ std::shared_ptr<Plugin> Plugin::load(const std::string& path) {
   if (api == nullptr) load_error(path, DK_ENTRY_SYMBOL "() returned NULL");
   check_version(path, api);
   check_functions(path, api);
+  auto fused = check_fused(path, api);
 
   std::shared_ptr<Plugin> p(new Plugin());
   p->path_ = path;
   p->handle_ = handle;
   p->api_ = api;
+  p->fused_ = std::move(fused);
 
   auto init = DK_ARGS(DK_Plugin_Initialize_Args);
   init.sdk_api_major = DK_API_MAJOR;
@@ -185,6 +254,17 @@ uint64_t Plugin::kernel_dtypes(DK_OpId op) const {
 uint32_t Plugin::kernel_caps(DK_OpId op) const {
   const DK_KernelTable* kt = api_->kernels;
   return (kernel(op) && kt->caps) ? kt->caps[op] : 0;
+}
+
+const std::vector<const DK_FusedKernel*>& Plugin::fused_kernels(int op) const {
+  static const std::vector<const DK_FusedKernel*> kNone;
+  return (op >= 0 && op < int(fused_.size())) ? fused_[op] : kNone;
+}
+
+int Plugin::num_fused_kernels() const {
+  int n = 0;
+  for (const auto& v : fused_) n += int(v.size());
+  return n;
 }
 
 void Plugin::check(DK_Error* err, const std::string& context) const {

@@ -37,6 +37,11 @@ class Plugin {
   uint64_t kernel_dtypes(DK_OpId op) const;
   uint32_t kernel_caps(DK_OpId op) const;
 
+  // Fused kernels registered for `op` (a DK_FusedOpId), in table order; empty
+  // for plugins older than 1.2 or without a table. Validated at load.
+  const std::vector<const DK_FusedKernel*>& fused_kernels(int op) const;
+  int num_fused_kernels() const;
+
   // If `err` is non-NULL: read its code and message, free it, and throw
   // Error(Device) whose text is "<context>: [<CODE>] <plugin message>".
   void check(DK_Error* err, const std::string& context) const;
@@ -48,6 +53,7 @@ class Plugin {
   const DK_Api* api_ = nullptr;
   PluginInfo info_;
   std::vector<std::shared_ptr<Device>> devices_;
+  std::vector<std::vector<const DK_FusedKernel*>> fused_;  // [DK_FUSED_OP_COUNT]
 };
 
 // Fill the struct_size field of an args struct declared with

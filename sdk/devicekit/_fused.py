@@ -23,6 +23,8 @@ fused backward; that choice is counted like any other.
 import contextlib
 import threading
 
+from . import _core
+
 _state = threading.local()
 _stats_lock = threading.Lock()
 _stats = {}  # op -> {"decomposed": n, "fused": {kernel name: n}}
@@ -68,10 +70,16 @@ def reset_composite_stats():
 def _try_fused(op, inputs, attrs):
     """Run the first registered fused kernel that accepts the call.
 
-    Returns ``(output, kernel_name)`` or ``None`` when no kernel accepts.
-    (Filled in by the fused-kernel ABI work; until then nothing is registered.)
+    Returns ``(output, kernel_name)`` or ``None`` when no kernel accepts, when
+    the operands do not fit the op's signature (then the decomposition reports
+    or broadcasts as usual), or when ``op`` is not a fused op of the device API
+    (``_core.FUSED_OP_NAMES``). The kernels of the device of ``inputs[0]`` are
+    asked in their plugin's table order (``Plugin.fused_kernels()``); the
+    selection, the output allocation and the launch all happen in C++
+    (sdk/csrc/fused.cpp). A failing launch raises ``DeviceError`` naming the
+    kernel, the op, the operands, the device and the plugin.
     """
-    return None
+    return _core.try_fused(op, inputs, attrs)
 
 
 def _needs_grad(inputs):

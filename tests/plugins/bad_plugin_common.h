@@ -270,10 +270,11 @@ BP_STATIC const DK_KernelTable bp_empty_kernel_table = {
 
 /* ---- the table ------------------------------------------------------------ */
 
-/* A complete DK_Api initializer; the arguments are the knobs the bad plugins
- * turn. Every other entry is a valid function from this header. */
-#define BP_API(size, major, minor, initialize, allocate, kernel_table) \
-  {                                                                    \
+/* The fields of a complete DK_Api initializer; the arguments are the knobs
+ * the bad plugins turn. Every other entry is a valid function from this
+ * header, and fused_kernels is NULL. A plugin that needs another field (a
+ * fused-kernel table) writes `{BP_API_FIELDS(...), .fused_kernels = ...}`. */
+#define BP_API_FIELDS(size, major, minor, initialize, allocate, kernel_table) \
     .struct_size = (size),                                             \
     .extension_start = NULL,                                           \
     .api_major = (major),                                              \
@@ -301,8 +302,11 @@ BP_STATIC const DK_KernelTable bp_empty_kernel_table = {
     .Event_Query = bp_event_query,                                     \
     .Event_Synchronize = bp_event_synchronize,                         \
     .Event_ElapsedTime = bp_event_elapsed_time,                        \
-    .kernels = (kernel_table),                                         \
-  }
+    .kernels = (kernel_table)
+
+/* A complete DK_Api initializer (see BP_API_FIELDS). */
+#define BP_API(size, major, minor, initialize, allocate, kernel_table) \
+  { BP_API_FIELDS(size, major, minor, initialize, allocate, kernel_table) }
 
 /* The usual case: a correct 1.0 table with the default pieces. */
 #define BP_API_DEFAULT(size, major, minor) \

@@ -9,7 +9,7 @@ static DK_Error* init_fails_initialize(DK_Plugin_Initialize_Args* args) {
   return bp_error(DK_ERROR_UNAVAILABLE, "acme driver 3.2 not found; install acme-driver>=3.2");
 }
 
-static const DK_Api kApi = BP_API(DK_Api_STRUCT_SIZE_1_0, DK_API_MAJOR, DK_API_MINOR,
+static const DK_Api kApi = BP_API(DK_Api_STRUCT_SIZE, DK_API_MAJOR, DK_API_MINOR,
                                   init_fails_initialize, bp_memory_allocate,
                                   &bp_empty_kernel_table);
 

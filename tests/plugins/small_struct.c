@@ -15,4 +15,4 @@ DK_EXPORT const DK_Api* DK_GetApi(void) { return &kApi; }
 /* Read by tests/test_loader.py through ctypes, so the expected message does
  * not hard-code this platform's pointer size. */
 DK_EXPORT const size_t small_struct_claimed_size = SMALL_SIZE;
-DK_EXPORT const size_t small_struct_expected_size = DK_Api_STRUCT_SIZE_1_0;
+DK_EXPORT const size_t small_struct_expected_size = DK_Api_STRUCT_SIZE;

@@ -4,8 +4,8 @@
  * A plugin is a shared library that exports exactly one symbol, DK_GetApi
  * (see the end of this file), returning a pointer to a constant function
  * table, DK_Api. Everything the SDK needs from a device goes through that
- * table: plugin information, devices, memory, copies, streams, events and the
- * base-operator kernel table. Everything above the base operators (tensors,
+ * table: plugin information, devices, memory, copies, streams, events, the
+ * base-operator kernel table and (since 1.2) the fused-kernel registry. Everything above the base operators (tensors,
  * views, broadcasting, type promotion, composite ops, autograd) belongs to the
  * SDK and is not part of this contract.
  *
@@ -69,7 +69,7 @@ extern "C" {
  *    plugin from a corrupt one.
  */
 #define DK_API_MAJOR 1
-#define DK_API_MINOR 1
+#define DK_API_MINOR 2
 
 /* Size of a struct up to and including `last_field`. Used instead of sizeof so
  * trailing padding never counts and appending a field changes the value. */
@@ -658,6 +658,49 @@ typedef enum DK_OpId {
   X(RANDOM_BITS, random_bits) \
   X(RANDOM_UNIFORM, random_uniform)
 
+/* The composite ops a plugin may register fused kernels for (DK_FusedKernel.op;
+ * see "Fused kernels" below). Append-only, like DK_OpId. Per op: inputs
+ * (a trailing ? marks an optional input: when absent, its entry in
+ * DK_Kernel_Args.inputs is NULL) -> outputs, the attribute struct, and the
+ * semantics a fused kernel must reproduce: the SDK's decomposition into base
+ * ops is the definition, and conformance checks the kernel against it. */
+typedef enum DK_FusedOpId {
+  /* rms_norm(x, weight?) -> out; attrs DK_NormAttrs; since 1.2. out = x *
+   * rsqrt(mean(x^2 over the last dim) + eps) * weight. weight, when present,
+   * has shape [x.shape[-1]]. out has x's shape and dtype; accumulate in
+   * float32 or wider. */
+  DK_FUSED_RMS_NORM = 0,
+  /* layer_norm(x, weight?, bias?) -> out; attrs DK_NormAttrs; since 1.2. out =
+   * (x - mean) * rsqrt(var + eps) * weight + bias over the last dim, var the
+   * biased variance computed in two passes (or Welford). weight and bias, when
+   * present, have shape [x.shape[-1]]. out has x's shape and dtype; accumulate
+   * in float32 or wider. */
+  DK_FUSED_LAYER_NORM = 1,
+  /* softmax(x) -> out; attrs DK_SoftmaxAttrs; since 1.2. out = exp(x - max) /
+   * sum(exp(x - max)) along axis (max-subtracted). out has x's shape and
+   * dtype. */
+  DK_FUSED_SOFTMAX = 2,
+  /* scaled_dot_product_attention(q, k, v, mask?) -> out; attrs DK_SdpaAttrs;
+   * since 1.2. q [B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv] -> out
+   * [B,Hq,Lq,Dv] in q's dtype; Hq is a multiple of Hkv and query head h reads
+   * kv head h / (Hq/Hkv). s = (q*scale) k^T; a bool mask (true = attend)
+   * excludes keys, an additive float mask is added to s; the SDK always passes
+   * the mask as a [B,Hq,Lq,Lk] view, broadcast dims with stride 0. is_causal
+   * excludes key j from query i when j > i. out = softmax(s) v over the
+   * visible keys, max-subtracted, accumulated in float32 or wider. A query row
+   * with no visible key gives 0 (not NaN). Masked-out keys do not contribute,
+   * so a kernel need not read them. */
+  DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION = 3,
+  DK_FUSED_OP_COUNT_1_2 = 4 /* number of fused ops in device API 1.2 */
+} DK_FusedOpId;
+
+/* X-macro over every fused op, in DK_FusedOpId order: X(ID_SUFFIX, name). */
+#define DK_FUSED_OPS(X) \
+  X(RMS_NORM, rms_norm) \
+  X(LAYER_NORM, layer_norm) \
+  X(SOFTMAX, softmax) \
+  X(SCALED_DOT_PRODUCT_ATTENTION, scaled_dot_product_attention)
+
 /* Attributes of fill (since 1.0). */
 typedef struct DK_FillAttrs {
   size_t struct_size;
@@ -695,6 +738,29 @@ typedef struct DK_RandomAttrs {
   uint64_t offset; /* counter of element 0, in 4-word blocks */
 } DK_RandomAttrs;
 DK_DEFINE_STRUCT_SIZE(DK_RandomAttrs, offset);
+
+/* Attributes of rms_norm, layer_norm (since 1.2). */
+typedef struct DK_NormAttrs {
+  size_t struct_size;
+  double eps; /* added to the variance (mean square for rms_norm) before the reciprocal square root */
+} DK_NormAttrs;
+DK_DEFINE_STRUCT_SIZE(DK_NormAttrs, eps);
+
+/* Attributes of softmax (since 1.2). */
+typedef struct DK_SoftmaxAttrs {
+  size_t struct_size;
+  int32_t axis; /* dimension, 0 <= axis < rank */
+} DK_SoftmaxAttrs;
+DK_DEFINE_STRUCT_SIZE(DK_SoftmaxAttrs, axis);
+
+/* Attributes of scaled_dot_product_attention (since 1.2). */
+typedef struct DK_SdpaAttrs {
+  size_t struct_size;
+  double scale; /* multiplies q before QK^T */
+  int32_t is_causal; /* 1: key j is visible to query i only when j <= i (top-left aligned); else 0 */
+  int32_t mask_kind; /* a DK_SdpaMaskKind saying what input 3 (mask) is; DK_SDPA_MASK_NONE exactly when it is absent */
+} DK_SdpaAttrs;
+DK_DEFINE_STRUCT_SIZE(DK_SdpaAttrs, mask_kind);
 
 /* ---- END GENERATED ---- */
 
@@ -742,6 +808,74 @@ typedef struct DK_KernelTable {
   const uint32_t* caps;
 } DK_KernelTable;
 DK_DEFINE_STRUCT_SIZE(DK_KernelTable, caps);
+
+/* ========================================================================== */
+/*  Fused kernels (since 1.2)                                                 */
+/* ========================================================================== */
+/*
+ * A composite op (DK_FusedOpId) is always defined by the SDK's decomposition
+ * into base ops; a plugin may register fused kernels that compute it in one
+ * launch. For each call the SDK offers, it asks the op's kernels in table
+ * order and runs the first whose `supports` accepts; when none does, it runs
+ * the decomposition. Which path ran is counted, never silent.
+ *
+ * The SDK offers a call only when the operands fit the op's signature in
+ * DK_FusedOpId (ranks, matching sizes, same device); `supports` judges the
+ * rest: dtypes, layouts, attribute values, sizes the kernel handles. There are
+ * no capability bits here: a kernel that wants contiguous inputs says so in
+ * `supports`, and the SDK takes the decomposition instead of copying.
+ *
+ * Both functions take a DK_Kernel_Args whose `op` is a DK_FusedOpId, whose
+ * inputs are the op's inputs in order (an absent optional input is a NULL
+ * entry) and whose attrs is the op's attribute struct (never NULL). The output
+ * is allocated by the SDK: dense row-major, the shape and dtype DK_FusedOpId
+ * gives, never aliasing an input.
+ */
+
+/* What input 3 of scaled_dot_product_attention is (DK_SdpaAttrs.mask_kind). */
+typedef enum DK_SdpaMaskKind {
+  DK_SDPA_MASK_NONE = 0,     /* no mask: inputs[3] is NULL */
+  DK_SDPA_MASK_BOOL = 1,     /* bool, true = attend */
+  DK_SDPA_MASK_ADDITIVE = 2  /* floating, added to the scaled scores */
+} DK_SdpaMaskKind;
+
+/* "Can you run this call?" Called by the SDK before every launch it may make,
+ * with output views that carry shape, dtype and strides but whose `data` is
+ * NULL (nothing is allocated yet; input data pointers are real but must not
+ * be dereferenced). Returns 1 to accept, 0 to decline; declining is not an
+ * error. Must be pure (the same args give the same answer), fast (it runs on
+ * every call), thread-safe and allocation-free; it may not enqueue anything. */
+typedef int32_t DK_FusedSupportsFn(const DK_Kernel_Args* args);
+
+typedef struct DK_FusedKernel {
+  size_t struct_size;
+  int32_t op;        /* a DK_FusedOpId below DK_FUSED_OP_COUNT of the plugin's
+                        minor; the SDK refuses the plugin at load otherwise */
+  const char* name;  /* NUL-terminated, [a-z0-9_.]+, unique within the plugin,
+                        e.g. "cpu.sdpa_flash_f32"; shown in dispatch counters
+                        and errors. Owned by the plugin, valid until unload.
+                        Not NULL. */
+  DK_FusedSupportsFn* supports; /* not NULL; see DK_FusedSupportsFn */
+  /* Not NULL. Called only with args `supports` accepted, now with real output
+   * data. Same contract as a base-op DK_KernelFn: validates synchronously,
+   * enqueues on args->stream, reports run-time errors at the next
+   * synchronize, thread-safe. */
+  DK_KernelFn* launch;
+} DK_FusedKernel;
+DK_DEFINE_STRUCT_SIZE(DK_FusedKernel, launch);
+
+typedef struct DK_FusedKernelTable {
+  size_t struct_size;
+  int32_t num_kernels; /* >= 0 */
+  /* [num_kernels] pointers to kernels, each not NULL; any order, several per
+   * op allowed (asked in this order). An array of pointers rather than of
+   * structs so that a DK_FusedKernel grown in a later minor never changes the
+   * array's stride: each entry's own struct_size says how much of it exists.
+   * Owned by the plugin (array and entries), constant, valid until unload.
+   * NULL only when num_kernels == 0. */
+  const DK_FusedKernel* const* kernels;
+} DK_FusedKernelTable;
+DK_DEFINE_STRUCT_SIZE(DK_FusedKernelTable, kernels);
 
 /* ========================================================================== */
 /*  Extensions                                                                */
@@ -801,14 +935,20 @@ typedef struct DK_Api {
 
   /* Owned by the plugin, constant, valid until unload. Never NULL. */
   const DK_KernelTable* kernels;
+
+  /* Since 1.2. The fused-kernel registry; NULL when the plugin has none.
+   * Owned by the plugin, constant, valid until unload; read by the SDK only
+   * when api_minor >= 2 (an older plugin's table ends before this field). */
+  const DK_FusedKernelTable* fused_kernels;
 } DK_Api;
-DK_DEFINE_STRUCT_SIZE(DK_Api, kernels);
+DK_DEFINE_STRUCT_SIZE(DK_Api, fused_kernels);
 
 /* The size DK_Api had at each minor of this major (rule 4 above), named by
  * the last field of that minor so the value never moves when fields are
  * appended. */
 #define DK_Api_STRUCT_SIZE_1_0 DK_STRUCT_SIZE(DK_Api, kernels)
 #define DK_Api_STRUCT_SIZE_1_1 DK_STRUCT_SIZE(DK_Api, kernels) /* 1.1 added ops only */
+#define DK_Api_STRUCT_SIZE_1_2 DK_STRUCT_SIZE(DK_Api, fused_kernels)
 
 /* ========================================================================== */
 /*  Entry point                                                               */

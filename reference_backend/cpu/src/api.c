@@ -41,8 +41,33 @@ const DK_KernelTable dk_cpu_kernel_table = {
     .caps = kCaps,
 };
 
+/* The fused-kernel registry (since 1.2): one DK_FusedKernel per row of
+ * fused_1_2.def, and the array of pointers to them that the table holds. */
+#define DKCPU_FUSED(id, kname, supports_fn, launch_fn)   \
+  static const DK_FusedKernel kFused_##launch_fn = {    \
+      .struct_size = DK_FusedKernel_STRUCT_SIZE,        \
+      .op = DK_FUSED_##id,                              \
+      .name = kname,                                    \
+      .supports = supports_fn,                          \
+      .launch = launch_fn,                              \
+  };
+#include "fused_1_2.def"
+#undef DKCPU_FUSED
+
+static const DK_FusedKernel* const kFusedKernels[] = {
+#define DKCPU_FUSED(id, kname, supports_fn, launch_fn) &kFused_##launch_fn,
+#include "fused_1_2.def"
+#undef DKCPU_FUSED
+};
+
+static const DK_FusedKernelTable kFusedKernelTable = {
+    .struct_size = DK_FusedKernelTable_STRUCT_SIZE,
+    .num_kernels = (int32_t)(sizeof(kFusedKernels) / sizeof(kFusedKernels[0])),
+    .kernels = kFusedKernels,
+};
+
 static const DK_Api kApi = {
-    .struct_size = DK_Api_STRUCT_SIZE_1_1,
+    .struct_size = DK_Api_STRUCT_SIZE_1_2,
     .extension_start = NULL,
     .api_major = DK_API_MAJOR,
     .api_minor = DK_API_MINOR,
@@ -78,6 +103,7 @@ static const DK_Api kApi = {
     .Event_ElapsedTime = dk_cpu_Event_ElapsedTime,
 
     .kernels = &dk_cpu_kernel_table,
+    .fused_kernels = &kFusedKernelTable,
 };
 
 /* The only exported symbol (exports.map). Does no work, as the header

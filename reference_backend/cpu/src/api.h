@@ -46,6 +46,13 @@ DK_Error* dk_cpu_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args);
 #include "ops_1_1_other.def"
 #undef DKCPU_OP
 
+/* The fused kernels (supports predicate + launch), one pair per row of fused_1_2.def. */
+#define DKCPU_FUSED(id, name, supports, launch) \
+  int32_t supports(const DK_Kernel_Args* args); \
+  DK_Error* launch(const DK_Kernel_Args* args);
+#include "fused_1_2.def"
+#undef DKCPU_FUSED
+
 /* src/api.c: the kernel table, also read by the kernels' own validation so
  * what they accept can never drift from what they declare. */
 extern const DK_KernelTable dk_cpu_kernel_table;

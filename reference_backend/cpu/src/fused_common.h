@@ -1,0 +1,128 @@
+// What the fused kernels (kernels_fused.cpp, kernels_attention.cpp) share:
+// the cheap checks their `supports` predicates make, the full validation
+// their launches make, and an exp the compiler can vectorise.
+//
+// supports() must be pure, fast and allocation-free, so it reads the raw
+// views and never builds an error. launch() first runs the kernel's own
+// supports() (a launch never computes what its predicate declines), then the
+// same strict checks every base kernel makes (struct sizes, device, stream,
+// device memory, aliasing).
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "kernel_common.h"
+
+namespace dkcpu {
+
+// ---- For supports(): no allocation, no error objects -----------------------
+
+inline bool is_view(const DK_TensorView* v) {
+  return v != nullptr && v->struct_size >= DK_TensorView_STRUCT_SIZE && v->rank >= 0 &&
+         v->rank <= DK_MAX_RANK && (v->rank == 0 || (v->shape && v->strides));
+}
+
+inline bool dense_f32(const DK_TensorView* v) {
+  if (!is_view(v) || v->dtype != DK_DTYPE_FLOAT32) return false;
+  for (int32_t d = 0; d < v->rank; ++d) {
+    if (v->shape[d] == 0) return true;  // no element is addressed: any strides will do
+  }
+  int64_t expected = 1;
+  for (int32_t d = v->rank - 1; d >= 0; --d) {
+    if (v->shape[d] != 1 && v->strides[d] != expected) return false;
+    expected *= v->shape[d];
+  }
+  return true;
+}
+
+// The args' frame: the right op, arity and attribute struct. NULL when not.
+template <class Attrs>
+inline const Attrs* fused_frame(const DK_Kernel_Args* a, DK_FusedOpId op, int32_t num_inputs,
+                                size_t attrs_size) {
+  if (a == nullptr || a->struct_size < DK_Kernel_Args_STRUCT_SIZE || a->op != op ||
+      a->num_inputs != num_inputs || a->num_outputs != 1 || !a->inputs || !a->outputs) {
+    return nullptr;
+  }
+  const auto* attrs = static_cast<const Attrs*>(a->attrs);
+  return attrs && attrs->struct_size >= attrs_size ? attrs : nullptr;
+}
+
+// ---- For launch(): the strict checks, with messages --------------------------
+
+// Views of one fused call: inputs (present[i] false for an absent optional
+// one) and the output.
+struct FusedViews {
+  View in[4];
+  bool present[4] = {false, false, false, false};
+  View out;
+  int64_t out_numel = 0;
+};
+
+inline DK_Error* load_fused(const char* call, const DK_Kernel_Args* a, DK_FusedOpId op,
+                            int32_t num_inputs, DK_FusedSupportsFn* supports, FusedViews* v) {
+  DKCPU_CHECK_ARGS(call, a, DK_Kernel_Args);
+  if (DK_Error* e = check_device(call, a->device)) return e;
+  if (DK_Error* e = check_stream(call, a->stream, a->device)) return e;
+  if (a->op != op || a->num_inputs != num_inputs || a->num_outputs != 1) {
+    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: args has op %d with %d input(s) and %d "
+                      "output(s); expected DK_FusedOpId %d with %d and 1", call, int(a->op),
+                      a->num_inputs, a->num_outputs, int(op), num_inputs);
+  }
+  if (!supports(a)) {
+    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: called with arguments its supports() "
+                      "declines (dtype, layout, rank, attrs or sizes). Hint: the SDK must launch a "
+                      "fused kernel only after its supports() returned 1.", call);
+  }
+  int64_t n = 0;
+  char what[32];
+  for (int32_t i = 0; i < num_inputs; ++i) {
+    if (a->inputs[i] == nullptr) continue;  // an absent optional input
+    std::snprintf(what, sizeof what, "input %d", int(i));
+    if (DK_Error* e = load_view(call, what, a, a->inputs[i], &v->in[i], &n)) return e;
+    v->present[i] = true;
+  }
+  if (DK_Error* e = load_view(call, "output 0", a, a->outputs[0], &v->out, &v->out_numel)) return e;
+  for (int32_t i = 0; i < num_inputs; ++i) {
+    const View& in = v->in[i];
+    if (!v->present[i] || v->out_numel == 0 || in.span_begin == in.span_end) continue;
+    if (v->out.span_begin < in.span_end && in.span_begin < v->out.span_end) {
+      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 overlaps input %d in memory; "
+                        "expected disjoint views (fused kernels never run in place)", call, int(i));
+    }
+  }
+  return nullptr;
+}
+
+// ---- Math -------------------------------------------------------------------
+
+// exp(x) in plain arithmetic, so a loop over it vectorises (a call to expf
+// does not): x = n*ln2 + r with |r| <= ln2/2, e^r by the Cephes polynomial
+// (about 1 ulp), 2^n from its exponent bits. Meant for x <= 0, the only
+// arguments a max-subtracted softmax has: exp(-inf) = 0, NaN stays NaN, and
+// x < -87.3 gives 0 instead of a subnormal (an absolute error below 1e-38).
+inline float exp_nonpositive(float x) {
+  const float xc = x < -88.0f ? -88.0f : (x > 0.0f ? 0.0f : x);  // NaN passes both
+  const float t = xc * 1.44269504088896341f + 12582912.0f;       // round to nearest:
+  const float n = t - 12582912.0f;                                 // 1.5 * 2^23 trick
+  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t t_bits;  // n sits in t's low significand bits: read it without a
+  std::memcpy(&t_bits, &t, sizeof t_bits);  // float-to-int conversion (UB for NaN)
+  const int32_t bits = (t_bits - 0x4B400000 + 127) * (1 << 23);  // n in [-127, 0]
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// NaN-propagating maximum (std::max would keep whichever side came first).
+inline float max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+
+}  // namespace dkcpu

@@ -1,0 +1,174 @@
+#include "fused.h"
+
+#include <array>
+
+#include "ops.h"
+
+namespace dk {
+namespace {
+
+const FusedOpSpec kFusedSpecs[] = {
+#include "fused_ops_table.inc"
+};
+static_assert(sizeof(kFusedSpecs) / sizeof(kFusedSpecs[0]) == kNumFusedOps,
+              "regenerate fused_ops_table.inc");
+
+constexpr int kMaxInputs = 4;
+
+// A call the operands fit: the output's shape and dtype, and the inputs as
+// the kernel sees them (the SDPA mask expanded to [B,Hq,Lq,Lk]).
+struct Call {
+  std::array<Tensor, kMaxInputs> in;
+  Dims out_shape;
+  DK_DType out_dtype = DK_DTYPE_FLOAT32;
+};
+
+bool last_dim_vector(const Tensor& t, int64_t n) {
+  return !t || (t->rank() == 1 && t->shape_data()[0] == n);
+}
+
+// Right-aligned numpy broadcasting of `t` to `shape`, without throwing.
+bool broadcastable(const Tensor& t, const Dims& shape) {
+  const int r = int(shape.size()), tr = t->rank();
+  if (tr > r) return false;
+  for (int i = 0; i < tr; ++i) {
+    const int64_t have = t->shape_data()[i], want = shape[r - tr + i];
+    if (have != want && have != 1) return false;
+  }
+  return true;
+}
+
+// The signatures of DK_FusedOpId. A call that does not fit is never offered to
+// a kernel, so kernels can trust shapes; the decomposition then reports (or
+// broadcasts) as it always does.
+bool fit(int op, const std::vector<Tensor>& inputs, FusedAttrs* attrs, Call* c) {
+  const FusedOpSpec& spec = kFusedSpecs[op];
+  if (int(inputs.size()) != spec.num_inputs) return false;
+  for (int i = 0; i < spec.num_inputs; ++i) {
+    if (!inputs[i] && i < spec.num_required_inputs) return false;
+    if (inputs[i] && &inputs[i]->device() != &inputs[0]->device()) return false;
+    c->in[i] = inputs[i];
+  }
+  const Tensor& x = inputs[0];
+  c->out_shape = x->shape();
+  c->out_dtype = x->dtype();
+  switch (op) {
+    case DK_FUSED_RMS_NORM:
+    case DK_FUSED_LAYER_NORM: {
+      if (x->rank() < 1) return false;
+      const int64_t d = x->shape_data()[x->rank() - 1];
+      for (int i = 1; i < spec.num_inputs; ++i) {
+        if (!last_dim_vector(inputs[i], d)) return false;
+      }
+      return true;
+    }
+    case DK_FUSED_SOFTMAX:
+      return x->rank() >= 1 && attrs->softmax.axis >= 0 && attrs->softmax.axis < x->rank();
+    case DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION: {
+      const Tensor &q = inputs[0], &k = inputs[1], &v = inputs[2], &mask = inputs[3];
+      if (q->rank() != 4 || k->rank() != 4 || v->rank() != 4) return false;
+      const int64_t* qs = q->shape_data();
+      const int64_t* ks = k->shape_data();
+      const int64_t* vs = v->shape_data();
+      if (ks[0] != qs[0] || vs[0] != qs[0] || vs[1] != ks[1] || vs[2] != ks[2] || ks[3] != qs[3] ||
+          ks[1] < 1 || qs[1] % ks[1] != 0) {
+        return false;
+      }
+      c->out_shape = {qs[0], qs[1], qs[2], vs[3]};
+      attrs->sdpa.mask_kind = DK_SDPA_MASK_NONE;
+      if (mask) {
+        const Dims scores = {qs[0], qs[1], qs[2], ks[2]};
+        if (!broadcastable(mask, scores)) return false;
+        if (mask->dtype() == DK_DTYPE_BOOL) attrs->sdpa.mask_kind = DK_SDPA_MASK_BOOL;
+        else if (dtype_info(mask->dtype()).is_float) attrs->sdpa.mask_kind = DK_SDPA_MASK_ADDITIVE;
+        else return false;
+        c->in[3] = expand(mask, scores);  // a view: broadcast dims get stride 0
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+const void* attrs_of(int op, const FusedAttrs& a) {
+  switch (op) {
+    case DK_FUSED_RMS_NORM:
+    case DK_FUSED_LAYER_NORM: return &a.norm;
+    case DK_FUSED_SOFTMAX: return &a.softmax;
+    default: return &a.sdpa;
+  }
+}
+
+std::string operands(const Call& c, int n, const Tensor& out) {
+  std::string s = "(";
+  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + (c.in[i] ? c.in[i]->describe() : "None");
+  return s + ") -> (" + (out ? out->describe() : "?") + ")";
+}
+
+}  // namespace
+
+const FusedOpSpec& fused_op_spec(int op) { return kFusedSpecs[op]; }
+
+int fused_op_from_name(const std::string& name) {
+  for (const FusedOpSpec& s : kFusedSpecs) {
+    if (name == s.name) return s.op;
+  }
+  return -1;
+}
+
+bool try_fused(int op, const std::vector<Tensor>& inputs, FusedAttrs attrs, FusedHit* hit) {
+  if (op < 0 || op >= kNumFusedOps || inputs.empty() || !inputs[0]) return false;
+  Device& dev = inputs[0]->device();
+  const auto& kernels = dev.plugin()->fused_kernels(op);
+  if (kernels.empty()) return false;
+  Call c;
+  if (!fit(op, inputs, &attrs, &c)) return false;
+  const int n = kFusedSpecs[op].num_inputs;
+
+  // Views of the inputs (NULL entries for absent ones) and of the output-to-be:
+  // its shape and dtype, dense strides, data NULL until a kernel accepts.
+  std::array<DK_TensorView, kMaxInputs + 1> views{};
+  std::array<const DK_TensorView*, kMaxInputs> in_ptrs{};
+  for (int i = 0; i < n; ++i) {
+    if (!c.in[i]) continue;
+    views[i] = c.in[i]->as_view();
+    in_ptrs[i] = &views[i];
+  }
+  const Dims out_strides = contiguous_strides(c.out_shape);
+  DK_TensorView& ov = views[kMaxInputs];
+  ov.struct_size = DK_TensorView_STRUCT_SIZE;
+  ov.data = nullptr;
+  ov.dtype = c.out_dtype;
+  ov.rank = int32_t(c.out_shape.size());
+  ov.shape = ov.rank ? c.out_shape.data() : nullptr;
+  ov.strides = ov.rank ? out_strides.data() : nullptr;
+  const DK_TensorView* out_ptr = &ov;
+
+  DK_Kernel_Args a{};
+  a.struct_size = DK_Kernel_Args_STRUCT_SIZE;
+  a.device = dev.index();
+  a.stream = dev.default_stream();
+  a.op = op;
+  a.num_inputs = n;
+  a.inputs = in_ptrs.data();
+  a.num_outputs = 1;
+  a.outputs = &out_ptr;
+  a.attrs = attrs_of(op, attrs);
+
+  for (const DK_FusedKernel* k : kernels) {
+    if (k->supports(&a) != 1) continue;
+    Tensor out = TensorImpl::empty(inputs[0]->device_ptr(), c.out_dtype, c.out_shape);
+    ov = out->as_view();
+    if (DK_Error* err = k->launch(&a)) {
+      dev.plugin()->check(err, dev.ctx(("fused kernel '" + std::string(k->name) + "' for op '" +
+                                        kFusedSpecs[op].name + "' " + operands(c, n, out))
+                                           .c_str()));
+    }
+    hit->out = std::move(out);
+    hit->kernel = k->name;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace dk

@@ -1,0 +1,44 @@
+// The SDK side of fused kernels (device API 1.2): offer a composite-op call to
+// the kernels a plugin registered for it, in table order, and launch the first
+// whose `supports` accepts. Declining is not an error: the caller then runs
+// the op's decomposition (devicekit/_fused.py counts which path ran).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tensor.h"
+
+namespace dk {
+
+constexpr int kNumFusedOps = DK_FUSED_OP_COUNT_1_2;
+
+// What the SDK knows of each fused op from the spec (fused_ops_table.inc).
+struct FusedOpSpec {
+  DK_FusedOpId op;
+  const char* name;
+  int num_inputs, num_required_inputs;
+};
+const FusedOpSpec& fused_op_spec(int op);
+int fused_op_from_name(const std::string& name);  // -1 when unknown
+
+// The op's attribute struct, one member per struct (the op picks which).
+struct FusedAttrs {
+  DK_NormAttrs norm{};
+  DK_SoftmaxAttrs softmax{};
+  DK_SdpaAttrs sdpa{};
+};
+
+struct FusedHit {
+  Tensor out;
+  const char* kernel = nullptr;  // DK_FusedKernel.name, owned by the plugin
+};
+
+// `inputs` in the op's order, nullptr for an absent optional input.
+// `attrs.sdpa.mask_kind` is filled in here from the mask. Returns false when
+// the operands do not fit the op's signature (shapes, devices) or no kernel
+// accepts; throws Error(Device) naming kernel, op, operands, device and plugin
+// when the chosen kernel's launch fails.
+bool try_fused(int op, const std::vector<Tensor>& inputs, FusedAttrs attrs, FusedHit* hit);
+
+}  // namespace dk

@@ -1,0 +1,83 @@
+// Bindings of the fused-kernel dispatcher (fused.cpp). devicekit/_fused.py
+// calls try_fused once per composite-op call: the attribute dict becomes the
+// op's attribute struct here, in C++, so Python builds nothing per call.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "fused.h"
+
+namespace dk {
+namespace {
+
+template <class T>
+T attr(const py::dict& attrs, const char* key, const char* op) {
+  if (!attrs.contains(key)) {
+    invalid_argument(std::string("composite op '") + op + "': attrs has no '" + key + "'");
+  }
+  return attrs[key].cast<T>();
+}
+
+FusedAttrs to_attrs(int op, const py::dict& d) {
+  FusedAttrs a;
+  const char* name = fused_op_spec(op).name;
+  a.norm.struct_size = DK_NormAttrs_STRUCT_SIZE;
+  a.softmax.struct_size = DK_SoftmaxAttrs_STRUCT_SIZE;
+  a.sdpa.struct_size = DK_SdpaAttrs_STRUCT_SIZE;
+  switch (op) {
+    case DK_FUSED_RMS_NORM:
+    case DK_FUSED_LAYER_NORM: a.norm.eps = attr<double>(d, "eps", name); break;
+    case DK_FUSED_SOFTMAX: a.softmax.axis = attr<int32_t>(d, "axis", name); break;
+    case DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION:
+      a.sdpa.scale = attr<double>(d, "scale", name);
+      a.sdpa.is_causal = attr<bool>(d, "is_causal", name) ? 1 : 0;
+      break;
+  }
+  return a;
+}
+
+}  // namespace
+
+py::list fused_kernel_info(const Plugin& p) {
+  py::list out;
+  for (int op = 0; op < kNumFusedOps; ++op) {
+    for (const DK_FusedKernel* k : p.fused_kernels(op)) {
+      py::dict d;
+      d["op"] = fused_op_spec(op).name;
+      d["name"] = k->name;
+      out.append(d);
+    }
+  }
+  return out;
+}
+
+void bind_fused(py::module_& m) {
+  py::list names;
+  for (int i = 0; i < kNumFusedOps; ++i) names.append(fused_op_spec(i).name);
+  m.attr("FUSED_OP_NAMES") = names;  // indexed by DK_FusedOpId
+
+  m.def("try_fused", [](const std::string& op_name, const py::sequence& inputs,
+                        const py::dict& attrs) -> py::object {
+    const int op = fused_op_from_name(op_name);
+    if (op < 0) return py::none();  // a composite no plugin can register for
+    std::vector<Tensor> in;
+    in.reserve(inputs.size());
+    for (const py::handle& h : inputs) {
+      if (h.is_none()) in.emplace_back();
+      else if (py::isinstance<TensorImpl>(h)) in.push_back(h.cast<Tensor>());
+      else return py::none();  // e.g. a Python scalar: the decomposition handles it
+    }
+    const FusedAttrs a = to_attrs(op, attrs);
+    FusedHit hit;
+    bool ok;
+    {
+      py::gil_scoped_release nogil;
+      ok = try_fused(op, in, a, &hit);
+    }
+    if (!ok) return py::none();
+    return py::make_tuple(hit.out, std::string(hit.kernel));
+  }, py::arg("op"), py::arg("inputs"), py::arg("attrs"),
+     "Run the first registered fused kernel that accepts the call: (output, kernel name), "
+     "or None when the operands do not fit the op or no kernel accepts");
+}
+
+}  // namespace dk
