@@ -40,9 +40,8 @@ NOT_IMPLEMENTED = {"not-implemented", "not_implemented", "notimplemented"}
 
 
 def run(cmd, timeout=600, **kwargs):
-    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
-                            timeout=timeout, **kwargs)
-    return result
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
 
 
 def check(cmd, what, **kwargs):

@@ -184,14 +184,13 @@ def _render_tree(src: Path, dst: Path, ctx: dict) -> list:
         if path.is_dir() or "__pycache__" in path.parts:
             continue
         rel = env.from_string(path.relative_to(src).as_posix()).render(ctx)
-        if rel.endswith(TEMPLATE_SUFFIX):
-            rel = rel[: -len(TEMPLATE_SUFFIX)]
-            out = dst / rel
-            out.parent.mkdir(parents=True, exist_ok=True)
+        render = rel.endswith(TEMPLATE_SUFFIX)
+        rel = rel[: -len(TEMPLATE_SUFFIX)] if render else rel
+        out = dst / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if render:
             out.write_text(env.from_string(path.read_text()).render(ctx))
         else:
-            out = dst / rel
-            out.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, out)
         written.append(rel)
     return written
@@ -221,9 +220,19 @@ def create(name: str, target=None, vendor: str = "", force: bool = False) -> Pat
                                      f"{e.strerror or e}") from e
     try:
         _render_tree(src, tmp, ctx)
-        if target.exists():  # --force (or an empty folder): replace it as a whole
-            shutil.rmtree(target)
-        os.rename(tmp, target)
+        if target.exists():
+            # --force (or an empty folder): move the old one aside first, so a
+            # failed rename still leaves it where it was.
+            old = tmp.with_name(tmp.name + ".old")
+            os.rename(target, old)
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                os.rename(old, target)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, target)
     except OSError as e:
         raise TargetNotWritableError(f"cannot write {target}: {e.strerror or e}") from e
     finally:
