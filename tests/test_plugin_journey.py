@@ -203,3 +203,17 @@ def test_full_conformance_reports_stubbed_ops_as_not_implemented(journey):
     passed_add = [text for text, outcome in found
                   if '"add' in text and outcome in ("pass", "passed")]
     assert passed_add, "add (float32) has no passing case"
+
+
+def test_plugin_library_exports_only_dk_getapi(journey, tmp_path):
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("no nm on PATH: cannot list the library's dynamic symbols")
+    import zipfile
+
+    with zipfile.ZipFile(journey.plugin_wheel) as wheel:
+        (member,) = [n for n in wheel.namelist() if n.endswith(".so")]
+        library = Path(wheel.extract(member, tmp_path))
+    result = check([nm, "-D", "--defined-only", library], "nm")
+    symbols = [line.split()[-1] for line in result.stdout.splitlines() if line.strip()]
+    assert symbols == ["DK_GetApi"], symbols
