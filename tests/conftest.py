@@ -56,6 +56,18 @@ def _find_c_compiler() -> str | None:
     return None
 
 
+def compile_test_plugin(compiler: str, source: Path, include_dir: Path, library: Path) -> Path:
+    """Compiles one single-file test plugin against the header in ``include_dir``.
+    A compile error fails the test: it is a bug in the test plugin."""
+    command = [compiler, "-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra",
+               f"-I{include_dir}", "-o", str(library), str(source)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(f"building {source.name} failed:\n$ {' '.join(command)}\n"
+                    f"{result.stdout}{result.stderr}")
+    return library
+
+
 @pytest.fixture(scope="session")
 def bad_plugins(tmp_path_factory) -> dict[str, Path]:
     """Builds every tests/plugins/*.c into a temporary folder.
@@ -71,14 +83,8 @@ def bad_plugins(tmp_path_factory) -> dict[str, Path]:
     out_dir = tmp_path_factory.mktemp("bad_plugins")
     built: dict[str, Path] = {}
     for source in sorted(BAD_PLUGIN_SOURCES.glob("*.c")):
-        library = out_dir / f"{source.stem}.so"
-        command = [compiler, "-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra",
-                   f"-I{DEVICE_API_INCLUDE}", "-o", str(library), str(source)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.fail(f"building {source.name} failed:\n$ {' '.join(command)}\n"
-                        f"{result.stdout}{result.stderr}")
-        built[source.stem] = library
+        built[source.stem] = compile_test_plugin(compiler, source, DEVICE_API_INCLUDE,
+                                                 out_dir / f"{source.stem}.so")
     not_a_library = out_dir / "not_a_library.so"
     not_a_library.write_text(NOT_A_LIBRARY_TEXT)
     built["not_a_library"] = not_a_library

@@ -1,5 +1,271 @@
-"""``devicekit new`` (being built: issue 5)."""
+"""``devicekit new NAME``: render a new plugin project from the shipped templates.
+
+The templates live in ``devicekit/templates/plugin`` (``templates/plugin`` in
+the source tree). Files ending in ``.jinja`` are rendered with jinja2 and lose
+the suffix; every other file is copied byte for byte (C sources stay plain C a
+vendor can diff against upstream). Path segments may contain ``{{ name }}``.
+
+Nothing is ever written half-way: the project is rendered into a temporary
+folder next to the target (same filesystem) and renamed into place at the end.
+
+Exit codes (also in ``devicekit new --help`` and docs/porting_guide.md):
+  0  the project was created
+  2  usage error (argparse: missing NAME, unknown option)
+  3  NAME is not a valid plugin name
+  4  the target folder exists and is not empty (use --force)
+  5  the target cannot be written (permissions, a file in the way, read-only disk)
+  6  broken devicekit installation: no templates, or a header it cannot read
+"""
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from .errors import DeviceKitError
+
+# The plugin name becomes the device type ("acme:0"), a C string, the Python
+# package devicekit_NAME and the entry-point name. The header fixes the device
+# type to [a-z][a-z0-9_]*; the length cap keeps file and symbol names sane.
+NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+NAME_RULE = ("a lowercase letter, then up to 31 lowercase letters, digits or '_' "
+             "(it becomes the device type 'NAME:0', the C plugin name and the "
+             "Python package devicekit_NAME)")
+# Names a stock installation already uses: a second plugin with the same name
+# is refused at load time, so refusing it here saves a vendor a confusing day.
+RESERVED_NAMES = {"cpu": "the reference CPU plugin that ships with devicekit"}
+
+TEMPLATE_SUFFIX = ".jinja"
+
+
+class ScaffoldError(DeviceKitError):
+    """Root of ``devicekit new`` failures; ``exit_code`` is what the CLI returns."""
+
+    exit_code = 1
+
+
+class InvalidNameError(ScaffoldError):
+    exit_code = 3
+
+
+class TargetExistsError(ScaffoldError):
+    exit_code = 4
+
+
+class TargetNotWritableError(ScaffoldError):
+    exit_code = 5
+
+
+class InstallationError(ScaffoldError):
+    """The templates or the device API header are missing or unreadable."""
+
+    exit_code = 6
+
+
+EXIT_CODES_HELP = """exit codes:
+  0  created
+  2  usage error
+  3  invalid NAME ({rule})
+  4  target folder exists and is not empty (pass --force to replace it)
+  5  target not writable (permissions, a file in the way, read-only disk)
+  6  broken devicekit installation (no templates or unreadable header)""".format(rule="[a-z][a-z0-9_]{0,31}")
+
+
+def templates_dir() -> Path:
+    """The plugin project template: installed copy first, then the source tree."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "templates" / "plugin",
+                      here.parent.parent / "templates" / "plugin"):
+        if candidate.is_dir():
+            return candidate
+    raise InstallationError(
+        f"no plugin templates found under {here / 'templates'}; reinstall devicekit "
+        f"(pip install --force-reinstall devicekit)")
+
+
+def check_name(name: str) -> None:
+    if not NAME_RE.fullmatch(name):
+        raise InvalidNameError(f"invalid plugin name {name!r}: expected {NAME_RULE}")
+    if name in RESERVED_NAMES:
+        raise InvalidNameError(f"plugin name {name!r} is taken by {RESERVED_NAMES[name]}; "
+                               f"pick another name")
+
+
+def _devicekit_requirement(version: str) -> str:
+    """The devicekit range a plugin rendered by this release needs.
+
+    Lower bound: this release (it ships the device API the templates target;
+    older ones may not). Upper bound: the next devicekit major, where the
+    device API major may change; within one devicekit major the loader keeps
+    loading older-minor plugins (device API rule 3). 0.x counts as major 0.
+    """
+    parts = re.findall(r"\d+", version)
+    major, minor = (int(parts[0]), int(parts[1])) if len(parts) >= 2 else (0, 1)
+    return f"devicekit>={major}.{minor},<{major + 1}"
+
+
+# One base op in the header's DK_OpId enum, e.g.
+#   /* neg(x) -> out; no attrs; since 1.1. out = -x; ... */ DK_OP_NEG = 4,
+_OP_RE = re.compile(r"/\*\s*(\w+)\(([^)]*)\)\s*->\s*([^;]*);\s*([^;]*);\s*since\s+(\d+\.\d+)\."
+                    r"(?:(?!\*/).)*\*/\s*DK_OP_(\w+)\s*=\s*(\d+),", re.S)
+
+
+def header_path() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "include", here.parent.parent / "device_api" / "include"):
+        if (candidate / "devicekit" / "device_api.h").is_file():
+            return candidate / "devicekit" / "device_api.h"
+    raise InstallationError(f"device API header not found under {here / 'include'}; "
+                            f"reinstall devicekit")
+
+
+def base_ops(major: int, minor: int) -> list:
+    """Every base op of API major.minor, from the header's DK_OpId comments: the
+    kernel table the templates generate is exactly as long as the header's."""
+    path = header_path()
+    text = path.read_text()
+    ops = [{"name": m[1], "signature": f"{m[1]}({m[2].strip()}) -> {m[3].strip()}; "
+                                      f"{' '.join(m[4].split())}",
+            "since": m[5], "id": m[6], "value": int(m[7])} for m in _OP_RE.finditer(text)]
+    count = re.search(rf"DK_OP_COUNT_{major}_{minor}\s*=\s*(\d+)", text)
+    if not count or [op["value"] for op in ops] != list(range(int(count[1]))):
+        raise InstallationError(
+            f"cannot read the base-op list of device API {major}.{minor} from {path} "
+            f"(found {len(ops)} ops, expected DK_OP_COUNT_{major}_{minor}); reinstall devicekit")
+    return ops
+
+
+def _c_string(text: str) -> str:
+    """A C string literal for arbitrary text: printable ASCII as is, the rest
+    as octal escapes of its UTF-8 bytes (no trigraphs, no hex run-on)."""
+    out = []
+    for byte in text.encode():
+        ch = chr(byte)
+        if ch in '"\\?':
+            out.append("\\" + ch)
+        elif 32 <= byte < 127:
+            out.append(ch)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def context(name: str, vendor: str) -> dict:
+    from . import _core, __version__
+
+    return {
+        "ops": base_ops(_core.API_MAJOR, _core.API_MINOR),
+        "name": name,
+        "NAME": name.upper(),
+        "package": f"devicekit_{name}",
+        "dist_name": f"devicekit-{name.replace('_', '-')}",
+        "vendor": vendor,
+        "api_major": _core.API_MAJOR,
+        "api_minor": _core.API_MINOR,
+        "devicekit_version": __version__,
+        "devicekit_requirement": _devicekit_requirement(__version__),
+    }
+
+
+def default_target(name: str) -> Path:
+    return Path.cwd() / f"devicekit-{name.replace('_', '-')}"
+
+
+def _render_tree(src: Path, dst: Path, ctx: dict) -> list:
+    import jinja2
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                             autoescape=False, trim_blocks=True)
+    env.filters["c_string"] = _c_string
+    written = []
+    for path in sorted(src.rglob("*")):
+        if path.is_dir() or "__pycache__" in path.parts:
+            continue
+        rel = env.from_string(path.relative_to(src).as_posix()).render(ctx)
+        render = rel.endswith(TEMPLATE_SUFFIX)
+        rel = rel[: -len(TEMPLATE_SUFFIX)] if render else rel
+        out = dst / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if render:
+            out.write_text(env.from_string(path.read_text()).render(ctx))
+        else:
+            shutil.copyfile(path, out)
+        written.append(rel)
+    return written
+
+
+def _check_target(target: Path, force: bool) -> None:
+    if target.exists() and not target.is_dir():
+        raise TargetNotWritableError(f"cannot create {target}: a file is in the way")
+    if target.is_dir() and any(target.iterdir()) and not force:
+        raise TargetExistsError(f"{target} exists and is not empty; choose another --dir "
+                                f"or pass --force to replace it")
+
+
+def create(name: str, target=None, vendor: str = "", force: bool = False) -> Path:
+    """Render the plugin project ``name`` into ``target``; returns its path."""
+    check_name(name)
+    target = Path(target) if target is not None else default_target(name)
+    target = target.resolve() if target.exists() else target.absolute()
+    _check_target(target, force)
+    src = templates_dir()
+    ctx = context(name, vendor or f"{name} vendor")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as e:
+        raise TargetNotWritableError(f"cannot write next to {target}: "
+                                     f"{e.strerror or e}") from e
+    try:
+        _render_tree(src, tmp, ctx)
+        if target.exists():
+            # --force (or an empty folder): move the old one aside first, so a
+            # failed rename still leaves it where it was.
+            old = tmp.with_name(tmp.name + ".old")
+            os.rename(target, old)
+            try:
+                os.rename(tmp, target)
+            except OSError:
+                os.rename(old, target)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, target)
+    except OSError as e:
+        raise TargetNotWritableError(f"cannot write {target}: {e.strerror or e}") from e
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def run(args) -> int:
+    try:
+        target = create(args.name, args.dir, args.vendor, args.force)
+    except ScaffoldError as e:
+        red = sys.stderr.isatty()
+        line = f"devicekit new: error: {e}"
+        print(f"\033[31m{line}\033[0m" if red else line, file=sys.stderr)
+        return e.exit_code
+    print(f"Created plugin project '{args.name}' in {target}\n"
+          f"Next: cd {target} && pip wheel . -w dist   (see README.md there)")
+    return 0
 
 
 def add_parser(sub):
-    pass  # registers nothing until the templates exist
+    import argparse
+
+    p = sub.add_parser(
+        "new", help="create a new plugin project from the templates",
+        description="Render a plugin project that builds, loads and passes the runtime "
+                    "part of conformance as it is: a host-memory runtime and one "
+                    "worked kernel (add, float32).",
+        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", metavar="NAME", help=f"plugin name: {NAME_RULE}")
+    p.add_argument("--dir", type=Path, default=None,
+                   help="where to create the project (default: ./devicekit-NAME)")
+    p.add_argument("--vendor", default="", help="vendor name reported by the plugin")
+    p.add_argument("--force", action="store_true",
+                   help="replace the target folder if it exists and is not empty")
+    p.set_defaults(func=run)
