@@ -36,12 +36,15 @@ class _Worker:
             raise RuntimeError(f"conformance worker failed to start: {self.stderr_tail()}")
 
     def run(self, case_id, timeout):
-        """The worker's JSON answer, or None if it died or timed out."""
-        self.proc.stdin.write(case_id.encode() + b"\n")
-        self.proc.stdin.flush()
+        """The worker's JSON answer; None if it died (EOF); "timeout"."""
+        try:
+            self.proc.stdin.write(case_id.encode() + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not ready:
-            return None
+            return "timeout"
         line = self.proc.stdout.readline()
         return json.loads(line) if line else None
 
@@ -109,12 +112,12 @@ def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None):
                         continue
                 start = time.perf_counter()
                 answer = worker.run(case.id, timeout)
-                if answer is not None:
+                if isinstance(answer, dict):
                     answer.pop("id", None)
                     record(case, answer)
                     continue
                 took = round(time.perf_counter() - start, 6)
-                if worker.proc.poll() is None:  # alive: it timed out
+                if answer == "timeout":
                     worker.close(kill=True)
                     record(case, {"outcome": ERROR, "duration_s": took, "details": {},
                                   "message": f"timed out after {timeout:g} s (worker killed)"})

@@ -13,12 +13,28 @@ import os
 import sys
 
 
+def _quiet_crashes():
+    """A crashing kernel should end this process at once, with the Python
+    stack on stderr (faulthandler; the parent keeps its tail), and without a
+    core dump: writing one for a process with large device mappings can take
+    minutes. Replay the case alone to debug it."""
+    import faulthandler
+
+    faulthandler.enable()
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4 (Linux)
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="devicekit.conformance.worker")
     p.add_argument("--device")
     p.add_argument("--plugin")
     p.add_argument("--level", default="full")
     args = p.parse_args(argv)
+    _quiet_crashes()
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
