@@ -118,3 +118,11 @@ def test_same_plugin_same_report(tmp_path, full_run):
     _, again, _ = run_report(tmp_path, "--device", "cpu:0", "--jobs", "2")
     strip = lambda r: [(c["id"], c["seed"], c["outcome"]) for c in r["cases"]]  # noqa: E731
     assert strip(first) == strip(again)
+
+
+def test_runs_as_plain_pytest(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "devicekit.conformance_tests",
+                           "-p", "devicekit.conformance.pytest_plugin", "--device", "cpu:0",
+                           "-k", "runtime", "-q", "-p", "no:cacheprovider"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-2000:]
