@@ -91,6 +91,35 @@ def bad_plugins(tmp_path_factory) -> dict[str, Path]:
     return built
 
 
+FAULTS = {"add_rel": 1, "sum_drop": 2, "matmul_odd_k": 3, "exp_neg_inf": 4, "segv": 5,
+          "leak": 6, "no_wait": 7}
+
+
+@pytest.fixture(scope="session")
+def faulty_plugins(tmp_path_factory) -> dict[str, Path]:
+    """tests/conformance_plugins/faulty.c built once per fault (see its header):
+    {fault name: library path}. Each wraps the installed reference CPU plugin."""
+    import devicekit_cpu
+
+    compiler = _find_c_compiler()
+    if compiler is None:
+        pytest.skip("no C compiler on PATH: the faulty conformance plugins cannot be built")
+    out_dir = tmp_path_factory.mktemp("faulty_plugins")
+    source = Path(__file__).resolve().parent / "conformance_plugins" / "faulty.c"
+    built = {}
+    for name, number in FAULTS.items():
+        library = out_dir / f"faulty_{name}.so"
+        command = [compiler, "-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra", "-Werror",
+                   f"-I{DEVICE_API_INCLUDE}", f"-DFAULT={number}",
+                   f'-DREAL_PLUGIN="{devicekit_cpu.library_path()}"', "-o", str(library),
+                   str(source), "-ldl", "-lm"]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.fail(f"building faulty plugin {name} failed:\n{result.stderr}")
+        built[name] = library
+    return built
+
+
 @pytest.fixture
 def cpu():
     """The reference CPU plugin's device "cpu:0"."""

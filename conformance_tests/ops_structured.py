@@ -1,0 +1,166 @@
+"""Section "ops", part 2: reductions, argmax, cumsum, iota, gather,
+scatter_add and matmul against the numpy oracle. Accumulating ops use the
+oracle's n-scaled tolerance with the sum of |terms| as scale."""
+
+import functools
+
+import numpy as np
+
+from devicekit import ops
+from devicekit.conformance.case import Section
+from devicekit.conformance.registry import op_cases
+from devicekit.testing.inputs import edges
+
+from ._common import FLOATS, O, dk, float_scale, run, sample, tensor
+
+SECTION = Section("ops", "Base ops against the float64 oracle", order=21)
+
+
+def _level(shape):
+    return "full" if "large" in shape else "core"
+
+
+RED_CASES = {"all": ((7, 13), None, False), "ax0": ((7, 13), 0, False),
+             "ax-1_keep": ((7, 13), -1, True), "ax02": ((5, 6, 7), (0, 2), False),
+             "ax20_keep": ((5, 6, 7), (2, 0), True), "large_all": ((257, 129), None, False),
+             "large_ax0": ((257, 129), 0, True), "T_ax1": ((7, 13), 1, False),
+             "0d": ((), None, False), "one": ((1,), 0, True), "empty_ax0": ((0, 5), 0, False),
+             "edge": ((17,), 0, False)}
+SDK_RED = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}
+
+
+def check_reduction(ctx, op, dtype, shape):
+    sh, axis, keep = RED_CASES[shape]
+    x = edges(dtype) if shape == "edge" else sample(ctx, dtype, sh)
+    if shape == "edge" and op == "reduce_sum" and dtype in FLOATS:  # finite, no overflow
+        x = x[np.isfinite(x.astype(np.float64)) & (np.abs(x.astype(np.float64)) < 1e4)]
+    t = tensor(ctx, x, "T" if shape == "T_ax1" else "dense")
+    call = lambda: getattr(ops, SDK_RED[op])(t, axis=axis, keepdims=keep)  # noqa: E731
+    if op != "reduce_sum" and x.size == 0:  # an empty max/min has no value: rejected
+        try:
+            call().numpy()
+        except dk.InvalidArgumentError:
+            return
+        raise AssertionError(f"{op} of an empty dimension returned instead of raising")
+    out_dt = dtype if dtype in FLOATS or op != "reduce_sum" else "int64"  # like torch.sum
+    want = getattr(O, op)(x if out_dt == dtype else x.astype(np.int64), axis, keepdims=keep)
+    n = int(np.prod([x.shape[a] for a in O._axes(x, axis)]))
+    scale = float_scale(dtype, lambda v: O.reduce_sum(v, axis, keepdims=keep), x)
+    got = run(ctx, op, call, check=bool(x.ndim))
+    O.assert_close(got, want, out_dt, op=op, n=n, scale=scale, case=f"{shape} seed={ctx.seed}")
+
+
+ARGMAX_CASES = {"all": ((7, 13), None, False), "ax0": ((7, 13), 0, False),
+                "ax-1_keep": ((7, 13), -1, True), "large_ax1": ((257, 129), 1, False),
+                "T_ax0": ((7, 13), 0, True), "0d": ((), None, False),
+                "nan_rows": ((6, 5), 1, False), "ties": ((9, 11), 0, False)}
+
+
+def check_argmax(ctx, op, dtype, shape):
+    sh, axis, keep = ARGMAX_CASES[shape]
+    x = sample(ctx, dtype, sh, "small" if shape == "ties" else "normal")
+    if shape == "nan_rows" and dtype in FLOATS:  # row 0: two NaNs; row 1: -inf only; row 2: +-0
+        x = x.astype(np.float64)
+        x[0, [1, 3]] = np.nan
+        x[1, :] = -np.inf
+        x[2, :] = [-0.0, 0.0, -0.0, -1.0, 0.0]
+        x[3, 4] = np.inf
+        x = x.astype(O.np_dtype(dtype))
+    t = tensor(ctx, x, "T" if shape.startswith("T") else "dense")
+    got = run(ctx, "argmax", lambda: ops.argmax(t, axis=axis, keepdims=keep), check=bool(x.ndim))
+    O.assert_close(got, O.argmax(x, axis, keepdims=keep), "int64", op="argmax",
+                   case=f"{shape} seed={ctx.seed}")
+
+
+CUMSUM_CASES = {"1d": ((7,), 0), "ax0": ((7, 13), 0), "ax1": ((7, 13), 1), "ax-1": ((7, 13), -1),
+                "large_ax0": ((257, 129), 0), "T_ax1": ((7, 13), 1), "empty": ((0, 5), 0),
+                "one": ((1,), 0)}
+
+
+def check_cumsum(ctx, op, dtype, shape):
+    sh, axis = CUMSUM_CASES[shape]
+    x = sample(ctx, dtype, sh)
+    out_dt = dtype if dtype in FLOATS else "int64"
+    got = run(ctx, "cumsum", lambda: ops.cumsum(tensor(ctx, x, "T" if shape.startswith("T")
+                                                        else "dense"), axis))
+    scale = float_scale(dtype, lambda v: O.cumsum(v, axis), x)
+    O.assert_close(got, O.cumsum(x if out_dt == dtype else x.astype(np.int64), axis), out_dt,
+                   op="cumsum", n=sh[axis], scale=scale, case=f"{shape} seed={ctx.seed}")
+
+
+ARANGE = {"stop": (13,), "start_stop_step": (2, 40, 3), "negative_step": (10, -7, -2),
+          "empty": (5, 5), "float": (0.5, 3.0, 0.25), "neg_float": (1.0, -2.0, -0.375),
+          "large": (-1000, 1000)}
+
+
+def arange_classes(dtype):
+    """The ranges ``dtype`` can hold (float -> int conversion is cast's job)."""
+    if dtype in FLOATS:
+        return list(ARANGE)
+    i = np.iinfo(O.np_dtype(dtype))
+    return [c for c, args in ARANGE.items()
+            if all(isinstance(v, int) and i.min <= v <= i.max + 1 for v in args)]
+
+
+def check_iota(ctx, op, dtype, shape):
+    args = ARANGE[shape]
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
+    n = max(0, int(np.ceil((stop - start) / step)))
+    got = run(ctx, "iota", lambda: ops.arange(*args, dtype=dtype, device=ctx.device))
+    O.assert_close(got, O.iota((n,), 0, start, step, dtype), dtype, op="iota", case=shape)
+
+
+GATHER = {"ax0": ((4, 5), 0, (3, 5)), "ax1": ((4, 5), 1, (4, 9)),
+          "ax-1_3d": ((3, 4, 5), -1, (3, 4, 2)), "ax1_3d": ((3, 4, 5), 1, (3, 6, 5)),
+          "smaller": ((4, 5), 0, (2, 3)), "1d": ((7,), 0, (11,)), "empty": ((4, 5), 0, (0, 5)),
+          "T_ax0": ((5, 4), 0, (6, 4))}
+
+
+def check_gather_scatter(ctx, op, dtype, shape):
+    rng = ctx.rng()
+    xs, axis, isz = GATHER[shape]
+    x = sample(ctx, dtype, xs)
+    index = rng.integers(0, xs[axis], size=isz).astype(np.int64)
+    tx, ti = tensor(ctx, x, "T" if shape.startswith("T") else "dense"), tensor(ctx, index)
+    if op == "gather":
+        got = run(ctx, op, lambda: ops.gather(tx, axis, ti))
+        O.assert_close(got, O.gather(x, axis, index), dtype, op=op, case=f"{shape} seed={ctx.seed}")
+        return
+    src = sample(ctx, dtype, isz)
+    got = run(ctx, op, lambda: ops.scatter_add(tx, axis, ti, tensor(ctx, src)))
+    scale = float_scale(dtype, lambda a, s: O.scatter_add(a, axis, index, s), x, src)
+    O.assert_close(got, O.scatter_add(x, axis, index, src), dtype, op=op,
+                   case=f"{shape} seed={ctx.seed}", n=O.scatter_count(xs, axis, index), scale=scale)
+
+
+MATMUL = {"odd": ((7, 13), (13, 5)), "one": ((1, 1), (1, 1)), "k0": ((3, 0), (0, 4)),
+          "vec_vec": ((13,), (13,)), "vec_mat": ((13,), (13, 5)), "mat_vec": ((7, 13), (13,)),
+          "batch_bcast": ((2, 1, 3, 4), (5, 4, 2)), "large": ((65, 129), (129, 33)),
+          "T": ((7, 13), (13, 5)), "even_k": ((6, 16), (16, 4))}
+
+
+def check_matmul(ctx, op, dtype, shape):
+    sa, sb = MATMUL[shape]
+    a, b = sample(ctx, dtype, sa), sample(ctx, dtype, sb)
+    ta, tb = tensor(ctx, a), tensor(ctx, b, "T" if shape == "T" else "dense")
+    got = run(ctx, "matmul", lambda: ops.matmul(ta, tb), check=shape != "k0")  # K=0: may be a fill
+    scale = float_scale(dtype, O.matmul, a, b)
+    O.assert_close(got, O.matmul(a, b), dtype, op="matmul", n=sa[-1], scale=scale,
+                   case=f"{shape} seed={ctx.seed}")
+
+
+def _make(check):
+    return lambda op, dtype, shape: functools.partial(check, op=op, dtype=dtype, shape=shape)
+
+
+def cases(target):
+    out = []
+    for op in SDK_RED:
+        out += op_cases(target, "ops", op, list(RED_CASES), _make(check_reduction), _level)
+    out += op_cases(target, "ops", "argmax", list(ARGMAX_CASES), _make(check_argmax), _level)
+    out += op_cases(target, "ops", "cumsum", list(CUMSUM_CASES), _make(check_cumsum), _level)
+    out += op_cases(target, "ops", "iota", arange_classes, _make(check_iota), _level)
+    for op in ("gather", "scatter_add"):
+        out += op_cases(target, "ops", op, list(GATHER), _make(check_gather_scatter), _level)
+    out += op_cases(target, "ops", "matmul", list(MATMUL), _make(check_matmul), _level)
+    return out

@@ -1,0 +1,239 @@
+"""Section "runtime": the device runtime contract, through the SDK's raw
+buffers, streams and events (plugin-agnostic: sizes come from the device's
+own properties).
+
+Allocation edge cases, a request larger than the device (a clean
+OutOfMemoryError, nothing lost), copies of every dtype at unaligned offsets
+and sizes (and nothing written outside), async copies on several streams
+ordered only by events, monotonic event timing, several host threads at once,
+and a leak check (the plugin's bytes in use back to the baseline).
+"""
+
+import functools
+import gc
+import threading
+
+import numpy as np
+
+import devicekit as dk
+from devicekit.conformance.case import Case, Section
+from devicekit.testing import oracle as O
+from devicekit.testing.inputs import rand
+
+SECTION = Section("runtime", "Device runtime contract", order=10,
+                  # the fixed cases below plus one copy case per stored dtype
+                  min_cases=lambda target: 7 + len(target.dtypes))
+
+
+def _host_bytes(ctx, n):
+    return ctx.rng().integers(0, 256, n, dtype=np.uint8)
+
+
+def _read(dev, buf, nbytes=None, offset=0):
+    out = np.empty(buf.nbytes - offset if nbytes is None else nbytes, np.uint8)
+    dev.copy_d2h(out, buf, src_offset=offset)
+    return out
+
+
+def _settle(dev):
+    gc.collect()
+    dev.synchronize()
+    dev.empty_cache()
+    dev.synchronize()
+
+
+def alloc_zero(ctx):
+    dev = ctx.device
+    buf = dev.alloc(0)
+    assert buf.nbytes == 0
+    dev.copy_h2d(buf, np.empty(0, np.uint8))
+    assert _read(dev, buf).size == 0
+    buf.free()
+
+
+def alloc_odd_sizes(ctx):
+    dev = ctx.device
+    align = dev.properties["alignment"]
+    for n in (1, 3, 7, 63, 65, 1001, 4097, (1 << 20) + 3):
+        buf = dev.alloc(n)
+        assert buf.nbytes == n and buf.ptr % align == 0, \
+            f"alloc({n}): ptr {buf.ptr:#x} is not aligned to the declared {align} bytes"
+        host = _host_bytes(ctx, n)
+        dev.copy_h2d(buf, host)
+        assert np.array_equal(_read(dev, buf), host), f"alloc({n}): round trip differs"
+        buf.free()
+
+
+def alloc_too_large(ctx):
+    """More than the device has: OutOfMemoryError with the plugin's message,
+    and data already on the device and the allocator both survive."""
+    dev = ctx.device
+    _settle(dev)
+    keep = dev.alloc(4099)
+    host = _host_bytes(ctx, 4099)
+    dev.copy_h2d(keep, host)
+    before = dev.memory_stats()
+    try:
+        dev.alloc(int(dev.properties["total_memory"]) * 2 + 4096)
+    except dk.OutOfMemoryError as e:
+        assert str(e).strip(), "OutOfMemoryError without a message"
+    else:
+        raise AssertionError("allocating twice the device's total_memory did not raise "
+                             "OutOfMemoryError")
+    after = dev.memory_stats()
+    for key in ("bytes_in_use", "num_allocs"):
+        assert after[key] == before[key], f"failed alloc changed {key}: {before[key]} -> {after[key]}"
+    assert np.array_equal(_read(dev, keep), host), "data on the device changed after an OOM"
+    again = dev.alloc(1 << 16)  # the allocator still works
+    dev.copy_h2d(again, np.ones(1 << 16, np.uint8))
+    assert _read(dev, again).min() == 1
+    again.free()
+    keep.free()
+
+
+def copy_unaligned(ctx, dtype):
+    """h2d, d2d, d2h of ``dtype`` data at offsets/sizes that are multiples of
+    the itemsize but not of the alignment; guard bytes must stay untouched."""
+    dev = ctx.device
+    item = O.np_dtype(dtype).itemsize
+    n_elems = 333
+    data = rand(dtype, (n_elems,), ctx.rng()).view(np.uint8)
+    total = (n_elems + 20) * item
+    src, dst = dev.alloc(total), dev.alloc(total)
+    guard = np.full(total, 0xAB, np.uint8)
+    dev.copy_h2d(src, guard)
+    dev.copy_h2d(dst, guard)
+    so, do = 3 * item, 7 * item
+    dev.copy_h2d(src, data, dst_offset=so)
+    dev.copy_d2d(dst, src, data.nbytes, dst_offset=do, src_offset=so)
+    want = guard.copy()
+    want[do:do + data.nbytes] = data
+    got = _read(dev, dst)
+    bad = np.flatnonzero(got != want)
+    assert not bad.size, (f"{dtype}: {bad.size} bytes differ after h2d/d2d at offsets "
+                          f"{so}/{do}; first at byte {bad[0]}")
+    part = _read(dev, dst, nbytes=5 * item, offset=do + item)  # d2h at an offset
+    assert np.array_equal(part, data[item:6 * item]), f"{dtype}: d2h at an offset differs"
+    src.free()
+    dst.free()
+
+
+def streams_ordered_by_events(ctx):
+    """A chain of copies on a producer stream, an event, a consumer stream that
+    waits for it and reads the result. A stream that ignores waits reads stale
+    data (the producer's work is long: several hops of 16 MiB)."""
+    dev = ctx.device
+    n, hops = 16 << 20, 6
+    producer, consumer = dev.stream(), dev.stream()
+    bufs = [dev.alloc(n) for _ in range(hops + 1)]
+    out_buf = dev.alloc(n)
+    for round_ in range(3):
+        host = np.full(n, round_ + 1, np.uint8)
+        host[::4096] = ctx.rng().integers(0, 256, host[::4096].size, dtype=np.uint8)
+        dev.copy_h2d(out_buf, np.zeros(n, np.uint8))
+        dev.copy_h2d(bufs[0], host, stream=producer)
+        for i in range(hops):
+            dev.copy_d2d(bufs[i + 1], bufs[i], n, stream=producer)
+        done = dev.event()
+        done.record(producer)
+        consumer.wait_event(done)
+        dev.copy_d2d(out_buf, bufs[hops], n, stream=consumer)
+        out = np.empty(n, np.uint8)
+        dev.copy_d2h(out, out_buf, stream=consumer)
+        consumer.synchronize()
+        assert consumer.query() and done.query()
+        assert np.array_equal(out, host), \
+            f"round {round_}: the consumer stream read stale data (its wait_event was not honoured)"
+    producer.synchronize()
+    for b in bufs + [out_buf]:
+        b.free()
+
+
+def event_timing(ctx):
+    dev = ctx.device
+    stream = dev.stream()
+    buf = dev.alloc(4 << 20)
+    events = [dev.event() for _ in range(4)]
+    for e in events:
+        e.record(stream)
+        dev.copy_h2d(buf, np.ones(4 << 20, np.uint8), stream=stream)
+    events[-1].synchronize()
+    times = [events[0].elapsed_ms(e) for e in events[1:]]
+    assert all(np.isfinite(t) and t >= 0 for t in times), f"elapsed times {times}"
+    assert times == sorted(times), f"event times are not monotonic along one stream: {times}"
+    assert dev.event().query(), "an event never recorded must count as reached"
+    stream.synchronize()  # the last copy is still queued: never free under it
+    buf.free()
+
+
+def host_threads(ctx):
+    """Four host threads issuing copies and kernels at once; each checks its own results."""
+    dev = ctx.device
+    errors = []
+
+    def worker(k):
+        try:
+            rng = np.random.default_rng(ctx.seed + k)
+            stream = dev.stream()
+            for i in range(10):
+                a = rng.standard_normal((33, 17)).astype(np.float32)
+                b = rng.standard_normal((17, 9)).astype(np.float32)
+                ta, tb = dk.tensor(a, device=dev), dk.tensor(b, device=dev)
+                O.assert_close(dk.ops.matmul(ta, tb).numpy(), O.matmul(a, b), "float32",
+                               op="matmul", n=17, case=f"thread {k} iter {i}",
+                               scale=O.matmul(np.abs(a).astype(np.float64),
+                                              np.abs(b).astype(np.float64)))
+                raw = rng.integers(0, 256, 4097, dtype=np.uint8)
+                buf = dev.alloc(4097)
+                dev.copy_h2d(buf, raw, stream=stream)
+                out = np.empty(4097, np.uint8)
+                dev.copy_d2h(out, buf, stream=stream)
+                stream.synchronize()
+                assert np.array_equal(out, raw), f"thread {k} iter {i}: copy differs"
+                buf.free()
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def leak_check(ctx):
+    """A mixed workload, then everything freed: the plugin's own bytes in use
+    and live allocation count must be back at the baseline."""
+    dev = ctx.device
+    _settle(dev)
+    base = dev.memory_stats()
+    rng = ctx.rng()
+    for i in range(20):
+        buf = dev.alloc(1000 + 37 * i)
+        dev.copy_h2d(buf, np.zeros(1000 + 37 * i, np.uint8))
+        buf.free()
+    x = dk.tensor(rng.standard_normal((64, 33)).astype(np.float32), device=dev)
+    for _ in range(5):
+        y = dk.ops.exp(x) + x
+        z = dk.ops.sum(dk.ops.matmul(y, y.T), axis=0)
+        z.numpy()
+    del x, y, z
+    _settle(dev)
+    end = dev.memory_stats()
+    leaked = {k: (base[k], end[k]) for k in ("bytes_in_use", "num_allocs") if end[k] != base[k]}
+    assert not leaked, f"device memory not returned after everything was freed: {leaked}"
+
+
+FIXED = {"alloc_zero": alloc_zero, "alloc_odd_sizes": alloc_odd_sizes,
+         "alloc_too_large": alloc_too_large, "streams_ordered_by_events": streams_ordered_by_events,
+         "event_timing_monotonic": event_timing, "host_threads": host_threads,
+         "leak_check": leak_check}
+
+
+def cases(target):
+    out = [Case(id=f"runtime/{name}", section="runtime", fn=fn) for name, fn in FIXED.items()]
+    out += [Case(id=f"runtime/copy_unaligned/{dt}", section="runtime", dtype=dt,
+                 fn=functools.partial(copy_unaligned, dtype=dt)) for dt in target.dtypes]
+    return out

@@ -1,0 +1,112 @@
+"""The run's results as data (report.json), JUnit XML and the summary table.
+
+report.json, ``schema_version`` 1 (documented in docs/conformance.md):
+devicekit/device API versions, the plugin (name, vendor, version, library
+path, sha256), the device and its properties, the run (level, jobs, filter,
+partial), the summary, the corpus check, and every case with its outcome.
+"""
+
+import json
+import os
+import shlex
+import xml.etree.ElementTree as ET
+
+from .case import CRASH, ERROR, FAIL, NOT_IMPLEMENTED, OUTCOMES, PASS, SKIPPED
+
+SCHEMA_VERSION = 1
+_FATAL = {FAIL, ERROR, CRASH}
+
+
+def replay_command(case, run):
+    """The exact command that reruns ``case`` alone (its seed follows from its id)."""
+    where = f"--plugin {shlex.quote(run['plugin_arg'])}" if run.get("plugin_arg") else \
+        f"--device {shlex.quote(run['device_arg'])}"
+    return f"devicekit conformance {where} --level {run['level']} --case {shlex.quote(case.id)}"
+
+
+def is_fatal(case, result):
+    """Fails the run: fail, error or crash; or not-implemented of a required case."""
+    return result["outcome"] in _FATAL or (result["outcome"] == NOT_IMPLEMENTED and case.required)
+
+
+def build(meta, run, cases, results, corpus, unavailable):
+    rows, by_outcome, by_section = [], {o: 0 for o in OUTCOMES}, {}
+    fatal = 0
+    for c in cases:
+        r = results[c.id]
+        by_outcome[r["outcome"]] += 1
+        sec = by_section.setdefault(c.section, {o: 0 for o in OUTCOMES})
+        sec[r["outcome"]] += 1
+        fatal += is_fatal(c, r)
+        row = {"id": c.id, "section": c.section, "op": c.op, "dtype": c.dtype, "seed": c.seed,
+               "required": c.required, "level": c.level, **r}
+        if r["outcome"] != PASS:
+            row["replay"] = replay_command(c, run)
+        rows.append(row)
+    ok = fatal == 0 and corpus.get("ok", True) and bool(cases)
+    return {"schema_version": SCHEMA_VERSION, **meta, "run": run,
+            "summary": {"total": len(cases), "by_outcome": by_outcome, "by_section": by_section,
+                        "fatal": fatal, "passed": ok},
+            "corpus": corpus, "unavailable_sections": unavailable, "cases": rows}
+
+
+def summary_table(report):
+    cols = list(OUTCOMES)
+    rows = [[sec] + [counts[o] for o in cols] for sec, counts in report["summary"]["by_section"].items()]
+    rows.append(["total"] + [report["summary"]["by_outcome"][o] for o in cols])
+    head = ["section"] + cols
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    fmt = lambda r: "  ".join(str(x).rjust(w) if i else str(x).ljust(w)  # noqa: E731
+                              for i, (x, w) in enumerate(zip(r, widths)))
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def junit_xml(report):
+    """One <testsuite> per section, one <testcase> per case. fail -> <failure>;
+    error -> <error>; crash -> <error type="crash">; not-implemented -> <failure
+    type="not-implemented"> when the dtype is required, else <skipped
+    message="not-implemented: ...">; skipped -> <skipped>."""
+    root = ET.Element("testsuites", name=f"devicekit conformance {report['device']['name']}")
+    suites = {}
+    for row in report["cases"]:
+        sec = row["section"]
+        if sec not in suites:
+            suites[sec] = ET.SubElement(root, "testsuite", name=f"conformance.{sec}")
+        tc = ET.SubElement(suites[sec], "testcase", classname=f"conformance.{sec}",
+                           name=row["id"], time=f"{row['duration_s']:.6f}")
+        o, msg = row["outcome"], row.get("message", "")
+        text = msg + (f"\nreplay: {row['replay']}" if row.get("replay") else "")
+        if o == FAIL:
+            ET.SubElement(tc, "failure", type="fail", message=msg[:500]).text = text
+        elif o in (ERROR, CRASH):
+            el = ET.SubElement(tc, "error", type=o, message=msg[:500])
+            el.text = text + ("\n" + row["details"].get("stderr_tail", "") if o == CRASH else "")
+        elif o == NOT_IMPLEMENTED and row["required"]:
+            ET.SubElement(tc, "failure", type="not-implemented", message=msg[:500]).text = text
+        elif o == NOT_IMPLEMENTED:
+            ET.SubElement(tc, "skipped", message=f"not-implemented: {msg}"[:500])
+        elif o == SKIPPED:
+            ET.SubElement(tc, "skipped", message=msg[:500])
+    for el in [root, *suites.values()]:
+        cases = el.iter("testcase")
+        cases = list(cases)
+        el.set("tests", str(len(cases)))
+        el.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+        el.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
+        el.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
+
+
+def write(report, folder):
+    from .html import render
+
+    os.makedirs(folder, exist_ok=True)
+    paths = {name: os.path.join(folder, name)
+             for name in ("report.json", "junit.xml", "report.html")}
+    with open(paths["report.json"], "w") as f:
+        json.dump(report, f, indent=1, sort_keys=False, default=str)
+    with open(paths["junit.xml"], "w") as f:
+        f.write(junit_xml(report))
+    with open(paths["report.html"], "w") as f:
+        f.write(render(report))
+    return paths

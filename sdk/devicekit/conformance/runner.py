@@ -1,0 +1,142 @@
+"""Runs cases in worker subprocesses, one case at a time per worker.
+
+Each of ``jobs`` slots owns one worker and takes the next case from the shared
+list. A worker that dies mid-case (segfault, abort, exit) gives that case the
+outcome ``crash`` with its signal and stderr tail, and the slot starts a fresh
+worker for the next case. A case that exceeds ``timeout`` s is an ``error``
+(its worker is killed and replaced). Results are keyed by case id, so the
+report's order and content do not depend on scheduling.
+"""
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from .case import CRASH, ERROR, run_case
+
+
+class _Worker:
+    def __init__(self, device, plugin, level):
+        cmd = [sys.executable, "-m", "devicekit.conformance.worker", "--level", level]
+        if device:
+            cmd += ["--device", device]
+        if plugin:
+            cmd += ["--plugin", plugin]
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr)
+        line = self.proc.stdout.readline()
+        if line.strip() != b"ready":
+            raise RuntimeError(f"conformance worker failed to start: {self.stderr_tail()}")
+
+    def run(self, case_id, timeout):
+        """The worker's JSON answer; None if it died (EOF); "timeout"."""
+        try:
+            self.proc.stdin.write(case_id.encode() + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            return "timeout"
+        line = self.proc.stdout.readline()
+        return json.loads(line) if line else None
+
+    def stderr_tail(self, n=4000):
+        self.stderr.seek(0, os.SEEK_END)
+        size = self.stderr.tell()
+        self.stderr.seek(max(0, size - n))
+        return self.stderr.read().decode(errors="replace").strip()
+
+    def death(self):
+        """'killed by SIGSEGV' / 'exited with status 3' once the process is gone."""
+        rc = self.proc.wait(timeout=30)
+        if rc < 0:
+            try:
+                return f"killed by {signal.Signals(-rc).name}"
+            except ValueError:
+                return f"killed by signal {-rc}"
+        return f"exited with status {rc}"
+
+    def close(self, kill=False):
+        if kill:
+            self.proc.kill()
+        else:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.stderr.close()
+
+
+def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None):
+    """{case id: result dict} for ``cases``; ``on_result(case, result)`` is
+    called (under a lock) as each finishes, for progress output."""
+    results, lock = {}, threading.Lock()
+    pending = iter(cases)
+
+    def take():
+        with lock:
+            return next(pending, None)
+
+    def record(case, result):
+        with lock:
+            results[case.id] = result
+            if on_result:
+                on_result(case, result)
+
+    def slot():
+        worker = None
+        try:
+            while (case := take()) is not None:
+                if case.not_implemented:  # nothing to run: no worker needed
+                    record(case, run_case(case, None))
+                    continue
+                if worker is None:
+                    try:
+                        worker = _Worker(device, plugin, level)
+                    except RuntimeError as e:  # e.g. the plugin fails to initialise again
+                        record(case, {"outcome": ERROR, "duration_s": 0.0, "details": {},
+                                      "message": str(e)})
+                        continue
+                start = time.perf_counter()
+                answer = worker.run(case.id, timeout)
+                if isinstance(answer, dict):
+                    answer.pop("id", None)
+                    record(case, answer)
+                    continue
+                took = round(time.perf_counter() - start, 6)
+                if answer == "timeout":
+                    worker.close(kill=True)
+                    record(case, {"outcome": ERROR, "duration_s": took, "details": {},
+                                  "message": f"timed out after {timeout:g} s (worker killed)"})
+                else:
+                    how = worker.death()
+                    tail = worker.stderr_tail()
+                    worker.close()
+                    record(case, {"outcome": CRASH, "duration_s": took,
+                                  "message": f"worker process {how} while running "
+                                             f"{case.id} (op {case.op or '-'})",
+                                  "details": {"signal": how, "stderr_tail": tail}})
+                worker = None  # a fresh worker for the next case
+        finally:
+            if worker is not None:
+                worker.close()
+
+    threads = [threading.Thread(target=slot, daemon=True) for _ in range(max(1, jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results

@@ -1,0 +1,56 @@
+"""Opening the device under test, from a device name or a plugin library path."""
+
+import hashlib
+import os
+
+from .case import Target
+
+
+def open_target(device=None, plugin=None, level="full"):
+    """``device`` ("acme:0") through discovery, or the plugin library at
+    ``plugin`` (its device named ``device``, else its first). Raises the
+    DeviceKit error that says why it cannot (load error, unknown device)."""
+    import devicekit as dk
+
+    if plugin:
+        lib = dk.load_plugin(os.path.abspath(plugin))
+        devs = list(lib.devices)
+        if device:
+            name = device if ":" in device else device + ":0"
+            match = [d for d in devs if d.name == name]
+            if not match:
+                raise dk.DeviceNotFoundError(
+                    f"plugin '{plugin}' has no device '{device}'; it provides: "
+                    f"{', '.join(d.name for d in devs) or 'none'}")
+            dev = match[0]
+        elif devs:
+            dev = devs[0]
+        else:
+            raise dk.DeviceNotFoundError(f"plugin '{plugin}' reports no devices")
+    else:
+        dev = dk.device(device)
+    return Target.of(dev, level)
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def describe(target):
+    """Plugin and device facts for the report."""
+    import devicekit as dk
+
+    dev, p = target.device, target.device.plugin
+    return {
+        "devicekit_version": dk.__version__,
+        "device_api_version": dk.API_VERSION,
+        "plugin": {"name": p.name, "vendor": p.vendor, "version": p.version,
+                   "api_version": p.api_version, "attributes": p.attributes,
+                   "library_path": os.path.realpath(p.path), "sha256": sha256(p.path)},
+        "device": {"name": dev.name, "properties": dict(dev.properties)},
+        "kernels": p.kernels(),
+    }

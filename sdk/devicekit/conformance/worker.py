@@ -1,0 +1,64 @@
+"""A conformance worker process: ``python -m devicekit.conformance.worker``.
+
+Builds the same case list as the parent (deterministic), prints ``ready``,
+then for each case id read from stdin runs the case and answers one JSON line.
+The protocol uses a private copy of the original stdout; fd 1 itself is
+pointed at stderr, so a plugin that prints cannot corrupt it. A plugin crash
+kills only this process: the parent records ``crash`` and starts a new worker.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+
+def _quiet_crashes():
+    """A crashing kernel should end this process at once, with the Python
+    stack on stderr (faulthandler; the parent keeps its tail), and without a
+    core dump: writing one for a process with large device mappings can take
+    minutes. Replay the case alone to debug it."""
+    import faulthandler
+
+    faulthandler.enable()
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4 (Linux)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="devicekit.conformance.worker")
+    p.add_argument("--device")
+    p.add_argument("--plugin")
+    p.add_argument("--level", default="full")
+    args = p.parse_args(argv)
+    _quiet_crashes()
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    from . import registry
+    from .case import ERROR, PASS, run_case
+    from .target import open_target
+
+    target = open_target(args.device, args.plugin, args.level)
+    by_id = {c.id: c for c in registry.build(target)[0]}
+    proto.write("ready\n")
+    for line in sys.stdin:
+        case_id = line.strip()
+        if not case_id:
+            continue
+        result = run_case(by_id[case_id], target)
+        try:  # an asynchronous kernel error surfaces here: it belongs to this case
+            target.device.synchronize()
+        except Exception as e:
+            if result["outcome"] == PASS:
+                result.update(outcome=ERROR, message=f"asynchronous error reported after the "
+                              f"case finished: {type(e).__name__}: {e}")
+        proto.write(json.dumps({"id": case_id, **result}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+/* A deliberately faulty plugin, to prove the conformance suite catches bugs.
+ *
+ * It dlopens the reference CPU plugin (path: -DREAL_PLUGIN="..."), copies its
+ * DK_Api and kernel table, renames itself "faulty", and overrides exactly one
+ * entry, chosen by -DFAULT=<n>:
+ *   1 ADD_REL      add (float32) results off by a relative 1e-3
+ *   2 SUM_DROP     reduce_sum ignores the last element of the last reduced axis
+ *   3 MATMUL_ODD_K matmul drops the last term when K is odd
+ *   4 EXP_NEG_INF  exp(-inf) is 42 instead of 0 (float32)
+ *   5 SEGV         neg on float64 dereferences NULL
+ *   6 LEAK         Memory_Free frees nothing (device memory leaks)
+ *   7 NO_WAIT      Stream_WaitEvent returns success without waiting
+ * Test-only shortcuts: DK_GetApi does the dlopen (a real plugin must do no
+ * work there), and outputs are patched on the host after a stream
+ * synchronize, which works because the CPU plugin's memory is host memory. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <devicekit/device_api.h>
+
+#ifndef FAULT
+#error "compile with -DFAULT=<n>"
+#endif
+#ifndef REAL_PLUGIN
+#error "compile with -DREAL_PLUGIN=\"/path/to/libdevicekit_cpu.so\""
+#endif
+
+static const DK_Api* real;
+static DK_Api api;
+static DK_KernelTable table;
+static DK_KernelFn* kernels[DK_OP_COUNT_1_1];
+
+__attribute__((unused)) static int64_t numel(const DK_TensorView* v) {
+  int64_t n = 1;
+  for (int i = 0; i < v->rank; ++i) n *= v->shape[i];
+  return n;
+}
+
+/* Element offset (in elements) of the linear row-major index k of view v. */
+__attribute__((unused)) static int64_t offset_of(const DK_TensorView* v, int64_t k) {
+  int64_t off = 0;
+  for (int i = v->rank - 1; i >= 0; --i) {
+    off += (k % v->shape[i]) * v->strides[i];
+    k /= v->shape[i];
+  }
+  return off;
+}
+
+__attribute__((unused)) static DK_Error* sync(const DK_Kernel_Args* a) {
+  DK_Stream_Synchronize_Args s = {DK_Stream_Synchronize_Args_STRUCT_SIZE, a->stream};
+  return real->Stream_Synchronize(&s);
+}
+
+static DK_Error* faulty_get_info(DK_Plugin_GetInfo_Args* a) {
+  DK_Error* e = real->Plugin_GetInfo(a);
+  if (e == NULL) {
+    a->name = "faulty";
+    a->vendor = "DeviceKit tests (deliberately broken)";
+  }
+  return e;
+}
+
+#if FAULT == 1
+static DK_Error* fault_add(const DK_Kernel_Args* a) {
+  DK_Error* e = real->kernels->kernels[DK_OP_ADD](a);
+  if (e || (e = sync(a))) return e;
+  const DK_TensorView* o = a->outputs[0];
+  if (o->dtype == DK_DTYPE_FLOAT32)
+    for (int64_t k = 0; k < numel(o); ++k) ((float*)o->data)[offset_of(o, k)] *= 1.001f;
+  return NULL;
+}
+#elif FAULT == 2 || FAULT == 3
+/* Runs the real kernel on a patched host copy of input 0 (contiguous: these
+ * kernels declare no STRIDED capability, so the SDK passes dense inputs). */
+static DK_Error* with_patched_input(const DK_Kernel_Args* a, int op,
+                                    void (*patch)(const DK_TensorView*, char*, size_t)) {
+  DK_Error* e = sync(a); /* the input's producer has finished */
+  if (e) return e;
+  const DK_TensorView* x = a->inputs[0];
+  size_t item = x->dtype == DK_DTYPE_FLOAT64 || x->dtype == DK_DTYPE_INT64 ? 8
+              : x->dtype == DK_DTYPE_FLOAT32 || x->dtype == DK_DTYPE_INT32 ? 4
+              : x->dtype == DK_DTYPE_FLOAT16 || x->dtype == DK_DTYPE_BFLOAT16 ? 2 : 1;
+  size_t bytes = (size_t)numel(x) * item;
+  /* Device memory from the real plugin (it rejects pointers it did not
+   * allocate); it is host memory, so memcpy can fill it. */
+  DK_Memory_Allocate_Args m = {DK_Memory_Allocate_Args_STRUCT_SIZE, a->device, bytes, NULL};
+  if ((e = real->Memory_Allocate(&m))) return e;
+  char* tmp = m.ptr;
+  if (bytes) memcpy(tmp, x->data, bytes);
+  patch(x, tmp, item);
+  DK_TensorView v = *x;
+  v.data = tmp;
+  const DK_TensorView* ins[4] = {&v, a->num_inputs > 1 ? a->inputs[1] : NULL};
+  DK_Kernel_Args b = *a;
+  b.inputs = ins;
+  e = real->kernels->kernels[op](&b);
+  if (!e) e = sync(a);
+  DK_Memory_Free_Args f = {DK_Memory_Free_Args_STRUCT_SIZE, a->device, tmp};
+  DK_Error* fe = real->Memory_Free(&f);
+  return e ? e : fe;
+}
+#endif
+#if FAULT == 2
+static void drop_last(const DK_TensorView* x, char* tmp, size_t item) {
+  int64_t n = numel(x);
+  if (n > 0) memset(tmp + (size_t)(n - 1) * item, 0, item); /* zero bytes: 0 in every dtype */
+}
+static DK_Error* fault_sum(const DK_Kernel_Args* a) {
+  return with_patched_input(a, DK_OP_REDUCE_SUM, drop_last);
+}
+#elif FAULT == 3
+static void drop_last_column(const DK_TensorView* x, char* tmp, size_t item) {
+  int64_t k = x->shape[x->rank - 1], rows = k ? numel(x) / k : 0;
+  for (int64_t r = 0; r < rows; ++r) memset(tmp + (size_t)(r * k + k - 1) * item, 0, item);
+}
+static DK_Error* fault_matmul(const DK_Kernel_Args* a) {
+  const DK_TensorView* x = a->inputs[0];
+  if (x->shape[x->rank - 1] % 2 == 0) return real->kernels->kernels[DK_OP_MATMUL](a);
+  return with_patched_input(a, DK_OP_MATMUL, drop_last_column);
+}
+#elif FAULT == 4
+static DK_Error* fault_exp(const DK_Kernel_Args* a) {
+  DK_Error* e = real->kernels->kernels[DK_OP_EXP](a);
+  if (e || (e = sync(a))) return e;
+  const DK_TensorView *x = a->inputs[0], *o = a->outputs[0];
+  if (o->dtype == DK_DTYPE_FLOAT32)
+    for (int64_t k = 0; k < numel(o); ++k)
+      if (isinf(((float*)x->data)[offset_of(x, k)]) && ((float*)x->data)[offset_of(x, k)] < 0)
+        ((float*)o->data)[offset_of(o, k)] = 42.0f;
+  return NULL;
+}
+#elif FAULT == 5
+static DK_Error* fault_neg(const DK_Kernel_Args* a) {
+  if (a->inputs[0]->dtype == DK_DTYPE_FLOAT64) *(volatile int*)NULL = 1;
+  return real->kernels->kernels[DK_OP_NEG](a);
+}
+#elif FAULT == 6
+static DK_Error* fault_free(DK_Memory_Free_Args* a) {
+  (void)a;
+  return NULL;
+}
+#elif FAULT == 7
+static DK_Error* fault_wait(DK_Stream_WaitEvent_Args* a) {
+  (void)a;
+  return NULL;
+}
+#endif
+
+DK_EXPORT const DK_Api* DK_GetApi(void) {
+  if (real) return &api;
+  void* lib = dlopen(REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    fprintf(stderr, "faulty plugin: %s\n", dlerror());
+    abort();
+  }
+  real = ((DK_GetApi_Fn*)dlsym(lib, DK_ENTRY_SYMBOL))();
+  api = *real;
+  table = *real->kernels;
+  memcpy(kernels, real->kernels->kernels, sizeof(DK_KernelFn*) * (size_t)table.num_ops);
+  table.kernels = kernels;
+  api.kernels = &table;
+  api.Plugin_GetInfo = faulty_get_info;
+#if FAULT == 1
+  kernels[DK_OP_ADD] = fault_add;
+#elif FAULT == 2
+  kernels[DK_OP_REDUCE_SUM] = fault_sum;
+#elif FAULT == 3
+  kernels[DK_OP_MATMUL] = fault_matmul;
+#elif FAULT == 4
+  kernels[DK_OP_EXP] = fault_exp;
+#elif FAULT == 5
+  kernels[DK_OP_NEG] = fault_neg;
+#elif FAULT == 6
+  api.Memory_Free = fault_free;
+#elif FAULT == 7
+  api.Stream_WaitEvent = fault_wait;
+#endif
+  return &api;
+}
