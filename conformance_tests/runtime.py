@@ -166,9 +166,19 @@ def event_timing(ctx):
     buf.free()
 
 
+def _has_kernel(dev, op, dtype="float32"):
+    """Whether the plugin implements ``op`` for ``dtype``: the runtime section
+    uses kernels only as optional extra load, so that a plugin whose kernel
+    table is still empty (a fresh ``devicekit new`` project) passes it."""
+    return any(k["op"] == op and k["implemented"] and dtype in k["dtypes"]
+               for k in dev.plugin.kernels())
+
+
 def host_threads(ctx):
-    """Four host threads issuing copies and kernels at once; each checks its own results."""
+    """Four host threads issuing copies (and ``add`` kernels where the plugin
+    has them) at once, each on its own stream; each checks its own results."""
     dev = ctx.device
+    with_add = _has_kernel(dev, "add")
     errors = []
 
     def worker(k):
@@ -177,20 +187,20 @@ def host_threads(ctx):
             stream = dev.stream()
             for i in range(10):
                 a = rng.standard_normal((33, 17)).astype(np.float32)
-                b = rng.standard_normal((17, 9)).astype(np.float32)
-                ta, tb = dk.tensor(a, device=dev), dk.tensor(b, device=dev)
-                O.assert_close(dk.ops.matmul(ta, tb).numpy(), O.matmul(a, b), "float32",
-                               op="matmul", n=17, case=f"thread {k} iter {i}",
-                               scale=O.matmul(np.abs(a).astype(np.float64),
-                                              np.abs(b).astype(np.float64)))
+                ta = dk.tensor(a, device=dev)
+                got = (ta + ta).numpy() if with_add else ta.numpy()
+                O.assert_close(got, a * np.float32(2 if with_add else 1), "float32",
+                               op="add" if with_add else "copy", case=f"thread {k} iter {i}")
                 raw = rng.integers(0, 256, 4097, dtype=np.uint8)
-                buf = dev.alloc(4097)
+                buf, mid = dev.alloc(4097), dev.alloc(4097)
                 dev.copy_h2d(buf, raw, stream=stream)
+                dev.copy_d2d(mid, buf, 4097, stream=stream)
                 out = np.empty(4097, np.uint8)
-                dev.copy_d2h(out, buf, stream=stream)
+                dev.copy_d2h(out, mid, stream=stream)
                 stream.synchronize()
                 assert np.array_equal(out, raw), f"thread {k} iter {i}: copy differs"
                 buf.free()
+                mid.free()
         except BaseException as e:  # reported by the main thread
             errors.append(e)
 
@@ -216,8 +226,8 @@ def leak_check(ctx):
         buf.free()
     x = dk.tensor(rng.standard_normal((64, 33)).astype(np.float32), device=dev)
     for _ in range(5):
-        y = dk.ops.exp(x) + x
-        z = dk.ops.sum(dk.ops.matmul(y, y.T), axis=0)
+        y = x.T.contiguous() if _has_kernel(dev, "copy") else dk.tensor(x.numpy().T, device=dev)
+        z = y + y if _has_kernel(dev, "add") else y
         z.numpy()
     del x, y, z
     _settle(dev)

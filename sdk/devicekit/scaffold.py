@@ -129,12 +129,28 @@ def base_ops(major: int, minor: int) -> list:
     ops = [{"name": m[1], "signature": f"{m[1]}({m[2].strip()}) -> {m[3].strip()}; "
                                       f"{' '.join(m[4].split())}",
             "since": m[5], "id": m[6], "value": int(m[7])} for m in _OP_RE.finditer(text)]
-    count = re.search(rf"DK_OP_COUNT_{major}_{minor}\s*=\s*(\d+)", text)
-    if not count or [op["value"] for op in ops] != list(range(int(count[1]))):
+    # A minor that added no base ops (1.2 added fused ops) has no count of its
+    # own: the op set is the one of the latest minor <= ours that has one.
+    counts = {int(m[1]): int(m[2]) for m in
+              re.finditer(rf"DK_OP_COUNT_{major}_(\d+)\s*=\s*(\d+)", text) if int(m[1]) <= minor}
+    count = counts[max(counts)] if counts else None  # the macro: op_count_macro()
+    if count is None or [op["value"] for op in ops] != list(range(count)):
         raise InstallationError(
             f"cannot read the base-op list of device API {major}.{minor} from {path} "
-            f"(found {len(ops)} ops, expected DK_OP_COUNT_{major}_{minor}); reinstall devicekit")
+            f"(found {len(ops)} ops, expected DK_OP_COUNT_{major}_<minor <= {minor}>); "
+            f"reinstall devicekit")
     return ops
+
+
+def op_count_macro(major: int, minor: int) -> str:
+    """The header macro counting the base ops of API major.minor (the latest
+    DK_OP_COUNT_<major>_<m> with m <= minor, as base_ops reads it)."""
+    text = header_path().read_text()
+    minors = [int(m[1]) for m in re.finditer(rf"DK_OP_COUNT_{major}_(\d+)\s*=", text)
+              if int(m[1]) <= minor]
+    if not minors:
+        raise InstallationError(f"no DK_OP_COUNT_{major}_* in {header_path()}; reinstall devicekit")
+    return f"DK_OP_COUNT_{major}_{max(minors)}"
 
 
 def _c_string(text: str) -> str:
@@ -157,6 +173,7 @@ def context(name: str, vendor: str) -> dict:
 
     return {
         "ops": base_ops(_core.API_MAJOR, _core.API_MINOR),
+        "op_count_macro": op_count_macro(_core.API_MAJOR, _core.API_MINOR),
         "name": name,
         "NAME": name.upper(),
         "package": f"devicekit_{name}",
