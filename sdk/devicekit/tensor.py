@@ -37,8 +37,7 @@ def tensor(data, device="cpu:0", dtype=None, requires_grad=False):
     autograd leaf (a Tensor ``data`` is copied, not tracked through).
     """
     out = _tensor(data, device, dtype)
-    if requires_grad:
-        out.requires_grad = True  # validates the dtype
+    _leaf(out, requires_grad)
     return out
 
 
@@ -64,20 +63,28 @@ def _tensor(data, device, dtype):
     return _core.from_host(dev, dt.id, _raw(arr))
 
 
-def empty(*shape, dtype=_dt.float32, device="cpu:0"):
-    return _core.empty(_device(device), _shape_arg(shape), _dt.as_dtype(dtype).id)
+def _leaf(t, requires_grad):
+    if requires_grad:
+        t.requires_grad = True  # validates the dtype
+    return t
 
 
-def full(shape, fill_value, dtype=_dt.float32, device="cpu:0"):
-    return _core.full(_device(device), _shape_arg((shape,)), _dt.as_dtype(dtype).id, fill_value)
+def empty(*shape, dtype=_dt.float32, device="cpu:0", requires_grad=False):
+    return _leaf(_core.empty(_device(device), _shape_arg(shape), _dt.as_dtype(dtype).id),
+                 requires_grad)
 
 
-def zeros(*shape, dtype=_dt.float32, device="cpu:0"):
-    return full(_shape_arg(shape), 0, dtype=dtype, device=device)
+def full(shape, fill_value, dtype=_dt.float32, device="cpu:0", requires_grad=False):
+    return _leaf(_core.full(_device(device), _shape_arg((shape,)), _dt.as_dtype(dtype).id,
+                            fill_value), requires_grad)
 
 
-def ones(*shape, dtype=_dt.float32, device="cpu:0"):
-    return full(_shape_arg(shape), 1, dtype=dtype, device=device)
+def zeros(*shape, dtype=_dt.float32, device="cpu:0", requires_grad=False):
+    return full(_shape_arg(shape), 0, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def ones(*shape, dtype=_dt.float32, device="cpu:0", requires_grad=False):
+    return full(_shape_arg(shape), 1, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
 def _shape_arg(shape):
