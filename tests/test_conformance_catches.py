@@ -42,7 +42,7 @@ def test_reference_plugin_passes_full_suite(full_run):
     s = report["summary"]
     assert s["passed"] and s["by_outcome"]["pass"] == s["total"] > 2000
     assert report["corpus"]["checked"] and report["corpus"]["ok"]
-    assert set(s["by_section"]) == {"runtime", "ops", "rng", "errors"}
+    assert set(s["by_section"]) == {"runtime", "ops", "rng", "errors", "composites"}
     assert "PASSED" in proc.stdout and "runtime" in proc.stdout  # the summary table
 
 
