@@ -45,7 +45,8 @@ def test_reference_plugin_passes_full_suite(full_run):
     # only fused-kernel calls its float32-only kernels decline (float16/bfloat16 ...)
     assert all(c["section"] == "fused" and "declined" in c["message"] for c in skipped)
     assert report["corpus"]["checked"] and report["corpus"]["ok"]
-    assert set(s["by_section"]) == {"runtime", "ops", "rng", "errors", "composites", "fused"}
+    assert set(s["by_section"]) == {"runtime", "ops", "rng", "errors", "composites", "fused",
+                                     "autograd"}
     assert "PASSED" in proc.stdout and "runtime" in proc.stdout  # the summary table
 
 
