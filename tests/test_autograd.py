@@ -9,7 +9,7 @@ import pytest
 
 import devicekit as dk
 from devicekit import ops
-from gradcheck import gradcheck
+from devicekit.testing.gradcheck import gradcheck
 
 RNG = np.random.default_rng(0)
 

@@ -15,7 +15,7 @@ import devicekit.nn.functional as F
 from devicekit import _fused, ops
 from devicekit.testing import oracle as O
 from devicekit.testing import oracle_nn as N
-from gradcheck import gradcheck
+from devicekit.testing.gradcheck import gradcheck
 
 RNG = np.random.default_rng(0)
 

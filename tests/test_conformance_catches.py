@@ -40,9 +40,13 @@ def test_reference_plugin_passes_full_suite(full_run):
     proc, report, _ = full_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     s = report["summary"]
-    assert s["passed"] and s["by_outcome"]["pass"] == s["total"] > 2000
+    skipped = [c for c in report["cases"] if c["outcome"] == "skipped"]
+    assert s["passed"] and s["by_outcome"]["pass"] + len(skipped) == s["total"] > 2000
+    # only fused-kernel calls its float32-only kernels decline (float16/bfloat16 ...)
+    assert all(c["section"] == "fused" and "declined" in c["message"] for c in skipped)
     assert report["corpus"]["checked"] and report["corpus"]["ok"]
-    assert set(s["by_section"]) == {"runtime", "ops", "rng", "errors"}
+    assert set(s["by_section"]) == {"runtime", "ops", "rng", "errors", "composites", "fused",
+                                     "autograd"}
     assert "PASSED" in proc.stdout and "runtime" in proc.stdout  # the summary table
 
 
@@ -68,6 +72,8 @@ FAULT_CASES = [  # fault, -k filter, cases that must be caught, their outcome
     ("exp_neg_inf", "ops/exp/float32", ["ops/exp/float32/edge"], "fail"),
     ("leak", "runtime", ["runtime/leak_check"], "fail"),
     ("no_wait", "runtime/streams", ["runtime/streams_ordered_by_events"], "fail"),
+    ("fused_rms", "fused/cpu.rms_norm_f32/", ["fused/cpu.rms_norm_f32/float32/odd",
+                                             "fused/cpu.rms_norm_f32/float32/no_weight"], "fail"),
 ]
 
 
@@ -83,6 +89,10 @@ def test_suite_catches_fault(tmp_path, faulty_plugins, fault, pattern, caught, o
     assert f"--case {caught[0]}" in bad["replay"] and "replay:" in proc.stdout
     if fault in ("add_rel", "exp_neg_inf"):
         assert bad["details"]["max_abs_err"] > 0 and "worst_index" in bad["details"]
+    if fault == "fused_rms":  # the fused kernel still runs, and what it declines stays right
+        assert "ran: cpu.rms_norm_f32" in bad["message"]
+        assert got["fused/cpu.rms_norm_f32/accepts_some_call"] == "pass"
+        assert got["fused/cpu.rms_norm_f32/rejects/float64"] == "pass"
     if fault == "matmul_odd_k":  # even K still passes: the fault is the odd K only
         assert got["ops/matmul/float32/even_k"] == "pass"
     assert report["run"]["partial"] and not report["corpus"]["checked"]
@@ -126,3 +136,20 @@ def test_runs_as_plain_pytest(tmp_path):
                            "-k", "runtime", "-q", "-p", "no:cacheprovider"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_fused_section_without_kernels_is_skipped_never_passed():
+    from devicekit.conformance.case import Target, run_case
+    from devicekit.conformance_tests import fused
+
+    class Bare:
+        name = "bare"
+
+        def fused_kernels(self):
+            return []
+
+    target = Target(device=type("Dev", (), {"plugin": Bare()})())
+    (case,) = fused.cases(target)
+    result = run_case(case, target)
+    assert result["outcome"] == "skipped" and "no fused kernels" in result["message"]
+    assert fused.SECTION.min_cases(target) is None

@@ -10,6 +10,8 @@
  *   5 SEGV         neg on float64 dereferences NULL
  *   6 LEAK         Memory_Free frees nothing (device memory leaks)
  *   7 NO_WAIT      Stream_WaitEvent returns success without waiting
+ *   8 FUSED_RMS    the fused rms_norm kernel's float32 results are off by a
+ *                  relative 1e-3 (its supports() is the real one; API 1.2)
  * Test-only shortcuts: DK_GetApi does the dlopen (a real plugin must do no
  * work there), and outputs are patched on the host after a stream
  * synchronize, which works because the CPU plugin's memory is host memory. */
@@ -148,6 +150,37 @@ static DK_Error* fault_wait(DK_Stream_WaitEvent_Args* a) {
   (void)a;
   return NULL;
 }
+#elif FAULT == 8
+/* The fused table is copied (its array of pointers, then the rms_norm entry)
+ * so that only the launch of that one kernel is replaced. */
+static DK_FusedKernelTable fused_table;
+static const DK_FusedKernel* fused_entries[64];
+static DK_FusedKernel fused_rms;
+static DK_KernelFn* real_rms_launch;
+static DK_Error* fault_fused_rms(const DK_Kernel_Args* a) {
+  DK_Error* e = real_rms_launch(a);
+  if (e || (e = sync(a))) return e;
+  const DK_TensorView* o = a->outputs[0];
+  if (o->dtype == DK_DTYPE_FLOAT32)
+    for (int64_t k = 0; k < numel(o); ++k) ((float*)o->data)[offset_of(o, k)] *= 1.001f;
+  return NULL;
+}
+static void wrap_fused_rms(void) {
+  if (real->struct_size < DK_Api_STRUCT_SIZE_1_2 || real->fused_kernels == NULL) return;
+  fused_table = *real->fused_kernels;
+  if (fused_table.num_kernels > 64) abort();
+  for (int i = 0; i < fused_table.num_kernels; ++i) {
+    fused_entries[i] = real->fused_kernels->kernels[i];
+    if (fused_entries[i]->op == DK_FUSED_RMS_NORM && real_rms_launch == NULL) {
+      fused_rms = *fused_entries[i];
+      real_rms_launch = fused_rms.launch;
+      fused_rms.launch = fault_fused_rms;
+      fused_entries[i] = &fused_rms;
+    }
+  }
+  fused_table.kernels = fused_entries;
+  api.fused_kernels = &fused_table;
+}
 #endif
 
 DK_EXPORT const DK_Api* DK_GetApi(void) {
@@ -178,6 +211,8 @@ DK_EXPORT const DK_Api* DK_GetApi(void) {
   api.Memory_Free = fault_free;
 #elif FAULT == 7
   api.Stream_WaitEvent = fault_wait;
+#elif FAULT == 8
+  wrap_fused_rms();
 #endif
   return &api;
 }

@@ -122,7 +122,7 @@ def _fmt(v):
 
 
 def assert_close(actual, expected, dtype, op=None, n=None, case="", scale=None,
-                 signed_zeros=None):
+                 signed_zeros=None, tol=None):
     """Asserts ``actual`` (a numpy array from the device) matches the oracle's
     ``expected`` for an op whose output dtype is ``dtype``.
 
@@ -131,6 +131,8 @@ def assert_close(actual, expected, dtype, op=None, n=None, case="", scale=None,
     is in SIGNED_ZEROS); everything else within :func:`tolerance` (plus
     ``rtol * scale`` for ACCUMULATING ops). On failure the message has the
     case, both arrays, the max abs and rel error and the worst index.
+    ``tol``: an explicit (rtol, atol) replacing :func:`tolerance` (for checks
+    of composites, whose caller documents its own override).
     """
     want = np_dtype(dtype)
     actual, expected = np.asarray(actual), np.asarray(expected)
@@ -141,7 +143,7 @@ def assert_close(actual, expected, dtype, op=None, n=None, case="", scale=None,
     if actual.shape != expected.shape:
         raise AssertionError(f"{head}: shape mismatch: actual {actual.shape}, "
                              f"expected {expected.shape}")
-    rtol, atol = tolerance(want, op, n)
+    rtol, atol = tolerance(want, op, n) if tol is None else tol
     if want.kind in "biu":
         a, e = actual.astype(np.int64), expected.astype(np.int64)
         bad = a != e

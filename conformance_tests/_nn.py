@@ -1,0 +1,255 @@
+"""Composite-op calls shared by the composites, fused and autograd sections
+(not a section itself: leading underscore).
+
+``CALLS[name][shape class](rng)`` builds one call of the composite ``name``
+(``devicekit.nn.functional``) as a :class:`Call`: floating operands as float64
+numpy arrays (each section rounds them to the dtype under test), other operands
+(ids, targets, bool masks) as they are, keyword attributes, and ``n``, the
+number of elements each output element is reduced over (1 for elementwise
+ops), which scales the tolerance.
+
+Tolerance (:func:`tolerance`), documented once for all three sections:
+the dtype's default (devicekit.testing.oracle.TOLERANCES); the transcendental
+override (oracle.TRANSCENDENTAL: polynomial exp/log/erf/tanh/rsqrt, ~34 ulp in
+float32) for composites built on them; times sqrt(n) for composites that reduce
+n elements, the rule of the accumulating base ops (oracle.ACCUMULATING).
+float16/bfloat16 composites compute in float32 and round once, so the default
+1-2 ulp of the narrow dtype is what they must meet.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import devicekit as dk
+import devicekit.nn.functional as F
+from devicekit.testing import oracle as O
+from devicekit.testing import oracle_nn as N
+
+LOW_PRECISION = ("float16", "bfloat16")
+
+
+@dataclass
+class Call:
+    args: list
+    kwargs: dict = field(default_factory=dict)
+    n: int = 1  # elements reduced into each output element (tolerance scale)
+
+
+def _u(rng, *shape, low=-2.0, high=2.0):
+    return rng.uniform(low, high, shape)
+
+
+def _rows(shape, axis=-1):
+    return shape[axis] if shape else 1
+
+
+def _with_neg_inf(rng, shape):
+    x = _u(rng, *shape)
+    x[..., 0] = -np.inf  # one excluded entry per row (never a whole row)
+    return x
+
+
+def _logsumexp_rows(rng):
+    x = _u(rng, 4, 6)
+    x[1] = -np.inf  # an all -inf row: -inf, not NaN
+    return x
+
+
+def _sdpa(rng, b, hq, hkv, lq, lk, d, dv, mask=None, **kw):
+    args = [_u(rng, b, hq, lq, d), _u(rng, b, hkv, lk, d), _u(rng, b, hkv, lk, dv)]
+    if mask is not None:
+        kw["attn_mask"] = mask
+    return Call(args, kw, n=max(lk, d))
+
+
+def _fully_masked(rng):
+    mask = rng.random((5, 7)) < 0.6
+    mask[:, 0] = True
+    mask[3] = False  # a query with no visible key: output 0, gradient 0
+    return _sdpa(rng, 1, 2, 2, 5, 7, 4, 4, mask=mask)
+
+
+def _float_mask(rng):
+    mask = _u(rng, 4, 6)
+    mask[2] = -np.inf  # fully masked by -inf: output 0
+    return _sdpa(rng, 2, 2, 1, 4, 6, 3, 5, mask=mask)
+
+
+def _ce(rng, n, c, ignore=0, spatial=(), reduction="mean"):
+    target = rng.integers(0, c, (n, *spatial))
+    if ignore:
+        target.reshape(-1)[:ignore] = -100
+    return Call([_u(rng, n, c, *spatial), target], {"reduction": reduction},
+                n=c * (target.size if reduction != "none" else 1))
+
+
+def _adamw(rng, shape):
+    m, v = _u(rng, *shape), rng.uniform(0.1, 2.0, shape)
+    return Call([_u(rng, *shape), _u(rng, *shape), m, v], {"step": 3, "lr": 0.01})
+
+
+# name -> {shape class -> rng -> Call}. Every composite has a size-1 class and
+# an odd-size class; the rest are the cases its semantics single out.
+CALLS = {
+    "softmax": {
+        "one": lambda r: Call([_u(r, 1, 1)], {"axis": -1}),
+        "odd": lambda r: Call([_u(r, 7, 13) * 4], {"axis": -1}, n=13),
+        "axis0": lambda r: Call([_u(r, 5, 3, 7)], {"axis": 0}, n=5),
+        "neg_inf": lambda r: Call([_with_neg_inf(r, (3, 9))], {"axis": -1}, n=9),
+    },
+    "log_softmax": {
+        "one": lambda r: Call([_u(r, 1, 1)]),
+        "odd": lambda r: Call([_u(r, 7, 13) * 4], n=13),
+        "axis1": lambda r: Call([_u(r, 2, 5, 3)], {"axis": 1}, n=5),
+    },
+    "logsumexp": {
+        "one": lambda r: Call([_u(r, 1)], {"axis": 0}),
+        "odd": lambda r: Call([_u(r, 7, 13) * 4], {"axis": 1}, n=13),
+        "keepdims": lambda r: Call([_u(r, 5, 3)], {"axis": 0, "keepdims": True}, n=5),
+        "neg_inf_row": lambda r: Call([_logsumexp_rows(r)], {"axis": 1}, n=6),
+    },
+    "mean": {
+        "one": lambda r: Call([_u(r, 1)]),
+        "odd": lambda r: Call([_u(r, 7, 13)], {"axis": 1}, n=13),
+        "all": lambda r: Call([_u(r, 3, 5, 7)], n=105),
+    },
+    "var": {
+        "odd": lambda r: Call([_u(r, 7, 13)], {"axis": 1}, n=13),
+        "all_biased": lambda r: Call([_u(r, 3, 5, 7)], {"correction": 0}, n=105),
+        "offset": lambda r: Call([_u(r, 4, 11) + 100.0], {"axis": 1}, n=11),  # two-pass needed
+    },
+    "layer_norm": {
+        "one": lambda r: Call([_u(r, 3, 1)], n=1),
+        "odd": lambda r: Call([_u(r, 7, 13), _u(r, 13), _u(r, 13)], n=13),
+        "offset": lambda r: Call([_u(r, 2, 3, 17) + 50.0], {"eps": 1e-3}, n=17),
+    },
+    "rms_norm": {
+        "one": lambda r: Call([_u(r, 1, 1), _u(r, 1)]),
+        "odd": lambda r: Call([_u(r, 7, 13), _u(r, 13)], n=13),
+        "no_weight": lambda r: Call([_u(r, 2, 3, 17)], {"eps": 1e-5}, n=17),
+    },
+    "relu": {
+        "one": lambda r: Call([_u(r, 1)]),
+        "odd": lambda r: Call([_u(r, 7, 13)]),
+    },
+    "sigmoid": {
+        "one": lambda r: Call([_u(r, 1)]),
+        "odd": lambda r: Call([_u(r, 7, 13)]),
+        "wide": lambda r: Call([_u(r, 5, 9) * 40]),  # exp only of -|x|: no overflow
+    },
+    "silu": {
+        "one": lambda r: Call([_u(r, 1)]),
+        "odd": lambda r: Call([_u(r, 7, 13) * 3]),
+    },
+    "gelu": {
+        "one": lambda r: Call([_u(r, 1)]),
+        "odd": lambda r: Call([_u(r, 7, 13) * 3]),
+        "tanh": lambda r: Call([_u(r, 7, 13) * 3], {"approximate": "tanh"}),
+    },
+    "swiglu": {
+        "one": lambda r: Call([_u(r, 1, 2)]),
+        "odd": lambda r: Call([_u(r, 7, 26)]),
+    },
+    "linear": {
+        "one": lambda r: Call([_u(r, 1, 1), _u(r, 1, 1)]),
+        "odd": lambda r: Call([_u(r, 7, 13), _u(r, 5, 13), _u(r, 5)], n=13),
+        "batched": lambda r: Call([_u(r, 2, 3, 9), _u(r, 4, 9)], n=9),
+    },
+    "embedding": {
+        "one": lambda r: Call([np.zeros((1,), np.int64), _u(r, 1, 1)]),
+        "odd": lambda r: Call([r.integers(0, 7, (3, 5)), _u(r, 7, 13)]),  # repeated ids
+    },
+    "rotary_embedding": {
+        "one": lambda r: Call([_u(r, 1, 2), _u(r, 1, 2), _u(r, 1, 2)]),
+        "odd": lambda r: Call([_u(r, 2, 3, 5, 8), _u(r, 5, 8), _u(r, 5, 8)]),
+    },
+    "cross_entropy": {
+        "one": lambda r: _ce(r, 1, 1),
+        "odd": lambda r: _ce(r, 7, 13),
+        "ignore_index": lambda r: _ce(r, 7, 5, ignore=3),
+        "spatial_none": lambda r: _ce(r, 2, 5, spatial=(3,), reduction="none", ignore=1),
+        "sum": lambda r: _ce(r, 5, 4, reduction="sum"),
+        "all_ignored": lambda r: _ce(r, 3, 4, ignore=3),  # mean of nothing: NaN
+    },
+    "dropout": {
+        "one": lambda r: Call([_u(r, 1)], {"p": 0.5, "seed": 7}),
+        "odd": lambda r: Call([_u(r, 7, 13)], {"p": 0.3, "seed": 11}),
+    },
+    "scaled_dot_product_attention": {
+        "one": lambda r: _sdpa(r, 1, 1, 1, 1, 1, 1, 1),
+        "odd": lambda r: _sdpa(r, 2, 2, 2, 5, 7, 3, 5),
+        "gqa": lambda r: _sdpa(r, 1, 4, 2, 3, 6, 4, 4),
+        "causal_lq_ne_lk": lambda r: _sdpa(r, 1, 2, 2, 3, 5, 4, 4, is_causal=True, scale=0.7),
+        "bool_mask_bcast": lambda r: _sdpa(r, 2, 2, 2, 4, 6, 4, 4, mask=r.random((6,)) < 0.7),
+        "float_mask": _float_mask,
+        "fully_masked": _fully_masked,
+    },
+    "conv2d": {
+        "one": lambda r: Call([_u(r, 1, 1, 1, 1), _u(r, 1, 1, 1, 1)]),
+        "odd": lambda r: Call([_u(r, 2, 3, 5, 6), _u(r, 4, 3, 3, 2), _u(r, 4)],
+                              {"stride": (2, 1), "padding": 1}, n=18),
+    },
+    "max_pool2d": {
+        "one": lambda r: Call([_u(r, 1, 1, 1, 1)], {"kernel_size": 1}),
+        "odd": lambda r: Call([_u(r, 2, 2, 5, 5)], {"kernel_size": 3, "stride": 2, "padding": 1}),
+    },
+    "avg_pool2d": {
+        "one": lambda r: Call([_u(r, 1, 1, 1, 1)], {"kernel_size": 1}),
+        "odd": lambda r: Call([_u(r, 1, 2, 5, 7)], {"kernel_size": (2, 3)}, n=6),
+    },
+    "adamw_step": {
+        "one": lambda r: _adamw(r, (1,)),
+        "odd": lambda r: _adamw(r, (7, 13)),
+    },
+}
+
+# Composites whose value goes through exp/log/erf/tanh/rsqrt/sqrt (the
+# transcendental tolerance override applies).
+TRANSCENDENTAL = {"softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm", "sigmoid",
+                  "silu", "gelu", "swiglu", "cross_entropy", "scaled_dot_product_attention",
+                  "adamw_step"}
+
+
+def function(name):
+    return getattr(F, name)
+
+
+def oracle(name):
+    return getattr(N, name)
+
+
+def tolerance(name, dtype, n):
+    """(rtol, atol) for composite ``name`` on ``dtype`` reducing ``n`` elements."""
+    rtol, atol = O.tolerance(dtype, "exp" if name in TRANSCENDENTAL else None)
+    f = math.sqrt(max(int(n), 1))
+    return rtol * f, atol * f
+
+
+def is_float(a):
+    return isinstance(a, np.ndarray) and a.dtype == np.float64
+
+
+def rounded(call, dtype):
+    """The call's floating operands (and float kwargs arrays) rounded to ``dtype``."""
+    args = [O.round_to(a, dtype) if is_float(a) else a for a in call.args]
+    kwargs = {k: O.round_to(v, dtype) if is_float(v) else v for k, v in call.kwargs.items()}
+    return args, kwargs
+
+
+def to_device(value, device, requires_grad=False):
+    if isinstance(value, np.ndarray):
+        return dk.tensor(value, device=device, requires_grad=requires_grad)
+    return value
+
+
+def expected(name, args, kwargs, dtype):
+    """The oracle's results (a tuple) on the exact rounded inputs, rounded to ``dtype``."""
+    want = oracle(name)(*args, **kwargs)
+    want = want if isinstance(want, tuple) else (want,)
+    return tuple(O.round_to(np.asarray(w, np.float64), dtype) for w in want)
+
+
+def outputs(result):
+    return result if isinstance(result, tuple) else (result,)

@@ -1,0 +1,183 @@
+"""Section "fused": every fused kernel the plugin registers
+(``Plugin.fused_kernels()``, device API 1.2) against the decomposition it
+replaces and the float64 oracle, through the SDK's dispatcher
+(``devicekit.nn.functional`` -> ``_fused.dispatch``).
+
+For each kernel K of composite op OP:
+
+- ``fused/K/accepts_some_call``: K accepts at least one of the calls below
+  (``composite_stats()`` counts a launch of K). A kernel whose predicate
+  declines everything is dead code the vendor believes runs: a failure.
+- ``fused/K/<dtype>/<class>``: OP's calls (``_nn.CALLS[OP]``) in float32,
+  float16 and bfloat16. With fused kernels on, the result must match the
+  decomposition run on the same inputs (fused kernels off) and the oracle.
+  When K declines the call, the path that did run was still checked and the
+  case is *skipped* (reason given): K itself was not tested by it.
+- ``fused/K/rejects/<kind>``: inputs a predicate typically declines (float64,
+  a non-contiguous view, ...). Whichever path runs, fused or decomposition,
+  must be right; the message of a failure says which ran.
+
+A plugin with no fused kernels gets one skipped case saying so (never a pass).
+Tolerances: ``_nn.tolerance`` against the oracle, twice that against the
+decomposition (both approximate the same float64 value).
+"""
+
+import functools
+
+import numpy as np
+
+from devicekit.conformance.case import Case, Section, Skip
+
+from . import _nn
+from ._common import O, dk
+
+DTYPES = ("float32",) + _nn.LOW_PRECISION
+MIN_REJECT_CASES = 2  # float64 and non-contiguous exist for every fused op
+
+
+def _available(target):
+    import devicekit
+    if not hasattr(devicekit, "fused_kernels"):
+        return "no fused-kernel API in this DeviceKit"
+    return None
+
+
+def _kernels(target):
+    return list(target.device.plugin.fused_kernels())
+
+
+def _floor(target):
+    """Per registered kernel: its accepts_some_call case and its reject cases."""
+    return len(_kernels(target)) * (1 + MIN_REJECT_CASES) or None
+
+
+SECTION = Section("fused", "Registered fused kernels vs their decomposition", order=50,
+                  available=_available, min_cases=_floor)
+
+
+def _noncontiguous(a, dev):
+    """A device view equal to ``a`` whose last two dims are transposed in memory."""
+    t = dk.tensor(np.ascontiguousarray(np.swapaxes(a, -1, -2)), device=dev)
+    return t.transpose(a.ndim - 2, a.ndim - 1)
+
+
+def _to_float64(call):
+    return call, "float64", False
+
+
+def _first_noncontiguous(call):
+    return call, "float32", True
+
+
+# op -> kind -> rng -> (Call, dtype, first operand non-contiguous)
+REJECTS = {
+    "rms_norm": {"float64": lambda r: _to_float64(_nn.CALLS["rms_norm"]["odd"](r)),
+                 "non_contiguous": lambda r: _first_noncontiguous(_nn.CALLS["rms_norm"]["odd"](r))},
+    "layer_norm": {"float64": lambda r: _to_float64(_nn.CALLS["layer_norm"]["odd"](r)),
+                   "non_contiguous": lambda r: _first_noncontiguous(
+                       _nn.CALLS["layer_norm"]["odd"](r))},
+    "softmax": {"float64": lambda r: _to_float64(_nn.CALLS["softmax"]["odd"](r)),
+                "non_contiguous": lambda r: _first_noncontiguous(_nn.CALLS["softmax"]["odd"](r)),
+                "axis0": lambda r: (_nn.CALLS["softmax"]["axis0"](r), "float32", False)},
+    "scaled_dot_product_attention": {
+        "float64": lambda r: _to_float64(_nn.CALLS["scaled_dot_product_attention"]["gqa"](r)),
+        "non_contiguous": lambda r: _first_noncontiguous(
+            _nn.CALLS["scaled_dot_product_attention"]["odd"](r))},
+}
+
+
+def _run(ctx, op, args, kwargs, fused, noncontig=False):
+    """(host outputs, {kernel name: launches}, decomposed calls) of one call."""
+    dev = ctx.device
+    dev_args = [_nn.to_device(a, dev) for a in args]
+    if noncontig:
+        dev_args[0] = _noncontiguous(args[0], dev)
+    dk.reset_composite_stats()
+    with dk.fused_kernels(fused):
+        out = _nn.function(op)(*dev_args, **{k: _nn.to_device(v, dev) for k, v in kwargs.items()})
+        got = [o.numpy() for o in _nn.outputs(out)]
+    st = dk.composite_stats().get(op, {"decomposed": 0, "fused": {}})
+    return got, st["fused"], st["decomposed"]
+
+
+def _compare(ctx, op, call, args, kwargs, dtype, noncontig, note):
+    """Runs the call fused-on and fused-off; checks both against the oracle and
+    each other. Returns {kernel: launches} of the fused-on run."""
+    got, launched, _ = _run(ctx, op, args, kwargs, True, noncontig)
+    ref, _, _ = _run(ctx, op, args, kwargs, False, noncontig)
+    want = _nn.expected(op, args, kwargs, dtype)
+    rtol, atol = _nn.tolerance(op, dtype, call.n)
+    path = f"ran: {', '.join(launched) or 'the decomposition'}"
+    for g, r, w in zip(got, ref, want):
+        case = f"{note} n={call.n} seed={ctx.seed}; {path}"
+        O.assert_close(g, w, dtype, op=op, tol=(rtol, atol), case=case + " vs oracle")
+        O.assert_close(g, r, dtype, op=op, tol=(2 * rtol, 2 * atol), case=case + " vs decomposition")
+    return launched
+
+
+def check_call(ctx, kernel, op, dtype, shape):
+    call = _nn.CALLS[op][shape](ctx.rng())
+    args, kwargs = _nn.rounded(call, dtype)
+    launched = _compare(ctx, op, call, args, kwargs, dtype, False, f"{kernel} {dtype} {shape}")
+    if not launched.get(kernel):
+        other = ", ".join(launched) or "the decomposition"
+        raise Skip(f"{kernel} declined this call ({other} ran and was right)")
+
+
+def check_reject(ctx, kernel, op, kind):
+    call, dtype, noncontig = REJECTS[op][kind](ctx.rng())
+    if dtype not in ctx.target.dtypes:
+        raise Skip(f"the device has no {dtype}")
+    args, kwargs = _nn.rounded(call, dtype)
+    _compare(ctx, op, call, args, kwargs, dtype, noncontig, f"{kernel} rejects/{kind}")
+
+
+def check_accepts(ctx, kernel, op):
+    tried = 0
+    for dtype in DTYPES:
+        if dtype not in ctx.target.dtypes:
+            continue
+        for shape, make in _nn.CALLS[op].items():
+            args, kwargs = _nn.rounded(make(ctx.rng()), dtype)
+            _, launched, _ = _run(ctx, op, args, kwargs, True)
+            tried += 1
+            if launched.get(kernel):
+                return
+    raise AssertionError(f"fused kernel {kernel} ({op}) accepted none of {tried} calls "
+                         f"({', '.join(DTYPES)} x {', '.join(_nn.CALLS[op])}): its supports() "
+                         f"predicate declines everything, so it never runs")
+
+
+def no_kernels(ctx):
+    raise Skip(f"plugin '{ctx.device.plugin.name}' registers no fused kernels "
+               f"(Plugin.fused_kernels() is empty): every composite op runs its decomposition")
+
+
+def unknown_op(ctx, kernel, op):
+    raise RuntimeError(f"fused kernel {kernel} is for op '{op}', for which this DeviceKit's "
+                       f"conformance suite has no calls: upgrade devicekit")
+
+
+def cases(target):
+    kernels = _kernels(target)
+    if not kernels:
+        return [Case(id="fused/none_registered", section="fused", fn=no_kernels)]
+    out = []
+    for k in kernels:
+        name, op = k["name"], k["op"]
+        base = dict(section="fused", op=op)
+        if op not in _nn.CALLS or op not in REJECTS:
+            out.append(Case(id=f"fused/{name}/unknown_op", dtype=None, **base,
+                            fn=functools.partial(unknown_op, kernel=name, op=op)))
+            continue
+        out.append(Case(id=f"fused/{name}/accepts_some_call", **base,
+                        fn=functools.partial(check_accepts, kernel=name, op=op)))
+        for dtype in DTYPES:
+            for shape in _nn.CALLS[op]:
+                out.append(Case(id=f"fused/{name}/{dtype}/{shape}", dtype=dtype, **base,
+                                fn=functools.partial(check_call, kernel=name, op=op, dtype=dtype,
+                                                     shape=shape)))
+        for kind in REJECTS[op]:
+            out.append(Case(id=f"fused/{name}/rejects/{kind}", **base,
+                            fn=functools.partial(check_reject, kernel=name, op=op, kind=kind)))
+    return out
