@@ -8,9 +8,12 @@ The bad plugins are built from tests/plugins/*.c by the ``bad_plugins`` fixture.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
@@ -288,3 +291,20 @@ def test_reload_plugins_forgets_removed_paths(bad_plugins, plugin_path):
     assert f"{ERRORS_PLUGIN_NAME}:0" not in {d.name for d in devicekit.devices()}
     with pytest.raises(devicekit.DeviceNotFoundError):
         devicekit.device(f"{ERRORS_PLUGIN_NAME}:0")
+
+
+@pytest.mark.parametrize("var, value", [("DEVICEKIT_CPU_THREADS", "two"),
+                                        ("DEVICEKIT_CPU_THREADS", "0"),
+                                        ("DEVICEKIT_CPU_DEVICES", "99"),
+                                        ("DEVICEKIT_CPU_MEMORY_BYTES", "-5")])
+def test_cpu_plugin_refuses_a_malformed_setting_at_load(var, value):
+    """A setting the reference plugin cannot use fails its Initialize with the
+    variable, the value and the accepted range, instead of being ignored."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEKIT_")}
+    env[var] = value
+    result = subprocess.run([sys.executable, "-m", "devicekit", "devices", "--json"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    cpu = [r for r in json.loads(result.stdout) if r["name"] == "cpu"]
+    assert len(cpu) == 1 and not cpu[0]["loaded"], cpu
+    assert f"{var}='{value}'" in cpu[0]["error"] and "expected" in cpu[0]["error"], cpu[0]["error"]

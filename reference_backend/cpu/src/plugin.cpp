@@ -11,6 +11,7 @@
 
 #include "api.h"
 #include "internal.h"
+#include "parallel.h"
 
 namespace dkcpu {
 namespace {
@@ -177,6 +178,16 @@ DK_Error* dk_cpu_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
                         "Hint: unset it for one device.",
                         kCall, env, kMaxDevices);
     }
+    // parallel.cpp reads DEVICEKIT_CPU_THREADS when the pool starts; a value
+    // it cannot use is refused here, at load, instead of silently ignored.
+    uint64_t threads = 0;
+    env = std::getenv("DEVICEKIT_CPU_THREADS");
+    if (env != nullptr && (!parse_u64(env, &threads) || threads < 1 || threads > 1024)) {
+      return make_error(DK_ERROR_INVALID_ARGUMENT,
+                        "%s: DEVICEKIT_CPU_THREADS='%s'; expected an integer from 1 to 1024. "
+                        "Hint: unset it to use every core.",
+                        kCall, env);
+    }
     uint64_t memory = physical_memory_bytes();
     env = std::getenv("DEVICEKIT_CPU_MEMORY_BYTES");
     if (env != nullptr && (!parse_u64(env, &memory) || memory == 0)) {
@@ -195,7 +206,7 @@ DK_Error* dk_cpu_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
     p.num_devices = int32_t(devices);
     p.total_memory = memory;
     p.devices.reset(new Device[devices]);
-    p.attributes = "threads=" + std::to_string(std::thread::hardware_concurrency()) +
+    p.attributes = "threads=" + std::to_string(parallel_threads()) +
                    "\nstreams=worker-thread\ndevices=" + std::to_string(devices);
     p.initialized.store(true, std::memory_order_release);
     return nullptr;
