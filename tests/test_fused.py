@@ -361,7 +361,7 @@ def test_sdpa_nan_in_k_propagates_to_the_rows_that_see_it(cpu):
 def test_sdpa_does_not_read_key_tiles_in_the_causal_future(cpu):
     # The spec lets a kernel skip keys masked for all the queries it computes
     # together; a NaN in v at a masked key it does read may propagate (0 * NaN),
-    # as in the decomposition. This kernel's query blocks (32 rows) below 128
+    # as in the decomposition. This kernel's query blocks (64 rows) below 128
     # never visit key 150; rows >= 150 see it.
     q, k, v = _randn(1, 1, 200, 16), _randn(1, 1, 200, 16), _randn(1, 1, 200, 16)
     v[0, 0, 150, 5] = np.nan
