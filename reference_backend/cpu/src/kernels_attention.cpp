@@ -50,8 +50,6 @@ struct SdpaLaunch {
   float scale;
 };
 
-#define DKCPU_INLINE inline __attribute__((always_inline))
-
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 // c[MR x NR] = a[MR x k] b[k x NR], both row-major with leading dims lda, ldb;
@@ -206,20 +204,9 @@ DKCPU_ATTEND_RANGE(attend_range_avx2, __attribute__((target("avx2,fma"))), 4, 16
 #endif
 DKCPU_ATTEND_RANGE(attend_range_base, , 4, 8, 16)
 
-enum class Isa { kBase, kAvx2, kAvx512 };
-
-Isa detect_isa() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-#endif
-  return Isa::kBase;
-}
-
 DK_Error* run_sdpa(const void* payload) {
   const SdpaLaunch L = *static_cast<const SdpaLaunch*>(payload);
-  static const Isa isa = detect_isa();
+  const Isa isa = cpu_isa();
   const int64_t items = L.b * L.hq * ((L.lq + kBq - 1) / kBq);
   const int64_t dvp = round_up(L.dv, kDvAlign);
   parallel_for(items, 1, [&](int64_t begin, int64_t end) {
