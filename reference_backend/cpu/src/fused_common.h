@@ -1,6 +1,7 @@
 // What the fused kernels (kernels_fused.cpp, kernels_attention.cpp) share:
 // the cheap checks their `supports` predicates make, the full validation
-// their launches make, and an exp the compiler can vectorise.
+// their launches make, an exp the compiler can vectorise, and the run-time
+// pick of an ISA level for loops compiled once per level.
 //
 // supports() must be pure, fast and allocation-free, so it reads the raw
 // views and never builds an error. launch() first runs the kernel's own

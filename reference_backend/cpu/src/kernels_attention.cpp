@@ -15,10 +15,11 @@
 //                                              place; the rescale of O by
 //                                              alpha rides on the tile's store)
 // and finally out = O / l, or 0 for a row that saw no visible key (l == 0).
-// Key tiles that are masked for every row of the block (under is_causal, those
-// past the block's last query) are never read. Inside a visited tile an
-// excluded key has p = 0, and 0 * v still reads v: a NaN or inf in v at a
-// masked key may propagate, as in the decomposition (the spec allows it).
+// Under is_causal, key tiles past the block's last query are never read (the
+// spec lets a kernel skip keys masked for all the queries it computes
+// together). Inside a visited tile an excluded key has p = 0, and 0 * v still
+// reads v: a NaN or inf in v at a masked key may propagate, as in the
+// decomposition (the spec allows that too).
 //
 // Sizes: a score tile is 64 x 128 floats (32 KiB), the packed key tile D x 128,
 // the accumulator 64 x Dv: with D = Dv = 64 an item's working set (~100 KiB)
