@@ -206,7 +206,9 @@ def test_calls_no_kernel_accepts_go_to_the_decomposition(cpu, case):
 
 # ---- the CPU kernels against numpy float64 ---------------------------------------------
 
-NORM_SHAPES = [(4, 8), (3, 5, 17), (1, 1), (7, 1), (2, 4099), (2, 0), (0, 16), (33,)]
+# (4100, 1025): over 16 MiB, so the norms write with streaming stores; odd rows
+# start unaligned (the head and tail of each row use normal stores).
+NORM_SHAPES = [(4, 8), (3, 5, 17), (1, 1), (7, 1), (2, 4099), (2, 0), (0, 16), (33,), (4100, 1025)]
 
 
 @pytest.mark.parametrize("shape", NORM_SHAPES, ids=str)
@@ -275,6 +277,9 @@ SDPA_SHAPES = {  # b, hq, hkv, lq, lk, d, dv
     "odd tiles": (1, 2, 1, 70, 131, 24, 40),
     "lq > lk": (1, 2, 2, 37, 5, 8, 8),
     "long": (1, 1, 1, 200, 300, 64, 64),
+    "many key tiles": (1, 2, 1, 100, 1000, 64, 64),
+    "odd d, dv > d": (1, 2, 2, 65, 129, 7, 70),
+    "dv < d, odd": (2, 3, 1, 33, 67, 80, 13),
 }
 
 
@@ -333,3 +338,38 @@ def test_sdpa_large_scores_do_not_overflow(cpu):
     # Scores near 1e4: the online max keeps every exp argument <= 0.
     out, ref = _sdpa_case(1, 2, 2, 40, 100, 16, 16, scale=300.0, causal=True)
     assert_close(out, ref, np.float32, case="large scores")
+
+
+def test_sdpa_band_mask_masks_whole_key_tiles_for_some_rows(cpu):
+    # A sliding window of 40 keys: most key tiles are fully masked for most
+    # rows, the rest partially; with causal, the diagonal tiles are partial too.
+    lq, lk = 150, 300
+    i, j = np.arange(lq)[:, None], np.arange(lk)[None, :]
+    mask = (j <= i + 100) & (j > i + 60)
+    for causal in (False, True):
+        out, ref = _sdpa_case(1, 2, 1, lq, lk, 32, 48, mask=mask, causal=causal)
+        assert_close(out, ref, np.float32, case=f"band mask causal={causal}")
+
+
+def test_sdpa_nan_in_k_propagates_to_the_rows_that_see_it(cpu):
+    q, k, v = _randn(1, 1, 6, 8), _randn(1, 1, 6, 8), _randn(1, 1, 6, 8)
+    k[0, 0, 3, 2] = np.nan
+    out = _fused_run(SDPA, (_t(q), _t(k), _t(v), None), {"scale": 0.5, "is_causal": True},
+                     "cpu.sdpa_flash_f32")
+    assert np.isnan(out[0, 0, 3:]).all() and not np.isnan(out[0, 0, :3]).any()
+    assert_close(out, ref_sdpa(q, k, v, None, 0.5, True), np.float32, case="NaN in k")
+
+
+def test_sdpa_does_not_read_key_tiles_in_the_causal_future(cpu):
+    # The spec lets a kernel skip keys masked for all the queries it computes
+    # together; a NaN in v at a masked key it does read may propagate (0 * NaN),
+    # as in the decomposition. This kernel's query blocks (64 rows) below 128
+    # never visit key 150; rows >= 150 see it.
+    q, k, v = _randn(1, 1, 200, 16), _randn(1, 1, 200, 16), _randn(1, 1, 200, 16)
+    v[0, 0, 150, 5] = np.nan
+    out = _fused_run(SDPA, (_t(q), _t(k), _t(v), None), {"scale": 0.25, "is_causal": True},
+                     "cpu.sdpa_flash_f32")
+    assert not np.isnan(out[0, 0, :128]).any() and np.isnan(out[0, 0, 150:, 5]).all()
+    v[0, 0, 150, 5] = 0.0  # rows < 150 do not see key 150: any value gives their reference
+    ref = ref_sdpa(q, k, v, None, 0.25, True)
+    assert_close(out[..., :128, :], ref[..., :128, :], np.float32, case="causal future NaN")

@@ -688,8 +688,11 @@ typedef enum DK_FusedOpId {
    * the mask as a [B,Hq,Lq,Lk] view, broadcast dims with stride 0. is_causal
    * excludes key j from query i when j > i. out = softmax(s) v over the
    * visible keys, max-subtracted, accumulated in float32 or wider. A query row
-   * with no visible key gives 0 (not NaN). Masked-out keys do not contribute,
-   * so a kernel need not read them. */
+   * with no visible key gives 0 (not NaN). Masked-out keys get weight 0: a
+   * kernel need not read keys that are masked for every query it computes
+   * together (e.g. tiles in the causal future), but a kernel that multiplies a
+   * weight of 0 by v may let a NaN or inf in v at a masked-out key reach the
+   * output, as the decomposition (p @ v) does. */
   DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION = 3,
   DK_FUSED_OP_COUNT_1_2 = 4 /* number of fused ops in device API 1.2 */
 } DK_FusedOpId;
