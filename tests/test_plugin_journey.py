@@ -151,19 +151,7 @@ def test_devices_lists_the_plugin_as_loaded(journey):
     assert table.returncode == 0 and f"{PLUGIN}:0" in table.stdout, table.stdout
 
 
-def require_conformance_command(journey):
-    """``devicekit conformance`` comes with issue 4. Until it exists, the
-    conformance steps of the journey FAIL (they are the point of the journey),
-    with this message rather than an argparse error."""
-    result = journey.devicekit("conformance", "--help")
-    if result.returncode != 0:
-        pytest.fail("`devicekit conformance` is not available in this devicekit "
-                    "(issue 4, built on another branch); the journey cannot check "
-                    f"conformance yet:\n{result.stderr.strip()}")
-
-
 def test_runtime_conformance_passes(journey):
-    require_conformance_command(journey)
     result = journey.devicekit("conformance", "--device", f"{PLUGIN}:0", "-k", "runtime",
                                "--report", journey.root / "reports-runtime")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -187,7 +175,6 @@ def outcomes(node, found=None):
 
 
 def test_full_conformance_reports_stubbed_ops_as_not_implemented(journey):
-    require_conformance_command(journey)
     reports = journey.root / "reports-full"
     result = journey.devicekit("conformance", "--device", f"{PLUGIN}:0", "--report", reports)
     # Not implemented is not passed: the run must not succeed silently, and
