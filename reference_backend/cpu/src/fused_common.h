@@ -126,24 +126,4 @@ inline float exp_nonpositive(float x) {
 // NaN-propagating maximum (std::max would keep whichever side came first).
 inline float max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
 
-// ---- ISA levels -----------------------------------------------------------------
-
-// Like matmul, fused loops are compiled once per ISA level (target attributes on
-// a force-inlined body) and picked at run time with this.
-#define DKCPU_INLINE inline __attribute__((always_inline))
-
-enum class Isa { kBase, kAvx2, kAvx512 };
-
-inline Isa cpu_isa() {
-  static const Isa isa = [] {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return Isa::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-#endif
-    return Isa::kBase;
-  }();
-  return isa;
-}
-
 }  // namespace dkcpu

@@ -192,4 +192,25 @@ inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const
                     "(the rank of %s %s)", call, axis, v.rank, what, dims(v).c_str());
 }
 
+// ---- ISA levels -----------------------------------------------------------------
+
+// matmul, attention and the norms compile their hot loops once per ISA level
+// (target attributes on a force-inlined body) and pick one at run time with
+// this, so one library runs on any x86-64 yet uses AVX2+FMA or AVX-512.
+#define DKCPU_INLINE inline __attribute__((always_inline))
+
+enum class Isa { kBase, kAvx2, kAvx512 };
+
+inline Isa cpu_isa() {
+  static const Isa isa = [] {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return Isa::kAvx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+#endif
+    return Isa::kBase;
+  }();
+  return isa;
+}
+
 }  // namespace dkcpu

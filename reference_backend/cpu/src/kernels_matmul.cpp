@@ -38,8 +38,6 @@ struct MatmulLaunch {
   int64_t batch, m, k, n;
 };
 
-#define DKCPU_INLINE inline __attribute__((always_inline))
-
 // ---- The blocked GEMM (float, double) ---------------------------------------
 
 // Block sizes, in elements: an MC x KC block of a (~128 KiB for float) fits in
@@ -132,20 +130,9 @@ struct MacroKernel {
   void (*fn)(int64_t, int64_t, int64_t, const T*, const T*, T*, int64_t, bool);
 };
 
-enum class Isa { kBase, kAvx2, kAvx512 };
-
-Isa detect_isa() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return Isa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
-#endif
-  return Isa::kBase;
-}
-
 template <class T>
 MacroKernel<T> pick_kernel() {
-  static const Isa isa = detect_isa();
+  const Isa isa = cpu_isa();
   if constexpr (std::is_same<T, float>::value) {
 #if defined(__x86_64__)
     if (isa == Isa::kAvx512) return {12, 32, macro_f32_avx512};
