@@ -308,3 +308,28 @@ def test_cpu_plugin_refuses_a_malformed_setting_at_load(var, value):
     cpu = [r for r in json.loads(result.stdout) if r["name"] == "cpu"]
     assert len(cpu) == 1 and not cpu[0]["loaded"], cpu
     assert f"{var}='{value}'" in cpu[0]["error"] and "expected" in cpu[0]["error"], cpu[0]["error"]
+
+
+def test_operands_on_different_devices_are_refused_with_both_named():
+    """With two CPU devices, an op mixing them raises before any launch,
+    naming the op and each operand's device."""
+    code = textwrap.dedent("""
+        import devicekit as dk
+        a = dk.tensor([1.0, 2.0], device="cpu:0")
+        b = dk.tensor([1.0, 2.0], device="cpu:1")
+        for name, f in [("add", lambda: a + b), ("mul", lambda: dk.ops.mul(a, b)),
+                        ("where", lambda: dk.ops.where(a > 0, a, b)),
+                        ("matmul", lambda: a @ b)]:
+            try:
+                f()
+            except dk.InvalidArgumentError as e:
+                assert name in str(e) and "cpu:0" in str(e) and "cpu:1" in str(e), str(e)
+            else:
+                raise SystemExit(f"{name}: no error for operands on cpu:0 and cpu:1")
+        print("ok")
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEKIT_")}
+    env["DEVICEKIT_CPU_DEVICES"] = "2"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
