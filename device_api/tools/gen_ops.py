@@ -63,13 +63,7 @@ def header_block(spec):
         attrs = f"attrs {o['attrs']}" if o["attrs"] else "no attrs"
         out.append(_comment(f"{sig}; {attrs}; since {o['since']}. {o['semantics']}", 2))
         out.append(f"  DK_OP_{o['name'].upper()} = {i},")
-    counts = {}
-    for i, o in enumerate(ops):
-        counts[o["since"]] = i + 1
-    minors = sorted(counts, key=_minor)
-    for v in minors:
-        out.append(f"  DK_OP_COUNT_{v.replace('.', '_')} = {counts[v]},"
-                   f" /* number of ops in device API {v} */")
+    out += _counts(ops, "DK_OP_COUNT", "ops")
     out[-1] = out[-1].replace(",", "", 1)
     out += ["} DK_OpId;", "",
             "/* X-macro over every base op, in DK_OpId order: X(ID_SUFFIX, name). */",

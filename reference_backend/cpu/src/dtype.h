@@ -64,6 +64,18 @@ double widen(T x) {
   else return double(x);
 }
 
+// What reductions and scatter_add compute in: float32 for float16/bfloat16,
+// else the type itself.
+template <class T>
+using Wide = std::conditional_t<std::is_same<T, f16>::value || std::is_same<T, bf16>::value,
+                                 float, T>;
+
+template <class T>
+Wide<T> widen_exact(T x) {  // a float, double or integer that compares like x
+  if constexpr (std::is_same<Wide<T>, T>::value) return x;
+  else return float(widen(x));
+}
+
 inline int64_t int_value(boolean x) { return x.value != 0; }
 template <class T>
 int64_t int_value(T x) { return int64_t(x); }

@@ -185,6 +185,19 @@ inline DK_Error* load_attrs(const char* call, const DK_Kernel_Args* a, size_t ne
                     *out ? (*out)->struct_size : size_t(0), type, needed);
 }
 
+// A DK_Scalar attribute (attrs-><name>): float64 in value.f, or int64 or
+// bool (0 or 1) in value.i.
+inline DK_Error* check_scalar(const char* call, const char* name, const DK_Scalar& s) {
+  const int dt = int(s.dtype);
+  if ((dt == DK_DTYPE_FLOAT64 || dt == DK_DTYPE_INT64 || dt == DK_DTYPE_BOOL) &&
+      (dt != DK_DTYPE_BOOL || s.value.i == 0 || s.value.i == 1)) {
+    return nullptr;
+  }
+  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->%s has dtype %d (%s) and value.i %lld; "
+                    "expected float64 (value.f), int64 (value.i) or bool (value.i 0 or 1)", call,
+                    name, dt, dtype_name(dt), (long long)s.value.i);
+}
+
 // attrs->axis names a dimension of v.
 inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {
   if (axis >= 0 && axis < v.rank) return nullptr;

@@ -178,21 +178,12 @@ DK_Error* dk_cpu_kernel_fill(const DK_Kernel_Args* args) {
       return e;
     if (DK_Error* e = check_dtype_declared(kCall, "output 0", DK_OP_FILL, l.out)) return e;
     if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_FILL, l.out)) return e;
-    const auto* attrs = static_cast<const DK_FillAttrs*>(args->attrs);
-    if (attrs == nullptr || attrs->struct_size < DK_FillAttrs_STRUCT_SIZE) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs is NULL or its struct_size is %zu; "
-                        "expected a DK_FillAttrs of at least %zu bytes", kCall,
-                        attrs ? attrs->struct_size : size_t(0), size_t(DK_FillAttrs_STRUCT_SIZE));
-    }
+    const DK_FillAttrs* attrs;
+    if (DK_Error* e = load_attrs(kCall, args, DK_FillAttrs_STRUCT_SIZE, "DK_FillAttrs", &attrs))
+      return e;
     const DK_Scalar& v = attrs->value;
-    const int dt = int(v.dtype);
-    const bool is_int = dt == DK_DTYPE_INT64 || dt == DK_DTYPE_BOOL;
-    if ((!is_int && dt != DK_DTYPE_FLOAT64) ||
-        (dt == DK_DTYPE_BOOL && v.value.i != 0 && v.value.i != 1)) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->value has dtype %d (%s) and "
-                        "value.i %lld; expected float64 (value.f), int64 (value.i) or bool "
-                        "(value.i 0 or 1)", kCall, dt, dtype_name(dt), (long long)v.value.i);
-    }
+    if (DK_Error* e = check_scalar(kCall, "value", v)) return e;
+    const bool is_int = v.dtype != DK_DTYPE_FLOAT64;
     dispatch(l.out.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T x = is_int ? convert<T>(v.value.i) : convert<T>(v.value.f);

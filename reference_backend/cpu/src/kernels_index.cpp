@@ -48,17 +48,6 @@ DK_Error* run_iota(const void* payload) {
 
 // ---- gather, scatter_add ---------------------------------------------------
 
-// scatter_add's accumulator: float32 for float16/bfloat16, else the type itself.
-template <class T>
-using Wide = std::conditional_t<std::is_same<T, f16>::value || std::is_same<T, bf16>::value,
-                                 float, T>;
-
-template <class T>
-Wide<T> widen_exact(T x) {
-  if constexpr (std::is_same<Wide<T>, T>::value) return x;
-  else return float(widen(x));
-}
-
 struct IndexLaunch {
   const char* x;
   const int64_t* index;
@@ -189,16 +178,8 @@ DK_Error* dk_cpu_kernel_iota(const DK_Kernel_Args* args) {
       return e;
     if (DK_Error* e = check_axis(kCall, attrs->axis, out, "output 0")) return e;
     IotaLaunch l{};
-    for (const DK_Scalar* s : {&attrs->start, &attrs->step}) {
-      const int dt = int(s->dtype);
-      if ((dt != DK_DTYPE_FLOAT64 && dt != DK_DTYPE_INT64 && dt != DK_DTYPE_BOOL) ||
-          (dt == DK_DTYPE_BOOL && s->value.i != 0 && s->value.i != 1)) {
-        return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->%s has dtype %d (%s) and value.i "
-                          "%lld; expected float64 (value.f), int64 (value.i) or bool (value.i 0 "
-                          "or 1)", kCall, s == &attrs->start ? "start" : "step", dt,
-                          dtype_name(dt), (long long)s->value.i);
-      }
-    }
+    if (DK_Error* e = check_scalar(kCall, "start", attrs->start)) return e;
+    if (DK_Error* e = check_scalar(kCall, "step", attrs->step)) return e;
     auto is_int = [](const DK_Scalar& s) { return s.dtype != DK_DTYPE_FLOAT64; };
     auto as_double = [&](const DK_Scalar& s) { return is_int(s) ? double(s.value.i) : s.value.f; };
     l.exact_int = is_int(attrs->start) && is_int(attrs->step);

@@ -66,12 +66,9 @@ DK_Error* launch_random(const char* call, DK_OpId op, WorkFn fn, const DK_Kernel
     if (DK_Error* e = load_view(call, "output 0", args, args->outputs[0], &out, &numel)) return e;
     if (DK_Error* e = check_dtype_declared(call, "output 0", op, out)) return e;
     if (DK_Error* e = check_layout(call, "output 0", op, out)) return e;
-    const auto* attrs = static_cast<const DK_RandomAttrs*>(args->attrs);
-    if (attrs == nullptr || attrs->struct_size < DK_RandomAttrs_STRUCT_SIZE) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs is NULL or its struct_size is %zu; "
-                        "expected a DK_RandomAttrs of at least %zu bytes", call,
-                        attrs ? attrs->struct_size : size_t(0), size_t(DK_RandomAttrs_STRUCT_SIZE));
-    }
+    const DK_RandomAttrs* attrs;
+    if (DK_Error* e = load_attrs(call, args, DK_RandomAttrs_STRUCT_SIZE, "DK_RandomAttrs", &attrs))
+      return e;
     if (numel == 0) return nullptr;
     enqueue(args->stream, fn, RandomLaunch{out.data, out.dtype, numel, attrs->seed, attrs->offset});
     return nullptr;

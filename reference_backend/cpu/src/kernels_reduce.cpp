@@ -15,20 +15,10 @@ namespace {
 
 // ---- Accumulation types and the three reductions ----------------------------
 
-template <class T>
-using Wide = std::conditional_t<std::is_same<T, f16>::value || std::is_same<T, bf16>::value,
-                                 float, T>;
-
 // What a sum accumulates in: float for the 16-bit floats, uint64 for integers
 // (sums modulo 2^64 reduce to the right value modulo 2^bits).
 template <class T>
 using SumAcc = std::conditional_t<kIsFloat<T>, Wide<T>, uint64_t>;
-
-template <class T>
-Wide<T> widen_exact(T x) {  // a float, double or integer that compares like x
-  if constexpr (std::is_same<Wide<T>, T>::value) return x;
-  else return float(widen(x));
-}
 
 template <class T>
 T narrow(Wide<T> x) {  // back to storage; exact for max/min, rounds once for sums
