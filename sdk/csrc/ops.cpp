@@ -69,10 +69,11 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
   Device& dev = first->device();
   Plugin* plugin = dev.plugin();
   DK_KernelFn* fn = plugin->kernel(op);
-  const std::string who = "plugin '" + plugin->info().name + "'";
+  // Error text is built only when it is needed: this runs on every op call.
+  auto who = [&] { return "plugin '" + plugin->info().name + "'"; };
   if (fn == nullptr) {
     throw Error(ErrorKind::NotImplemented,
-                std::string("op '") + op_name(op) + "' is not implemented by " + who +
+                std::string("op '") + op_name(op) + "' is not implemented by " + who() +
                     " (its kernel table has no entry) for " + operands(in, out));
   }
   // Cast declares its input dtypes, where its value operands', every other op
@@ -83,7 +84,7 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
   const uint64_t declared = plugin->kernel_dtypes(op);
   if (!(declared & DK_DTYPE_BIT(dt))) {
     throw Error(ErrorKind::NotImplemented,
-                std::string("op '") + op_name(op) + "' on " + who + " does not support " +
+                std::string("op '") + op_name(op) + "' on " + who() + " does not support " +
                     dtype_name(dt) + " (it declares: " + dtype_mask_names(declared) + ") for " +
                     operands(in, out));
   }

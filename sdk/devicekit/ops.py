@@ -128,10 +128,7 @@ sum, max, min = _reduction("sum"), _reduction("max"), _reduction("min")
 
 def mean(x, axis=None, keepdims=False):
     """Arithmetic mean (integers give float32, like PyTorch requires a float input)."""
-    axes = _axes(x, axis)
-    n = 1
-    for a in axes:
-        n *= x.shape[a]
+    n = math.prod(x.shape[a] for a in _axes(x, axis))
     s = sum(x if x.dtype.is_floating_point else x.to(_dt.float32), axis, keepdims)
     return div(s, float(n))
 
@@ -228,12 +225,11 @@ def _install_tensor_methods():
         "__and__": logical_and, "__or__": logical_or, "__xor__": logical_xor,
         "__invert__": logical_not,
         "sum": sum, "max": max, "min": min, "mean": mean, "argmax": argmax, "cumsum": cumsum,
-        "matmul": matmul, "maximum": maximum, "minimum": minimum, "where": None,
+        "matmul": matmul, "maximum": maximum, "minimum": minimum,
     }
     for name in ("exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "erf",
                  "floor", "sign", "abs", "neg"):
         methods[name] = globals()[name]
-    del methods["where"]
     for name, fn in methods.items():
         setattr(Tensor, name, fn)
     Tensor.__hash__ = object.__hash__  # __eq__ is elementwise; keep tensors usable as keys by identity

@@ -88,8 +88,7 @@ def junit_xml(report):
         elif o == SKIPPED:
             ET.SubElement(tc, "skipped", message=msg[:500])
     for el in [root, *suites.values()]:
-        cases = el.iter("testcase")
-        cases = list(cases)
+        cases = list(el.iter("testcase"))
         el.set("tests", str(len(cases)))
         el.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
         el.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))

@@ -84,9 +84,7 @@ def var(x, axis=None, keepdims=False, correction=1):
     check_float("var", "x", x)
     xf = compute(x)
     axes = ops._axes(xf, axis)
-    n = 1
-    for a in axes:
-        n *= xf.shape[a]
+    n = math.prod(xf.shape[a] for a in axes)
     d = xf - ops.mean(xf, axes, keepdims=True)
     return result(ops.sum(d * d, axes, keepdims) / float(max(n - correction, 0)), x.dtype)
 
