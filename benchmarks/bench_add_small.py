@@ -7,23 +7,11 @@ includes every kernel having run, not just its launch. Target: <= 2x numpy.
 """
 
 import argparse
-import time
 
 import numpy as np
+from _timing import best_of
 
 import devicekit as dk
-
-
-def per_call(fn, n, repeats, finish=None):
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if finish:
-            finish()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best
 
 
 def main():
@@ -38,10 +26,10 @@ def main():
     a, b = dk.tensor(x, device=args.device), dk.tensor(y, device=args.device)
     add = dk.ops.add
     dev = dk.device(args.device)
-    per_call(lambda: add(a, b), 10_000, 1, dev.synchronize)  # warm the allocator cache
+    best_of(lambda: add(a, b), 1, dev.synchronize, calls=10_000)  # warm the allocator cache
 
-    t_np = per_call(lambda: np.add(x, y), args.n, args.repeats)
-    t_dk = per_call(lambda: add(a, b), args.n, args.repeats, dev.synchronize)
+    t_np = best_of(lambda: np.add(x, y), args.repeats, calls=args.n)
+    t_dk = best_of(lambda: add(a, b), args.repeats, dev.synchronize, calls=args.n)
     assert np.array_equal(add(a, b).numpy(), x + y)
     stats = dev.memory_stats()
 
@@ -51,7 +39,7 @@ def main():
     try:
         import torch
         tx, ty = torch.from_numpy(x), torch.from_numpy(y)
-        t_th = per_call(lambda: torch.add(tx, ty), args.n, args.repeats)
+        t_th = best_of(lambda: torch.add(tx, ty), args.repeats, calls=args.n)
         print(f"torch.add (CPU eager)                    : {t_th * 1e6:.3f} us/call")
         print(f"ratio devicekit/torch                    : {t_dk / t_th:.2f}x")
     except ImportError:

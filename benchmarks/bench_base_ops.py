@@ -8,22 +8,11 @@ Each devicekit timing ends with a synchronize, so kernels have really run.
 """
 
 import argparse
-import time
 
 import numpy as np
+from _timing import best_of
 
 import devicekit as dk
-
-
-def best_of(fn, repeats, finish=None):
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        if finish:
-            finish()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main():

@@ -15,24 +15,18 @@ is printed too, so a run where the fused path was not taken is visible.
 """
 
 import argparse
-import time
 
 import numpy as np
+from _timing import best_of
 
 import devicekit as dk
 import devicekit.nn.functional as F
 
 
 def best_ms(fn, repeats, finish=dk.synchronize):
-    fn()
+    fn()  # warm-up: allocator cache, first-call dispatch
     finish()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        finish()
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
+    return best_of(fn, repeats, finish) * 1e3
 
 
 def decomposed(fn):

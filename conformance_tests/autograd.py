@@ -34,15 +34,12 @@ from devicekit.testing.gradcheck import numeric_gradient
 
 from . import _nn
 from ._common import O, dk
+from ._nn import _u
 
 NO_GRADIENT = {"adamw_step"}  # updates parameters outside the tape
 NOT_DIFFERENTIABLE_CLASSES = {"all_ignored", "neg_inf", "neg_inf_row"}
 FLOAT64_TOL = (1e-5, 1e-6)
 FLOAT32_FACTOR = 4
-
-
-def _u(rng, *shape, low=-2.0, high=2.0):
-    return rng.uniform(low, high, shape)
 
 
 def _signed(rng, *shape):  # |x| >= 0.2: away from abs's kink

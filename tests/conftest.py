@@ -56,11 +56,13 @@ def _find_c_compiler() -> str | None:
     return None
 
 
-def compile_test_plugin(compiler: str, source: Path, include_dir: Path, library: Path) -> Path:
-    """Compiles one single-file test plugin against the header in ``include_dir``.
-    A compile error fails the test: it is a bug in the test plugin."""
-    command = [compiler, "-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra",
-               f"-I{include_dir}", "-o", str(library), str(source)]
+def compile_test_plugin(compiler: str, source: Path, include_dir: Path, library: Path,
+                        flags=(), libs=()) -> Path:
+    """Compiles one single-file test plugin against the header in ``include_dir``
+    (``flags`` go before the source, ``libs`` after it). A compile error fails
+    the test: it is a bug in the test plugin."""
+    command = [compiler, "-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra", *flags,
+               f"-I{include_dir}", "-o", str(library), str(source), *libs]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         pytest.fail(f"building {source.name} failed:\n$ {' '.join(command)}\n"
@@ -106,18 +108,12 @@ def faulty_plugins(tmp_path_factory) -> dict[str, Path]:
         pytest.skip("no C compiler on PATH: the faulty conformance plugins cannot be built")
     out_dir = tmp_path_factory.mktemp("faulty_plugins")
     source = Path(__file__).resolve().parent / "conformance_plugins" / "faulty.c"
-    built = {}
-    for name, number in FAULTS.items():
-        library = out_dir / f"faulty_{name}.so"
-        command = [compiler, "-shared", "-fPIC", "-std=c11", "-Wall", "-Wextra", "-Werror",
-                   f"-I{DEVICE_API_INCLUDE}", f"-DFAULT={number}",
-                   f'-DREAL_PLUGIN="{devicekit_cpu.library_path()}"', "-o", str(library),
-                   str(source), "-ldl", "-lm"]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            pytest.fail(f"building faulty plugin {name} failed:\n{result.stderr}")
-        built[name] = library
-    return built
+    real_plugin = f'-DREAL_PLUGIN="{devicekit_cpu.library_path()}"'
+    return {name: compile_test_plugin(compiler, source, DEVICE_API_INCLUDE,
+                                      out_dir / f"faulty_{name}.so",
+                                      flags=("-Werror", f"-DFAULT={number}", real_plugin),
+                                      libs=("-ldl", "-lm"))
+            for name, number in FAULTS.items()}
 
 
 @pytest.fixture
