@@ -4,9 +4,13 @@ Vendor side (compiler available): ``devicekit new`` -> ``pip wheel`` of the
 fresh plugin -> the wheel must be tagged ``py3-none-<platform>``. DeviceKit's
 own wheel is built from this checkout (reusing its build folder).
 
-User side: a fresh venv gets both wheels with ``--no-index --no-deps`` (numpy,
-jinja2 and ml_dtypes come from the system site-packages; devicekit itself must
-come from the wheel), and every command runs with a PATH holding only the
+User side: a fresh venv, isolated from the base interpreter, gets both wheels
+with ``--no-index --no-deps``. DeviceKit's runtime dependencies (numpy, jinja2,
+ml_dtypes and what they require) and pip are exposed to it from the *test*
+environment through a ``.pth`` file naming a folder of links to exactly those
+distributions, so the run needs no network and never reads the base
+interpreter's site-packages (which may lack them); devicekit itself must come
+from the wheel. Every command runs with a PATH holding only the
 venv's bin folder and a folder with a python symlink: no cc, gcc, cmake, nvcc.
 There ``devicekit devices`` must list the plugin as loaded through its entry
 point, and ``devicekit conformance`` must pass the runtime part and report the
@@ -55,6 +59,50 @@ def platform_tag() -> str:
     return sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
+def runtime_requirements(name: str) -> set[str]:
+    """``name``'s run-time requirements (no extras), transitively, as canonical names."""
+    from importlib import metadata
+    from packaging.requirements import Requirement
+
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        dist = metadata.distribution(todo.pop())
+        for line in dist.requires or ():
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            key = req.name.lower().replace("_", "-")
+            if key not in seen:
+                seen.add(key)
+                todo.append(key)
+    return seen
+
+
+def expose_distributions(names: set[str], folder: Path, site_packages: Path) -> None:
+    """Links each distribution's top-level entries into ``folder`` and names it in a .pth.
+
+    A ``.pth`` folder comes after the venv's own site-packages on ``sys.path``,
+    so what the user installed (devicekit from its wheel) still wins.
+    """
+    from importlib import metadata
+
+    folder.mkdir()
+    for name in sorted(names):
+        dist = metadata.distribution(name)
+        base = Path(dist.locate_file(""))
+        tops = {Path(f).parts[0] for f in dist.files or () if not str(f).startswith("..")}
+        for top in sorted(tops):
+            if (base / top).exists() and not (folder / top).exists():
+                (folder / top).symlink_to(base / top)
+    site_packages.mkdir(parents=True, exist_ok=True)
+    (site_packages / "devicekit-journey-deps.pth").write_text(f"{folder}\n")
+
+
+def user_site_packages(venv: Path) -> Path:
+    return venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+
+
 class Journey:
     """Paths and the user-side environment, built once per module."""
 
@@ -100,9 +148,13 @@ def journey(tmp_path_factory) -> Journey:
            "-w", j.wheels, REPO_ROOT], "building the devicekit wheel",
           env={**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": "2"})
 
-    # User: a fresh venv. The system site-packages provide numpy, jinja2,
-    # ml_dtypes and pip; --without-pip saves the ensurepip step.
-    check([py, "-m", "venv", "--system-site-packages", "--without-pip", j.venv], "venv")
+    # User: a fresh venv without the base interpreter's site-packages (a fresh
+    # machine's base Python has none of DeviceKit's dependencies). Its
+    # dependencies and pip come from this test environment, linked one
+    # distribution at a time; --without-pip saves the ensurepip step.
+    check([py, "-m", "venv", "--without-pip", j.venv], "venv")
+    expose_distributions(runtime_requirements("devicekit") | {"pip"},
+                         j.root / "deps", user_site_packages(j.venv))
     check([j.venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-index",
            "--no-deps", *sorted(j.wheels.glob("*.whl"))], "installing the wheels")
 
@@ -133,6 +185,15 @@ def test_devicekit_comes_from_the_wheel(journey):
     assert result.returncode == 0, result.stderr
     location = Path(result.stdout.strip()).resolve()
     assert journey.venv.resolve() in location.parents, location
+
+
+def test_user_venv_never_reads_the_base_interpreters_site_packages(journey):
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})
+    result = journey.user("python", "-c", "import sys, json; print(json.dumps(sys.path))")
+    assert result.returncode == 0, result.stderr
+    user_path = {str(Path(p).resolve()) for p in json.loads(result.stdout) if p}
+    for key in ("purelib", "platlib"):
+        assert str(Path(base[key]).resolve()) not in user_path, (key, base[key])
 
 
 def test_devices_lists_the_plugin_as_loaded(journey):
