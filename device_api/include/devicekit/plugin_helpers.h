@@ -158,7 +158,8 @@ static inline DK_Error* dkh_check_struct(const char* call, const void* args, siz
  * `Type`) is NULL or too small. */
 #define DKH_CHECK_STRUCT(call, args, Type)                                               \
   do {                                                                                   \
-    DK_Error* dkh_e_ = dkh_check_struct(call, args, (args) ? (args)->struct_size : 0,    \
+    const Type* dkh_a_ = (args); /* a variable: no "&x is never NULL" warning */         \
+    DK_Error* dkh_e_ = dkh_check_struct(call, dkh_a_, dkh_a_ ? dkh_a_->struct_size : 0,  \
                                         Type##_STRUCT_SIZE, #Type);                      \
     if (dkh_e_ != NULL) return dkh_e_;                                                   \
   } while (0)
