@@ -100,6 +100,12 @@ def main(argv=None):
     conformance_cli.add_parser(sub)
     from . import scaffold
     scaffold.add_parser(sub)
+    from . import api_target
+    api_target.add_parser(sub)
+    from . import dev
+    dev.add_parser(sub)
+    from . import bench
+    bench.add_parser(sub)
 
     args = parser.parse_args(argv)
     if args.include_dir:

@@ -15,6 +15,7 @@ Exit codes (also in ``devicekit new --help`` and docs/porting_guide.md):
   4  the target folder exists and is not empty (use --force)
   5  the target cannot be written (permissions, a file in the way, read-only disk)
   6  broken devicekit installation: no templates, or a header it cannot read
+  7  --api names a device API version this devicekit cannot target
 """
 
 import os
@@ -24,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import api_target
 from .errors import DeviceKitError
 
 # The plugin name becomes the device type ("acme:0"), a C string, the Python
@@ -58,6 +60,12 @@ class TargetNotWritableError(ScaffoldError):
     exit_code = 5
 
 
+class InvalidApiError(ScaffoldError):
+    """--api names a version this devicekit cannot scaffold."""
+
+    exit_code = 7
+
+
 class InstallationError(ScaffoldError):
     """The templates or the device API header are missing or unreadable."""
 
@@ -70,7 +78,8 @@ EXIT_CODES_HELP = """exit codes:
   3  invalid NAME ({rule})
   4  target folder exists and is not empty (pass --force to replace it)
   5  target not writable (permissions, a file in the way, read-only disk)
-  6  broken devicekit installation (no templates or unreadable header)""".format(rule="[a-z][a-z0-9_]{0,31}")
+  6  broken devicekit installation (no templates or unreadable header)
+  7  invalid --api (a device API version this devicekit cannot target)""".format(rule="[a-z][a-z0-9_]{0,31}")
 
 
 def templates_dir() -> Path:
@@ -91,19 +100,6 @@ def check_name(name: str) -> None:
     if name in RESERVED_NAMES:
         raise InvalidNameError(f"plugin name {name!r} is taken by {RESERVED_NAMES[name]}; "
                                f"pick another name")
-
-
-def _devicekit_requirement(version: str) -> str:
-    """The devicekit range a plugin rendered by this release needs.
-
-    Lower bound: this release (it ships the device API the templates target;
-    older ones may not). Upper bound: the next devicekit major, where the
-    device API major may change; within one devicekit major the loader keeps
-    loading older-minor plugins (device API rule 3). 0.x counts as major 0.
-    """
-    parts = re.findall(r"\d+", version)
-    major, minor = (int(parts[0]), int(parts[1])) if len(parts) >= 2 else (0, 1)
-    return f"devicekit>={major}.{minor},<{major + 1}"
 
 
 # One base op in the header's DK_OpId enum, e.g.
@@ -129,6 +125,9 @@ def base_ops(major: int, minor: int) -> list:
     ops = [{"name": m[1], "signature": f"{m[1]}({m[2].strip()}) -> {m[3].strip()}; "
                                       f"{' '.join(m[4].split())}",
             "since": m[5], "id": m[6], "value": int(m[7])} for m in _OP_RE.finditer(text)]
+    # The header is the newest one; an older target gets only its own ops.
+    ops = [op for op in ops
+           if tuple(map(int, op["since"].split("."))) <= (major, minor)]
     # A minor that added no base ops (1.2 added fused ops) has no count of its
     # own: the op set is the one of the latest minor <= ours that has one.
     counts = {int(m[1]): int(m[2]) for m in
@@ -168,21 +167,25 @@ def _c_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def context(name: str, vendor: str) -> dict:
-    from . import _core, __version__
+def context(name: str, vendor: str, api=None) -> dict:
+    """Template variables. ``api``: the (major, minor) the plugin targets;
+    default: the latest this devicekit ships."""
+    from . import __version__
 
+    major, minor = api if api is not None else api_target.installed_api()
+    api_target.check_target((major, minor))
     return {
-        "ops": base_ops(_core.API_MAJOR, _core.API_MINOR),
-        "op_count_macro": op_count_macro(_core.API_MAJOR, _core.API_MINOR),
+        "ops": base_ops(major, minor),
+        "op_count_macro": op_count_macro(major, minor),
         "name": name,
         "NAME": name.upper(),
         "package": f"devicekit_{name}",
         "dist_name": f"devicekit-{name.replace('_', '-')}",
         "vendor": vendor,
-        "api_major": _core.API_MAJOR,
-        "api_minor": _core.API_MINOR,
+        "api_major": major,
+        "api_minor": minor,
         "devicekit_version": __version__,
-        "devicekit_requirement": _devicekit_requirement(__version__),
+        "devicekit_requirement": api_target.devicekit_requirement((major, minor)),
     }
 
 
@@ -221,14 +224,18 @@ def _check_target(target: Path, force: bool) -> None:
                                 f"or pass --force to replace it")
 
 
-def create(name: str, target=None, vendor: str = "", force: bool = False) -> Path:
-    """Render the plugin project ``name`` into ``target``; returns its path."""
+def create(name: str, target=None, vendor: str = "", force: bool = False, api=None) -> Path:
+    """Render the plugin project ``name`` into ``target``; returns its path.
+    ``api``: the device API (major, minor) it targets (default: the latest)."""
     check_name(name)
     target = Path(target) if target is not None else default_target(name)
     target = target.resolve() if target.exists() else target.absolute()
     _check_target(target, force)
     src = templates_dir()
-    ctx = context(name, vendor or f"{name} vendor")
+    try:
+        ctx = context(name, vendor or f"{name} vendor", api)
+    except api_target.ApiTargetError as e:
+        raise InvalidApiError(str(e)) from e
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -237,6 +244,9 @@ def create(name: str, target=None, vendor: str = "", force: bool = False) -> Pat
                                      f"{e.strerror or e}") from e
     try:
         _render_tree(src, tmp, ctx)
+        # The project carries the header it is compiled against: building it
+        # needs no devicekit, and the version it claims is ctx's, on purpose.
+        api_target.vendor_headers(tmp)
         if target.exists():
             # --force (or an empty folder): move the old one aside first, so a
             # failed rename still leaves it where it was.
@@ -259,14 +269,21 @@ def create(name: str, target=None, vendor: str = "", force: bool = False) -> Pat
 
 def run(args) -> int:
     try:
-        target = create(args.name, args.dir, args.vendor, args.force)
+        api = api_target.parse_version(args.api) if args.api else None
+        target = create(args.name, args.dir, args.vendor, args.force, api)
+    except api_target.ApiTargetError as e:
+        e = InvalidApiError(str(e))
+        line = f"devicekit new: error: {e}"
+        print(line, file=sys.stderr)
+        return e.exit_code
     except ScaffoldError as e:
         red = sys.stderr.isatty()
         line = f"devicekit new: error: {e}"
         print(f"\033[31m{line}\033[0m" if red else line, file=sys.stderr)
         return e.exit_code
     print(f"Created plugin project '{args.name}' in {target}\n"
-          f"Next: cd {target} && pip wheel . -w dist   (see README.md there)")
+          f"Next: cd {target} && devicekit dev --run conformance -k runtime   "
+          f"(see README.md there)")
     return 0
 
 
@@ -285,4 +302,7 @@ def add_parser(sub):
     p.add_argument("--vendor", default="", help="vendor name reported by the plugin")
     p.add_argument("--force", action="store_true",
                    help="replace the target folder if it exists and is not empty")
+    p.add_argument("--api", default=None, metavar="MAJOR.MINOR",
+                   help="device API version the plugin targets and claims (default: the "
+                        "latest this devicekit ships; later: devicekit upgrade-api)")
     p.set_defaults(func=run)

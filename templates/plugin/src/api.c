@@ -7,6 +7,7 @@
 /* The kernel table is three arrays indexed by DK_OpId. Their rows live in
  * ops.def, one line per base op, so an op's kernel, dtypes and capability
  * bits sit side by side; each array below picks one column. */
+#define PLUGIN_NO_KERNEL(id) PLUGIN_OP(id, NULL, 0, 0)
 static DK_KernelFn* const kKernels[] = {
 #define PLUGIN_OP(id, fn, dtypes, caps) [DK_OP_##id] = fn,
 #include "ops.def"
@@ -24,12 +25,13 @@ static const uint32_t kCaps[] = {
 #include "ops.def"
 #undef PLUGIN_OP
 };
+#undef PLUGIN_NO_KERNEL
 
 /* ops.def lists every op of the API this plugin was generated for. */
 _Static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == PLUGIN_NUM_OPS,
                "ops.def must have one row per base op");
 
-static const DK_KernelTable kKernelTable = {
+const DK_KernelTable plugin_kernel_table = {
     .struct_size = DK_KernelTable_STRUCT_SIZE,
     .num_ops = PLUGIN_NUM_OPS,
     .kernels = kKernels,
@@ -37,15 +39,24 @@ static const DK_KernelTable kKernelTable = {
     .caps = kCaps,
 };
 
-static const DK_Api kApi = {
-    .struct_size = DK_Api_STRUCT_SIZE,
-    .extension_start = NULL,
-    .api_major = DK_API_MAJOR, /* the header's version: what this binary speaks */
-    .api_minor = DK_API_MINOR,
+/* The version this plugin claims is the one it targets (plugin_info.h), not
+ * the header's DK_API_MINOR: the header may be newer, never older. */
+_Static_assert(PLUGIN_API_MAJOR == DK_API_MAJOR && PLUGIN_API_MINOR <= DK_API_MINOR,
+               "include/devicekit/device_api.h is older than PLUGIN_API_MINOR: "
+               "run devicekit upgrade-api");
+/* DK_Api_STRUCT_SIZE_<major>_<minor> of the targeted version (header rule 4). */
+#define PLUGIN_API_SIZE_(major, minor) DK_Api_STRUCT_SIZE_##major##_##minor
+#define PLUGIN_API_SIZE(major, minor) PLUGIN_API_SIZE_(major, minor)
 
-    .Error_Destroy = plugin_Error_Destroy,
-    .Error_Message = plugin_Error_Message,
-    .Error_GetCode = plugin_Error_GetCode,
+static const DK_Api kApi = {
+    .struct_size = PLUGIN_API_SIZE(PLUGIN_API_MAJOR, PLUGIN_API_MINOR),
+    .extension_start = NULL,
+    .api_major = PLUGIN_API_MAJOR,
+    .api_minor = PLUGIN_API_MINOR,
+
+    .Error_Destroy = dkh_Error_Destroy, /* <devicekit/plugin_helpers.h> */
+    .Error_Message = dkh_Error_Message,
+    .Error_GetCode = dkh_Error_GetCode,
 
     .Plugin_Initialize = plugin_Plugin_Initialize,
     .Plugin_GetInfo = plugin_Plugin_GetInfo,
@@ -73,7 +84,7 @@ static const DK_Api kApi = {
     .Event_Synchronize = plugin_Event_Synchronize,
     .Event_ElapsedTime = plugin_Event_ElapsedTime,
 
-    .kernels = &kKernelTable,
+    .kernels = &plugin_kernel_table,
 };
 
 /* The only exported symbol (exports.map). Does no work, as the header

@@ -1,66 +1,98 @@
-/* The kernels. One worked example, add on float32, shows the whole pattern:
+/* The kernels. Two worked examples: copy, the SDK's materialiser (every
+ * dtype, any strides: the strided view helpers), and add on float32, the
+ * pattern every other kernel follows:
  *
- * 1. Validate synchronously and return an error naming the call, what was
- *    expected and what was found. Nothing is enqueued on bad input.
+ * 1. Validate synchronously with plugin_check_kernel (below): it returns an
+ *    error naming the call, what was expected and what was found, and checks
+ *    every view against the dtypes and capability bits the op's ops.def row
+ *    declares, so what a kernel accepts can never drift from what it declares.
+ *    Nothing is enqueued on bad input.
  * 2. Rely on what ops.def declared: with capability bits 0 the SDK hands over
- *    only dense row-major views, already broadcast to out's shape, no aliasing;
- *    with dtype mask float32 it never calls with another dtype. (Checked here
- *    anyway: the check is cheap and turns an SDK bug into a clear error.)
+ *    only dense row-major views, already broadcast to out's shape, no aliasing.
  * 3. Enqueue the work on args->stream. This template's streams are synchronous
  *    (stream.c), so the loop simply runs now; on a device, launch it here.
  *
- * The next kernel: copy one row of ops.def from NULL to your function, write
- * it here (or in a new file listed in CMakeLists.txt), then run
- *   devicekit conformance --device NAME:0 -k OPNAME
+ * The next kernel is two edits: write its function here (or in a new file
+ * listed in CMakeLists.txt), and in ops.def turn its PLUGIN_NO_KERNEL(OP) row
+ * into PLUGIN_OP(OP, your_function, dtype mask, caps). No prototype: plugin.h
+ * declares every function named in ops.def. Then:
+ *   devicekit dev --run conformance -k OPNAME
  */
+#include <math.h> /* expf, sqrtf, ...: CMakeLists.txt links the maths library */
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "plugin.h"
 
-/* Elements of a view, or -1 if it is not dense row-major (strides in elements). */
-static int64_t dense_numel(const DK_TensorView* v) {
-  int64_t n = 1;
-  for (int32_t d = v->rank - 1; d >= 0; --d) {
-    if (v->shape[d] != 1 && v->strides[d] != n) return -1;
-    n *= v->shape[d];
+DK_Error* plugin_check_kernel(const char* call, const DK_Kernel_Args* args, DK_OpId op,
+                              int32_t num_inputs, int32_t num_outputs) {
+  PLUGIN_CHECK_ARGS(call, args, DK_Kernel_Args);
+  DK_Error* e = plugin_check_device(call, args->device);
+  if (e == NULL) e = plugin_check_stream(call, args->stream, args->device);
+  if (e == NULL) e = dkh_check_kernel_call(call, args, op, num_inputs, num_outputs);
+  const uint64_t dtypes = plugin_kernel_table.dtypes[op];
+  const uint32_t caps = plugin_kernel_table.caps[op];
+  char what[32];
+  for (int32_t i = 0; e == NULL && i < num_inputs; ++i) {
+    snprintf(what, sizeof what, "input %d", (int)i);
+    e = dkh_check_view(call, what, args->inputs[i], dtypes, caps);
   }
-  return n;
+  /* Outputs: the dtype is the op's (cast writes any stored dtype); layout as declared. */
+  for (int32_t i = 0; e == NULL && i < num_outputs; ++i) {
+    snprintf(what, sizeof what, "output %d", (int)i);
+    e = dkh_check_view(call, what, args->outputs[i], op == DK_OP_CAST ? ~(uint64_t)0 : dtypes,
+                       caps);
+  }
+  return e;
 }
 
-static int same_shape(const DK_TensorView* a, const DK_TensorView* b) {
-  if (a->rank != b->rank) return 0;
-  for (int32_t d = 0; d < a->rank; ++d)
-    if (a->shape[d] != b->shape[d]) return 0;
-  return 1;
-}
-
+/* add(a, b) -> out, float32, dense views of out's shape (ops.def: caps 0). */
 DK_Error* plugin_kernel_add(const DK_Kernel_Args* args) {
   static const char* const kCall = PLUGIN_NAME ".add";
-  PLUGIN_CHECK_ARGS(kCall, args, DK_Kernel_Args);
-  DK_Error* e = plugin_check_device(kCall, args->device);
-  if (e == NULL) e = plugin_check_stream(kCall, args->stream, args->device);
+  DK_Error* e = plugin_check_kernel(kCall, args, DK_OP_ADD, 2, 1);
   if (e != NULL) return e;
-  if (args->num_inputs != 2 || args->num_outputs != 1)
-    return plugin_error(DK_ERROR_INVALID_ARGUMENT, "%s: got %d inputs and %d outputs; "
-                        "expected 2 and 1", kCall, args->num_inputs, args->num_outputs);
   const DK_TensorView *a = args->inputs[0], *b = args->inputs[1], *out = args->outputs[0];
-  const DK_TensorView* views[3] = {a, b, out};
-  const char* names[3] = {"a", "b", "out"};
-  for (int i = 0; i < 3; ++i) {
-    if (views[i]->dtype != DK_DTYPE_FLOAT32)
-      return plugin_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has dtype %d; this kernel "
-                          "declared only float32 (%d)", kCall, names[i], (int)views[i]->dtype,
-                          (int)DK_DTYPE_FLOAT32);
-    if (!same_shape(views[i], out) || dense_numel(views[i]) < 0)
-      return plugin_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is not a dense view of out's "
-                          "shape; this kernel declared no capability bits (ops.def), so the "
-                          "SDK must materialise it first", kCall, names[i]);
-  }
+  if (!dkh_same_shape(a, out) || !dkh_same_shape(b, out))
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: an input's shape differs from out's; "
+                     "this kernel declared no DK_KERNEL_CAP_BROADCAST (ops.def), so the SDK "
+                     "must broadcast first", kCall);
 
   const float* x = a->data;
   const float* y = b->data;
   float* z = out->data;
-  const int64_t n = dense_numel(out);
+  const int64_t n = dkh_numel(out);
   for (int64_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
+  return NULL;
+}
+
+/* copy(x) -> out: how the SDK materialises views (broadcasts, transposes,
+ * slices) for kernels that declared no capability bits. The header asks it
+ * to take any strides on both sides (stride 0: broadcast) and every dtype the
+ * device stores, so its row declares DK_KERNEL_CAP_STRIDED and all dtypes,
+ * and it walks both views element by element with the strided helpers. */
+DK_Error* plugin_kernel_copy(const DK_Kernel_Args* args) {
+  static const char* const kCall = PLUGIN_NAME ".copy";
+  DK_Error* e = plugin_check_kernel(kCall, args, DK_OP_COPY, 1, 1);
+  if (e != NULL) return e;
+  const DK_TensorView *x = args->inputs[0], *out = args->outputs[0];
+  if (!dkh_same_shape(x, out) || x->dtype != out->dtype)
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: x is %s of rank %d, out is %s of rank "
+                     "%d; expected the same dtype and shape", kCall, dkh_dtype_name(x->dtype),
+                     (int)x->rank, dkh_dtype_name(out->dtype), (int)out->rank);
+  const int64_t n = dkh_numel(out);
+  const size_t size = dkh_dtype_size(out->dtype);
+  if (n == 0) return NULL;
+  const unsigned char* src = x->data;
+  unsigned char* dst = out->data;
+  if (dkh_is_dense(x) && dkh_is_dense(out)) {
+    memcpy(dst, src, (size_t)n * size);
+    return NULL;
+  }
+  int64_t index[DK_MAX_RANK] = {0};
+  do {
+    memcpy(dst + dkh_offset(out, index) * (int64_t)size,
+           src + dkh_offset(x, index) * (int64_t)size, size);
+  } while (dkh_next_index(index, out->shape, out->rank));
   return NULL;
 }

@@ -1,5 +1,9 @@
-/* What the plugin's files share: the error object, argument checks, the
- * per-device limits, and every function that goes into the DK_Api table.
+/* What the plugin's files share: argument checks, the per-device limits, and
+ * every function that goes into the DK_Api table.
+ *
+ * Errors, argument-check messages, view helpers and dtype sizes come from
+ * <devicekit/plugin_helpers.h> (optional, header-only, shipped with the device
+ * API in include/devicekit/); this file adds only what is plugin-specific.
  *
  * Everything here is hidden (CMakeLists.txt: -fvisibility=hidden and
  * exports.map); DK_GetApi in api.c is the only exported symbol. */
@@ -9,6 +13,7 @@
 #include <stdint.h>
 
 #include <devicekit/device_api.h>
+#include <devicekit/plugin_helpers.h>
 
 #include "plugin_info.h"
 
@@ -22,42 +27,35 @@
 /* Bytes each device may allocate; fixed by Plugin_Initialize. */
 extern uint64_t plugin_total_memory;
 
-/* ---- Errors -------------------------------------------------------------------
- * The object behind the opaque DK_Error*. Owned by whoever received it, freed
- * with Error_Destroy. */
-struct DK_Error {
-  int32_t code;   /* a DK_ErrorCode */
-  char message[]; /* NUL-terminated; "NAME.Call: what was expected, what was found. Hint: ..." */
-};
-
-/* printf-style. Never fails: without memory it returns a static error that
- * Error_Destroy knows not to free. */
-DK_Error* plugin_error(DK_ErrorCode code, const char* fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
 /* ---- Argument checks, shared by every call ----------------------------------- */
 
-/* Initialised, args not NULL, struct_size at least what this header defines.
- * A larger struct_size is a newer SDK and fine: we read only our fields. */
-DK_Error* plugin_check_args(const char* call, const void* args, size_t given, size_t needed,
-                            const char* type);
-#define PLUGIN_CHECK_ARGS(call, args, Type)                                              \
-  do {                                                                                   \
-    DK_Error* e_ = plugin_check_args(call, args, (args) ? (args)->struct_size : 0,       \
-                                     Type##_STRUCT_SIZE, #Type);                         \
-    if (e_ != NULL) return e_;                                                           \
+/* Plugin_Initialize has run (FAILED_PRECONDITION otherwise). */
+DK_Error* plugin_check_initialized(const char* call);
+
+/* Initialised, args not NULL, struct_size at least what this header defines
+ * (dkh_check_struct: a larger struct_size is a newer SDK and fine). */
+#define PLUGIN_CHECK_ARGS(call, args, Type)          \
+  do {                                               \
+    DK_Error* init_e_ = plugin_check_initialized(call); \
+    if (init_e_ != NULL) return init_e_;             \
+    DKH_CHECK_STRUCT(call, args, Type);              \
   } while (0)
 
-DK_Error* plugin_check_device(const char* call, int32_t device); /* OUT_OF_RANGE */
+/* OUT_OF_RANGE unless 0 <= device < PLUGIN_NUM_DEVICES. */
+#define plugin_check_device(call, device) \
+  dkh_check_device(call, PLUGIN_NAME, device, PLUGIN_NUM_DEVICES)
 /* NULL, destroyed, or (device >= 0) on another device -> INVALID_ARGUMENT. */
 DK_Error* plugin_check_stream(const char* call, const DK_Stream* stream, int32_t device);
 
+/* Everything a kernel checks before it enqueues: initialised, struct_size,
+ * device, stream, op and input/output counts, and every view against the
+ * dtype mask and capability bits its ops.def row declares (kernels.c). */
+DK_Error* plugin_check_kernel(const char* call, const DK_Kernel_Args* args, DK_OpId op,
+                              int32_t num_inputs, int32_t num_outputs);
+
 /* ---- The functions in the DK_Api table (api.c) ------------------------------- */
 
-/* plugin.c */
-void plugin_Error_Destroy(DK_Error_Destroy_Args* args);
-void plugin_Error_Message(DK_Error_Message_Args* args);
-void plugin_Error_GetCode(DK_Error_GetCode_Args* args);
+/* plugin.c (Error_* come from plugin_helpers.h: dkh_Error_Destroy, ...) */
 DK_Error* plugin_Plugin_Initialize(DK_Plugin_Initialize_Args* args);
 DK_Error* plugin_Plugin_GetInfo(DK_Plugin_GetInfo_Args* args);
 DK_Error* plugin_Device_Count(DK_Device_Count_Args* args);
@@ -83,8 +81,17 @@ DK_Error* plugin_Event_Query(DK_Event_Query_Args* args);
 DK_Error* plugin_Event_Synchronize(DK_Event_Synchronize_Args* args);
 DK_Error* plugin_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args);
 
-/* kernels.c: one function per implemented row of ops.def */
-DK_Error* plugin_kernel_add(const DK_Kernel_Args* args);
+/* The kernels: declared here from their ops.def rows, so a new kernel needs
+ * its function (kernels.c) and its row, and no prototype anywhere. */
+#define PLUGIN_OP(id, fn, dtypes, caps) DK_KernelFn fn;
+#define PLUGIN_NO_KERNEL(id)
+#include "ops.def"
+#undef PLUGIN_OP
+#undef PLUGIN_NO_KERNEL
+
+/* api.c: the kernel table, also read by plugin_check_kernel so what a kernel
+ * accepts can never drift from what its row declares. */
+extern const DK_KernelTable plugin_kernel_table;
 
 /* The entry point; the header gives its type (DK_GetApi_Fn) but no prototype. */
 DK_EXPORT const DK_Api* DK_GetApi(void);

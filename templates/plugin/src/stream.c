@@ -41,20 +41,20 @@ static int64_t now_ns(void) {
 
 DK_Error* plugin_check_stream(const char* call, const DK_Stream* s, int32_t device) {
   if (s == NULL || s->magic != LIVE_STREAM)
-    return plugin_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p is not a live stream; "
-                        "expected one from Stream_Create, not yet destroyed", call,
-                        (const void*)s);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p is not a live stream; "
+                     "expected one from Stream_Create, not yet destroyed", call,
+                     (const void*)s);
   if (device >= 0 && s->device != device)
-    return plugin_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p belongs to " PLUGIN_NAME
-                        ":%d; expected a stream of " PLUGIN_NAME ":%d", call, (const void*)s,
-                        s->device, device);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p belongs to " PLUGIN_NAME
+                     ":%d; expected a stream of " PLUGIN_NAME ":%d", call, (const void*)s,
+                     s->device, device);
   return NULL;
 }
 
 static DK_Error* check_event(const char* call, const char* what, const DK_Event* e) {
   if (e == NULL || e->magic != LIVE_EVENT)
-    return plugin_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s %p is not a live event; expected "
-                        "one from Event_Create, not yet destroyed", call, what, (const void*)e);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s %p is not a live event; expected "
+                     "one from Event_Create, not yet destroyed", call, what, (const void*)e);
   return NULL;
 }
 
@@ -72,7 +72,7 @@ DK_Error* plugin_Stream_Create(DK_Stream_Create_Args* args) {
   DK_Error* e = plugin_check_device(kCall, args->device);
   if (e != NULL) return e;
   DK_Stream* s = malloc(sizeof(DK_Stream));
-  if (s == NULL) return plugin_error(DK_ERROR_OUT_OF_MEMORY, "%s: out of host memory", kCall);
+  if (s == NULL) return dkh_error(DK_ERROR_OUT_OF_MEMORY, "%s: out of host memory", kCall);
   s->magic = LIVE_STREAM;
   s->device = args->device;
   args->stream = s;
@@ -118,7 +118,7 @@ DK_Error* plugin_Event_Create(DK_Event_Create_Args* args) {
   DK_Error* e = plugin_check_device(kCall, args->device);
   if (e != NULL) return e;
   DK_Event* ev = calloc(1, sizeof(DK_Event));
-  if (ev == NULL) return plugin_error(DK_ERROR_OUT_OF_MEMORY, "%s: out of host memory", kCall);
+  if (ev == NULL) return dkh_error(DK_ERROR_OUT_OF_MEMORY, "%s: out of host memory", kCall);
   ev->magic = LIVE_EVENT;
   ev->device = args->device;
   args->event = ev;
@@ -168,9 +168,9 @@ DK_Error* plugin_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args) {
   if (e == NULL) e = check_event(kCall, "end", args->end);
   if (e != NULL) return e;
   if (!atomic_load(&args->start->recorded) || !atomic_load(&args->end->recorded))
-    return plugin_error(DK_ERROR_FAILED_PRECONDITION, "%s: event '%s' was never recorded; "
-                        "expected both events recorded. Hint: Event_Record both first.", kCall,
-                        atomic_load(&args->start->recorded) ? "end" : "start");
+    return dkh_error(DK_ERROR_FAILED_PRECONDITION, "%s: event '%s' was never recorded; "
+                     "expected both events recorded. Hint: Event_Record both first.", kCall,
+                     atomic_load(&args->start->recorded) ? "end" : "start");
   args->milliseconds =
       (double)(atomic_load(&args->end->when_ns) - atomic_load(&args->start->when_ns)) / 1e6;
   return NULL;

@@ -1,0 +1,189 @@
+"""``devicekit dev [PATH] --run CMD...``: rebuild a plugin in place, then test that build.
+
+The edit-build-test loop of a plugin project made by ``devicekit new``:
+
+1. configure (once) and build the project with CMake into ``PATH/build/dev``
+   (incremental: only what changed recompiles);
+2. print the library it built, its sha256 and its build time, so what is
+   tested is never in doubt;
+3. run CMD with ``DEVICEKIT_PLUGIN_PATH`` naming that library, so discovery
+   loads the fresh build without installing anything. A devicekit command
+   (``conformance``, ``devices``, ``bench``) runs as ``python -m devicekit
+   CMD``, with ``--device NAME:0`` added to conformance and bench when no
+   device or plugin was given; anything else (``python -m pytest tests``) runs as is.
+
+It refuses to run when the same plugin is also installed (an entry point of
+that name): installed plugins are discovered before DEVICEKIT_PLUGIN_PATH, so
+the fresh build would lose to the installed binary and you would test a stale
+plugin without knowing.
+
+Exit codes: 0 built (and CMD passed); 2 usage; 3 PATH is not a plugin
+project; 4 the build failed; 5 an installed copy of the plugin would shadow
+the build; otherwise CMD's own exit status.
+"""
+
+import argparse
+import datetime
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from ._registry import ENTRY_POINT_GROUP, PATH_ENV
+from .errors import DeviceKitError
+
+DEVICEKIT_COMMANDS = {"conformance", "devices", "bench"}
+NEEDS_DEVICE = {"conformance", "bench"}
+
+
+class DevError(DeviceKitError):
+    exit_code = 1
+
+
+class NotAProjectError(DevError):
+    exit_code = 3
+
+
+class BuildError(DevError):
+    exit_code = 4
+
+
+class ShadowedError(DevError):
+    exit_code = 5
+
+
+def plugin_name(project: Path) -> str:
+    """PLUGIN_NAME from src/plugin_info.h (what devicekit new wrote)."""
+    info = project / "src" / "plugin_info.h"
+    if not (project / "CMakeLists.txt").is_file() or not info.is_file():
+        raise NotAProjectError(f"{project} is not a plugin project: expected CMakeLists.txt and "
+                               f"src/plugin_info.h (a project made by devicekit new)")
+    m = re.search(r'^#define PLUGIN_NAME "([a-z][a-z0-9_]*)"', info.read_text(), re.M)
+    if not m:
+        raise NotAProjectError(f"{info} has no #define PLUGIN_NAME \"...\"")
+    return m[1]
+
+
+def installed_copies(name: str) -> list:
+    """Entry points of the plugin group named ``name``: installed copies."""
+    try:
+        eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except TypeError:  # Python < 3.10
+        eps = metadata.entry_points().get(ENTRY_POINT_GROUP, [])
+    return [ep for ep in eps if ep.name == name]
+
+
+def _cmake() -> str:
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise BuildError("cmake is not on PATH; devicekit dev builds with CMake "
+                         "(pip install cmake, or your system's package)")
+    return cmake
+
+
+def build(project: Path, build_dir: Path, build_type: str, jobs: int) -> None:
+    """Configure once, then build incrementally; the tool output goes to stderr."""
+    cmake = _cmake()
+    steps = []
+    if not (build_dir / "CMakeCache.txt").is_file():
+        steps.append([cmake, "-S", str(project), "-B", str(build_dir),
+                      f"-DCMAKE_BUILD_TYPE={build_type}"])
+    steps.append([cmake, "--build", str(build_dir), "--parallel", str(jobs)])
+    for cmd in steps:
+        result = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
+        if result.returncode != 0:
+            raise BuildError(f"'{' '.join(cmd)}' failed with exit code {result.returncode} "
+                             f"(its output is above)")
+
+
+def built_library(build_dir: Path, name: str) -> Path:
+    for suffix in (".so", ".dylib", ".dll"):
+        lib = build_dir / f"libdevicekit_{name}{suffix}"
+        if lib.is_file():
+            return lib
+    raise BuildError(f"the build succeeded but {build_dir} holds no libdevicekit_{name}.so; "
+                     f"is OUTPUT_NAME in CMakeLists.txt still devicekit_{name}?")
+
+
+def describe(lib: Path) -> str:
+    digest = hashlib.sha256(lib.read_bytes()).hexdigest()
+    built = datetime.datetime.fromtimestamp(lib.stat().st_mtime).isoformat(" ", "seconds")
+    return f"{lib} (sha256 {digest[:16]}, built {built})"
+
+
+def command_for(run: list, name: str) -> list:
+    """The argv that runs ``run`` against the fresh build."""
+    if not run:
+        return []
+    if run[0] in DEVICEKIT_COMMANDS:
+        args = list(run)
+        if args[0] in NEEDS_DEVICE and not any(a.split("=")[0] in ("--device", "--plugin")
+                                               for a in args[1:]):
+            args[1:1] = ["--device", f"{name}:0"]
+        return [sys.executable, "-m", "devicekit", *args]
+    return list(run)
+
+
+def run(args) -> int:
+    project = Path(args.path).resolve()
+    try:
+        name = plugin_name(project)
+        shadows = installed_copies(name)
+        if shadows:
+            ep = shadows[0]
+            dist = getattr(ep, "dist", None)
+            dist_name = dist.metadata["Name"] if dist is not None else f"devicekit-{name}"
+            raise ShadowedError(
+                f"plugin '{name}' is also installed ({dist_name}, entry point '{ep.name}' = "
+                f"'{ep.value}'). Installed plugins are discovered before {PATH_ENV}, so the "
+                f"fresh build would be refused as a duplicate and the installed binary tested "
+                f"instead. Hint: pip uninstall -y {dist_name}")
+        build_dir = Path(args.build_dir) if args.build_dir else project / "build" / "dev"
+        build(project, build_dir, args.build_type, args.jobs)
+        lib = built_library(build_dir, name)
+    except DevError as e:
+        print(f"devicekit dev: error: {e}", file=sys.stderr)
+        return e.exit_code
+    print(f"devicekit dev: {name} -> {describe(lib)}", file=sys.stderr)
+    env = dict(os.environ)
+    env[PATH_ENV] = os.pathsep.join([str(lib), *filter(None, [env.get(PATH_ENV)])])
+    cmd = command_for(args.run, name)
+    if not cmd:
+        print(f"devicekit dev: built. To use it: export {PATH_ENV}={env[PATH_ENV]}",
+              file=sys.stderr)
+        return 0
+    print(f"devicekit dev: {PATH_ENV}={env[PATH_ENV]} {' '.join(cmd)}", file=sys.stderr)
+    sys.stderr.flush()
+    try:
+        return subprocess.run(cmd, env=env).returncode
+    except FileNotFoundError:
+        print(f"devicekit dev: error: {cmd[0]!r} not found on PATH", file=sys.stderr)
+        return 127
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "dev", help="rebuild a plugin project in place and run a command against that build",
+        description="Build the plugin project at PATH with CMake into PATH/build/dev "
+                    "(incremental), print the library's path, sha256 and build time, then "
+                    "run CMD with DEVICEKIT_PLUGIN_PATH pointing at it: no reinstall, never a "
+                    "stale binary. CMD 'conformance', 'devices' or 'bench' is a devicekit "
+                    "command (--device NAME:0 added when missing); anything else runs as is.",
+        epilog="examples:\n  devicekit dev --run conformance -k add\n"
+               "  devicekit dev path/to/plugin --run python -m pytest tests\n\n"
+               "exit codes: 0 ok; 2 usage; 3 not a plugin project; 4 build failed;\n"
+               "  5 an installed copy would shadow the build; else CMD's exit status",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("path", nargs="?", default=".", help="the plugin project (default: .)")
+    p.add_argument("--build-dir", default=None, help="default: PATH/build/dev")
+    p.add_argument("--build-type", default="Release", help="CMAKE_BUILD_TYPE (default Release)")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
+                   help="parallel compile jobs (default: all cores)")
+    p.add_argument("--run", nargs=argparse.REMAINDER, default=[], metavar="CMD",
+                   help="the command to run against the fresh build; everything after "
+                        "--run belongs to it")
+    p.set_defaults(func=run)
