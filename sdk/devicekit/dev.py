@@ -94,7 +94,11 @@ def build(project: Path, build_dir: Path, build_type: str, jobs: int) -> None:
                       f"-DCMAKE_BUILD_TYPE={build_type}"])
     steps.append([cmake, "--build", str(build_dir), "--parallel", str(jobs)])
     for cmd in steps:
-        result = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
+        # Through sys.stderr (not the inherited fd) so output stays in order
+        # with ours and callers that replace sys.stderr see it.
+        result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace")
+        sys.stderr.write(result.stdout)
         if result.returncode != 0:
             raise BuildError(f"'{' '.join(cmd)}' failed with exit code {result.returncode} "
                              f"(its output is above)")
