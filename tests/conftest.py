@@ -10,6 +10,8 @@ What each group of tests needs (STYLE item 7):
   re-runs discovery before and after.
 - ``run_cli`` / ``run_python``: run ``python -m devicekit ...`` / ``python -c
   ...`` in a subprocess with a given DEVICEKIT_PLUGIN_PATH.
+- ``devicekit_wheel``: DeviceKit's wheel built from this checkout, once per
+  session (the slow end-to-end tests install it into fresh venvs, tests/_venv.py).
 """
 
 from __future__ import annotations
@@ -182,3 +184,11 @@ def run_python():
     def run(code, plugin_path=()):
         return _run_python(["-c", code], plugin_path)
     return run
+
+
+@pytest.fixture(scope="session")
+def devicekit_wheel(tmp_path_factory) -> Path:
+    """DeviceKit's wheel from this checkout, built once per session (slow)."""
+    from _venv import build_devicekit_wheel
+
+    return build_devicekit_wheel(tmp_path_factory.mktemp("devicekit_wheel"))

@@ -8,9 +8,9 @@ User side: a fresh venv, isolated from the base interpreter, gets both wheels
 with ``--no-index --no-deps``. DeviceKit's runtime dependencies (numpy, jinja2,
 ml_dtypes and what they require) and pip are exposed to it from the *test*
 environment through a ``.pth`` file naming a folder of links to exactly those
-distributions, so the run needs no network and never reads the base
-interpreter's site-packages (which may lack them); devicekit itself must come
-from the wheel. Every command runs with a PATH holding only the
+distributions (tests/_venv.py), so the run needs no network and never reads
+the base interpreter's site-packages (which may lack them); devicekit itself
+must come from the wheel. Every command runs with a PATH holding only the
 venv's bin folder and a folder with a python symlink: no cc, gcc, cmake, nvcc.
 There ``devicekit devices`` must list the plugin as loaded through its entry
 point, and ``devicekit conformance`` must pass the runtime part and report the
@@ -33,7 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, _find_c_compiler
+from _venv import check, expose_distributions, run, runtime_requirements, user_site_packages
+from conftest import _find_c_compiler
 
 pytestmark = pytest.mark.slow
 
@@ -43,64 +44,8 @@ COMPILER_TOOLS = ["cc", "c++", "gcc", "g++", "clang", "clang++", "cmake", "ninja
 NOT_IMPLEMENTED = {"not-implemented", "not_implemented", "notimplemented"}
 
 
-def run(cmd, timeout=600, **kwargs):
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
-
-
-def check(cmd, what, **kwargs):
-    result = run(cmd, **kwargs)
-    assert result.returncode == 0, (f"{what} failed ({result.returncode}):\n$ "
-                                    f"{' '.join(map(str, cmd))}\n{result.stdout}{result.stderr}")
-    return result
-
-
 def platform_tag() -> str:
     return sysconfig.get_platform().replace("-", "_").replace(".", "_")
-
-
-def runtime_requirements(name: str) -> set[str]:
-    """``name``'s run-time requirements (no extras), transitively, as canonical names."""
-    from importlib import metadata
-    from packaging.requirements import Requirement
-
-    seen: set[str] = set()
-    todo = [name]
-    while todo:
-        dist = metadata.distribution(todo.pop())
-        for line in dist.requires or ():
-            req = Requirement(line)
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-                continue
-            key = req.name.lower().replace("_", "-")
-            if key not in seen:
-                seen.add(key)
-                todo.append(key)
-    return seen
-
-
-def expose_distributions(names: set[str], folder: Path, site_packages: Path) -> None:
-    """Links each distribution's top-level entries into ``folder`` and names it in a .pth.
-
-    A ``.pth`` folder comes after the venv's own site-packages on ``sys.path``,
-    so what the user installed (devicekit from its wheel) still wins.
-    """
-    from importlib import metadata
-
-    folder.mkdir()
-    for name in sorted(names):
-        dist = metadata.distribution(name)
-        base = Path(dist.locate_file(""))
-        tops = {Path(f).parts[0] for f in dist.files or () if not str(f).startswith("..")}
-        for top in sorted(tops):
-            if (base / top).exists() and not (folder / top).exists():
-                (folder / top).symlink_to(base / top)
-    site_packages.mkdir(parents=True, exist_ok=True)
-    (site_packages / "devicekit-journey-deps.pth").write_text(f"{folder}\n")
-
-
-def user_site_packages(venv: Path) -> Path:
-    return venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
 
 
 class Journey:
@@ -130,7 +75,7 @@ class Journey:
 
 
 @pytest.fixture(scope="module")
-def journey(tmp_path_factory) -> Journey:
+def journey(tmp_path_factory, devicekit_wheel) -> Journey:
     if _find_c_compiler() is None or shutil.which("cmake") is None:
         pytest.skip("the vendor side of the journey needs a C compiler and cmake on PATH")
     j = Journey(tmp_path_factory.mktemp("journey"))
@@ -142,11 +87,8 @@ def journey(tmp_path_factory) -> Journey:
            "-w", j.wheels, j.project], "building the plugin wheel")
     (j.plugin_wheel,) = j.wheels.glob("*.whl")
 
-    # DeviceKit's own wheel from this checkout; its build-dir setting
-    # (build/{wheel_tag}) makes this an incremental rebuild.
-    check([py, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
-           "-w", j.wheels, REPO_ROOT], "building the devicekit wheel",
-          env={**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": "2"})
+    # DeviceKit's own wheel from this checkout (conftest.py: built once per session).
+    shutil.copy(devicekit_wheel, j.wheels)
 
     # User: a fresh venv without the base interpreter's site-packages (a fresh
     # machine's base Python has none of DeviceKit's dependencies). Its
@@ -206,7 +148,7 @@ def test_devices_lists_the_plugin_as_loaded(journey):
     assert rec["source"] == f"entry point '{PLUGIN}'"
     assert len(rec["devices"]) == 1, rec["devices"]  # (their "name" is the device's own)
     implemented = [k["op"] for k in rec["kernels"] if k["implemented"]]
-    assert implemented == ["add"]
+    assert implemented == ["copy", "add"]
     # The human-readable table says the same.
     table = journey.devicekit("devices")
     assert table.returncode == 0 and f"{PLUGIN}:0" in table.stdout, table.stdout
@@ -245,7 +187,7 @@ def test_full_conformance_reports_stubbed_ops_as_not_implemented(journey):
     assert json_reports, f"no JSON report under {reports}:\n{result.stdout}{result.stderr}"
     found = [o for path in json_reports for o in outcomes(json.loads(path.read_text()))]
     not_impl = [text for text, outcome in found if outcome.replace(" ", "-") in NOT_IMPLEMENTED]
-    for op in ("matmul", "neg", "copy"):
+    for op in ("matmul", "neg", "fill"):
         assert any(op in text for text in not_impl), \
             f"{op}: no not-implemented outcome in {[str(p) for p in json_reports]}"
     passed_add = [text for text, outcome in found
