@@ -228,10 +228,13 @@ def test_c_string_escapes_anything():
     assert scaffold._c_string("Ünï\n") == r'"\303\234n\303\257\012"'
 
 
-def test_rendered_sources_compile(project):
+@pytest.mark.parametrize("api", [None, "1.0"])
+def test_rendered_sources_compile(tmp_path, api):
     compiler = _find_c_compiler()
     if compiler is None:
         pytest.skip("no C compiler on PATH: cannot syntax-check the rendered sources")
+    project = tmp_path / "acme"
+    assert new("acme", "--dir", project, *(["--api", api] if api else [])) == 0
     include_dir = project / "include"  # the vendored header, as CMakeLists.txt uses it
     for source in sorted((project / "src").glob("*.c")):
         cmd = [compiler, "-fsyntax-only", "-std=c11", "-Wall", "-Wextra", "-Werror",

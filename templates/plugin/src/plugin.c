@@ -14,8 +14,8 @@ static atomic_int initialized;
 DK_Error* plugin_check_initialized(const char* call) {
   if (!atomic_load(&initialized))
     return dkh_error(DK_ERROR_FAILED_PRECONDITION,
-                  "%s: called before Plugin_Initialize. Hint: the SDK calls "
-                  "Plugin_Initialize once, right after checking the version.", call);
+                     "%s: called before Plugin_Initialize. Hint: the SDK calls "
+                     "Plugin_Initialize once, right after checking the version.", call);
   return NULL;
 }
 
@@ -31,10 +31,10 @@ DK_Error* plugin_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
                      "exactly once per process", kCall);
   if (args->sdk_api_major != PLUGIN_API_MAJOR)
     return dkh_error(DK_ERROR_FAILED_PRECONDITION,
-                  "%s: the SDK speaks device API %d.%d, this plugin was built for %d.%d; "
-                  "majors must match. Hint: install a devicekit release for API %d.x.",
-                  kCall, args->sdk_api_major, args->sdk_api_minor, PLUGIN_API_MAJOR,
-                  PLUGIN_API_MINOR, PLUGIN_API_MAJOR);
+                     "%s: the SDK speaks device API %d.%d, this plugin was built for %d.%d; "
+                     "majors must match. Hint: install a devicekit release for API %d.x.",
+                     kCall, args->sdk_api_major, args->sdk_api_minor, PLUGIN_API_MAJOR,
+                     PLUGIN_API_MINOR, PLUGIN_API_MAJOR);
 
   /* A real plugin opens its driver here and returns DK_ERROR_UNAVAILABLE with
    * the driver's own message when there is none: `devicekit devices` shows it. */
