@@ -70,61 +70,71 @@ def _row(layer, direction, check, launched):
             "base_ops": dict(sorted(ops.items())), "fused_kernels": fused}
 
 
-def localise(model, device, dtype, inference=False, only=None, ref_device="cpu:0"):
-    """Per-layer comparison rows and the first row that exceeds its bound.
-
-    ``inference``: forward only, under ``no_grad`` (fused kernels may run);
-    otherwise forward with autograd recording, then backward. ``only``: one
-    layer name (the replay of a reported layer); the reference still walks
-    the whole chain to get that layer's inputs.
-    """
+def reference_layers(model, dtype, inference, ref_device="cpu:0"):
+    """The reference side of the per-layer comparison, computed on the
+    reference CPU plugin only (``devicekit.models.reference`` runs it in its
+    own process): per layer its rounded input, and the correct run's and the
+    float64 reference's output; then, in backward order, the rounded upstream
+    gradient and both sides' gradients. Nothing here depends on the plugin
+    under test, so it can be computed apart from it."""
     layers = [*model.layers(), _LOSS]
-    names = [layer.name for layer in layers]
-    if only is not None and only not in names:
-        from ..errors import InvalidArgumentError
-        raise InvalidArgumentError(f"model {model.name} has no layer {only!r}; its layers: "
-                                   f"{', '.join(names)}")
-    plugin, correct = _Side(model, device, dtype), _Side(model, ref_device, dtype)
-    ref = _Side(model, ref_device, "float64")
+    correct, ref = _Side(model, ref_device, dtype), _Side(model, ref_device, "float64")
     grad = not inference
-
-    # The reference chain: every layer's float64 input, from the float64 outputs.
     inputs, x = [], None
-    with no_grad():
+    with no_grad():  # the reference chain: every layer's float64 input
         for layer in layers:
             inputs.append(x)
             x = ref.run(layer, x, None, False)[0]
+    out = {"forward": [], "backward": [], "inference": inference}
+    for layer, x in zip(layers, inputs):
+        xr = _round(x, dtype)
+        out["forward"].append({"layer": layer.name, "x": xr,
+                               "correct": correct.run(layer, xr, None, grad)[0],
+                               "ref": ref.run(layer, xr, None, grad)[0]})
+    if inference:
+        return out
+    g_ref = None  # the reference's d(loss)/d(output of the current layer)
+    for layer, x in reversed(list(zip(layers, inputs))):
+        xr, gr = _round(x, dtype), _round(g_ref, dtype)
+        out["backward"].append({"layer": layer.name, "x": xr, "g": gr,
+                                "correct": correct.run(layer, xr, gr, True)[1],
+                                "ref": ref.run(layer, xr, gr, True)[1]})
+        g_ref = ref.run(layer, x, g_ref, True)[1].get("input")
+        if g_ref is None:
+            break
+    return out
 
+
+def localise(model, device, dtype, reference, only=None):
+    """Per-layer comparison rows of the plugin on ``device`` against
+    ``reference`` (from :func:`reference_layers`), and the first row that
+    exceeds its bound. ``only``: one layer name (the replay of a reported layer)."""
+    layers = {layer.name: layer for layer in [*model.layers(), _LOSS]}
+    if only is not None and only not in layers:
+        from ..errors import InvalidArgumentError
+        raise InvalidArgumentError(f"model {model.name} has no layer {only!r}; its layers: "
+                                   f"{', '.join(layers)}")
+    plugin = _Side(model, device, dtype)
+    grad = not reference["inference"]
     rows = []
-    for i, layer in enumerate(layers):
-        if only is not None and layer.name != only:
-            continue
-        xr = _round(inputs[i], dtype)
-        y = {s: side.run(layer, xr, None, grad) for s, side in
-             (("plugin", plugin), ("correct", correct), ("ref", ref))}
-        rows.append(_row(layer, "forward", H.check("output", y["plugin"][0], y["correct"][0],
-                                                   y["ref"][0], dtype), y["plugin"][2:]))
-    if not inference:
-        g_ref = None  # the reference's d(loss)/d(output of the current layer)
-        for i in reversed(range(len(layers))):
-            layer = layers[i]
-            xr, gr = _round(inputs[i], dtype), _round(g_ref, dtype)
-            ref_out = ref.run(layer, inputs[i], g_ref, True)
-            if only is None or layer.name == only:
-                got = {"plugin": plugin.run(layer, xr, gr, True),
-                       "correct": correct.run(layer, xr, gr, True),
-                       "ref": ref.run(layer, xr, gr, True)}
-                scales = H.grad_scales(got["ref"][1])
-                for name in got["ref"][1]:
-                    rows.append(_row(layer, "backward", H.check(
-                        f"grad:{name}", got["plugin"][1].get(name, np.nan), got["correct"][1][name],
-                        got["ref"][1][name], dtype, scales[name]), got["plugin"][2:]))
-            g_ref = ref_out[1].get("input")
-            if g_ref is None:
-                break
+    for e in reference["forward"]:
+        if only in (None, e["layer"]):
+            layer = layers[e["layer"]]
+            got = plugin.run(layer, e["x"], None, grad)
+            rows.append(_row(layer, "forward", H.check("output", got[0], e["correct"], e["ref"], dtype),
+                             got[2:]))
+    for e in reference["backward"]:
+        if only in (None, e["layer"]):
+            layer = layers[e["layer"]]
+            got = plugin.run(layer, e["x"], e["g"], True)
+            scales = H.grad_scales(e["ref"])
+            for name, ref_grad in e["ref"].items():
+                rows.append(_row(layer, "backward", H.check(
+                    f"grad:{name}", got[1].get(name, np.nan), e["correct"][name], ref_grad, dtype,
+                    scales[name]), got[2:]))
     first = next((r for r in rows if not r["ok"]), None)
     worst = max(rows, key=lambda r: r["ratio"]) if rows else None
-    return {"rows": rows, "first": first, "worst": worst, "inference": inference}
+    return {"rows": rows, "first": first, "worst": worst, "inference": reference["inference"]}
 
 
 def replay_command(target_args, model, dtype, layer, inference):

@@ -150,8 +150,7 @@ def forward(model, master, inp, dtype, record=None):
 def execute(model, device, dtype, steps=DEFAULT_STEPS, lr=LR, record=False):
     """Runs every phase of ``model`` on ``device`` in ``dtype`` ("float64" is
     the reference). ``record`` keeps each layer's forward output."""
-    device = device if isinstance(device, str) else device.name
-    run = Run(model.name, device, dtype)
+    run = Run(model.name, device if isinstance(device, str) else device.name, dtype)
     inp = master = logits = loss = None
     with _phase(run, "forward"):
         inp = device_inputs(model, device, dtype)
