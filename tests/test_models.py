@@ -272,3 +272,36 @@ def test_cli_usage_errors_and_list():
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (bad, proc.stderr)
     listed = _models("--list").stdout
     assert all(f"{name}:" in listed for name in zoo.NAMES) and "block0.attn" in listed
+
+
+# ---- the shape-alignment advisor -------------------------------------------
+
+def test_padding_advisor_suggests_only_measured_gains():
+    from devicekit.models import align
+
+    model = zoo.get("gpt2")
+    head = [s for s in align.matmul_shapes(model, "cpu:0") if s[1] == ["head"]]
+    assert head and head[0][0][1][-1] == 383  # the vocab is the head matmul's N
+
+    def fake(pairs):  # time = work, except that multiples of 64 run twice as fast
+        return [float(np.prod(a)) * b[-1] / (2.0 if a[-1] % 64 == 0 and b[-1] % 64 == 0 else 1.0)
+                for a, b in pairs]
+    rows = align.advise(model, "cpu:0", timer=fake)
+    r = next(r for r in rows if r["size"] == 383)
+    assert (r["dim"], r["padded"], r["multiple"], r["suggest"]) == ("N", 384, 128, True)
+    assert abs(r["gain"] - (2 * 383 / 384 - 1)) < 1e-12  # useful work only: padding costs 1/383
+    assert all(r["size"] % 128 for r in rows)  # aligned sizes get no candidates
+    assert align.summary(rows)[0].startswith("pad N 383 -> 384 (multiple of 128)")
+    assert not any(r["suggest"] for r in align.advise(model, "cpu:0", threshold=1.0, timer=fake))
+
+
+def test_padding_advice_lands_in_the_report(tmp_path):
+    proc = _models("--device", "cpu:0", "--model", "mlp", "--dtype", "float32", "--jobs", "1",
+                   "--advise-padding", "--report", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    padding = json.loads((tmp_path / "report.json").read_text())["models"]["mlp"]["padding"]
+    assert padding["threshold"] == 0.1 and padding["rows"]
+    assert {r["size"] for r in padding["rows"]} >= {10, 96, 160}  # classes, features, hidden
+    assert all(r["time_s"] > 0 and r["padded_time_s"] > 0 for r in padding["rows"])
+    assert "padding advice for mlp" in proc.stdout
+    assert "padding advice" in (tmp_path / "report.html").read_text()

@@ -1,7 +1,7 @@
 """``devicekit models``: the model regression against one device.
 
     devicekit models --device NAME | --plugin PATH [--model M ...] [--dtype D ...]
-                     [--steps N] [--report DIR] [--jobs N]
+                     [--steps N] [--report DIR] [--jobs N] [--advise-padding]
     devicekit models --device NAME --model M --dtype D --layer NAME [--inference]
     devicekit models --update-goldens [--goldens-dir DIR]
 
@@ -44,6 +44,11 @@ def add_parser(sub):
                    help="compare just this layer against the reference (how a divergence replays)")
     p.add_argument("--inference", action="store_true",
                    help="with --layer: forward under no_grad, where fused kernels run")
+    p.add_argument("--advise-padding", action="store_true",
+                   help="also time each model's matmuls padded to multiples of 8..128 and suggest "
+                        "padding (the shape-alignment advisor; results in the report)")
+    p.add_argument("--padding-threshold", type=float, default=0.10, metavar="GAIN",
+                   help="suggest padding above this throughput gain (default 0.10 = 10%%)")
     p.add_argument("--list", action="store_true", help="print the models and their layers and exit")
     p.add_argument("--update-goldens", action="store_true",
                    help="rewrite the golden summaries from the reference CPU plugin and exit")
@@ -115,7 +120,8 @@ def _run_suite(models, dtypes, target, args):
         models, lambda m: [c.id for c in cases if c.section == m],
         device=target.device.name if not plugin else args.device, plugin=plugin, dtypes=dtypes,
         steps=args.steps, jobs=args.jobs, timeout=args.timeout,
-        on_result=lambda cid, r: progress(by_id[cid], r))
+        on_result=lambda cid, r: progress(by_id[cid], r),
+        padding_threshold=args.padding_threshold if args.advise_padding else None)
     progress.finish()
     for m, info in infos.items():
         z = zoo[m]
@@ -160,6 +166,11 @@ def _print_outcome(rep, summary_table):
                   f"({golden['file']}): {'; '.join(golden['diffs'][:3])}")
         if info.get("error"):
             print(f"warning: {m}: {info['error']}")
+        if "padding" in info:
+            tips = info["padding"]["suggestions"]
+            print(f"padding advice for {m} ({len(info['padding']['rows'])} padded shapes timed, "
+                  f"threshold {info['padding']['threshold']:.0%}): " +
+                  ("; ".join(tips) if tips else "no padding gains enough"))
     print("PASSED" if rep["summary"]["passed"] else "FAILED")
 
 

@@ -39,7 +39,8 @@ def _tail(f, n=4000):
     return f.read().decode(errors="replace").strip()
 
 
-def run_model(model, case_ids, *, device, plugin, dtypes, steps, timeout, record):
+def run_model(model, case_ids, *, device, plugin, dtypes, steps, timeout, record,
+              padding_threshold=None):
     """Runs one worker; ``record(case_id, result)`` for each case; returns the model info."""
     cmd = [sys.executable, "-m", "devicekit.models.worker", "--model", model,
            "--dtypes", ",".join(dtypes), "--steps", str(steps)]
@@ -47,6 +48,8 @@ def run_model(model, case_ids, *, device, plugin, dtypes, steps, timeout, record
         cmd += ["--device", device]
     if plugin:
         cmd += ["--plugin", plugin]
+    if padding_threshold is not None:
+        cmd += ["--padding-threshold", str(padding_threshold)]
     pending, current, info = list(case_ids), None, {}
     start = time.monotonic()
     with tempfile.TemporaryFile() as err:
@@ -90,7 +93,8 @@ def run_model(model, case_ids, *, device, plugin, dtypes, steps, timeout, record
     return info
 
 
-def run(models, cases_of, *, device, plugin, dtypes, steps, jobs=1, timeout=600.0, on_result=None):
+def run(models, cases_of, *, device, plugin, dtypes, steps, jobs=1, timeout=600.0, on_result=None,
+        padding_threshold=None):
     """({case id: result}, {model: info}) for every model; ``on_result(case_id,
     result)`` is called under a lock as each case answers (progress)."""
     results, infos, lock = {}, {}, threading.Lock()
@@ -103,7 +107,8 @@ def run(models, cases_of, *, device, plugin, dtypes, steps, jobs=1, timeout=600.
 
     def one(model):
         infos[model] = run_model(model, cases_of(model), device=device, plugin=plugin,
-                                 dtypes=dtypes, steps=steps, timeout=timeout, record=record)
+                                 dtypes=dtypes, steps=steps, timeout=timeout, record=record,
+                                 padding_threshold=padding_threshold)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(one, models))

@@ -42,7 +42,7 @@ def _needed(correct, phase):
     return {op for p in chain for op in correct.ops.get(p, {})}
 
 
-def run_model(model, target, dtypes, steps, target_args, emit):
+def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold=None):
     """Runs ``model`` against ``target`` (a conformance ``Target``); ``emit(obj)`` answers."""
     from ..conformance.case import FAIL, NOT_IMPLEMENTED
     from . import goldens, reference
@@ -83,6 +83,11 @@ def run_model(model, target, dtypes, steps, target_args, emit):
             emit({"case": case_id(model.name, dtype, phase), "outcome": outcome,
                   "message": message, "details": details, "duration_s": 0.0})
     info["golden"] = goldens.compare(model, runs, steps)
+    if padding_threshold is not None:
+        from . import align
+        rows = align.advise(model, target.device, padding_threshold)
+        info["padding"] = {"threshold": padding_threshold, "rows": rows,
+                           "suggestions": align.summary(rows)}
     emit({"model": info})
 
 
@@ -125,6 +130,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--device")
     p.add_argument("--plugin")
+    p.add_argument("--padding-threshold", type=float)
     args = p.parse_args(argv)
     from ..conformance.worker import _quiet_crashes  # same crash policy as conformance
 
@@ -142,7 +148,8 @@ def main(argv=None):
     target = open_target(args.device, args.plugin)
     target_args = " ".join(f"--{k} {shlex.quote(v)}" for k, v in
                            (("plugin", args.plugin), ("device", args.device)) if v)
-    run_model(get(args.model), target, args.dtypes.split(","), args.steps, target_args, emit)
+    run_model(get(args.model), target, args.dtypes.split(","), args.steps, target_args, emit,
+              args.padding_threshold)
 
 
 if __name__ == "__main__":
