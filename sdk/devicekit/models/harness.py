@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import _core
-from .. import ops
 from ..autograd import no_grad
 from ..conformance.case import ERROR, FAIL, NOT_IMPLEMENTED, PASS
 from ..errors import NotImplementedByPlugin

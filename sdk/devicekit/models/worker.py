@@ -44,11 +44,19 @@ def _needed(correct, phase):
 
 def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold=None):
     """Runs ``model`` against ``target`` (a conformance ``Target``); ``emit(obj)`` answers."""
-    from ..conformance.case import FAIL, NOT_IMPLEMENTED
+    from ..conformance.case import ERROR, FAIL, NOT_IMPLEMENTED
     from . import goldens, reference
     from . import harness as H
 
-    runs = reference.fetch(model.name, [d for d in dtypes if d in target.dtypes], steps)["runs"]
+    try:
+        runs = reference.fetch(model.name, [d for d in dtypes if d in target.dtypes], steps)["runs"]
+    except Exception as e:  # no reference, no verdict: every case is an error, with the cause
+        for dtype in dtypes:
+            for phase in H.PHASES:
+                emit({"case": case_id(model.name, dtype, phase), "outcome": ERROR,
+                      "message": f"{type(e).__name__}: {e}", "details": {}, "duration_s": 0.0})
+        emit({"model": {"error": f"reference side failed: {e}"}})
+        return
     ref = runs["float64"]
     info = {"curves": {"float64": ref.curve}, "needs": {}}
     for dtype in dtypes:
