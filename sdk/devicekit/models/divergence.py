@@ -11,6 +11,10 @@ output (rounded likewise), and the comparison covers the gradient of the
 layer's input and of each of its parameters. Each comparison uses the same
 bound as the whole-model checks (``harness.bound``). The plugin side records
 the base ops and fused kernels it launched for that layer.
+
+No input depends on the plugin, so the two reference sides are computed
+apart (:func:`reference_layers`, in the reference process) and the plugin's
+process only runs :func:`localise`.
 """
 
 import shlex
