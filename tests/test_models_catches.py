@@ -105,6 +105,7 @@ def test_wrong_fused_kernel_fails_inference_only(tmp_path, faulty):
     first = case["details"]["divergence"]["first"]
     assert first["layer"] == "block0.attn" and "cpu.rms_norm_f32" in first["fused_kernels"]
     assert "fused kernel 'cpu.rms_norm_f32'" in case["message"]
+    assert first["without_fused"]["ok"] and "the fault is in the fused kernel(s)" in case["message"]
     assert case["details"]["layer_replay"].endswith("--layer block0.attn --inference")
 
 

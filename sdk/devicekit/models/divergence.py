@@ -10,7 +10,9 @@ of layer i is the reference's gradient of the loss with respect to layer i's
 output (rounded likewise), and the comparison covers the gradient of the
 layer's input and of each of its parameters. Each comparison uses the same
 bound as the whole-model checks (``harness.bound``). The plugin side records
-the base ops and fused kernels it launched for that layer.
+the base ops and fused kernels it launched for that layer; a forward layer
+that fails after fused kernels ran is run again with them disabled, which
+tells a wrong fused kernel from wrong base ops.
 
 No input depends on the plugin, so the two reference sides are computed
 apart (:func:`reference_layers`, in the reference process) and the plugin's
@@ -21,6 +23,7 @@ import shlex
 
 import numpy as np
 
+from .._fused import fused_kernels
 from ..autograd import no_grad
 from ..tensor import tensor
 from . import harness as H
@@ -125,8 +128,14 @@ def localise(model, device, dtype, reference, only=None):
         if only in (None, e["layer"]):
             layer = layers[e["layer"]]
             got = plugin.run(layer, e["x"], None, grad)
-            rows.append(_row(layer, "forward", H.check("output", got[0], e["correct"], e["ref"], dtype),
-                             got[2:]))
+            row = _row(layer, "forward", H.check("output", got[0], e["correct"], e["ref"], dtype),
+                       got[2:])
+            if not row["ok"] and row["fused_kernels"]:
+                # Which side of the dispatcher is wrong: the same layer on its decompositions.
+                with fused_kernels(False):
+                    plain = plugin.run(layer, e["x"], None, grad)
+                row["without_fused"] = H.check("output", plain[0], e["correct"], e["ref"], dtype)
+            rows.append(row)
     for e in reference["backward"]:
         if only in (None, e["layer"]):
             layer = layers[e["layer"]]
@@ -152,6 +161,13 @@ def describe(row):
     """One line: where, how far over the bound, what ran."""
     fused = ", ".join(f"fused kernel '{k}'" for k in row["fused_kernels"]) or "no fused kernel"
     ops = ", ".join(row["base_ops"]) or "none"
-    return (f"layer {row['layer']} ({row['kind']}), {row['direction']} {row['tensor']}: error "
+    text = (f"layer {row['layer']} ({row['kind']}), {row['direction']} {row['tensor']}: error "
             f"{H._fmt(row['error'])} = {H._fmt(row['ratio'])}x the bound {H._fmt(row['bound'])}; "
             f"{fused}; base ops: {ops}")
+    plain = row.get("without_fused")
+    if plain is not None:
+        text += (f"; with fused kernels disabled the layer passes (error {H._fmt(plain['error'])}): "
+                 f"the fault is in the fused kernel(s)" if plain["ok"] else
+                 f"; it fails with fused kernels disabled too (error {H._fmt(plain['error'])}): "
+                 f"the fault is in the base ops")
+    return text
