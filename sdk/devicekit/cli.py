@@ -106,6 +106,8 @@ def main(argv=None):
     dev.add_parser(sub)
     from . import bench
     bench.add_parser(sub)
+    from .models import cli as models_cli
+    models_cli.add_parser(sub)
 
     args = parser.parse_args(argv)
     if args.include_dir:
