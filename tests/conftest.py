@@ -121,8 +121,9 @@ MISBEHAVIOURS = {
 @pytest.fixture(scope="session")
 def misbehaving_plugins(tmp_path_factory) -> dict[str, Path]:
     """tests/plugins/misbehave.c built once per MISBEHAVIOURS entry:
-    {name: library path}. The builds run in parallel (each is a few tenths of
-    a second of compiler start-up)."""
+    {name: library path}. Each reports the plugin name "mb_<name>" (unless its
+    misbehaviour is the name), so several can be discovered side by side. The
+    builds run in parallel (each is mostly compiler start-up)."""
     compiler = _find_c_compiler()
     if compiler is None:
         pytest.skip("no C compiler on PATH: the misbehaving test plugins cannot be built")
@@ -132,7 +133,9 @@ def misbehaving_plugins(tmp_path_factory) -> dict[str, Path]:
     def build(item):
         name, number = item
         return name, compile_test_plugin(compiler, source, DEVICE_API_INCLUDE,
-                                         out_dir / f"mb_{name}.so", flags=(f"-DMISBEHAVE={number}",))
+                                         out_dir / f"mb_{name}.so",
+                                         flags=(f"-DMISBEHAVE={number}",
+                                                f'-DBP_PLUGIN_NAME="mb_{name}"'))
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         return dict(pool.map(build, MISBEHAVIOURS.items()))
