@@ -134,6 +134,30 @@ def _vet(path, fresh=None):
     return "probed", result.info.get("name")
 
 
+def _probe_uncached(pending):
+    """Probe, in parallel, the pending candidates that need a probe (each is
+    a subprocess, and a hanging plugin should cost one time limit, not one
+    per plugin). Returns {path: ProbeResult}."""
+    to_probe, seen = [], set()
+    for rec in pending:
+        file_id = _file_id(rec.path)
+        if file_id is None or file_id in seen or not os.path.isfile(rec.path):
+            continue
+        seen.add(file_id)
+        try:
+            if _core.find_loaded_plugin(rec.path) is not None:
+                continue
+        except DeviceKitError:
+            continue
+        if _probe_cache.lookup(rec.path) is None:
+            to_probe.append(rec.path)
+    if len(to_probe) < 2:
+        return {}  # one probe runs in _vet, like any single load
+    workers = min(_MAX_PARALLEL_PROBES, len(to_probe))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return dict(zip(to_probe, pool.map(_probe.probe, to_probe)))
+
+
 class _Discovery:
     """The candidates of one discovery and what became of each. Candidates are
     resolved (vetted, then loaded) on demand, in a fixed order; a plugin name
@@ -189,27 +213,8 @@ class _Discovery:
 
     def resolve_all(self):
         pending = [r for r in self.records if r._pending]
-        # Probes run in parallel (each is a subprocess, and a hanging plugin
-        # should cost one time limit, not one per plugin); loading into this
-        # process stays sequential, in candidate order.
-        to_probe, seen = [], set()
-        for rec in pending:
-            file_id = _file_id(rec.path)
-            if file_id is None or file_id in seen or not os.path.isfile(rec.path):
-                continue
-            seen.add(file_id)
-            try:
-                if _core.find_loaded_plugin(rec.path) is not None:
-                    continue
-            except DeviceKitError:
-                continue
-            if _probe_cache.lookup(rec.path) is None:
-                to_probe.append(rec.path)
-        if len(to_probe) > 1:
-            workers = min(_MAX_PARALLEL_PROBES, len(to_probe))
-            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                self.fresh.update(zip(to_probe, pool.map(_probe.probe, to_probe)))
-        for rec in pending:
+        self.fresh.update(_probe_uncached(pending))
+        for rec in pending:  # loading into this process: sequential, in order
             self.resolve(rec)
 
     def _hint(self, rec):
