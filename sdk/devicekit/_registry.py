@@ -43,8 +43,10 @@ class PluginRecord:
 
     ``probe`` says how the library was vetted before it was loaded here:
     ``"cached"`` (an earlier probe of this exact file), ``"probed"`` (a probe
-    subprocess ran now), ``"failed"`` (the probe found the error), or None
-    (nothing to probe: a missing file, a duplicate, an unresolved entry point).
+    subprocess ran now), ``"loaded"`` (this process had loaded it already),
+    ``"failed"`` (the probe, or an earlier load in this process, found the
+    error), or None (nothing to probe: a missing file, a duplicate listing, an
+    unresolved entry point).
     """
 
     name: str
