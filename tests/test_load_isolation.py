@@ -352,3 +352,16 @@ def test_bare_file_name_in_plugin_path_is_the_file_in_the_current_folder(
                                        "LD_LIBRARY_PATH": str(elsewhere),
                                        "DEVICEKIT_PROBE_CACHE": str(tmp_path / "cache")})
     assert out == {"name": "mb_none", "path": str(here / "libbare.so"), "direct": "mb_none"}
+
+
+def test_probe_that_cannot_start_is_that_plugins_load_error(misbehaving_plugins, tmp_path,
+                                                           monkeypatch):
+    monkeypatch.setenv("DEVICEKIT_PROBE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    lib = _fresh_copy(misbehaving_plugins["none"], tmp_path / "p")
+    with pytest.raises(PluginLoadError) as excinfo:
+        _registry._vet(lib)
+    assert f"cannot load plugin '{lib}': the probe process (" in str(excinfo.value)
+    assert "could not be started" in str(excinfo.value)
+    monkeypatch.undo()
+    _assert_cpu_works()

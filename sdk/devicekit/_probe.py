@@ -102,6 +102,13 @@ def _child_env():
     return env
 
 
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def probe(path):
     """Probe the library at ``path`` (absolute) in a subprocess; never raises
     for anything the plugin does."""
@@ -111,23 +118,28 @@ def probe(path):
         return _failure(path, f"it cannot be probed: {e}")
     # A new session: on timeout the whole process group goes, including any
     # process the plugin started.
-    proc = subprocess.Popen([sys.executable, "-m", "devicekit._probe_child", path],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=_child_env(), start_new_session=True)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "devicekit._probe_child", path],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=_child_env(), start_new_session=True)
+    except OSError as e:
+        return _failure(path, f"the probe process ({sys.executable!r} -m devicekit._probe_child) "
+                              f"could not be started: {e}")
     timed_out = False
     try:
         out, err = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
         timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill_group(proc)
         try:
             out, err = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:  # a grandchild left its own session
             proc.kill()
             out, err = b"", b""
+    except BaseException:  # e.g. Ctrl-C: its own session would not get the SIGINT
+        _kill_group(proc)
+        proc.wait()
+        raise
     step, result = None, None
     for line in out.decode("utf-8", "replace").splitlines():
         if line.startswith(STEP_PREFIX):
