@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -364,4 +365,21 @@ def test_probe_that_cannot_start_is_that_plugins_load_error(misbehaving_plugins,
     assert f"cannot load plugin '{lib}': the probe process (" in str(excinfo.value)
     assert "could not be started" in str(excinfo.value)
     monkeypatch.undo()
+    _assert_cpu_works()
+
+
+def test_unwritable_cache_is_said_once_and_the_plugin_still_loads(misbehaving_plugins, tmp_path,
+                                                                  monkeypatch):
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("DEVICEKIT_PROBE_CACHE", str(not_a_folder))
+    monkeypatch.setattr(_registry, "_warned_cache", False)
+    lib = _fresh_copy(misbehaving_plugins["none"], tmp_path / "p")
+    with pytest.warns(RuntimeWarning, match=f"probe cache folder '{not_a_folder}' is not "
+                                            f"writable.*DEVICEKIT_PROBE_CACHE"):
+        assert _registry._vet(lib) == ("probed", "mb_none")
+    with warnings.catch_warnings(record=True) as later:
+        warnings.simplefilter("always")
+        assert _registry._vet(lib) == ("probed", "mb_none")
+    assert later == []  # once per process
     _assert_cpu_works()

@@ -24,6 +24,7 @@ import concurrent.futures
 import os
 import sys
 import threading
+import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import List, Optional
@@ -132,8 +133,24 @@ def _vet(path, fresh=None):
     result = fresh if fresh is not None else _probe.probe(path)
     if not result.ok:
         raise result.exception()
-    _probe_cache.store(path, result.info)
+    why_not = _probe_cache.store(path, result.info)
+    if why_not is not None:
+        _warn_cache_unwritable(why_not)
     return "probed", result.info.get("name")
+
+
+_warned_cache = False
+
+
+def _warn_cache_unwritable(why_not):
+    # Not an error (the plugin loads), but every start-up now pays for a
+    # probe: say so once per process rather than silently.
+    global _warned_cache
+    if not _warned_cache:
+        _warned_cache = True
+        warnings.warn(f"devicekit: {why_not}; plugins will be probed again at every start-up "
+                      f"(set {_probe_cache.CACHE_ENV} to a writable folder, or to 'off')",
+                      RuntimeWarning, stacklevel=2)
 
 
 def _probe_uncached(pending):
