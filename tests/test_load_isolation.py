@@ -160,10 +160,12 @@ def test_probe_once_then_cached(misbehaving_plugins, tmp_path, probe_counter):
     assert _registry._vet(lib) == ("cached", "mb_none")
     assert probe_counter == [lib]
     [entry] = os.listdir(tmp_path / "cache")
-    stored = json.loads((tmp_path / "cache" / entry).read_text())
+    stored = _probe_cache.read_entry(tmp_path / "cache" / entry)
     assert stored["path"] == os.path.realpath(lib)
     assert stored["sha256"] == _probe_cache.file_sha256(lib)
-    assert stored["info"]["name"] == "mb_none"
+    assert stored["name"] == "mb_none"
+    info = json.loads(stored["info"])  # the probe's whole result, for people
+    assert (info["name"], info["devices"]) == ("mb_none", [{"name": "mb_none:0", "error": None}])
     _assert_cpu_works()
 
 

@@ -4,12 +4,15 @@ that steady-state start-up loads a plugin without probing it again.
 Folder: ``$DEVICEKIT_PROBE_CACHE`` if set (``off`` disables the cache), else
 ``$XDG_CACHE_HOME/devicekit/probe``, else ``~/.cache/devicekit/probe``.
 
-One JSON file per library (named by a hash of its real path) holds the
-library's identity (st_dev, st_ino, size, mtime_ns), its sha256, the SDK that
-probed it, and the probe's result. A lookup whose identity matches is a hit
-at the cost of one stat and one small read; one whose identity differs (the
-file was copied back, touched, restored) is a hit only if the sha256 still
-matches. A new SDK build invalidates everything.
+One small text file per library (named by its file name and a hash of its
+real path) holds the library's real path, identity (st_dev, st_ino, size,
+mtime_ns) and sha256, the SDK build that probed it, the plugin name, and the
+probe's full result as a JSON line (for people; start-up never parses it). A
+lookup whose identity matches is a hit at the cost of one stat and one small
+read; one whose identity differs (the file was copied back, touched,
+restored) is a hit only if the sha256 still matches. A new SDK build
+invalidates everything. The format is plain "key<TAB>value" lines so that the
+warm path imports nothing (not even json).
 
 Only successes are cached. A failure often depends on the machine rather than
 the file (a driver not installed yet, an environment variable), so it is
@@ -18,13 +21,13 @@ probe per process that needs it, never a stale error.
 """
 
 import functools
-import hashlib
-import json
 import os
-import tempfile
+
+# hashlib, json and tempfile are imported where needed (a changed library, a
+# new entry): a warm start-up pays for a stat and a small read, nothing more.
 
 CACHE_ENV = "DEVICEKIT_PROBE_CACHE"
-_FORMAT = 1
+_HEADER = "devicekit probe cache 2"
 
 
 def cache_dir():
@@ -49,10 +52,12 @@ def _sdk_identity():
 
 
 def _identity(st):
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+    return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns}"
 
 
 def file_sha256(path):
+    import hashlib
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -61,28 +66,44 @@ def file_sha256(path):
 
 
 def _entry_path(folder, real):
-    return os.path.join(folder, hashlib.sha256(real.encode("utf-8", "surrogateescape"))
-                        .hexdigest()[:40] + ".json")
+    # FNV-1a (64-bit) of the real path: cheap, and a collision only costs a
+    # probe, since an entry records the path it is for and lookup checks it.
+    h = 0xCBF29CE484222325
+    for byte in real.encode("utf-8", "surrogateescape"):
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    stem = os.path.basename(real).replace(".", "_")[:40]
+    return os.path.join(folder, f"{stem}-{h:016x}.txt")
+
+
+def read_entry(entry_file):
+    """The fields of one cache file as {key: str}, or None if it is not one."""
+    try:
+        with open(entry_file, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().split("\n")
+    except OSError:
+        return None
+    if not lines or lines[0] != _HEADER:
+        return None
+    return dict(line.partition("\t")[::2] for line in lines[1:] if line)
 
 
 def lookup(path):
-    """The cached probe info for the library at ``path``, or None.
-    Returns (info, how) with how "identity" or "sha256"."""
+    """(plugin name, how) from the cached probe of the library at ``path``,
+    with how "identity" or "sha256"; None when there is no valid entry."""
     folder = cache_dir()
     if folder is None:
         return None
     real = os.path.realpath(path)
     try:
         st = os.stat(real)
-        with open(_entry_path(folder, real), encoding="utf-8") as f:
-            entry = json.load(f)
-    except (OSError, ValueError):
+    except OSError:
         return None
-    if (not isinstance(entry, dict) or entry.get("format") != _FORMAT
-            or entry.get("sdk") != _sdk_identity() or entry.get("path") != real):
+    entry = read_entry(_entry_path(folder, real))
+    if (entry is None or entry.get("sdk") != _sdk_identity() or entry.get("path") != real
+            or not entry.get("name")):
         return None
     if entry.get("identity") == _identity(st):
-        return entry["info"], "identity"
+        return entry["name"], "identity"
     try:
         same = file_sha256(real) == entry.get("sha256")
     except OSError:
@@ -91,35 +112,43 @@ def lookup(path):
         return None
     entry["identity"] = _identity(st)  # next time the stat alone will do
     _write(folder, real, entry)
-    return entry["info"], "sha256"
+    return entry["name"], "sha256"
 
 
 def store(path, info):
-    """Record a successful probe of ``path``. Returns None, or why the cache
-    could not be written (the load itself goes on)."""
+    """Record a successful probe of ``path`` (``info``: the probe's result,
+    with the plugin's "name"). Returns None, or why the cache could not be
+    written (the load itself goes on)."""
+    import json
+
     folder = cache_dir()
     if folder is None:
         return None
     real = os.path.realpath(path)
+    if "\n" in real:
+        return None  # not representable in the format; such a library is probed each time
     try:
         st = os.stat(real)
         digest = file_sha256(real)
     except OSError as e:
         return str(e)
-    entry = {"format": _FORMAT, "sdk": _sdk_identity(), "path": real,
-             "identity": _identity(st), "sha256": digest, "info": info}
+    entry = {"sdk": _sdk_identity(), "path": real, "identity": _identity(st), "sha256": digest,
+             "name": info["name"], "info": json.dumps(info)}
     return _write(folder, real, entry)
 
 
 def _write(folder, real, entry):
     # Write-then-rename: a concurrent reader sees the old entry or the new
     # one, never half of one.
+    import tempfile
+
+    text = "\n".join([_HEADER, *(f"{k}\t{v}" for k, v in entry.items())]) + "\n"
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".txt")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(entry, f)
+            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(text)
             os.replace(tmp, _entry_path(folder, real))
         except BaseException:
             os.unlink(tmp)

@@ -20,7 +20,6 @@ name; everything is probed when none of those names it). ``plugins()``,
 ``devices()`` and ``device(None)`` load every candidate.
 """
 
-import concurrent.futures
 import os
 import sys
 import threading
@@ -29,7 +28,9 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import List, Optional
 
-from . import _core, _probe, _probe_cache
+# _probe (subprocess, signal) and concurrent.futures are imported only when a
+# probe has to run: a warm start-up should not pay for their import.
+from . import _core, _probe_cache
 from .errors import DeviceKitError, DeviceNotFoundError, PluginLoadError
 
 ENTRY_POINT_GROUP = "devicekit.plugins"
@@ -129,7 +130,9 @@ def _vet(path, fresh=None):
         return None, None
     hit = _probe_cache.lookup(path)
     if hit is not None:
-        return "cached", hit[0].get("name")
+        return "cached", hit[0]
+    from . import _probe
+
     result = fresh if fresh is not None else _probe.probe(path)
     if not result.ok:
         raise result.exception()
@@ -172,6 +175,10 @@ def _probe_uncached(pending):
             to_probe.append(rec.path)
     if len(to_probe) < 2:
         return {}  # one probe runs in _vet, like any single load
+    import concurrent.futures
+
+    from . import _probe
+
     workers = min(_MAX_PARALLEL_PROBES, len(to_probe))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         return dict(zip(to_probe, pool.map(_probe.probe, to_probe)))
@@ -242,7 +249,7 @@ class _Discovery:
         if rec.path and os.path.isfile(rec.path):
             hit = _probe_cache.lookup(rec.path)
             if hit is not None:
-                return hit[0].get("name")
+                return hit[0]
         return rec.name
 
     def provider(self, name):
