@@ -14,6 +14,10 @@ restored) is a hit only if the sha256 still matches. A new SDK build
 invalidates everything. The format is plain "key<TAB>value" lines so that the
 warm path imports nothing (not even json).
 
+The key is the plugin file itself: a change in what it depends on (a driver
+library updated under it) does not invalidate its entry. Remove the folder,
+or set DEVICEKIT_PROBE_CACHE=off, to probe everything again.
+
 Only successes are cached. A failure often depends on the machine rather than
 the file (a driver not installed yet, an environment variable), so it is
 probed again at each start-up until it is fixed; a broken plugin costs one
