@@ -12,15 +12,22 @@ What each group of tests needs (STYLE item 7):
   ...`` in a subprocess with a given DEVICEKIT_PLUGIN_PATH.
 - ``devicekit_wheel``: DeviceKit's wheel built from this checkout, once per
   session (the slow end-to-end tests install it into fresh venvs, tests/_venv.py).
+- ``misbehaving_plugins``: tests/plugins/misbehave.c built once per way it
+  misbehaves (a C compiler, as ``bad_plugins``).
+
+Every test, and every process a test starts, keeps its plugin probe cache in
+a temporary folder (DEVICEKIT_PROBE_CACHE), never in the user's ~/.cache.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +39,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEVICE_API_INCLUDE = REPO_ROOT / "device_api" / "include"
 DEVICE_API_HEADER = DEVICE_API_INCLUDE / "devicekit" / "device_api.h"
 BAD_PLUGIN_SOURCES = Path(__file__).resolve().parent / "plugins"
+
+_PROBE_CACHE = tempfile.mkdtemp(prefix="devicekit-test-probe-cache-")
+os.environ["DEVICEKIT_PROBE_CACHE"] = _PROBE_CACHE
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_PROBE_CACHE, ignore_errors=True)
+
 
 # Long enough that the loader reads past the first bytes: dlopen says
 # "invalid ELF header" rather than "file too short".
@@ -93,6 +108,39 @@ def bad_plugins(tmp_path_factory) -> dict[str, Path]:
     not_a_library.write_text(NOT_A_LIBRARY_TEXT)
     built["not_a_library"] = not_a_library
     return built
+
+
+# tests/plugins/misbehave.c's MB_* numbers (keep in sync with that file).
+MISBEHAVIOURS = {
+    "none": 0, "segv_getapi": 1, "abort_init": 2, "ctor_abort": 3, "hang_init": 4,
+    "exit_init": 5, "count_neg": 6, "count_max": 7, "align_0": 8, "align_48": 9,
+    "alloc_null": 10, "alloc_misaligned": 11, "stream_null": 12, "name_empty": 13,
+    "name_bad": 14, "name_not_utf8": 15, "text_not_utf8": 16, "msg_huge": 17, "msg_long": 18,
+    "unknown_code": 19, "props_error": 20, "count_fails": 21,
+}
+
+
+@pytest.fixture(scope="session")
+def misbehaving_plugins(tmp_path_factory) -> dict[str, Path]:
+    """tests/plugins/misbehave.c built once per MISBEHAVIOURS entry:
+    {name: library path}. Each reports the plugin name "mb_<name>" (unless its
+    misbehaviour is the name), so several can be discovered side by side. The
+    builds run in parallel (each is mostly compiler start-up)."""
+    compiler = _find_c_compiler()
+    if compiler is None:
+        pytest.skip("no C compiler on PATH: the misbehaving test plugins cannot be built")
+    out_dir = tmp_path_factory.mktemp("misbehaving_plugins")
+    source = BAD_PLUGIN_SOURCES / "misbehave.c"
+
+    def build(item):
+        name, number = item
+        return name, compile_test_plugin(compiler, source, DEVICE_API_INCLUDE,
+                                         out_dir / f"mb_{name}.so",
+                                         flags=(f"-DMISBEHAVE={number}",
+                                                f'-DBP_PLUGIN_NAME="mb_{name}"'))
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        return dict(pool.map(build, MISBEHAVIOURS.items()))
 
 
 FAULTS = {"add_rel": 1, "sum_drop": 2, "matmul_odd_k": 3, "exp_neg_inf": 4, "segv": 5,

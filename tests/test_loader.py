@@ -87,6 +87,13 @@ def _check_message(message, name, path, api_version):
             assert fragment in message, f"{name}: {fragment!r} not in {message!r}"
 
 
+def _env_without_plugin_settings():
+    """os.environ without DEVICEKIT_* settings, except the probe cache folder
+    conftest chose (tests never write to the user's cache)."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("DEVICEKIT_") or k == "DEVICEKIT_PROBE_CACHE"}
+
+
 def _records_by_path(records):
     return {os.path.realpath(str(r.path)): r for r in records}
 
@@ -300,7 +307,7 @@ def test_reload_plugins_forgets_removed_paths(bad_plugins, plugin_path):
 def test_cpu_plugin_refuses_a_malformed_setting_at_load(var, value):
     """A setting the reference plugin cannot use fails its Initialize with the
     variable, the value and the accepted range, instead of being ignored."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEKIT_")}
+    env = _env_without_plugin_settings()
     env[var] = value
     result = subprocess.run([sys.executable, "-m", "devicekit", "devices", "--json"], env=env,
                             capture_output=True, text=True, timeout=60)
@@ -328,7 +335,7 @@ def test_operands_on_different_devices_are_refused_with_both_named():
                 raise SystemExit(f"{name}: no error for operands on cpu:0 and cpu:1")
         print("ok")
     """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVICEKIT_")}
+    env = _env_without_plugin_settings()
     env["DEVICEKIT_CPU_DEVICES"] = "2"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                             text=True, timeout=60)

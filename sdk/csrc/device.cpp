@@ -1,5 +1,10 @@
 #include "device.h"
 
+#include <cstdint>
+#include <cstdio>
+
+#include "boundary.h"
+
 namespace dk {
 
 Device::Device(Plugin* plugin, int index)
@@ -15,7 +20,18 @@ const DeviceProperties& Device::properties() {
     auto a = DK_ARGS(DK_Device_GetProperties_Args);
     a.device = index_;
     check(api()->Device_GetProperties(&a), "Device_GetProperties");
-    props_ = {a.name ? a.name : "", a.total_memory, a.capabilities, a.dtypes, a.alignment};
+    const std::string call = ctx("Device_GetProperties");
+    if (a.name == nullptr) {
+      contract_error(plugin_->who(), call, "name", "NULL",
+                     "a NUL-terminated UTF-8 string, never NULL",
+                     "DK_Device_GetProperties_Args.name");
+    }
+    // The SDK checks every Memory_Allocate result against it.
+    if (!is_power_of_two(a.alignment) || a.alignment < 16) {
+      contract_error(plugin_->who(), call, "alignment", std::to_string(a.alignment),
+                     "a power of two >= 16", "DK_Device_GetProperties_Args.alignment");
+    }
+    props_ = {bounded_text(a.name), a.total_memory, a.capabilities, a.dtypes, a.alignment};
   });
   return props_;
 }
@@ -25,6 +41,8 @@ DK_Stream* Device::default_stream() {
     auto a = DK_ARGS(DK_Stream_Create_Args);
     a.device = index_;
     check(api()->Stream_Create(&a), "Stream_Create");
+    // NULL means "synchronous" to Memcpy: never let it stand for a stream.
+    check_created(a.stream, "Stream_Create", "stream", "DK_Stream_Create_Args.stream");
     stream_ = a.stream;
   });
   return stream_;
@@ -53,11 +71,43 @@ void Device::synchronize(DK_Stream* stream) {
   check(api()->Stream_Synchronize(&s), "Stream_Synchronize");
 }
 
+void Device::check_created(const void* object, const char* call, const char* field,
+                           const char* where) const {
+  if (object == nullptr) {
+    contract_error(plugin_->who(), ctx(call), field, "NULL on success",
+                   "a non-NULL object whenever the call returns no error", where);
+  }
+}
+
 void* Device::raw_alloc(size_t nbytes) {
+  const size_t alignment = properties().alignment;  // checked: a power of two
   auto a = DK_ARGS(DK_Memory_Allocate_Args);
   a.device = index_;
   a.size = nbytes;
   check(api()->Memory_Allocate(&a), "Memory_Allocate");
+  if (nbytes == 0) return a.ptr;  // "0 is valid and yields ptr == NULL"
+  if (a.ptr == nullptr) {
+    contract_error(plugin_->who(), ctx("Memory_Allocate"), "ptr",
+                   "NULL on success (size=" + std::to_string(nbytes) + ")",
+                   "a non-NULL pointer for size > 0, or DK_ERROR_OUT_OF_MEMORY",
+                   "DK_Memory_Allocate_Args.ptr");
+  }
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(a.ptr);
+  if (addr % alignment != 0) {
+    // Give the block back before refusing it, so the refusal leaks nothing.
+    try {
+      raw_free(a.ptr);
+    } catch (const Error&) {
+      // The contract error below is the one to report.
+    }
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(addr));
+    contract_error(plugin_->who(), ctx("Memory_Allocate"), "ptr",
+                   std::string(hex) + " (size=" + std::to_string(nbytes) + ")",
+                   "a pointer aligned to the device's alignment (" +
+                       std::to_string(alignment) + " bytes)",
+                   "DK_Memory_Allocate_Args.ptr");
+  }
   return a.ptr;
 }
 

@@ -62,6 +62,10 @@ class Device {
   // Error context naming plugin, device and call.
   std::string ctx(const char* call) const { return "(device " + name_ + ") " + call; }
   void check(DK_Error* e, const char* call) const { plugin_->check(e, ctx(call)); }
+  // A create call (Stream_Create, Event_Create) that succeeded must have
+  // produced an object: Error(PluginContract) naming `field` otherwise.
+  void check_created(const void* object, const char* call, const char* field,
+                     const char* where) const;
 
  private:
   Plugin* plugin_;  // plugins are never unloaded (see Plugin::handle_)

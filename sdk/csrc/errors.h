@@ -10,13 +10,14 @@
 namespace dk {
 
 enum class ErrorKind {
-  PluginLoad,      // file, dlopen, entry symbol, Initialize
+  PluginLoad,      // file, dlopen, entry symbol, Initialize, probe
   PluginVersion,   // API major/minor or struct_size mismatch
   Device,          // a plugin call returned a DK_Error (code in `code`)
   NotImplemented,  // the plugin lacks a kernel / dtype and nothing can stand in
   InvalidArgument, // caller error caught by the SDK before reaching a plugin
   DTypeMismatch,   // wrong or unsupported dtype from the caller
   DeviceNotFound,
+  PluginContract,  // a plugin call "succeeded" with a result the header forbids
 };
 
 class Error : public std::runtime_error {
@@ -34,7 +35,5 @@ class Error : public std::runtime_error {
 [[noreturn]] inline void invalid_argument(const std::string& msg) {
   throw Error(ErrorKind::InvalidArgument, msg);
 }
-
-const char* error_code_name(int code);
 
 }  // namespace dk

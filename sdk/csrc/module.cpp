@@ -3,19 +3,11 @@
 // `devicekit` package; everything on the per-call path is bound here.
 #include <pybind11/stl.h>
 
-#include <climits>
-#include <cstdlib>
-
 #include "bindings.h"
+#include "boundary.h"
 
 namespace dk {
 namespace {
-
-// Plugins are kept for the life of the process (see Plugin::handle_).
-std::vector<std::shared_ptr<Plugin>>& loaded_plugins() {
-  static auto* v = new std::vector<std::shared_ptr<Plugin>>();
-  return *v;
-}
 
 const char* exception_name(ErrorKind k, int code) {
   switch (k) {
@@ -26,6 +18,7 @@ const char* exception_name(ErrorKind k, int code) {
     case ErrorKind::InvalidArgument: return "InvalidArgumentError";
     case ErrorKind::DTypeMismatch: return "DTypeError";
     case ErrorKind::DeviceNotFound: return "DeviceNotFoundError";
+    case ErrorKind::PluginContract: return "PluginContractError";
   }
   return "DeviceKitError";
 }
@@ -35,7 +28,7 @@ void translate(std::exception_ptr p) {
     if (p) std::rethrow_exception(p);
   } catch (const Error& e) {
     py::object cls = py::module_::import("devicekit.errors").attr(exception_name(e.kind(), e.code()));
-    py::object code = e.kind() == ErrorKind::Device ? py::str(error_code_name(e.code()))
+    py::object code = e.kind() == ErrorKind::Device ? py::str(error_code_label(e.code()))
                                                     : py::object(py::none());
     // Plugin messages are not guaranteed UTF-8; never fail while reporting a failure.
     const std::string what = e.what();
@@ -158,10 +151,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("name", &Device::name)
       .def_property_readonly("type", [](const Device& d) { return d.plugin()->info().name; })
       .def_property_readonly("index", &Device::index)
-      .def_property_readonly("plugin", [](const Device& d) {
-        for (auto& p : loaded_plugins()) if (p.get() == d.plugin()) return p;
-        return std::shared_ptr<Plugin>();
-      })
+      .def_property_readonly("plugin", [](const Device& d) { return Plugin::owner_of(d.plugin()); })
       .def_property_readonly("properties", &properties_dict)
       .def("memory_stats", &memory_stats,
            "SDK cache (allocated/cached/reserved bytes, plugin call counts) and the plugin's own "
@@ -171,19 +161,16 @@ PYBIND11_MODULE(_core, m) {
       .def("__repr__", [](const Device& d) { return "device('" + d.name() + "')"; })
       .def("__str__", &Device::name);
 
-  m.def("load_plugin", [](const std::string& path) {
-    // A library is initialised once per process: loading the same file again
-    // (rediscovery, or two paths to one file) returns the plugin already loaded.
-    char buf[PATH_MAX];
-    const std::string real = ::realpath(path.c_str(), buf) ? std::string(buf) : path;
-    for (auto& p : loaded_plugins()) {
-      if (p->real_path() == real) return p;
-    }
-    auto p = Plugin::load(path);
-    p->set_real_path(real);
-    loaded_plugins().push_back(p);
-    return p;
-  }, py::arg("path"), "Load one plugin library (once per process); raises PluginLoadError/PluginVersionError with the cause");
+  m.def("load_plugin", &Plugin::load, py::arg("path"),
+        "Load one plugin library in this process, with no probe (devicekit.load_plugin probes "
+        "first). Once per loaded library: loading it again, by any path, returns the same "
+        "Plugin or raises the same error. Raises PluginLoadError/PluginVersionError with the "
+        "cause");
+  m.def("find_loaded_plugin", &Plugin::find_loaded, py::arg("path"),
+        "The Plugin of the library at path if this process loaded it already (by any path), "
+        "else None; raises the load error it failed with. Loads nothing");
+  m.def("_set_probe_trace_fd", &Plugin::set_trace_fd, py::arg("fd"),
+        "For devicekit._probe: write 'step <call>' lines to fd before each plugin call");
 
   bind_tensor(m);
   bind_ops(m);

@@ -1,29 +1,55 @@
 #include "plugin.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <mutex>
-#include <sstream>
 
+#include "boundary.h"
 #include "device.h"
 
 namespace dk {
 
-const char* error_code_name(int code) {
-  switch (code) {
-    case DK_ERROR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case DK_ERROR_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
-    case DK_ERROR_UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case DK_ERROR_INTERNAL: return "INTERNAL";
-    case DK_ERROR_UNAVAILABLE: return "UNAVAILABLE";
-    case DK_ERROR_OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case DK_ERROR_FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    default: return "UNKNOWN";
-  }
+namespace {
+
+// Every library this process dlopen'ed and got as far as Plugin_Initialize,
+// keyed by the dlopen handle (the loaded object: dlopen returns the same
+// handle for a second path, symlink or hard link to one file). Guarded by
+// g_load_mu; entries live for the process (plugins are never unloaded).
+struct LoadedLibrary {
+  void* handle;
+  std::shared_ptr<Plugin> plugin;  // null when loading failed at or after Initialize
+  std::string error;               // then: that failure, repeated to later callers
+};
+std::mutex g_load_mu;
+std::vector<LoadedLibrary>& loaded_libraries() {
+  static auto* v = new std::vector<LoadedLibrary>();  // never destroyed: see Plugin::handle_
+  return *v;
 }
 
-namespace {
+int g_trace_fd = -1;
+
+// Written with write(2), unbuffered, so the probe's parent sees the step even
+// if the very next instruction kills the process.
+void trace(const char* step) {
+  if (g_trace_fd < 0) return;
+  const std::string line = std::string("step ") + step + "\n";
+  ssize_t r = ::write(g_trace_fd, line.data(), line.size());
+  (void)r;  // a lost trace line only makes a crash report less precise
+}
+
+// A DEVICEKIT_PLUGIN_PATH entry or load_plugin() argument is a file, never a
+// linker search name: dlopen("libx.so") would search LD_LIBRARY_PATH and the
+// system folders instead of the current one. An absolute path avoids that.
+std::string file_system_path(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[PATH_MAX];
+  if (::getcwd(cwd, sizeof cwd) == nullptr) return "./" + path;
+  return std::string(cwd) + "/" + path;
+}
 
 // DK_Api's size at each minor of major 1 (rule 4 in device_api.h). A plugin
 // claiming 1.m must be at least kApiSizeByMinor[m] bytes.
@@ -116,7 +142,28 @@ void check_functions(const std::string& path, const DK_Api* api) {
   }
 }
 
-std::string safe_str(const char* s) { return s ? std::string(s) : std::string(); }
+// A free-text string from Plugin_GetInfo: never NULL (the header's rule),
+// bounded, and decoded with replacement (it reaches Python as a str).
+std::string info_text(const std::string& who, const char* field, const char* value) {
+  if (value == nullptr) {
+    contract_error(who, "Plugin_GetInfo", field, "NULL",
+                   "a NUL-terminated UTF-8 string, never NULL (empty when unknown)",
+                   std::string("DK_Plugin_GetInfo_Args.") + field);
+  }
+  return bounded_text(value);
+}
+
+// Plugin_GetInfo's name becomes device names ("acme:0"): it must be a valid
+// identifier, or the plugin cannot be addressed.
+std::string checked_name(const std::string& path, const char* name) {
+  const size_t n = name ? strnlen(name, kMaxInfoStringBytes) : 0;
+  if (!is_identifier(name, n)) {
+    contract_error(path, "Plugin_GetInfo", "name", printable(name, n),
+                   "a non-empty [a-z][a-z0-9_]* identifier (devices are addressed as "
+                   "'<name>:<index>')", "DK_Plugin_GetInfo_Args.name");
+  }
+  return std::string(name, n);
+}
 
 // Fused ops per minor of major 1 (a 1.m plugin may only register those).
 int fused_op_count(int minor) { return minor >= 2 ? DK_FUSED_OP_COUNT_1_2 : 0; }
@@ -186,18 +233,27 @@ std::vector<std::vector<const DK_FusedKernel*>> check_fused(const std::string& p
 
 }  // namespace
 
-std::shared_ptr<Plugin> Plugin::load(const std::string& path) {
+std::shared_ptr<Plugin> Plugin::load(const std::string& given_path) {
+  const std::string path = file_system_path(given_path);
+  std::lock_guard<std::mutex> lock(g_load_mu);
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) load_error(path, "no such file");
   if (S_ISDIR(st.st_mode)) load_error(path, "it is a directory, not a shared library");
 
   // RTLD_LOCAL: two plugins may define the same internal symbols; RTLD_NOW:
   // an unresolved symbol is reported here, with dlerror's text, not at first call.
+  trace("dlopen");
   dlerror();
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = dlerror();
     load_error(path, std::string("dlopen failed: ") + (why ? why : "unknown error"));
+  }
+  for (const LoadedLibrary& lib : loaded_libraries()) {
+    if (lib.handle != handle) continue;
+    dlclose(handle);  // drops only the reference this dlopen added
+    if (lib.plugin) return lib.plugin;
+    throw Error(ErrorKind::PluginLoad, lib.error);
   }
   dlerror();
   void* sym = dlsym(handle, DK_ENTRY_SYMBOL);
@@ -209,8 +265,10 @@ std::shared_ptr<Plugin> Plugin::load(const std::string& path) {
                      " (is it a DeviceKit plugin? is the symbol hidden by a version "
                      "script?): " + why);
   }
+  trace(DK_ENTRY_SYMBOL);
   const DK_Api* api = reinterpret_cast<DK_GetApi_Fn*>(sym)();
   if (api == nullptr) load_error(path, DK_ENTRY_SYMBOL "() returned NULL");
+  trace("version checks");
   check_version(path, api);
   check_functions(path, api);
   auto fused = check_fused(path, api);
@@ -220,27 +278,69 @@ std::shared_ptr<Plugin> Plugin::load(const std::string& path) {
   p->handle_ = handle;
   p->api_ = api;
   p->fused_ = std::move(fused);
+  try {
+    p->initialize_and_describe();
+  } catch (const std::exception& e) {
+    // Initialize has run: this library's outcome is settled for the process.
+    // The plugin's own words, verbatim, as the load error.
+    const std::string msg = "cannot load plugin '" + path + "': " + e.what();
+    loaded_libraries().push_back({handle, nullptr, msg});
+    throw Error(ErrorKind::PluginLoad, msg);
+  }
+  loaded_libraries().push_back({handle, p, std::string()});
+  return p;
+}
 
+void Plugin::initialize_and_describe() {
   auto init = DK_ARGS(DK_Plugin_Initialize_Args);
   init.sdk_api_major = DK_API_MAJOR;
   init.sdk_api_minor = DK_API_MINOR;
-  try {
-    p->check(api->Plugin_Initialize(&init), "Plugin_Initialize");
-    auto info = DK_ARGS(DK_Plugin_GetInfo_Args);
-    p->check(api->Plugin_GetInfo(&info), "Plugin_GetInfo");
-    p->info_ = {safe_str(info.name), safe_str(info.vendor), safe_str(info.version),
-                safe_str(info.attributes)};
-    auto count = DK_ARGS(DK_Device_Count_Args);
-    p->check(api->Device_Count(&count), "Device_Count");
-    for (int i = 0; i < count.count; ++i) {
-      p->devices_.push_back(std::make_shared<Device>(p.get(), i));
-    }
-  } catch (const Error& e) {
-    // The plugin's own words, verbatim, as the load error.
-    load_error(path, e.what());
+  trace("Plugin_Initialize");
+  check(api_->Plugin_Initialize(&init), "Plugin_Initialize");
+
+  auto info = DK_ARGS(DK_Plugin_GetInfo_Args);
+  trace("Plugin_GetInfo");
+  check(api_->Plugin_GetInfo(&info), "Plugin_GetInfo");
+  const std::string name = checked_name(path_, info.name);
+  info_ = {name, info_text(name, "vendor", info.vendor), info_text(name, "version", info.version),
+           info_text(name, "attributes", info.attributes)};
+
+  auto count = DK_ARGS(DK_Device_Count_Args);
+  trace("Device_Count");
+  check(api_->Device_Count(&count), "Device_Count");
+  if (count.count < 0 || count.count > kMaxDevicesPerPlugin) {
+    contract_error(who(), "Device_Count", "count", std::to_string(count.count),
+                   "0 <= count <= " + std::to_string(kMaxDevicesPerPlugin),
+                   "DK_Device_Count_Args.count");
   }
-  return p;
+  for (int i = 0; i < count.count; ++i) {
+    devices_.push_back(std::make_shared<Device>(this, i));
+  }
 }
+
+std::shared_ptr<Plugin> Plugin::find_loaded(const std::string& given_path) {
+  const std::string path = file_system_path(given_path);
+  std::lock_guard<std::mutex> lock(g_load_mu);
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (handle == nullptr) return nullptr;  // not in this process
+  dlclose(handle);  // RTLD_NOLOAD still added a reference
+  for (const LoadedLibrary& lib : loaded_libraries()) {
+    if (lib.handle != handle) continue;
+    if (lib.plugin) return lib.plugin;
+    throw Error(ErrorKind::PluginLoad, lib.error);
+  }
+  return nullptr;  // mapped by someone else (ctypes, a dependency): never initialised by us
+}
+
+std::shared_ptr<Plugin> Plugin::owner_of(const Plugin* p) {
+  std::lock_guard<std::mutex> lock(g_load_mu);
+  for (const LoadedLibrary& lib : loaded_libraries()) {
+    if (lib.plugin.get() == p) return lib.plugin;
+  }
+  return nullptr;
+}
+
+void Plugin::set_trace_fd(int fd) { g_trace_fd = fd; }
 
 DK_KernelFn* Plugin::kernel(DK_OpId op) const {
   const DK_KernelTable* kt = api_->kernels;
@@ -269,21 +369,11 @@ int Plugin::num_fused_kernels() const {
 
 void Plugin::check(DK_Error* err, const std::string& context) const {
   if (err == nullptr) return;
-  auto m = DK_ARGS(DK_Error_Message_Args);
-  m.error = err;
-  api_->Error_Message(&m);
-  std::string msg = m.message ? std::string(m.message, m.message_size) : std::string();
-  auto c = DK_ARGS(DK_Error_GetCode_Args);
-  c.error = err;
-  api_->Error_GetCode(&c);
-  auto d = DK_ARGS(DK_Error_Destroy_Args);
-  d.error = err;
-  api_->Error_Destroy(&d);
-  const std::string who = info_.name.empty() ? path_ : info_.name;
+  const PluginErrorText e = take_plugin_error(api_, err);
   throw Error(ErrorKind::Device,
-              "plugin '" + who + "' " + context + " failed [" + error_code_name(c.code) +
-                  "]: " + msg,
-              c.code);
+              "plugin '" + who() + "' " + context + " failed [" + error_code_label(e.code) +
+                  "]: " + e.message,
+              e.code);
 }
 
 }  // namespace dk

@@ -1,6 +1,7 @@
 // Loading one plugin library: dlopen, the entry symbol, fail-closed version
-// and struct_size checks, Initialize, and thin wrappers that turn a returned
-// DK_Error* into a dk::Error carrying the plugin's own message verbatim.
+// and struct_size checks, Initialize (once per loaded library), checks on what
+// the plugin reports, and thin wrappers that turn a returned DK_Error* into a
+// dk::Error carrying the plugin's own message verbatim.
 #pragma once
 
 #include <memory>
@@ -20,14 +21,31 @@ struct PluginInfo {
 
 class Plugin {
  public:
-  // Throws Error(PluginLoad | PluginVersion) with the real cause.
+  // Throws Error(PluginLoad | PluginVersion) with the real cause. `path` is a
+  // file-system path, never a linker search name ("libx.so" is ./libx.so).
+  // A library is identified by its dlopen handle, i.e. the loaded object
+  // (two paths or hard links to one file are one library): Plugin_Initialize
+  // runs at most once per library and process, and loading it again returns
+  // the same Plugin, or the same error when Initialize or a later step failed.
   static std::shared_ptr<Plugin> load(const std::string& path);
+
+  // The Plugin (or the load error) of the library at `path` if this process
+  // already loaded it, by whatever path; null when it has not. Opens nothing.
+  static std::shared_ptr<Plugin> find_loaded(const std::string& path);
+
+  // The Plugin that owns `p` (for Device.plugin); null if none.
+  static std::shared_ptr<Plugin> owner_of(const Plugin* p);
+
+  // The probe subprocess (devicekit._probe) passes a file descriptor here;
+  // load() then writes "step <call>\n" to it before each plugin call, so a
+  // crash or hang can be attributed to the call that caused it. -1: off.
+  static void set_trace_fd(int fd);
 
   const DK_Api* api() const { return api_; }
   const PluginInfo& info() const { return info_; }
   const std::string& path() const { return path_; }
-  const std::string& real_path() const { return real_path_; }
-  void set_real_path(const std::string& p) { real_path_ = p; }
+  // How errors name the plugin: its name once known, else its path.
+  const std::string& who() const { return info_.name.empty() ? path_ : info_.name; }
   int api_major() const { return api_->api_major; }
   int api_minor() const { return api_->api_minor; }
   const std::vector<std::shared_ptr<Device>>& devices() const { return devices_; }
@@ -48,7 +66,8 @@ class Plugin {
 
  private:
   Plugin() = default;
-  std::string path_, real_path_;
+  void initialize_and_describe();  // Initialize, GetInfo, Device_Count (checked)
+  std::string path_;
   void* handle_ = nullptr;  // never dlclose'd: plugin threads may outlive us
   const DK_Api* api_ = nullptr;
   PluginInfo info_;

@@ -147,20 +147,24 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
      b->live = true;
      return b;
    }, py::arg("nbytes"), "Raw device allocation straight from the plugin (no cache)")
+      // The wrapper exists only once the plugin produced a valid object, so
+      // its destructor never hands the plugin a NULL to destroy.
       .def("stream", [](const std::shared_ptr<Device>& d) {
-        auto s = std::make_shared<Stream>();
         auto a = DK_ARGS(DK_Stream_Create_Args);
         a.device = d->index();
         d->check(d->api()->Stream_Create(&a), "Stream_Create");
+        d->check_created(a.stream, "Stream_Create", "stream", "DK_Stream_Create_Args.stream");
+        auto s = std::make_shared<Stream>();
         s->dev = d;
         s->s = a.stream;
         return s;
       })
       .def("event", [](const std::shared_ptr<Device>& d) {
-        auto e = std::make_shared<Event>();
         auto a = DK_ARGS(DK_Event_Create_Args);
         a.device = d->index();
         d->check(d->api()->Event_Create(&a), "Event_Create");
+        d->check_created(a.event, "Event_Create", "event", "DK_Event_Create_Args.event");
+        auto e = std::make_shared<Event>();
         e->dev = d;
         e->e = a.event;
         return e;

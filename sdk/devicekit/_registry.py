@@ -5,30 +5,51 @@ Candidates come from two places, in this order:
 1. the entry-point group ``devicekit.plugins``: each entry point names a
    callable returning the plugin library's path (installed plugin wheels);
 2. ``DEVICEKIT_PLUGIN_PATH``: ``os.pathsep``-separated library files or
-   folders (every shared library in a folder), for development builds.
+   folders (every shared library in a folder), for development builds. Each
+   entry is a file-system path (relative to the current folder), never a
+   name for the dynamic linker to search.
 
-Every candidate is loaded independently; a failure is recorded with its real
-cause and never stops the others. Nothing falls back silently.
+Every candidate is vetted by a probe in a subprocess (devicekit._probe; its
+successes are cached by devicekit._probe_cache) before it is loaded into this
+process, and loaded independently: a failure, crash or hang is recorded with
+its real cause and never stops the others. Nothing falls back silently.
+
+Loading is lazy per plugin name: ``device("cpu:0")`` loads only the candidate
+that provides ``cpu`` (found by its cached probe, entry-point name or file
+name; everything is probed when none of those names it). ``plugins()``,
+``devices()`` and ``device(None)`` load every candidate.
 """
 
 import os
 import sys
 import threading
+import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import List, Optional
 
-from . import _core
+# _probe (subprocess, signal) and concurrent.futures are imported only when a
+# probe has to run: a warm start-up should not pay for their import.
+from . import _core, _probe_cache
 from .errors import DeviceKitError, DeviceNotFoundError, PluginLoadError
 
 ENTRY_POINT_GROUP = "devicekit.plugins"
 PATH_ENV = "DEVICEKIT_PLUGIN_PATH"
 _LIB_SUFFIXES = {"darwin": (".dylib", ".so"), "win32": (".dll",)}.get(sys.platform, (".so",))
+_MAX_PARALLEL_PROBES = 8
 
 
 @dataclass
 class PluginRecord:
-    """One discovered candidate: loaded (``plugin`` set) or not (``error`` set)."""
+    """One discovered candidate: loaded (``plugin`` set) or not (``error`` set).
+
+    ``probe`` says how the library was vetted before it was loaded here:
+    ``"cached"`` (an earlier probe of this exact file), ``"probed"`` (a probe
+    subprocess ran now), ``"loaded"`` (this process had loaded it already),
+    ``"failed"`` (the probe, or an earlier load in this process, found the
+    error), or None (nothing to probe: a missing file, a duplicate listing, an
+    unresolved entry point).
+    """
 
     name: str
     path: Optional[str]
@@ -37,14 +58,16 @@ class PluginRecord:
     error: Optional[str] = None
     error_type: Optional[str] = None
     devices: List[object] = field(default_factory=list)
+    probe: Optional[str] = None
+    _pending: bool = field(default=True, repr=False, compare=False)
 
     @property
     def loaded(self):
         return self.plugin is not None
 
 
-_lock = threading.Lock()
-_records: Optional[List[PluginRecord]] = None
+_lock = threading.RLock()
+_discovery = None
 
 
 def _entry_point_candidates():
@@ -57,7 +80,7 @@ def _entry_point_candidates():
         try:
             target = ep.load()
             path = target() if callable(target) else target
-            yield ep.name, os.fspath(path), source, None
+            yield ep.name, os.path.abspath(os.fspath(path)), source, None
         except Exception as e:  # a broken plugin package must not break discovery
             yield ep.name, None, source, PluginLoadError(
                 f"entry point '{ep.name}' = '{ep.value}' could not be resolved to a library "
@@ -75,9 +98,10 @@ def _path_candidates():
                     f"folder '{item}' (from {PATH_ENV}) contains no plugin library "
                     f"({', '.join(_LIB_SUFFIXES)})")
             for f in libs:
-                yield _stem(f), os.path.join(item, f), PATH_ENV, None
+                yield _stem(f), os.path.abspath(os.path.join(item, f)), PATH_ENV, None
         else:
-            yield _stem(os.path.basename(item)), item, PATH_ENV, None
+            # abspath: "libx.so" is ./libx.so, never a search through LD_LIBRARY_PATH.
+            yield _stem(os.path.basename(item)), os.path.abspath(item), PATH_ENV, None
 
 
 def _stem(filename):
@@ -85,54 +109,184 @@ def _stem(filename):
     return name[3:] if name.startswith("lib") else name
 
 
-def _discover():
-    records = []
-    by_name = {}
-    seen_paths = {}
-    for stem, path, source, err in [*_entry_point_candidates(), *_path_candidates()]:
-        rec = PluginRecord(name=stem, path=path, source=source)
-        records.append(rec)
-        if err is not None:
-            rec.error, rec.error_type = str(err), type(err).__name__
+def _file_id(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _vet(path, fresh=None):
+    """Make sure the library at ``path`` may enter this process: already
+    loaded here, or vouched for by the probe cache, or probed now (``fresh``:
+    a probe already run for it). Returns (how, plugin name): how is "loaded",
+    "cached", "probed", or None when there is no file to probe (loading then
+    reports why). Raises the probe's error."""
+    loaded = _core.find_loaded_plugin(path)  # raises the load error it had, if any
+    if loaded is not None:
+        return "loaded", loaded.name
+    if not os.path.isfile(path):
+        return None, None
+    hit = _probe_cache.lookup(path)
+    if hit is not None:
+        return "cached", hit[0]
+    from . import _probe
+
+    result = fresh if fresh is not None else _probe.probe(path)
+    if not result.ok:
+        raise result.exception()
+    why_not = _probe_cache.store(path, result.info)
+    if why_not is not None:
+        _warn_cache_unwritable(why_not)
+    return "probed", result.info.get("name")
+
+
+_warned_cache = False
+
+
+def _warn_cache_unwritable(why_not):
+    # Not an error (the plugin loads), but every start-up now pays for a
+    # probe: say so once per process rather than silently.
+    global _warned_cache
+    if not _warned_cache:
+        _warned_cache = True
+        warnings.warn(f"devicekit: {why_not}; plugins will be probed again at every start-up "
+                      f"(set {_probe_cache.CACHE_ENV} to a writable folder, or to 'off')",
+                      RuntimeWarning, stacklevel=2)
+
+
+def _probe_uncached(pending):
+    """Probe, in parallel, the pending candidates that need a probe (each is
+    a subprocess, and a hanging plugin should cost one time limit, not one
+    per plugin). Returns {path: ProbeResult}."""
+    to_probe, seen = [], set()
+    for rec in pending:
+        file_id = _file_id(rec.path)
+        if file_id is None or file_id in seen or not os.path.isfile(rec.path):
             continue
-        real = os.path.realpath(path)
-        if real in seen_paths:
-            rec.error_type = "PluginLoadError"
-            rec.error = f"'{path}' is the same library as '{seen_paths[real]}', listed twice"
-            continue
-        seen_paths[real] = path
+        seen.add(file_id)
         try:
-            plugin = _core.load_plugin(path)
+            if _core.find_loaded_plugin(rec.path) is not None:
+                continue
+        except DeviceKitError:
+            continue
+        if _probe_cache.lookup(rec.path) is None:
+            to_probe.append(rec.path)
+    if len(to_probe) < 2:
+        return {}  # one probe runs in _vet, like any single load
+    import concurrent.futures
+
+    from . import _probe
+
+    workers = min(_MAX_PARALLEL_PROBES, len(to_probe))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return dict(zip(to_probe, pool.map(_probe.probe, to_probe)))
+
+
+class _Discovery:
+    """The candidates of one discovery and what became of each. Candidates are
+    resolved (vetted, then loaded) on demand, in a fixed order; a plugin name
+    belongs to the first candidate loaded with it."""
+
+    def __init__(self):
+        self.records = []
+        for stem, path, source, err in [*_entry_point_candidates(), *_path_candidates()]:
+            rec = PluginRecord(name=stem, path=path, source=source)
+            if err is not None:
+                rec.error, rec.error_type, rec._pending = str(err), type(err).__name__, False
+            self.records.append(rec)
+        self.by_name = {}
+        self.by_file = {}
+        self.fresh = {}  # path -> ProbeResult, from resolve_all's parallel probes
+
+    def resolve(self, rec):
+        if not rec._pending:
+            return
+        rec._pending = False
+        file_id = _file_id(rec.path)
+        if file_id is not None:
+            first = self.by_file.setdefault(file_id, rec)
+            if first is not rec:
+                rec.error_type = "PluginLoadError"
+                rec.error = f"'{rec.path}' is the same library as '{first.path}', listed twice"
+                return
+        try:
+            rec.probe, name = _vet(rec.path, self.fresh.pop(rec.path, None))
         except DeviceKitError as e:
-            rec.error, rec.error_type = str(e), type(e).__name__
-            continue
-        rec.name = plugin.name
-        if plugin.name in by_name:
+            rec.error, rec.error_type, rec.probe = str(e), type(e).__name__, "failed"
+            return
+        # A second provider of a name is refused before it enters the process.
+        owner = self.by_name.get(name) if name is not None else None
+        if owner is None:
+            try:
+                plugin = _core.load_plugin(rec.path)
+            except DeviceKitError as e:
+                rec.error, rec.error_type = str(e), type(e).__name__
+                return
+            name = plugin.name
+            owner = self.by_name.get(name)
+        rec.name = name
+        if owner is not None:
             rec.error_type = "PluginLoadError"
-            rec.error = (f"plugin name '{plugin.name}' from '{path}' is already provided by "
-                         f"'{by_name[plugin.name].path}' ({by_name[plugin.name].source}); "
-                         f"device names must be unique, so this one is not used")
-            continue
+            rec.error = (f"plugin name '{name}' from '{rec.path}' is already provided by "
+                         f"'{owner.path}' ({owner.source}); device names must be unique, so "
+                         f"this one is not used")
+            return
         rec.plugin = plugin
         rec.devices = list(plugin.devices)
-        by_name[plugin.name] = rec
-    return records
+        self.by_name[plugin.name] = rec
+
+    def resolve_all(self):
+        pending = [r for r in self.records if r._pending]
+        self.fresh.update(_probe_uncached(pending))
+        for rec in pending:  # loading into this process: sequential, in order
+            self.resolve(rec)
+
+    def _hint(self, rec):
+        """The plugin name a pending candidate most likely has: its cached
+        probe's, else its entry-point or file name."""
+        if rec.path and os.path.isfile(rec.path):
+            hit = _probe_cache.lookup(rec.path)
+            if hit is not None:
+                return hit[0]
+        return rec.name
+
+    def provider(self, name):
+        """The record that provides plugin ``name``, loading as little as
+        possible; None when no candidate does."""
+        if name in self.by_name:
+            return self.by_name[name]
+        for rec in self.records:
+            if rec._pending and self._hint(rec) == name:
+                self.resolve(rec)
+                if name in self.by_name:
+                    return self.by_name[name]
+        self.resolve_all()
+        return self.by_name.get(name)
+
+
+def _current():
+    global _discovery
+    if _discovery is None:
+        _discovery = _Discovery()
+    return _discovery
 
 
 def records():
-    global _records
     with _lock:
-        if _records is None:
-            _records = _discover()
-        return _records
+        d = _current()
+        d.resolve_all()
+        return d.records
 
 
 def reload_plugins():
     """Run discovery again (e.g. after changing DEVICEKIT_PLUGIN_PATH).
-    Libraries already loaded stay loaded; their devices keep working."""
-    global _records
+    Libraries already loaded stay loaded (their Plugin_Initialize never runs
+    again); their devices keep working."""
+    global _discovery
     with _lock:
-        _records = None
+        _discovery = None
     return records()
 
 
@@ -147,7 +301,8 @@ def devices():
 
 
 def device(spec=None):
-    """Resolve ``"cpu:0"``, ``"cpu"`` (index 0) or a Device to a Device."""
+    """Resolve ``"cpu:0"``, ``"cpu"`` (index 0) or a Device to a Device.
+    A name loads only the plugin that provides it."""
     if isinstance(spec, _core.Device):
         return spec
     if spec is None:
@@ -158,7 +313,9 @@ def device(spec=None):
     if not isinstance(spec, str):
         raise DeviceNotFoundError(f"expected a device name like 'cpu:0' or a Device, got {spec!r}")
     name = spec if ":" in spec else spec + ":0"
-    for d in devices():
+    with _lock:
+        rec = _current().provider(name.split(":")[0])
+    for d in rec.devices if rec is not None else ():
         if d.name == name:
             return d
     available = ", ".join(d.name for d in devices()) or "none"
@@ -182,5 +339,10 @@ def _no_devices_message():
 
 
 def load_plugin(path):
-    """Load one plugin library outside discovery and return it (raises on failure)."""
-    return _core.load_plugin(os.fspath(path))
+    """Load one plugin library outside discovery and return it (raises on
+    failure). ``path`` is a file-system path; the library is probed in a
+    subprocess first (unless the probe cache vouches for it), and loaded once
+    per process whatever path names it."""
+    path = os.path.abspath(os.fspath(path))
+    _vet(path)
+    return _core.load_plugin(path)

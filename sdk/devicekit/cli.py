@@ -27,50 +27,65 @@ def _table(rows, headers):
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
+def _device_entry(d):
+    """A device's properties, or the error getting them: one device that
+    fails is shown as that device's error, never the end of the listing."""
+    try:  # "name" is the device's own name (from its properties), "device" ours
+        return {"device": d.name, **d.properties, "error": None}
+    except errors.DeviceKitError as e:
+        return {"device": d.name, "error": str(e), "error_type": type(e).__name__}
+
+
 def _devices_json(records):
     out = []
     for r in records:
         item = {"name": r.name, "path": r.path, "source": r.source, "loaded": r.loaded,
-                "error": r.error, "error_type": r.error_type}
+                "error": r.error, "error_type": r.error_type, "probe": r.probe}
         if r.plugin is not None:
             p = r.plugin
             item.update(vendor=p.vendor, version=p.version, api_version=p.api_version,
-                        devices=[{"name": d.name, **d.properties} for d in r.devices],
-                        kernels=p.kernels())
+                        devices=[_device_entry(d) for d in r.devices], kernels=p.kernels())
         out.append(item)
     return out
 
 
 def cmd_devices(args):
-    records = _registry.plugins()
+    # Every section is printed whatever one plugin or device does; the
+    # listing itself is the report, so it always exits 0.
+    items = _devices_json(_registry.plugins())
     if args.json:
-        print(json.dumps(_devices_json(records), indent=2))
+        print(json.dumps(items, indent=2))
         return 0
-    loaded = [r for r in records if r.loaded]
-    failed = [r for r in records if not r.loaded]
-    if loaded:
-        rows = [(r.name, r.plugin.version, r.plugin.api_version, r.plugin.vendor, r.source, r.path)
-                for r in loaded]
-        print("Plugins")
-        print(_table(rows, ["plugin", "version", "api", "vendor", "source", "library"]))
-        rows = []
-        for r in loaded:
-            for d in r.devices:
-                p = d.properties
-                rows.append((d.name, p["name"], _fmt_bytes(p["total_memory"]), len(p["dtypes"]),
-                             sum(k["implemented"] for k in r.plugin.kernels())))
-        print("\nDevices")
-        print(_table(rows, ["device", "name", "memory", "dtypes", "kernels"]) if rows
-              else "(loaded plugins report no devices)")
-    else:
-        print("No plugin loaded.")
-    if failed:
-        print(f"\nLoad errors ({len(failed)})")
-        for r in failed:
-            print(f"- {r.name} [{r.error_type}] from {r.source}: {r.path or '-'}")
-            print(f"    {r.error}")
-    if not records:
-        print(f"(searched entry-point group '{_registry.ENTRY_POINT_GROUP}' and "
+    loaded = [r for r in items if r["loaded"]]
+    failed = [r for r in items if not r["loaded"]]
+    print("Plugins")
+    rows = [(r["name"], r["version"], r["api_version"], r["vendor"], r["source"], r["path"])
+            for r in loaded]
+    print(_table(rows, ["plugin", "version", "api", "vendor", "source", "library"]) if rows
+          else "(no plugin loaded)")
+    rows, device_errors = [], []
+    for r in loaded:
+        implemented = sum(k["implemented"] for k in r["kernels"])
+        for d in r["devices"]:
+            if d["error"] is None:
+                rows.append((d["device"], d["name"], _fmt_bytes(d["total_memory"]),
+                             len(d["dtypes"]), implemented))
+            else:
+                rows.append((d["device"], "(error, see 'Device errors')", "-", "-", implemented))
+                device_errors.append(d)
+    print("\nDevices")
+    print(_table(rows, ["device", "name", "memory", "dtypes", "kernels"]) if rows
+          else "(loaded plugins report no devices)")
+    print(f"\nDevice errors ({len(device_errors)})")
+    for d in device_errors:
+        print(f"- {d['device']} [{d['error_type']}]")
+        print(f"    {d['error']}")
+    print(f"\nLoad errors ({len(failed)})")
+    for r in failed:
+        print(f"- {r['name']} [{r['error_type']}] from {r['source']}: {r['path'] or '-'}")
+        print(f"    {r['error']}")
+    if not items:
+        print(f"\n(searched entry-point group '{_registry.ENTRY_POINT_GROUP}' and "
               f"{_registry.PATH_ENV}={os.environ.get(_registry.PATH_ENV, '')!r})")
     return 0
 

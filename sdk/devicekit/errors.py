@@ -9,7 +9,7 @@ text, the plugin's own error message, both sides of a version mismatch.
 
 __all__ = [
     "DeviceKitError", "PluginLoadError", "PluginVersionError", "DeviceError",
-    "OutOfMemoryError", "NotImplementedByPlugin", "InvalidArgumentError",
+    "PluginContractError", "OutOfMemoryError", "NotImplementedByPlugin", "InvalidArgumentError",
     "DTypeError", "DeviceNotFoundError",
 ]
 
@@ -26,7 +26,9 @@ class DeviceKitError(Exception):
 
 class PluginLoadError(DeviceKitError):
     """A plugin library could not be loaded: missing file, dlopen failure,
-    missing entry symbol, or its Plugin_Initialize returned an error."""
+    missing entry symbol, its Plugin_Initialize returned an error, it returned
+    something the device API forbids while loading, or it crashed, hung or
+    exited the process that probed it (see devicekit._probe)."""
 
 
 class PluginVersionError(PluginLoadError):
@@ -36,6 +38,13 @@ class PluginVersionError(PluginLoadError):
 
 class DeviceError(DeviceKitError):
     """A plugin call returned an error; the plugin's message is included verbatim."""
+
+
+class PluginContractError(DeviceError):
+    """A plugin call reported success but returned something the device API
+    forbids (a NULL or misaligned allocation, a NULL stream, an alignment that
+    is not a power of two, ...). The message names the plugin, the call, the
+    field, the value and the header's rule."""
 
 
 class OutOfMemoryError(DeviceError, MemoryError):

@@ -104,6 +104,8 @@ typedef enum DK_ErrorCode {
   DK_ERROR_OUT_OF_RANGE = 6,     /* index, ordinal or size out of range     */
   DK_ERROR_FAILED_PRECONDITION = 7 /* call made in the wrong state          */
 } DK_ErrorCode;
+/* A code outside this list keeps its number: the SDK reports it as
+ * "unknown error code N", never as another code. */
 
 /* Opaque error object, created by the plugin. Owned by whoever received it
  * (the caller of the call that returned it), who frees it exactly once with
@@ -125,7 +127,9 @@ typedef struct DK_Error_Message_Args {
                             until `error` is destroyed. Never NULL. A message
                             names the call, what was expected and what was
                             found, and a hint where one exists. */
-  size_t message_size;   /* out: strlen(message) */
+  size_t message_size;   /* out: strlen(message). The SDK never reads past the
+                            terminating NUL whatever this says, and keeps at
+                            most 64 KiB of a message (the rest is cut). */
 } DK_Error_Message_Args;
 DK_DEFINE_STRUCT_SIZE(DK_Error_Message_Args, message_size);
 typedef void DK_Error_Message(DK_Error_Message_Args* args);
@@ -169,18 +173,30 @@ typedef struct DK_Plugin_Initialize_Args {
   int32_t sdk_api_minor;
 } DK_Plugin_Initialize_Args;
 DK_DEFINE_STRUCT_SIZE(DK_Plugin_Initialize_Args, sdk_api_minor);
-/* Called once, after the SDK accepted the version, before any other call
- * except Error_*. Not thread-safe with any other call. A plugin that cannot
- * run on this machine (no driver, no device) returns an error here; the SDK
- * reports it as the plugin's load error. */
+/* Called once per loaded library and process, after the SDK accepted the
+ * version, before any other call except Error_*; never again for that
+ * library, whatever path names it (a symlink or hard link is the same
+ * library) and also after devicekit.reload_plugins(). Not thread-safe with
+ * any other call. A plugin that cannot run on this machine (no driver, no
+ * device) returns an error here; the SDK reports it as the plugin's load
+ * error.
+ * Probing: before a library enters a user's process, the SDK loads it in a
+ * short-lived probe process (dlopen, DK_GetApi, Plugin_Initialize,
+ * Plugin_GetInfo, Device_Count, Device_GetProperties of every device), which
+ * then ends with _exit (no library destructors run). So Initialize also runs
+ * once in that process, the first time the SDK sees a given library file. A
+ * crash, a hang or an exit() there becomes the plugin's load error. */
 typedef DK_Error* DK_Plugin_Initialize(DK_Plugin_Initialize_Args* args);
 
 typedef struct DK_Plugin_GetInfo_Args {
   size_t struct_size;
   /* All strings below: out, NUL-terminated UTF-8, owned by the plugin, valid
-   * until the library is unloaded. Never NULL (empty string when unknown). */
+   * until the library is unloaded. Never NULL (empty string when unknown).
+   * The SDK reads at most 64 KiB of each and decodes invalid UTF-8 in the
+   * free-text ones (vendor, version, attributes) with replacement (U+FFFD). */
   const char* name;    /* out: short device-type name, [a-z][a-z0-9_]*, e.g.
-                          "acme"; devices are addressed as "acme:0" */
+                          "acme"; devices are addressed as "acme:0". Not
+                          empty; anything else is a load error. */
   const char* vendor;  /* out: e.g. "Acme Silicon Inc." */
   const char* version; /* out: the plugin's own version, e.g. "0.3.1" */
   /* out: free-form "key=value" lines, e.g. "driver=12.4\nfirmware=7" */
@@ -197,7 +213,8 @@ typedef DK_Error* DK_Plugin_GetInfo(DK_Plugin_GetInfo_Args* args);
 
 typedef struct DK_Device_Count_Args {
   size_t struct_size;
-  int32_t count; /* out: >= 0 */
+  int32_t count; /* out: 0 <= count <= 4096; a larger or negative count is a
+                    load error */
 } DK_Device_Count_Args;
 DK_DEFINE_STRUCT_SIZE(DK_Device_Count_Args, count);
 typedef DK_Error* DK_Device_Count(DK_Device_Count_Args* args);
@@ -212,7 +229,8 @@ typedef struct DK_Device_GetProperties_Args {
   size_t struct_size;
   int32_t device;          /* ordinal; DK_ERROR_OUT_OF_RANGE when invalid */
   const char* name;        /* out: owned by the plugin, valid until unload,
-                              never NULL; e.g. "Acme X1 (rev b)" */
+                              never NULL; UTF-8 (invalid bytes are decoded
+                              with replacement); e.g. "Acme X1 (rev b)" */
   uint64_t total_memory;   /* out: bytes of device memory */
   uint64_t capabilities;   /* out: DK_DEVICE_CAP_* */
   uint64_t dtypes;         /* out: mask of DK_DTYPE_BIT(dt) the device stores */
@@ -251,7 +269,10 @@ typedef struct DK_Memory_Allocate_Args {
   size_t struct_size;
   int32_t device;
   size_t size;     /* bytes; 0 is valid and yields ptr == NULL */
-  void* ptr;       /* out: device pointer, aligned to the device alignment.
+  void* ptr;       /* out: device pointer, aligned to the device alignment;
+                      not NULL when the call succeeds with size > 0 (the SDK
+                      refuses a NULL or misaligned success, freeing a
+                      misaligned block with Memory_Free first).
                       Owned by the caller until passed to Memory_Free. */
 } DK_Memory_Allocate_Args;
 DK_DEFINE_STRUCT_SIZE(DK_Memory_Allocate_Args, ptr);
@@ -282,7 +303,9 @@ typedef struct DK_Stream DK_Stream;
 typedef struct DK_Stream_Create_Args {
   size_t struct_size;
   int32_t device;
-  DK_Stream* stream; /* out: owned by the caller until Stream_Destroy */
+  DK_Stream* stream; /* out: owned by the caller until Stream_Destroy; not NULL
+                        when the call succeeds (NULL means "no stream,
+                        synchronous" to Memcpy, so the SDK refuses it) */
 } DK_Stream_Create_Args;
 DK_DEFINE_STRUCT_SIZE(DK_Stream_Create_Args, stream);
 typedef DK_Error* DK_Stream_Create(DK_Stream_Create_Args* args);
@@ -323,7 +346,8 @@ typedef struct DK_Event DK_Event;
 typedef struct DK_Event_Create_Args {
   size_t struct_size;
   int32_t device;
-  DK_Event* event; /* out: owned by the caller until Event_Destroy */
+  DK_Event* event; /* out: owned by the caller until Event_Destroy; not NULL
+                      when the call succeeds */
 } DK_Event_Create_Args;
 DK_DEFINE_STRUCT_SIZE(DK_Event_Create_Args, event);
 typedef DK_Error* DK_Event_Create(DK_Event_Create_Args* args);
