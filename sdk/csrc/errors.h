@@ -17,6 +17,9 @@ enum class ErrorKind {
   InvalidArgument, // caller error caught by the SDK before reaching a plugin
   DTypeMismatch,   // wrong or unsupported dtype from the caller
   DeviceNotFound,
+  Overflow,        // a size, count or scalar that does not fit its type
+  ForkedProcess,   // a device used before fork() is used in the child
+  IndexOutOfRange, // an axis or index outside a tensor's dimensions
 };
 
 class Error : public std::runtime_error {
