@@ -41,12 +41,10 @@ void Device::synchronizing(Call call) {
 void Device::check_not_failed(uint64_t written_epoch, const std::string& what) const {
   if (written_epoch == 0) return;
   std::lock_guard<std::mutex> lock(fail_mu_);
-  // The first failure reported at or after the epoch the storage was written in.
-  auto it = failed_epochs_.lower_bound(written_epoch);
+  // A failure is recorded under the epoch its synchronize ended; an epoch
+  // that ended cleanly has no entry.
+  auto it = failed_epochs_.find(written_epoch);
   if (it == failed_epochs_.end()) return;
-  // Failures are reported by the synchronize that ends an epoch; an epoch that
-  // ended cleanly lies between them and is not failed.
-  if (it->first != written_epoch) return;
   throw Error(it->second.kind(),
               std::string(it->second.what()) + " [raised again: " + what +
                   " was written by work enqueued before this asynchronous error was reported, " +
@@ -79,9 +77,9 @@ DK_Stream* Device::default_stream() {
     auto a = DK_ARGS(DK_Stream_Create_Args);
     a.device = index_;
     check(api()->Stream_Create(&a), "Stream_Create");
-    stream_ = a.stream;
+    stream_.store(a.stream);
   });
-  return stream_;
+  return stream_.load(std::memory_order_relaxed);
 }
 
 void Device::synchronize() {
@@ -110,7 +108,7 @@ void Device::synchronize(DK_Stream* stream) {
   auto call = [&] { check(api()->Stream_Synchronize(&s), "Stream_Synchronize"); };
   // Only the default stream carries tensor kernels; raw runtime streams'
   // errors say nothing about tensors.
-  if (stream != nullptr && stream == stream_) {
+  if (stream != nullptr && stream == stream_.load()) {
     synchronizing(call);
   } else {
     call();

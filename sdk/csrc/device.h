@@ -123,7 +123,9 @@ class Device {
   std::string name_;
   std::once_flag props_once_, stream_once_;
   DeviceProperties props_;
-  DK_Stream* stream_ = nullptr;
+  // Atomic: synchronize(stream) compares against it while another thread may
+  // be creating it inside default_stream()'s call_once.
+  std::atomic<DK_Stream*> stream_{nullptr};
 
   std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;
