@@ -39,10 +39,14 @@ def test_expand_to_an_overflowing_shape_is_refused(cpu):
         dk.ones(1, device=cpu).expand(2**40, 2**40)
 
 
-def test_zero_dimension_wins_over_huge_ones(cpu):
-    # As in numpy: a 0 anywhere makes the tensor empty, whatever the others are.
-    t = dk.zeros(0, 2**62, device=cpu)
-    assert t.numel() == 0 and t.shape == (0, 2**62)
+def test_empty_tensor_with_huge_dimensions(cpu):
+    # As in numpy: a 0 makes the tensor empty, but the other dims still must
+    # fit (size-0 dims count as 1), so no stride computed from them can overflow.
+    t = dk.zeros(0, 2**40, device=cpu)
+    assert t.numel() == 0 and t.shape == (0, 2**40)
+    for shape in ((0, 2**62), (2**62, 2**62, 0)):
+        with pytest.raises(dk.InputOverflowError):
+            dk.zeros(*shape, device=cpu)
 
 
 # --------------------------------------------------------------------------

@@ -1,6 +1,5 @@
 #include "tensor.h"
 
-
 namespace dk {
 
 namespace {
@@ -43,24 +42,24 @@ Storage::Storage(std::shared_ptr<Device> dev, size_t n) : device(std::move(dev))
 Storage::~Storage() { device->release(ptr, block_size); }
 
 int64_t checked_numel(const int64_t* shape, int rank, size_t itemsize, const char* what) {
-  int64_t n = 1, bytes = 0;
-  bool overflow = false;
+  // Zero dimensions count as 1 here, as in the strides (device_api.h) and in
+  // numpy: a [0, 2**62] float32 tensor is refused too, so that no stride or
+  // span computed from a valid shape can overflow.
+  int64_t span = 1, bytes = 0;
+  bool overflow = false, empty = false;
   for (int i = 0; i < rank; ++i) {
     if (shape[i] < 0) invalid_argument(std::string(what) + ": negative dimension in shape " + dims_str(Dims(shape, shape + rank)));
-    overflow |= __builtin_mul_overflow(n, shape[i], &n);
+    empty |= shape[i] == 0;
+    overflow |= __builtin_mul_overflow(span, shape[i] > 0 ? shape[i] : 1, &span);
   }
-  // Once a dimension is 0 the count is 0 whatever the others are, as in numpy.
-  for (int i = 0; i < rank; ++i) {
-    if (shape[i] == 0) return 0;
-  }
-  overflow |= __builtin_mul_overflow(n, int64_t(itemsize), &bytes);
+  overflow |= __builtin_mul_overflow(span, int64_t(itemsize), &bytes);
   if (overflow) {
     throw Error(ErrorKind::Overflow,
                 std::string(what) + ": shape " + dims_str(Dims(shape, shape + rank)) +
                     " has more elements (or bytes, at " + std::to_string(itemsize) +
                     " per element) than fit in int64 (max 9223372036854775807)");
   }
-  return n;
+  return empty ? 0 : span;
 }
 
 Dims contiguous_strides(const Dims& shape) {

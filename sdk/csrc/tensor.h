@@ -86,8 +86,9 @@ using Tensor = std::shared_ptr<TensorImpl>;
 // Row-major strides in elements, a zero-size dimension counted as size 1: the
 // rule device_api.h states for views with zero elements.
 Dims contiguous_strides(const Dims& shape);
-// Element count of `shape` and its size in bytes for `itemsize`, refused with
-// an Overflow error (naming `what`) when either exceeds int64.
+// Element count of `shape`, refused with an Overflow error (naming `what`)
+// when the count or the byte size for `itemsize` exceeds int64, zero
+// dimensions counted as 1 (as numpy does).
 int64_t checked_numel(const int64_t* shape, int rank, size_t itemsize, const char* what);
 std::string dims_str(const Dims& d);
 
