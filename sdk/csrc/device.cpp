@@ -1,11 +1,60 @@
 #include "device.h"
 
+#include <pthread.h>
 #include <cstdint>
 #include <cstdio>
 
 #include "boundary.h"
 
 namespace dk {
+
+namespace {
+std::atomic<uint64_t> g_fork_generation{0};
+void on_fork_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+// Registered when the core is loaded, before any device can be used.
+[[maybe_unused]] const int g_atfork_registered = pthread_atfork(nullptr, nullptr, &on_fork_child);
+}  // namespace
+
+uint64_t fork_generation() { return g_fork_generation.load(std::memory_order_relaxed); }
+
+void Device::forked_error() const {
+  throw Error(ErrorKind::ForkedProcess,
+              "device " + name_ + " was used by the parent of this process before fork(); the " +
+                  "plugin's streams and worker threads do not exist in a forked child, so it " +
+                  "cannot be used here. Start worker processes with the 'spawn' start method " +
+                  "(multiprocessing.get_context('spawn') or multiprocessing.set_start_method(" +
+                  "'spawn')), or fork before the parent first uses the device");
+}
+
+template <class Call>
+void Device::synchronizing(Call call) {
+  // Work enqueued from here on belongs to the next epoch.
+  const uint64_t e = epoch_.fetch_add(1);
+  try {
+    call();
+  } catch (const Error& err) {
+    if (err.kind() == ErrorKind::Device) {
+      std::lock_guard<std::mutex> lock(fail_mu_);
+      failed_epochs_.emplace(e, err);
+      has_failures_.store(true);
+    }
+    throw;
+  }
+}
+
+void Device::check_not_failed(uint64_t written_epoch, const std::string& what) const {
+  if (written_epoch == 0) return;
+  std::lock_guard<std::mutex> lock(fail_mu_);
+  // A failure is recorded under the epoch its synchronize ended; an epoch
+  // that ended cleanly has no entry.
+  auto it = failed_epochs_.find(written_epoch);
+  if (it == failed_epochs_.end()) return;
+  throw Error(it->second.kind(),
+              std::string(it->second.what()) + " [raised again: " + what +
+                  " was written by work enqueued before this asynchronous error was reported, " +
+                  "so its contents are undefined]",
+              it->second.code());
+}
 
 Device::Device(Plugin* plugin, int index)
     : plugin_(plugin), index_(index), name_(plugin->info().name + ":" + std::to_string(index)) {}
@@ -37,24 +86,28 @@ const DeviceProperties& Device::properties() {
 }
 
 DK_Stream* Device::default_stream() {
+  check_fork();
+  mark_used();
   std::call_once(stream_once_, [&] {
     auto a = DK_ARGS(DK_Stream_Create_Args);
     a.device = index_;
     check(api()->Stream_Create(&a), "Stream_Create");
     // NULL means "synchronous" to Memcpy: never let it stand for a stream.
     check_created(a.stream, "Stream_Create", "stream", "DK_Stream_Create_Args.stream");
-    stream_ = a.stream;
+    stream_.store(a.stream);
   });
-  return stream_;
+  return stream_.load(std::memory_order_relaxed);
 }
 
 void Device::synchronize() {
+  check_fork();
   auto a = DK_ARGS(DK_Device_Synchronize_Args);
   a.device = index_;
-  check(api()->Device_Synchronize(&a), "Device_Synchronize");
+  synchronizing([&] { check(api()->Device_Synchronize(&a), "Device_Synchronize"); });
 }
 
 void Device::memcpy(DK_CopyKind kind, void* dst, const void* src, size_t n, DK_Stream* stream) {
+  check_fork();
   auto c = DK_ARGS(DK_Memcpy_Args);
   c.device = index_;
   c.kind = kind;
@@ -66,9 +119,17 @@ void Device::memcpy(DK_CopyKind kind, void* dst, const void* src, size_t n, DK_S
 }
 
 void Device::synchronize(DK_Stream* stream) {
+  check_fork();
   auto s = DK_ARGS(DK_Stream_Synchronize_Args);
   s.stream = stream;
-  check(api()->Stream_Synchronize(&s), "Stream_Synchronize");
+  auto call = [&] { check(api()->Stream_Synchronize(&s), "Stream_Synchronize"); };
+  // Only the default stream carries tensor kernels; raw runtime streams'
+  // errors say nothing about tensors.
+  if (stream != nullptr && stream == stream_.load()) {
+    synchronizing(call);
+  } else {
+    call();
+  }
 }
 
 void Device::check_created(const void* object, const char* call, const char* field,
@@ -80,6 +141,8 @@ void Device::check_created(const void* object, const char* call, const char* fie
 }
 
 void* Device::raw_alloc(size_t nbytes) {
+  check_fork();
+  mark_used();
   const size_t alignment = properties().alignment;  // checked: a power of two
   auto a = DK_ARGS(DK_Memory_Allocate_Args);
   a.device = index_;
@@ -112,6 +175,7 @@ void* Device::raw_alloc(size_t nbytes) {
 }
 
 void Device::raw_free(void* ptr) {
+  check_fork();
   auto a = DK_ARGS(DK_Memory_Free_Args);
   a.device = index_;
   a.ptr = ptr;
@@ -133,6 +197,7 @@ void* Device::allocate(size_t nbytes, size_t* block_size) {
   const size_t bs = round_block(nbytes);
   *block_size = bs;
   if (bs == 0) return nullptr;
+  check_fork();
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = free_.find(bs);
@@ -163,6 +228,9 @@ void* Device::allocate(size_t nbytes, size_t* block_size) {
 
 void Device::release(void* ptr, size_t block_size) noexcept {
   if (ptr == nullptr) return;
+  // In a forked child the parent's blocks are left alone: the lock may have
+  // been held by a parent thread that does not exist here.
+  if (stale_after_fork()) return;
   std::lock_guard<std::mutex> lock(mu_);
   free_[block_size].push_back(ptr);
   stats_.allocated_bytes -= block_size;
@@ -170,13 +238,27 @@ void Device::release(void* ptr, size_t block_size) noexcept {
 }
 
 void Device::empty_cache() {
-  // Cached blocks may still be read or written by enqueued work.
-  synchronize();
+  check_fork();
+  // Take the blocks first, then synchronize (see device.h): synchronizing
+  // first would let another thread release a block whose kernel is still
+  // queued between the synchronize and the take, and free it under that kernel.
   std::unordered_map<size_t, std::vector<void*>> blocks;
   {
     std::lock_guard<std::mutex> lock(mu_);
     blocks.swap(free_);
     stats_.cached_bytes = 0;
+  }
+  try {
+    synchronize();
+  } catch (...) {
+    // The device reported an error: keep the blocks cached, report the error.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& kv : blocks) {
+      auto& list = free_[kv.first];
+      list.insert(list.end(), kv.second.begin(), kv.second.end());
+      stats_.cached_bytes += kv.first * kv.second.size();
+    }
+    throw;
   }
   for (auto& kv : blocks) {
     for (void* p : kv.second) {

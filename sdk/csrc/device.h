@@ -3,7 +3,9 @@
 // that steady-state op calls never reach the plugin's Memory_Allocate/Free.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,6 +27,11 @@ struct CacheStats {
   uint64_t cached_bytes = 0;     // blocks parked in the free lists
   uint64_t plugin_alloc_calls = 0, plugin_free_calls = 0, cache_hits = 0;
 };
+
+// Incremented in every child process fork() creates (pthread_atfork), so a
+// Device can tell that it was used by the parent, whose plugin threads and
+// stream workers the child does not have.
+uint64_t fork_generation();
 
 class Device {
  public:
@@ -52,8 +59,39 @@ class Device {
   // which is ordered after every earlier use, so a freed block needs no event.
   void* allocate(size_t nbytes, size_t* block_size);
   void release(void* ptr, size_t block_size) noexcept;
-  void empty_cache();  // synchronises, then returns every cached block
+  // Takes the cached blocks out of the cache first, then synchronises the
+  // device, then frees them: every kernel that used one of those blocks was
+  // enqueued before its block was released, so before the synchronize, and
+  // has finished. Safe while other threads run ops and release blocks.
+  void empty_cache();
   CacheStats cache_stats();
+
+  // Fork safety. A device used (stream or memory) in a parent process is
+  // refused in a forked child with an error naming the 'spawn' start method:
+  // the plugin's worker threads did not survive fork(), so any wait would hang.
+  // Every entry point that reaches the plugin calls this first.
+  void check_fork() const {
+    const uint64_t g = used_in_generation_.load(std::memory_order_relaxed);
+    if (g != kUnused && g != fork_generation()) forked_error();
+  }
+  // check_fork(), then remember that this process used the device.
+  void begin_use() {
+    check_fork();
+    mark_used();
+  }
+  bool stale_after_fork() const {
+    const uint64_t g = used_in_generation_.load(std::memory_order_relaxed);
+    return g != kUnused && g != fork_generation();
+  }
+
+  // Failed work. The device API reports an asynchronous kernel error at the
+  // next synchronize without saying which kernel failed, so every storage a
+  // kernel wrote since the last clean synchronize (one "epoch") is marked
+  // failed with that error, and reading it or computing from it raises the
+  // same error again instead of returning undefined contents.
+  uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
+  bool has_failures() const { return has_failures_.load(std::memory_order_relaxed); }
+  void check_not_failed(uint64_t written_epoch, const std::string& what) const;
 
   // Raw plugin allocation (no cache); throws Error(Device) on failure.
   void* raw_alloc(size_t nbytes);
@@ -68,12 +106,30 @@ class Device {
                      const char* where) const;
 
  private:
+  static constexpr uint64_t kUnused = ~uint64_t(0);
+  void mark_used() {
+    if (used_in_generation_.load(std::memory_order_relaxed) == kUnused)
+      used_in_generation_.store(fork_generation(), std::memory_order_relaxed);
+  }
+  [[noreturn]] void forked_error() const;
+  // Runs a synchronizing plugin call; an error it returns fails the epoch.
+  template <class Call>
+  void synchronizing(Call call);
+
+  std::atomic<uint64_t> used_in_generation_{kUnused};
+  std::atomic<uint64_t> epoch_{1};  // 0: a storage no kernel has written
+  std::atomic<bool> has_failures_{false};
+  mutable std::mutex fail_mu_;
+  std::map<uint64_t, Error> failed_epochs_;  // epoch -> the error it ended with
+
   Plugin* plugin_;  // plugins are never unloaded (see Plugin::handle_)
   int index_;
   std::string name_;
   std::once_flag props_once_, stream_once_;
   DeviceProperties props_;
-  DK_Stream* stream_ = nullptr;
+  // Atomic: synchronize(stream) compares against it while another thread may
+  // be creating it inside default_stream()'s call_once.
+  std::atomic<DK_Stream*> stream_{nullptr};
 
   std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;

@@ -18,6 +18,9 @@ enum class ErrorKind {
   DTypeMismatch,   // wrong or unsupported dtype from the caller
   DeviceNotFound,
   PluginContract,  // a plugin call "succeeded" with a result the header forbids
+  Overflow,        // a size, count or scalar that does not fit its type
+  ForkedProcess,   // a device used before fork() is used in the child
+  IndexOutOfRange, // an axis or index outside a tensor's dimensions
 };
 
 class Error : public std::runtime_error {

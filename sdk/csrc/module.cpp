@@ -19,6 +19,9 @@ const char* exception_name(ErrorKind k, int code) {
     case ErrorKind::DTypeMismatch: return "DTypeError";
     case ErrorKind::DeviceNotFound: return "DeviceNotFoundError";
     case ErrorKind::PluginContract: return "PluginContractError";
+    case ErrorKind::Overflow: return "InputOverflowError";
+    case ErrorKind::ForkedProcess: return "ForkedProcessError";
+    case ErrorKind::IndexOutOfRange: return "IndexOutOfRangeError";
   }
   return "DeviceKitError";
 }
@@ -69,6 +72,7 @@ py::dict memory_stats(Device& d) {
   out["bytes_in_use"] = a.bytes_in_use;
   out["peak_bytes_in_use"] = a.peak_bytes_in_use;
   out["num_allocs"] = a.num_allocs;
+  out["total_bytes"] = d.properties().total_memory;  // the plugin's budget for this device
   return out;
 }
 
@@ -96,17 +100,34 @@ py::list kernel_info(const Plugin& p) {
 
 DK_Scalar to_scalar(const py::handle& v) {
   DK_Scalar s{};
-  if (py::isinstance<py::bool_>(v)) {
+  // numpy scalars count as the Python scalar of their kind (x + np.int64(3)
+  // behaves like x + 3); anything else is a TypeError.
+  const bool is_np = !py::isinstance<py::bool_>(v) && !py::isinstance<py::int_>(v) &&
+                     !py::isinstance<py::float_>(v) &&
+                     py::isinstance(v, py::module_::import("numpy").attr("generic"));
+  auto np_is = [&](const char* kind) {
+    return is_np && py::isinstance(v, py::module_::import("numpy").attr(kind));
+  };
+  if (py::isinstance<py::bool_>(v) || np_is("bool_")) {
     s.dtype = DK_DTYPE_BOOL;
-    s.value.i = v.cast<bool>() ? 1 : 0;
-  } else if (py::isinstance<py::int_>(v)) {
+    s.value.i = PyObject_IsTrue(v.ptr()) ? 1 : 0;
+  } else if (py::isinstance<py::int_>(v) || np_is("integer")) {
+    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+    if (!i) throw py::error_already_set();
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+    if (overflow != 0) {
+      throw Error(ErrorKind::Overflow,
+                  "Python int " + std::string(py::str(i)) +
+                      " does not fit in int64, the widest integer DeviceKit computes in");
+    }
     s.dtype = DK_DTYPE_INT64;
-    s.value.i = v.cast<int64_t>();  // OverflowError beyond int64
-  } else if (py::isinstance<py::float_>(v)) {
+    s.value.i = x;
+  } else if (py::isinstance<py::float_>(v) || np_is("floating")) {
     s.dtype = DK_DTYPE_FLOAT64;
-    s.value.f = v.cast<double>();
+    s.value.f = PyFloat_AsDouble(v.ptr());
   } else {
-    throw py::type_error("expected a Tensor or a Python bool/int/float, got " +
+    throw py::type_error("expected a Tensor or a Python bool/int/float (or numpy scalar), got " +
                          std::string(py::str(py::type::of(v).attr("__name__"))));
   }
   return s;

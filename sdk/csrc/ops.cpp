@@ -91,11 +91,14 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
   std::array<DK_TensorView, kMaxOperands> views;
   std::array<const DK_TensorView*, kMaxOperands> ptrs;
   int n = 0;
+  const bool failures = dev.has_failures();
   for (auto* t : in) {
     if (&t->device() != &dev) {
       invalid_argument(std::string("op '") + op_name(op) + "': operands are on different devices " +
                        operands(in, out) + "; move them with .to(device) first");
     }
+    // An input a failed kernel left behind fails this op with that error.
+    if (failures) dev.check_not_failed(t->storage()->written_epoch.load(std::memory_order_relaxed), t->describe());
     views[n] = t->as_view();
     ptrs[n] = &views[n];
     ++n;
@@ -116,6 +119,8 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
   a.outputs = ptrs.data() + in.size();
   a.attrs = attrs;
   g_counts[op].kernel.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t epoch = dev.epoch();
+  for (auto* t : out) t->storage()->written_epoch.store(epoch, std::memory_order_relaxed);
   DK_Error* err = fn(&a);
   if (err) plugin->check(err, dev.ctx((std::string("kernel '") + op_name(op) + "' " + operands(in, out)).c_str()));
 }
@@ -235,11 +240,55 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor scalar_like(const Tensor& a, const DK_Scalar& s) {
+namespace {
+
+bool int_fits(int64_t v, DK_DType dt) {
+  switch (dt) {
+    case DK_DTYPE_INT8: return v >= -128 && v <= 127;
+    case DK_DTYPE_UINT8: return v >= 0 && v <= 255;
+    case DK_DTYPE_INT32: return v >= INT32_MIN && v <= INT32_MAX;
+    default: return true;  // int64 (to_scalar refused anything wider), floats
+  }
+}
+
+bool is_comparison(DK_OpId op) {
+  return op == DK_OP_EQ || op == DK_OP_NE || op == DK_OP_LT || op == DK_OP_LE;
+}
+
+}  // namespace
+
+Tensor scalar_like(const Tensor& a, const DK_Scalar& s, DK_OpId op) {
   const bool s_float = s.dtype == DK_DTYPE_FLOAT64;
-  DK_DType dt = a->dtype();
-  if (s_float && !dtype_info(dt).is_float) dt = DK_DTYPE_FLOAT32;    // int tensor + 2.5
-  else if (s.dtype == DK_DTYPE_INT64 && dt == DK_DTYPE_BOOL) dt = DK_DTYPE_INT64;
+  const DK_DType adt = a->dtype();
+  const bool a_float = dtype_info(adt).is_float;
+  DK_DType dt = adt;
+  if (s_float && !a_float) {
+    dt = DK_DTYPE_FLOAT32;  // int tensor + 2.5
+  } else if (s.dtype == DK_DTYPE_INT64 && adt == DK_DTYPE_BOOL) {
+    dt = DK_DTYPE_INT64;
+  } else if (s.dtype == DK_DTYPE_INT64 && !a_float) {
+    // An int that the tensor's integer dtype cannot hold is never wrapped
+    // into it. An op that computes in floating point (true division, pow)
+    // takes the scalar as float32, which is what it computes in anyway
+    // (uint8 [4, 254] / -2 -> [-2, -127], as in numpy and PyTorch); a
+    // comparison compares exactly in int64; any other op is refused, as in
+    // numpy 2 ("Python integer 300 out of bounds for uint8").
+    const uint64_t float_ops = DK_DTYPE_BIT(DK_DTYPE_FLOAT32) | DK_DTYPE_BIT(DK_DTYPE_FLOAT16) |
+                               DK_DTYPE_BIT(DK_DTYPE_BFLOAT16) | DK_DTYPE_BIT(DK_DTYPE_FLOAT64);
+    if (op != DK_OP_COUNT_1_1 && (op_spec(op).dtypes & ~float_ops) == 0) {
+      dt = DK_DTYPE_FLOAT32;
+    } else if (!int_fits(s.value.i, adt)) {
+      if (op != DK_OP_COUNT_1_1 && is_comparison(op)) {
+        dt = DK_DTYPE_INT64;
+      } else {
+        throw Error(ErrorKind::Overflow,
+                    std::string(op != DK_OP_COUNT_1_1 ? op_name(op) : "scalar operand") +
+                        ": Python int " + std::to_string(s.value.i) + " is out of range for " +
+                        dtype_name(adt) + ", the dtype of the tensor operand " + a->describe() +
+                        "; convert the tensor first (e.g. x.to(devicekit.int64))");
+      }
+    }
+  }
   return full(a->device_ptr(), {}, dt, s);
 }
 
@@ -265,6 +314,8 @@ Tensor from_host(const std::shared_ptr<Device>& dev, DK_DType dt, const Dims& sh
 }
 
 void to_host(const Tensor& t, void* host, size_t nbytes) {
+  Device& dev = t->device();
+  if (dev.has_failures()) dev.check_not_failed(t->storage()->written_epoch.load(), t->describe());
   Tensor c = contiguous(t);
   const size_t need = size_t(c->numel()) * dtype_info(c->dtype()).itemsize;
   if (nbytes != need) {

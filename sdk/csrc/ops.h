@@ -53,9 +53,11 @@ Tensor cast(const Tensor& t, DK_DType dt);       // self when dt matches
 Tensor full(const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt,
             const DK_Scalar& value);
 Tensor add(const Tensor& a, const Tensor& b);
-// A Python scalar as a 0-d tensor beside `a`, typed the way PyTorch types
-// "weak" scalars: it takes a's dtype unless it is a float and a is not.
-Tensor scalar_like(const Tensor& a, const DK_Scalar& s);
+// A Python scalar as a 0-d tensor beside `a` in `op`, typed the way PyTorch
+// types "weak" scalars: it takes a's dtype unless it is a float and a is not.
+// An int that a's integer dtype cannot hold is never wrapped (see ops.cpp).
+// `op` DK_OP_COUNT_1_1: no op (where's value operands).
+Tensor scalar_like(const Tensor& a, const DK_Scalar& s, DK_OpId op);
 
 // Generic paths for the 1.1 ops (ops_generic.cpp): type promotion,
 // broadcasting, dtype fallback through casts, then one launch.

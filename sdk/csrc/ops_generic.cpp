@@ -106,6 +106,12 @@ Tensor unary(DK_OpId op, const Tensor& x) {
 Tensor binary(DK_OpId op, const Tensor& a, const Tensor& b) {
   same_device(op_name(op), {&a, &b});
   DK_DType dt = promote_types(a->dtype(), b->dtype());
+  if (op == DK_OP_SUB && dt == DK_DTYPE_BOOL) {
+    // As in numpy and PyTorch: bool - bool has no boolean meaning.
+    throw Error(ErrorKind::DTypeMismatch,
+                "sub: subtracting bool tensors is not supported (" + a->describe() + " - " +
+                    b->describe() + "); use logical_xor, or convert an operand to an integer dtype");
+  }
   if (float_only(op) && !is_float(dt)) dt = DK_DTYPE_FLOAT32;  // true division, pow
   if (op_spec(op).dtypes == DK_DTYPE_BIT(DK_DTYPE_BOOL)) dt = DK_DTYPE_BOOL;  // logical ops
   const Tensor x = cast(a, dt), y = cast(b, dt);
@@ -234,6 +240,14 @@ Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor&
   DK_AxisAttrs attrs{};
   attrs.struct_size = DK_AxisAttrs_STRUCT_SIZE;
   attrs.axis = int32_t(a);
+  if (x->numel() == 0 && index->numel() > 0) {
+    // No kernel runs for an empty output, so nothing would check the indices:
+    // with x empty, every one of them is out of range.
+    throw Error(ErrorKind::IndexOutOfRange,
+                "scatter_add: x " + x->describe() + " is empty, so all " +
+                    std::to_string(index->numel()) + " indices in " + index->describe() +
+                    " are out of range for axis " + std::to_string(a));
+  }
   const Tensor idx = contiguous(index);
   const DK_DType dt = x->dtype();
   return with_dtype_fallback(DK_OP_SCATTER_ADD, x->device(), dt, dt, [&](DK_DType c) {

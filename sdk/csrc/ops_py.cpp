@@ -17,10 +17,10 @@ DK_DType checked_dt(int dt) {
   return DK_DType(dt);
 }
 
-// A Tensor, or a Python scalar typed against the other operand.
-Tensor operand(const py::object& v, const Tensor& other) {
+// A Tensor, or a Python scalar typed against the other operand of `op`.
+Tensor operand(const py::object& v, const Tensor& other, DK_OpId op) {
   if (py::isinstance<TensorImpl>(v)) return v.cast<Tensor>();
-  return scalar_like(other, to_scalar(v));
+  return scalar_like(other, to_scalar(v), op);
 }
 
 }  // namespace
@@ -35,19 +35,19 @@ void bind_ops(py::module_& m) {
     const DK_OpId id = checked_op(op);
     if (py::isinstance<TensorImpl>(a)) {
       const Tensor x = a.cast<Tensor>();
-      return binary(id, x, operand(b, x));
+      return binary(id, x, operand(b, x, id));
     }
     if (!py::isinstance<TensorImpl>(b)) {
       throw py::type_error(std::string(op_name(id)) + ": at least one operand must be a Tensor");
     }
     const Tensor y = b.cast<Tensor>();
-    return binary(id, operand(a, y), y);
+    return binary(id, operand(a, y, id), y);
   });
   m.def("where", [](const Tensor& c, const py::object& a, const py::object& b) {
     const Tensor x = py::isinstance<TensorImpl>(a) ? a.cast<Tensor>()
-                     : py::isinstance<TensorImpl>(b) ? scalar_like(b.cast<Tensor>(), to_scalar(a))
+                     : py::isinstance<TensorImpl>(b) ? scalar_like(b.cast<Tensor>(), to_scalar(a), DK_OP_COUNT_1_1)
                                                     : full(c->device_ptr(), {}, DK_DTYPE_FLOAT32, to_scalar(a));
-    return where(c, x, operand(b, x));
+    return where(c, x, operand(b, x, DK_OP_COUNT_1_1));
   });
   m.def("reduce", [](int op, const Tensor& x, uint32_t axes) { return reduce(checked_op(op), x, axes); });
   m.def("argmax", [](const Tensor& x, int axis) { return argmax(x, axis); });

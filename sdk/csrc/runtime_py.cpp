@@ -21,6 +21,8 @@ struct Buffer {
     dev->raw_free(ptr);
   }
   ~Buffer() {
+    // A forked child does not own the parent's device memory (device.h).
+    if (dev->stale_after_fork()) return;
     // A destructor cannot raise; report instead of swallowing.
     try {
       free();
@@ -35,6 +37,8 @@ struct Stream {
   DK_Stream* s = nullptr;
   py::list keepalive;  // host arrays of pending async copies
   ~Stream() {
+    // In a forked child the stream's worker thread does not exist: leave it.
+    if (dev->stale_after_fork()) return;
     auto a = DK_ARGS(DK_Stream_Destroy_Args);
     a.stream = s;
     try {
@@ -56,6 +60,7 @@ struct Event {
   std::shared_ptr<Device> dev;
   DK_Event* e = nullptr;
   ~Event() {
+    if (dev->stale_after_fork()) return;
     auto a = DK_ARGS(DK_Event_Destroy_Args);
     a.event = e;
     try {
@@ -108,6 +113,7 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
         auto a = DK_ARGS(DK_Stream_WaitEvent_Args);
         a.stream = s.s;
         a.event = e.e;
+        s.dev->check_fork();
         s.dev->check(s.dev->api()->Stream_WaitEvent(&a), "Stream_WaitEvent");
       });
 
@@ -116,6 +122,7 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
         auto a = DK_ARGS(DK_Event_Record_Args);
         a.event = e.e;
         a.stream = s.s;
+        e.dev->check_fork();
         e.dev->check(e.dev->api()->Event_Record(&a), "Event_Record");
       })
       .def("query", [](Event& e) {
@@ -127,6 +134,7 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
       .def("synchronize", [](Event& e) {
         auto a = DK_ARGS(DK_Event_Synchronize_Args);
         a.event = e.e;
+        e.dev->check_fork();
         py::gil_scoped_release nogil;
         e.dev->check(e.dev->api()->Event_Synchronize(&a), "Event_Synchronize");
       })
@@ -150,6 +158,7 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
       // The wrapper exists only once the plugin produced a valid object, so
       // its destructor never hands the plugin a NULL to destroy.
       .def("stream", [](const std::shared_ptr<Device>& d) {
+        d->begin_use();  // streams may own threads: fork() makes them unusable in a child
         auto a = DK_ARGS(DK_Stream_Create_Args);
         a.device = d->index();
         d->check(d->api()->Stream_Create(&a), "Stream_Create");
@@ -160,6 +169,7 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
         return s;
       })
       .def("event", [](const std::shared_ptr<Device>& d) {
+        d->begin_use();
         auto a = DK_ARGS(DK_Event_Create_Args);
         a.device = d->index();
         d->check(d->api()->Event_Create(&a), "Event_Create");

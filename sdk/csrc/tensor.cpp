@@ -41,6 +41,27 @@ Storage::Storage(std::shared_ptr<Device> dev, size_t n) : device(std::move(dev))
 
 Storage::~Storage() { device->release(ptr, block_size); }
 
+int64_t checked_numel(const int64_t* shape, int rank, size_t itemsize, const char* what) {
+  // Zero dimensions count as 1 here, as in the strides (device_api.h) and in
+  // numpy: a [0, 2**62] float32 tensor is refused too, so that no stride or
+  // span computed from a valid shape can overflow.
+  int64_t span = 1, bytes = 0;
+  bool overflow = false, empty = false;
+  for (int i = 0; i < rank; ++i) {
+    if (shape[i] < 0) invalid_argument(std::string(what) + ": negative dimension in shape " + dims_str(Dims(shape, shape + rank)));
+    empty |= shape[i] == 0;
+    overflow |= __builtin_mul_overflow(span, shape[i] > 0 ? shape[i] : 1, &span);
+  }
+  overflow |= __builtin_mul_overflow(span, int64_t(itemsize), &bytes);
+  if (overflow) {
+    throw Error(ErrorKind::Overflow,
+                std::string(what) + ": shape " + dims_str(Dims(shape, shape + rank)) +
+                    " has more elements (or bytes, at " + std::to_string(itemsize) +
+                    " per element) than fit in int64 (max 9223372036854775807)");
+  }
+  return empty ? 0 : span;
+}
+
 Dims contiguous_strides(const Dims& shape) {
   Dims s(shape.size());
   int64_t acc = 1;
@@ -67,11 +88,9 @@ Tensor TensorImpl::empty(const std::shared_ptr<Device>& dev, DK_DType dt, const 
 
 Tensor TensorImpl::empty(const std::shared_ptr<Device>& dev, DK_DType dt, int rank,
                          const int64_t* shape) {
-  int64_t n = 1;
-  for (int i = 0; i < rank; ++i) {
-    if (shape[i] < 0) invalid_argument("negative dimension in shape " + dims_str(Dims(shape, shape + rank)));
-    n *= shape[i];
-  }
+  // Checked before anything is allocated: a wrapped product would allocate
+  // too little and let kernels run past the end.
+  const int64_t n = checked_numel(shape, rank, dtype_info(dt).itemsize, "new tensor");
   auto t = std::make_shared<TensorImpl>();
   t->storage_ = std::make_shared<Storage>(dev, size_t(n) * dtype_info(dt).itemsize);
   t->dtype_ = dt;
@@ -94,16 +113,25 @@ Tensor TensorImpl::view(const Dims& shape, const Dims& strides, int64_t offset) 
   // Bounds: the furthest element must lie inside the storage. This is what
   // keeps a bad view from becoming an out-of-bounds kernel access.
   const int64_t item = int64_t(dtype_info(dtype_).itemsize);
-  int64_t last = offset, n = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0 || strides[i] < 0) {
       invalid_argument("view with negative shape or stride: shape " + dims_str(shape) +
                        " strides " + dims_str(strides));
     }
-    n *= shape[i];
-    if (shape[i] > 0) last += (shape[i] - 1) * strides[i];
   }
-  if (n > 0 && (offset < 0 || (last + 1) * item > int64_t(storage_->nbytes))) {
+  const int64_t n = checked_numel(shape.data(), int(shape.size()), size_t(item), "view");
+  int64_t last = offset, end = 0, span = 0;
+  bool overflow = false;
+  for (size_t i = 0; i < shape.size() && n > 0; ++i) {
+    int64_t reach = 0;
+    overflow |= __builtin_mul_overflow(shape[i] - 1, strides[i], &reach);
+    overflow |= __builtin_add_overflow(last, reach, &last);
+  }
+  if (n > 0) {
+    overflow |= __builtin_add_overflow(last, 1, &end);
+    overflow |= __builtin_mul_overflow(end, item, &span);
+  }
+  if (n > 0 && (overflow || offset < 0 || span > int64_t(storage_->nbytes))) {
     invalid_argument("view shape " + dims_str(shape) + " strides " + dims_str(strides) +
                      " offset " + std::to_string(offset) + " reaches outside its storage of " +
                      std::to_string(storage_->nbytes) + " bytes");

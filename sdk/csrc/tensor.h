@@ -32,6 +32,9 @@ struct Storage {
   std::shared_ptr<Device> device;
   void* ptr = nullptr;
   size_t nbytes = 0, block_size = 0;
+  // The device epoch of the last kernel that wrote this storage (0: none);
+  // see Device::check_not_failed.
+  std::atomic<uint64_t> written_epoch{0};
 };
 
 using Dims = std::vector<int64_t>;
@@ -80,7 +83,13 @@ class TensorImpl {
 
 using Tensor = std::shared_ptr<TensorImpl>;
 
+// Row-major strides in elements, a zero-size dimension counted as size 1: the
+// rule device_api.h states for views with zero elements.
 Dims contiguous_strides(const Dims& shape);
+// Element count of `shape`, refused with an Overflow error (naming `what`)
+// when the count or the byte size for `itemsize` exceeds int64, zero
+// dimensions counted as 1 (as numpy does).
+int64_t checked_numel(const int64_t* shape, int rank, size_t itemsize, const char* what);
 std::string dims_str(const Dims& d);
 
 }  // namespace dk

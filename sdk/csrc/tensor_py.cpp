@@ -52,7 +52,7 @@ py::object binary_add(const py::object& a_obj, const py::object& b) {
   const Tensor a = a_obj.cast<Tensor>();
   if (py::isinstance<TensorImpl>(b)) return tensor_add(a, b.cast<Tensor>(), a_obj, b);
   if (a->requires_grad && autograd_add_hook()) return autograd_add_hook()(a_obj, b);
-  return py::cast(add(a, scalar_like(a, to_scalar(b))));
+  return py::cast(add(a, scalar_like(a, to_scalar(b), DK_OP_ADD)));
 }
 
 }  // namespace

@@ -55,7 +55,9 @@ def synchronize(device=None):
 
 
 def empty_cache(device=None):
-    """Return the SDK's cached device blocks to the plugin (after synchronizing)."""
+    """Return the SDK's cached device blocks to the plugin. Safe while other
+    threads run ops: the blocks are taken out of the cache first and freed only
+    after a synchronize, so no queued kernel still uses one."""
     for d in _targets(device):
         d.empty_cache()
 

@@ -2,15 +2,17 @@
 
 Every error raised by DeviceKit derives from :class:`DeviceKitError`. Classes
 that correspond to a familiar built-in also derive from it (``MemoryError``,
-``NotImplementedError``, ``ValueError``, ``TypeError``, ``LookupError``) so
-generic handlers keep working. Messages carry the real cause: the dlerror
+``NotImplementedError``, ``ValueError``, ``TypeError``, ``LookupError``,
+``OverflowError``, ``IndexError``, ``RuntimeError``) so generic handlers keep
+working. Messages carry the real cause: the dlerror
 text, the plugin's own error message, both sides of a version mismatch.
 """
 
 __all__ = [
     "DeviceKitError", "PluginLoadError", "PluginVersionError", "DeviceError",
     "PluginContractError", "OutOfMemoryError", "NotImplementedByPlugin", "InvalidArgumentError",
-    "DTypeError", "DeviceNotFoundError",
+    "DTypeError", "DeviceNotFoundError", "InputOverflowError", "IndexOutOfRangeError",
+    "ForkedProcessError",
 ]
 
 
@@ -67,3 +69,21 @@ class DTypeError(DeviceKitError, TypeError):
 
 class DeviceNotFoundError(DeviceKitError, LookupError):
     """No loaded plugin provides the requested device."""
+
+
+class InputOverflowError(DeviceKitError, OverflowError):
+    """A shape whose element count or byte size does not fit in int64, a Python
+    int that does not fit the dtype it would be stored in (never wrapped), or
+    an ``arange``/seed past its type's range. Refused before anything is
+    allocated or launched."""
+
+
+class IndexOutOfRangeError(InvalidArgumentError, IndexError):
+    """A dimension or index outside a tensor's range (``transpose(5, 0)`` on a
+    2-d tensor, ``x[7]`` on 3 rows, scatter indices into an empty tensor)."""
+
+
+class ForkedProcessError(DeviceKitError, RuntimeError):
+    """A device the parent process had used is used in a child made by
+    ``fork()``: the plugin's threads did not survive the fork. Use the
+    ``'spawn'`` multiprocessing start method."""

@@ -17,11 +17,13 @@ import builtins as _builtins  # sum, max, min, abs and pow are shadowed below
 import math
 import numbers
 
+import numpy as np
+
 from . import _core
 from . import dtypes as _dt
 from ._registry import device as _device
 from .autograd import track as _track
-from .errors import InvalidArgumentError
+from .errors import IndexOutOfRangeError, InputOverflowError, InvalidArgumentError
 from .tensor import Tensor, full
 
 _ID = {name: i for i, name in enumerate(_core.OP_NAMES)}
@@ -93,7 +95,7 @@ def _axes(x, axis):
     for a in axes:
         b = a + nd if a < 0 else a
         if not 0 <= b < _builtins.max(nd, 1):
-            raise InvalidArgumentError(f"axis {a} is out of range for a tensor of rank {nd}")
+            raise IndexOutOfRangeError(f"axis {a} is out of range for a tensor of rank {nd}")
         norm.append(b)
     if len(set(norm)) != len(norm):
         raise InvalidArgumentError(f"repeated axis in {axis}")
@@ -154,11 +156,42 @@ def arange(start, stop=None, step=1, dtype=None, device="cpu:0"):
         start, stop = 0, start
     if step == 0:
         raise InvalidArgumentError("arange: step must not be 0")
-    n = _builtins.max(0, math.ceil((stop - start) / step))
-    if dtype is None:
-        ints = all(isinstance(v, numbers.Integral) for v in (start, stop, step))
-        dtype = _dt.int64 if ints else _dt.float32
-    return _core.iota(_device(device), [n], _dt.as_dtype(dtype).id, 0, start, step)
+    ints = all(isinstance(v, numbers.Integral) for v in (start, stop, step))
+    if ints:
+        start, stop, step = int(start), int(stop), int(step)
+        n = _builtins.max(0, -((start - stop) // step))  # exact: no float rounding
+    else:
+        n = _builtins.max(0, math.ceil((stop - start) / step))
+    dtype = _dt.as_dtype(dtype if dtype is not None else (_dt.int64 if ints else _dt.float32))
+    if n > 2**63 - 1:
+        raise InputOverflowError(f"arange({start}, {stop}, {step}): {n} elements do not fit in int64")
+    if ints and n:
+        # Every value must fit the dtype, never wrap (nor start/step the int64 attrs).
+        last = start + (n - 1) * step
+        lo, hi = _int_range(dtype)
+        for what, v in (("start", start), ("step", step), ("last value", last)):
+            if not lo <= v <= hi:
+                raise InputOverflowError(
+                    f"arange({start}, {stop}, {step}): {what} {v} does not fit {dtype.name} "
+                    f"([{lo}, {hi}])")
+    return _core.iota(_device(device), [n], dtype.id, 0, start, step)
+
+
+def _int_range(dtype):
+    """The values an iota's int64 attributes and a dtype can both hold."""
+    if dtype.is_floating_point or dtype == _dt.bool_:
+        return -2**63, 2**63 - 1
+    info = np.iinfo(dtype.numpy)
+    return int(info.min), int(info.max)
+
+
+def _seed(name, value, call):
+    """A Philox seed or offset: an int in [0, 2**64), never truncated or wrapped."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidArgumentError(f"{call}: {name} must be an int in [0, 2**64), got {value!r}")
+    if not 0 <= int(value) < 2**64:
+        raise InputOverflowError(f"{call}: {name} {int(value)} is outside [0, 2**64)")
+    return int(value)
 
 
 def gather(x, axis, index):
@@ -194,13 +227,15 @@ def matmul(a, b):
 
 def random_bits(shape, seed, offset=0, device="cpu:0"):
     """Philox4x32-10 bits as int32 (identical on every conformant backend)."""
-    return _core.random(_ID["random_bits"], _device(device), _shape(shape), _dt.int32.id, seed, offset)
+    return _core.random(_ID["random_bits"], _device(device), _shape(shape), _dt.int32.id,
+                        _seed("seed", seed, "random_bits"), _seed("offset", offset, "random_bits"))
 
 
 def rand(shape, seed, offset=0, dtype=_dt.float32, device="cpu:0"):
     """Uniform [0, 1) from the same Philox stream as random_bits."""
     return _core.random(_ID["random_uniform"], _device(device), _shape(shape),
-                        _dt.as_dtype(dtype).id, seed, offset)
+                        _dt.as_dtype(dtype).id, _seed("seed", seed, "rand"),
+                        _seed("offset", offset, "rand"))
 
 
 def cast(x, dtype):

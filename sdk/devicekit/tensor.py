@@ -15,7 +15,10 @@ from . import _core
 from . import dtypes as _dt
 from ._registry import device as _device
 from .autograd import track as _track
-from .errors import InvalidArgumentError
+from .errors import (DTypeError, DeviceNotFoundError, IndexOutOfRangeError, InputOverflowError,
+                     InvalidArgumentError)
+
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 
 Tensor = _core.Tensor
 _raw_contiguous = Tensor.contiguous  # the C++ method; the tracked one replaces it below
@@ -90,7 +93,11 @@ def ones(*shape, dtype=_dt.float32, device="cpu:0", requires_grad=False):
 def _shape_arg(shape):
     if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
         shape = tuple(shape[0])
-    return [int(s) for s in shape]
+    out = [int(s) for s in shape]
+    for s in out:
+        if not _INT64_MIN <= s <= _INT64_MAX:
+            raise InputOverflowError(f"shape {tuple(out)}: dimension {s} does not fit in int64")
+    return out
 
 
 # ---- Tensor methods ---------------------------------------------------------
@@ -112,10 +119,17 @@ def _to(self, target=None, dtype=None):
     if target is not None:
         try:
             dtype_target = _dt.as_dtype(target)
-        except Exception:
-            dtype_target = None
+        except DTypeError as e:
+            dtype_target, dtype_error = None, e
         if dtype_target is not None and not isinstance(target, _core.Device):
             dtype = dtype if dtype is not None else dtype_target
+        elif isinstance(target, str) and ":" not in target:
+            # "complex64" is more likely a dtype DeviceKit lacks than a device
+            # type: say both, as a dtype error.
+            try:
+                device = _device(target)
+            except DeviceNotFoundError as e:
+                raise DTypeError(f"to({target!r}): {dtype_error}; nor is it a device ({e})") from None
         else:
             device = _device(target)
     if device is not None:
@@ -151,10 +165,18 @@ def _reshape(self, *shape):
     return _track("reshape", src._view(shape, _contiguous_strides(shape), src._offset), (self,))
 
 
+def _dim(dim, nd, call):
+    """``dim`` normalised into [0, nd), or IndexOutOfRangeError like torch's."""
+    if not -nd <= dim < max(nd, 1):
+        raise IndexOutOfRangeError(f"{call}: dimension {dim} is out of range for a tensor of "
+                                   f"rank {nd} (expected [{-nd}, {nd - 1}])")
+    return dim + nd if dim < 0 else dim
+
+
 def _permute(self, *dims):
     dims = _shape_arg(dims)
     nd = self.ndim
-    norm = [d + nd if d < 0 else d for d in dims]
+    norm = [_dim(d, nd, "permute") for d in dims]
     if sorted(norm) != list(range(nd)):
         raise InvalidArgumentError(f"permute: {tuple(dims)} is not a permutation of {nd} dims")
     out = self._view([self.shape[d] for d in norm], [self.strides[d] for d in norm], self._offset)
@@ -163,6 +185,7 @@ def _permute(self, *dims):
 
 def _transpose(self, dim0, dim1):
     order = list(range(self.ndim))
+    dim0, dim1 = (_dim(int(d), self.ndim, "transpose") for d in (dim0, dim1))
     order[dim0], order[dim1] = order[dim1], order[dim0]
     return _permute(self, *order)
 
@@ -186,7 +209,7 @@ def _basic_view(self, index):
                                   "use ints, slices, None and ...")
     n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
     if n_real > self.ndim:
-        raise IndexError(f"too many indices ({n_real}) for tensor of dimension {self.ndim}")
+        raise IndexOutOfRangeError(f"too many indices ({n_real}) for tensor of dimension {self.ndim}")
     if Ellipsis in index:
         at = index.index(Ellipsis)
         index = index[:at] + (slice(None),) * (self.ndim - n_real) + index[at + 1:]
@@ -211,7 +234,8 @@ def _basic_view(self, index):
         elif isinstance(i, numbers.Integral):
             j = int(i) + size if i < 0 else int(i)
             if not 0 <= j < size:
-                raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {size}")
+                raise IndexOutOfRangeError(
+                    f"index {i} is out of bounds for dimension {dim} with size {size}")
             offset += j * stride
         else:
             raise TypeError(f"unsupported index {i!r}")

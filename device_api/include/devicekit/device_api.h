@@ -456,7 +456,18 @@ typedef DK_Error* DK_Memcpy(DK_Memcpy_Args* args);
 
 /* A tensor view. Owned by the SDK; valid only for the duration of the kernel
  * call (copy shape/strides if the work runs later). The memory `data` points
- * at must be used only by work enqueued on the kernel's stream. */
+ * at must be used only by work enqueued on the kernel's stream.
+ *
+ * Strides of empty views (one rule for the SDK and every plugin): a view with
+ * a dimension of size 0 has no element to address, so its strides carry no
+ * meaning. The SDK gives a new tensor the row-major strides in which a size-0
+ * dimension counts as size 1 (shape [3, 0] -> strides [1, 1]), and a plugin
+ * must treat every view with zero elements as dense row-major contiguous
+ * whatever its strides. The SDK launches no kernel whose outputs are all
+ * empty; it does pass empty inputs to a kernel with a non-empty output (a
+ * reduce_sum over an empty axis, which writes the identity, 0). Element
+ * counts and byte sizes of every view fit in int64: the SDK refuses larger
+ * shapes before anything is allocated. */
 typedef struct DK_TensorView {
   size_t struct_size;
   void* data;             /* device pointer to element [0, ..., 0]; may be

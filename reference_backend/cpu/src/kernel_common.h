@@ -31,7 +31,12 @@ inline std::string dims(const View& v) {
   return s + "]";
 }
 
+// The header's rule (DK_TensorView): a view with zero elements is contiguous
+// whatever its strides; otherwise size-1 dims may have any stride.
 inline bool is_contiguous(const View& v) {
+  for (int32_t d = 0; d < v.rank; ++d) {
+    if (v.shape[d] == 0) return true;
+  }
   int64_t expected = 1;
   for (int32_t d = v.rank - 1; d >= 0; --d) {
     if (v.shape[d] != 1 && v.strides[d] != expected) return false;  // size-1 dims: any stride

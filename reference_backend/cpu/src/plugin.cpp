@@ -3,6 +3,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <system_error>
 #include <thread>
@@ -50,6 +51,39 @@ uint64_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
 }
+
+// The first unsigned number in `path` after `key` (the whole file when key is
+// ""), times `scale`; 0 when the file or the key is missing or says "max".
+uint64_t read_number(const char* path, const char* key, uint64_t scale) {
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t v = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    const size_t k = std::strlen(key);
+    if (std::strncmp(line, key, k) != 0) continue;
+    unsigned long long x = 0;
+    if (std::sscanf(line + k, " %llu", &x) == 1) v = uint64_t(x) * scale;
+    break;
+  }
+  std::fclose(f);
+  return v;
+}
+
+// Memory this process can actually get now: MemAvailable, lowered by a
+// cgroup v2 limit when there is one. Physical RAM would be a promise the
+// host cannot keep (the kernel's OOM killer, not an OutOfMemoryError).
+uint64_t available_memory_bytes() {
+  uint64_t avail = read_number("/proc/meminfo", "MemAvailable:", 1024);
+  if (avail == 0) avail = physical_memory_bytes();
+  const uint64_t limit = read_number("/sys/fs/cgroup/memory.max", "", 1);
+  const uint64_t used = read_number("/sys/fs/cgroup/memory.current", "", 1);
+  if (limit > 0 && limit > used && limit - used < avail) avail = limit - used;
+  return avail;
+}
+
+// Default budget: this fraction of the available memory, split over the devices.
+constexpr uint64_t kBudgetPercent = 50;
 
 constexpr int32_t kMaxDevices = 64;  // plenty for multi-device tests; catches typos
 
@@ -188,12 +222,12 @@ DK_Error* dk_cpu_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
                         "Hint: unset it to use every core.",
                         kCall, env);
     }
-    uint64_t memory = physical_memory_bytes();
+    uint64_t memory = available_memory_bytes() / 100 * kBudgetPercent / devices;
     env = std::getenv("DEVICEKIT_CPU_MEMORY_BYTES");
     if (env != nullptr && (!parse_u64(env, &memory) || memory == 0)) {
       return make_error(DK_ERROR_INVALID_ARGUMENT,
                         "%s: DEVICEKIT_CPU_MEMORY_BYTES='%s'; expected a positive integer "
-                        "number of bytes. Hint: unset it to use the machine's memory.",
+                        "number of bytes. Hint: unset it for half the available memory.",
                         kCall, env);
     }
     if (memory == 0) {

@@ -5,8 +5,12 @@
 // check_device_memory): a host pointer, a freed buffer or an out-of-bounds
 // view fails at the call that passed it, as it would crash on a real device.
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "internal.h"
@@ -49,6 +53,49 @@ bool is_device_memory(int32_t device, const void* p) {
   Device& d = plugin().devices[device];
   std::lock_guard<std::mutex> lock(d.mem_mu);
   return find_allocation(d, uintptr_t(p)) != d.allocations.end();
+}
+
+// Committed memory: an allocation that succeeds is backed by real pages now,
+// so running out shows as OUT_OF_MEMORY here and never as the kernel's OOM
+// killer in the middle of a later kernel. Large blocks are mmap'ed and
+// prefaulted with MADV_POPULATE_WRITE, which fails cleanly (ENOMEM) when the
+// host cannot supply them; small ones come from malloc and are touched page by
+// page (their total is bounded by the budget, see Plugin_Initialize).
+constexpr size_t kMapThreshold = size_t(256) << 10;
+
+void touch_pages(void* p, size_t n) {
+  const size_t page = size_t(sysconf(_SC_PAGE_SIZE));
+  auto* c = static_cast<volatile char*>(p);
+  for (size_t i = 0; i < n; i += page) c[i] = 0;
+  if (n > 0) c[n - 1] = 0;
+}
+
+void* commit(size_t n) {
+  if (n < kMapThreshold) {
+    // aligned_alloc wants a multiple of the alignment; stats count what was asked.
+    void* p = std::aligned_alloc(kAlignment, (n + kAlignment - 1) / kAlignment * kAlignment);
+    if (p != nullptr) touch_pages(p, n);
+    return p;
+  }
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(p, n, MADV_POPULATE_WRITE) == 0) return p;
+  if (errno != EINVAL) {  // EINVAL: a kernel older than 5.14; anything else: no memory
+    munmap(p, n);
+    return nullptr;
+  }
+#endif
+  touch_pages(p, n);
+  return p;
+}
+
+void release(void* p, size_t n) {
+  if (n < kMapThreshold) {
+    std::free(p);
+  } else {
+    munmap(p, n);
+  }
 }
 
 struct CopyPayload {
@@ -139,12 +186,8 @@ DK_Error* dk_cpu_Memory_Allocate(DK_Memory_Allocate_Args* args) {
     Device& d = plugin().devices[args->device];
     const uint64_t total = plugin().total_memory;
     std::lock_guard<std::mutex> lock(d.mem_mu);
-    const uint64_t available = total - d.bytes_in_use;
-    void* p = nullptr;
-    if (args->size <= available) {
-      // aligned_alloc wants a multiple of the alignment; stats count what was asked.
-      p = std::aligned_alloc(kAlignment, (args->size + kAlignment - 1) / kAlignment * kAlignment);
-    }
+    const uint64_t available = total > d.bytes_in_use ? total - d.bytes_in_use : 0;
+    void* p = args->size <= available ? commit(args->size) : nullptr;
     if (p == nullptr) {
       return make_error(DK_ERROR_OUT_OF_MEMORY,
                         "%s: cannot allocate %zu bytes on cpu:%d; %llu bytes available "
@@ -153,11 +196,14 @@ DK_Error* dk_cpu_Memory_Allocate(DK_Memory_Allocate_Args* args) {
                         kCall, args->size, args->device, (unsigned long long)available,
                         (unsigned long long)d.bytes_in_use, (unsigned long long)total,
                         d.allocations.size(),
-                        args->size <= available ? "; the host allocator refused" : "");
+                        args->size <= available ? "; the host could not commit that much" : "");
     }
-    std::unique_ptr<void, void (*)(void*)> owner(p, std::free);  // if emplace throws
-    d.allocations.emplace(uintptr_t(p), args->size);
-    owner.release();
+    try {
+      d.allocations.emplace(uintptr_t(p), args->size);
+    } catch (...) {
+      release(p, args->size);
+      throw;
+    }
     d.bytes_in_use += args->size;
     d.peak_bytes_in_use = std::max(d.peak_bytes_in_use, d.bytes_in_use);
     args->ptr = p;
@@ -177,8 +223,8 @@ DK_Error* dk_cpu_Memory_Free(DK_Memory_Free_Args* args) {
       auto it = d.allocations.find(uintptr_t(args->ptr));
       if (it != d.allocations.end()) {
         d.bytes_in_use -= it->second;
+        release(args->ptr, it->second);
         d.allocations.erase(it);
-        std::free(args->ptr);
         return nullptr;
       }
     }
