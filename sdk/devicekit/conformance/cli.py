@@ -35,6 +35,8 @@ def add_parser(sub):
                    help="core: no large shapes; full (default): everything")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
     p.add_argument("--list", action="store_true", help="print the selected case ids and exit")
+    p.add_argument("-x", "--exitfirst", action="store_true",
+                   help="stop after the first fail/error/crash (a partial report; mutation runs)")
     p.set_defaults(func=run)
     sub2 = p.add_subparsers(dest="conformance_command", metavar="{diff}")
     d = sub2.add_parser("diff", help="compare two report.json files (exit 1 if anything that "
@@ -140,9 +142,12 @@ def run(args):
         results = runner.run(cases, device=target.device.name if not args.plugin else args.device,
                              plugin=os.path.abspath(args.plugin) if args.plugin else None,
                              level=args.level, jobs=args.jobs, timeout=args.timeout,
-                             on_result=progress)
+                             on_result=progress, stop_on_failure=args.exitfirst)
     except runner.Interrupted as e:
         interrupted, results = True, e.results
+        cases = [c for c in cases if c.id in results]
+        partial = True
+    if args.exitfirst and len(results) < len(cases):  # stopped at the first failure
         cases = [c for c in cases if c.id in results]
         partial = True
     progress.finish()

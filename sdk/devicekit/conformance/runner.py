@@ -90,7 +90,8 @@ class Interrupted(Exception):
         self.results = results
 
 
-def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None):
+def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None,
+        stop_on_failure=False):
     """{case id: result dict} for ``cases``; ``on_result(case, result)`` is
     called (under a lock) as each finishes, for progress output. Ctrl-C stops
     the workers and raises :class:`Interrupted` with the results so far."""
@@ -108,6 +109,8 @@ def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None):
             results[case.id] = result
             if on_result:
                 on_result(case, result)
+            if stop_on_failure and result["outcome"] in ("fail", "error", "crash"):
+                stop.set()  # the other slots finish their current case and stop
 
     def slot():
         worker = None
@@ -126,8 +129,8 @@ def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None):
                         continue
                 start = time.perf_counter()
                 answer = worker.run(case.id, timeout)
-                if stop.is_set():
-                    break
+                if stop.is_set() and not isinstance(answer, dict):
+                    break  # (Ctrl-C killed the worker)
                 if isinstance(answer, dict):
                     answer.pop("id", None)
                     record(case, answer)
