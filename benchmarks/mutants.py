@@ -177,5 +177,27 @@ MUTANTS = [
      "fused"),
 ]
 
+MUTANTS += [
+    # ---- argument checking ----
+    ("same_dtype_checks_size_only", "kernel_common.h", "  if (v.dtype == ref.dtype) return nullptr;",
+     "  if (dtype_size(DK_DType(v.dtype)) == dtype_size(DK_DType(ref.dtype))) return nullptr;",
+     "arguments"),
+    ("axis_negative_accepted", "kernel_common.h",
+     "inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {\n",
+     "inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {\n"
+     "  if (axis < 0) return nullptr;\n", "arguments"),
+    # ---- the runtime contract ----
+    ("memory_stats_rounded_blocks", "runtime.cpp",
+     "    d.allocations.emplace(uintptr_t(p), args->size);\n    owner.release();\n"
+     "    d.bytes_in_use += args->size;",
+     "    d.allocations.emplace(uintptr_t(p), (args->size + 255) / 256 * 256);\n    owner.release();\n"
+     "    d.bytes_in_use += (args->size + 255) / 256 * 256;", "runtime"),
+    ("event_query_always_reached", "stream.cpp",
+     "args->reached = point == nullptr || point->reached.load();", "args->reached = 1;", "runtime"),
+    ("stream_sync_keeps_error", "stream.cpp",
+     "    drain(args->stream);\n    return take_error(args->stream);",
+     "    drain(args->stream);\n    return nullptr;", "runtime"),
+]
+
 #: A fast subset for CI: one per kind, each cheap to build (small files).
 CI_SUBSET = ["bf16_round_half_up", "gather_index_equal_size_accepted", "argmax_last_tie"]

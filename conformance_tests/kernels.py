@@ -154,8 +154,12 @@ def check_direct(ctx, op, dtype, shape):
 
 
 def _other_dtype(target, op, dtype):
-    """A dtype the plugin declares for ``op`` other than ``dtype`` (or None)."""
+    """A dtype the plugin declares for ``op`` other than ``dtype`` (or None),
+    one of the same size first (float32 vs int32): a check that compares only
+    element sizes lets that through."""
     others = [d for d in spec_dtypes(op)[0] if d != dtype and d in target.declared.get(op, ())]
+    size = O.np_dtype(dtype).itemsize
+    others.sort(key=lambda d: O.np_dtype(d).itemsize != size)
     return others[0] if others else None
 
 

@@ -195,7 +195,8 @@ def fill_value(dtype, shape):
         return {"inexact": 2, "big": -7}.get(shape, True)  # anything != 0 is true
     if dtype not in FLOATS:
         i = np.iinfo(O.np_dtype(dtype))
-        return {"big": int(i.max), "inexact": int(i.min), "tie": -1 if i.min < 0 else 200,
+        # big: max - 1 (int64: 2**63 - 2, which a fill through float64 turns into max)
+        return {"big": int(i.max) - 1, "inexact": int(i.min), "tie": -1 if i.min < 0 else 200,
                 "neg_zero": 0}.get(shape, 7)
     p = _P[dtype]
     return {"inexact": 0.1, "neg_zero": -0.0, "tie": 1.0 + 2.0 ** -p,
@@ -236,8 +237,13 @@ def cast_ties(ctx, src, dst):
         if i is not None:
             v = v[(v > i.min - 1) & (v < i.max + 1)]
     if src in _P:
+        if dst in _P and _P[src] > _P[dst] + 1:  # just off the ties: double rounding shows
+            off = np.ldexp(1.0, -min(_P[src] - 2, 40))
+            v = np.concatenate([v, v * (1 + off), v * (1 - off)])
         x = O.round_to(v, src)
         x = x[x.astype(np.float64) == v]  # exactly representable in src only
+        if dst in ("bfloat16", "float16") and src in ("float32", "float64"):
+            x = np.concatenate([x, _signaling_nans(src)])
     else:
         vi = np.trunc(v[np.isfinite(v) & (np.abs(v) < 2**62)]).astype(np.int64)
         info = np.iinfo(O.np_dtype(src)) if src != "bool" else None
@@ -248,6 +254,14 @@ def cast_ties(ctx, src, dst):
         xv = x.astype(np.float64)
         x = x[(xv > i.min - 1) & (xv < i.max + 1)]
     return x
+
+
+def _signaling_nans(src):
+    """NaNs whose payload is only in the low bits (signaling): a narrowing cast
+    that truncates them gives Inf; the spec says NaN stays NaN."""
+    if src == "float32":
+        return np.array([0x7F800001, 0xFF800001, 0x7F800100], np.uint32).view(np.float32)
+    return np.array([0x7FF0000000000001, 0x7FF0000000001000], np.uint64).view(np.float64)
 
 
 def cast_input(ctx, src, dst):

@@ -99,6 +99,14 @@ def _report_dir_problem(folder):
 
 
 def run(args):
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # before or after the cases (during them: a partial report)
+        print("devicekit conformance: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _run(args):
     from .. import errors
     from . import console, registry, report, runner
     from .target import describe, open_target
@@ -156,9 +164,9 @@ def run(args):
         corpus = {"checked": False, "ok": False,
                   "reason": f"interrupted (Ctrl-C) after {len(results)} of {len(all_cases)} cases"}
     elif partial:  # a filter makes the op x dtype floor meaningless: say so instead
+        why = f"filter {filters}" if filters else "stopped at the first failure (--exitfirst)"
         corpus = {"checked": False, "ok": True,
-                  "reason": f"partial run (filter {filters}): "
-                            f"{len(cases)} of {len(all_cases)} cases selected"}
+                  "reason": f"partial run ({why}): {len(cases)} of {len(all_cases)} cases"}
     else:
         corpus = registry.corpus_check(target, cases, results, {c.section for c in all_cases})
     run_info = {"level": args.level, "jobs": args.jobs, "filter": filters,
