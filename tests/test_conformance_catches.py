@@ -312,3 +312,16 @@ def test_a_missing_mutant_target_fails_loudly():
         sys.path.pop(0)
     with pytest.raises(mutation_run.PatchError, match="occurs 0 times"):
         mutation_run.apply("int x = 1;", "int y", "int z", "demo")
+
+
+def test_composite_needs_are_the_recorded_launches():
+    """composites.NEEDS (conformance_tests/_needs.json) is what the
+    decompositions really launch on cpu:0; regenerate it with
+    python -m devicekit.conformance_tests._needs --device cpu:0."""
+    import devicekit as dk
+    from devicekit.conformance_tests import _needs, composites
+
+    recorded = {k: set(v) for k, v in _needs.record(dk.device("cpu:0")).items()}
+    assert recorded == composites.NEEDS, {k: (sorted(recorded[k] ^ composites.NEEDS.get(k, set())))
+                                          for k in recorded if recorded[k] != composites.NEEDS.get(k)}
+    assert {"copy", "fill"} <= composites.NEEDS["layer_norm"]
