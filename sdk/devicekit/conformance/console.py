@@ -37,37 +37,47 @@ def _base_ops(report):
 
 def not_implemented_summary(report):
     """[(op, line)]: per base op with not-implemented cases, how many of its spec
-    dtypes the plugin declares, which required ones are missing, and which
-    composites/sections are blocked by it."""
-    declared = {k["op"]: k["dtypes"] for k in report.get("kernels", []) if k["implemented"]}
+    dtypes the plugin declares, which required ones are missing, how many of
+    its cases were blocked by another missing kernel, and which composites and
+    sections its absence blocks (read off the cases' messages)."""
+    declared = {k["op"]: set(k["dtypes"]) for k in report.get("kernels", []) if k["implemented"]}
     base = _base_ops(report)
-    missing, blocks = {}, {}
+    info, blocks = {}, {}
     for row in report["cases"]:
         if row["outcome"] != NOT_IMPLEMENTED:
             continue
-        if row["op"] in base:
-            m = missing.setdefault(row["op"], {"dtypes": set(), "required": set()})
-            m["dtypes"].add(row["dtype"])
-            if row["required"]:
-                m["required"].add(row["dtype"])
+        op = row["op"]
+        if op in base:
+            m = info.setdefault(op, {"spec": set(), "required": set(), "blocked": 0})
+            m["spec"].add(row["dtype"])
+            if row["dtype"] not in declared.get(op, set()):
+                if row["required"]:
+                    m["required"].add(row["dtype"])
+            elif row["section"] in ("ops", "kernels"):
+                m["blocked"] += 1
         names = set(re.findall(r"'([a-z_0-9]+)'", row["message"])) & base
-        for op in names - {row["op"]}:
-            blocks.setdefault(op, set()).add(row["op"] or row["section"])
-            missing.setdefault(op, {"dtypes": set(), "required": set()})
+        for other in names - {op}:
+            blocks.setdefault(other, set()).add(op or row["section"])
+            info.setdefault(other, {"spec": set(), "required": set(), "blocked": 0})
     out = []
-    for op in sorted(missing):
-        m = missing[op]
-        have = len(declared.get(op, []))
-        line = f"{op}: {have}/{have + len(m['dtypes'] - set(declared.get(op, [])))} dtypes"
-        if op not in declared:
+    for op in sorted(info):
+        m = info[op]
+        have = declared.get(op)
+        if have is None:
             line = f"{op}: no kernel"
+        else:
+            total = len(m["spec"] | have)
+            line = f"{op}: {len(have)}/{total} dtypes"
         if m["required"]:
             line += f"; missing required: {', '.join(sorted(m['required']))}"
+        if m["blocked"]:
+            line += f"; {m['blocked']} cases blocked by other missing kernels"
         if blocks.get(op):
             shown = sorted(blocks[op])
             line += f"; blocks {', '.join(shown[:8])}" + (f" and {len(shown) - 8} more"
                                                           if len(shown) > 8 else "")
-        out.append((op, line))
+        if m["required"] or m["blocked"] or blocks.get(op) or have is None or len(m["spec"]):
+            out.append((op, line))
     return out
 
 
