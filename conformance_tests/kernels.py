@@ -129,12 +129,15 @@ def plan(op, dtype, rng):
     raise KeyError(op)
 
 
-def _launch(ctx, op, ins, out_shape, out_dtype, attr):
+def _launch(ctx, op, ins, out_shape, out_dtype, attr, mangle=None):
     dev = ctx.device
     operands = [_raw.operand(dev, a, d) for a, d in ins]
     out = _raw.output(dev, out_shape, out_dtype)
     try:
-        codes = _raw.call(dev, op, [o.view() for o in operands], [out.view()], attr)
+        views = ([o.view() for o in operands], [out.view()])
+        if mangle is not None:
+            views = mangle(*views) or views
+        codes = _raw.call(dev, op, views[0], views[1], attr)
         got, bands_ok = out.fetch()
     finally:
         for o in operands + [out]:
@@ -197,6 +200,10 @@ def invalid_variants(target, op, dtype, rng):
         x = np.zeros(ins[0][0].shape, O.np_dtype(bad))
         v["undeclared_dtype"] = ([(x, bad)] + ins[1:], out_shape,
                                  bad if out_dtype == dtype else out_dtype, attr)
+    if ins:  # views the header forbids: a negative stride, an unknown dtype id
+        v["input_negative_stride"] = (ins, out_shape, out_dtype, attr, _negative_stride)
+        v["input_unknown_dtype_id"] = (ins, out_shape, out_dtype, attr, _unknown_dtype)
+    v["output_null_data"] = (ins, out_shape, out_dtype, attr, _null_output)
     if attr is not None:
         v["attrs_null"] = (ins, out_shape, out_dtype, None)
         v["attrs_struct_size_0"] = (ins, out_shape, out_dtype, b"\0" * len(attr))
@@ -212,10 +219,30 @@ def invalid_variants(target, op, dtype, rng):
     return v
 
 
+def _negative_stride(in_views, out_views):
+    addr, dt, shape, strides = in_views[0]
+    strides = list(strides)
+    if not shape:
+        return None
+    strides[0] = -abs(strides[0]) - 1
+    return [(addr, dt, shape, strides)] + in_views[1:], out_views
+
+
+def _unknown_dtype(in_views, out_views):
+    addr, _, shape, strides = in_views[0]
+    return [(addr, 42, shape, strides)] + in_views[1:], out_views
+
+
+def _null_output(in_views, out_views):
+    _, dt, shape, strides = out_views[0]
+    return in_views, [(0, dt, shape, strides)]
+
+
 def check_invalid(ctx, op, dtype, what):
     variants = invalid_variants(ctx.target, op, dtype, ctx.rng())
-    ins, out_shape, out_dtype, attr = variants[what]
-    (lc, lmsg, sc, smsg), got, bands_ok = _launch(ctx, op, ins, out_shape, out_dtype, attr)
+    ins, out_shape, out_dtype, attr, *mangle = variants[what]
+    (lc, lmsg, sc, smsg), got, bands_ok = _launch(ctx, op, ins, out_shape, out_dtype, attr,
+                                                  mangle[0] if mangle else None)
     assert lc == _raw.INVALID_ARGUMENT, (
         f"{op} ({what}): the kernel returned code {lc} ({lmsg or 'success'}); the header "
         f"requires DK_ERROR_INVALID_ARGUMENT from the call itself")

@@ -78,11 +78,23 @@ def event_query_while_pending(ctx):
                 assert np.array_equal(tail, pattern[-4096:]), (
                     f"round {round_}: Event_Query said reached while the copy it follows had "
                     f"not finished (the last bytes of the destination are stale)")
+            if stream.query():  # claims idle: the same holds for Stream_Query
+                dev.copy_d2h(tail, dst, src_offset=n - 4096)
+                assert np.array_equal(tail, pattern[-4096:]), (
+                    f"round {round_}: Stream_Query said idle while its copy had not finished")
             event.synchronize()
             assert event.query(), "Event_Query is false after Event_Synchronize returned"
             dev.copy_d2h(tail, dst, src_offset=n - 4096)
             assert np.array_equal(tail, pattern[-4096:]), \
                 f"round {round_}: data missing after Event_Synchronize"
+        # Device_Synchronize waits for every stream, not only the SDK's own.
+        dev.copy_h2d(dst, np.zeros(n, np.uint8))
+        for _ in range(4):
+            dev.copy_d2d(dst, src, n, stream=stream)
+        dev.synchronize()
+        dev.copy_d2h(tail, dst, src_offset=n - 4096)
+        assert np.array_equal(tail, pattern[-4096:]), \
+            "Device_Synchronize returned before a copy on another stream finished"
         stream.synchronize()
     finally:
         dev.synchronize()
