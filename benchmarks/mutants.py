@@ -92,7 +92,7 @@ MUTANTS = [
      "strides"),
     ("copy_odometer_rewind", "kernels.cpp",
      "src -= in.strides[d] * out.shape[d] * int64_t(kBytes);",
-     "src -= in.strides[d] * (out.shape[d] - (d == 0)) * int64_t(kBytes);", "strides"),
+     "src -= in.strides[d] * (out.shape[d] - (d > 0)) * int64_t(kBytes);", "strides"),
     # ---- reductions and scans ----
     ("sum_pairwise_drops_one", "kernels_reduce.cpp",
      "return R::combine(reduce_run<R>(p, half), reduce_run<R>(p + half, n - half));",

@@ -166,17 +166,32 @@ def check_where(ctx, op, dtype, shape):
 
 
 # copy is the SDK's materialiser: a dense copy of a view (exact, every bit).
-COPY_SHAPES = {"T": "T", "step": "step", "bcast": None}
+COPY_SHAPES = {"T": "T", "step": "step", "bcast": None, "perm3": (2, 0, 1), "perm4": (3, 1, 0, 2),
+               "bcast3": None, "large_perm3": (1, 2, 0)}
+PERM_SHAPES = {"perm3": (5, 6, 7), "perm4": (3, 4, 5, 6), "large_perm3": (33, 65, 31)}
 
 
 def check_copy(ctx, op, dtype, shape):
-    if shape == "bcast":
+    if shape in PERM_SHAPES:  # a permuted rank-3/4 view: every dim has its own stride
+        base = sample(ctx, dtype, PERM_SHAPES[shape])
+        view = tensor(ctx, base).permute(*COPY_SHAPES[shape])
+        a = np.transpose(base, COPY_SHAPES[shape])
+    elif shape == "bcast3":  # stride 0 in the middle dim of a rank-3 view
+        b = sample(ctx, dtype, (5, 1, 7))
+        view = tensor(ctx, b).expand(5, 6, 7)
+        a = np.broadcast_to(b, (5, 6, 7))
+    elif shape == "bcast":
         a = np.broadcast_to(sample(ctx, dtype, (1, 13)), (7, 13))
         view = tensor(ctx, np.ascontiguousarray(a[:1])).expand(7, 13)
     else:
         a = np.concatenate([edges(dtype), sample(ctx, dtype, (7 * 13 - len(edges(dtype)),))])
         a = a[:7 * 13].reshape(7, 13)
         view = tensor(ctx, a, COPY_SHAPES[shape])
+    if shape in PERM_SHAPES or shape == "bcast3":
+        got = run(ctx, "copy", lambda: view.contiguous())
+        O.assert_close(got, np.ascontiguousarray(a), dtype, op="copy", signed_zeros=True,
+                       case=f"{shape} seed={ctx.seed}")
+        return
     got = run(ctx, "copy", lambda: view.contiguous(), check=not view.is_contiguous())
     O.assert_close(got, np.ascontiguousarray(a), dtype, op="copy", case=f"{shape} seed={ctx.seed}",
                    signed_zeros=True)
