@@ -179,6 +179,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=[], help="mutant names")
     ap.add_argument("--kind", nargs="*", default=[], help="mutant kinds")
+    ap.add_argument("--headers", choices=("only", "skip"),
+                    help="only/skip mutants of headers (each rebuilds every unit that includes "
+                         "it: run the two halves side by side)")
     ap.add_argument("--jobs", type=int, default=2, help="conformance worker processes")
     ap.add_argument("--build-jobs", type=int, default=2)
     ap.add_argument("--workdir", help="keep the builds here (default: a temporary folder)")
@@ -192,7 +195,8 @@ def main(argv=None):
     if unknown:
         ap.error(f"unknown mutants: {sorted(unknown)}")
     selected = [m for m in MUTANTS if (not args.only or m[0] in args.only)
-                and (not args.kind or m[4] in args.kind)]
+                and (not args.kind or m[4] in args.kind)
+                and (args.headers is None or (m[1].endswith(".h") == (args.headers == "only")))]
     with tempfile.TemporaryDirectory(prefix="dk-mutants-") as tmp:
         workdir = args.workdir or tmp
         try:

@@ -123,10 +123,15 @@ def output(device, shape, dtype):
     return Operand(device, arr, dtype, guard=True)
 
 
-def call(device, op, inputs, outputs, attr_bytes=None):
+def call(device, op, inputs, outputs, attr_bytes=None, **malformed):
     """Calls ``op``'s kernel with the views ``inputs``/``outputs`` (tuples from
-    Operand.view). Returns (launch code, launch message, sync code, sync message)."""
-    return _core.raw_kernel_call(device, op_id(op), inputs, outputs, attr_bytes)
+    Operand.view). ``malformed``: op_field / args_struct_size overrides of
+    DK_Kernel_Args. Returns (launch code, launch message, sync code, sync message)."""
+    return _core.raw_kernel_call(device, op_id(op), inputs, outputs, attr_bytes, **malformed)
+
+
+def supports_malformed_args():
+    return "op_field" in (_core.raw_kernel_call.__doc__ or "")
 
 
 def available():

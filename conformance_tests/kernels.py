@@ -129,7 +129,7 @@ def plan(op, dtype, rng):
     raise KeyError(op)
 
 
-def _launch(ctx, op, ins, out_shape, out_dtype, attr, mangle=None):
+def _launch(ctx, op, ins, out_shape, out_dtype, attr, mangle=None, malformed=None):
     dev = ctx.device
     operands = [_raw.operand(dev, a, d) for a, d in ins]
     out = _raw.output(dev, out_shape, out_dtype)
@@ -137,7 +137,7 @@ def _launch(ctx, op, ins, out_shape, out_dtype, attr, mangle=None):
         views = ([o.view() for o in operands], [out.view()])
         if mangle is not None:
             views = mangle(*views) or views
-        codes = _raw.call(dev, op, views[0], views[1], attr)
+        codes = _raw.call(dev, op, views[0], views[1], attr, **(malformed or {}))
         got, bands_ok = out.fetch()
     finally:
         for o in operands + [out]:
@@ -204,6 +204,12 @@ def invalid_variants(target, op, dtype, rng):
         v["input_negative_stride"] = (ins, out_shape, out_dtype, attr, _negative_stride)
         v["input_unknown_dtype_id"] = (ins, out_shape, out_dtype, attr, _unknown_dtype)
     v["output_null_data"] = (ins, out_shape, out_dtype, attr, _null_output)
+    if _raw.supports_malformed_args():  # DK_Kernel_Args itself malformed
+        other_op = "neg" if op != "neg" else "abs"
+        v["args_op_mismatch"] = (ins, out_shape, out_dtype, attr, None,
+                                 {"op_field": _raw.op_id(other_op)})
+        v["args_struct_size_0"] = (ins, out_shape, out_dtype, attr, None,
+                                   {"args_struct_size": 0})
     if attr is not None:
         v["attrs_null"] = (ins, out_shape, out_dtype, None)
         v["attrs_struct_size_0"] = (ins, out_shape, out_dtype, b"\0" * len(attr))
@@ -240,9 +246,10 @@ def _null_output(in_views, out_views):
 
 def check_invalid(ctx, op, dtype, what):
     variants = invalid_variants(ctx.target, op, dtype, ctx.rng())
-    ins, out_shape, out_dtype, attr, *mangle = variants[what]
+    ins, out_shape, out_dtype, attr, *extra = variants[what]
+    mangle, malformed = (extra + [None, None])[:2]
     (lc, lmsg, sc, smsg), got, bands_ok = _launch(ctx, op, ins, out_shape, out_dtype, attr,
-                                                  mangle[0] if mangle else None)
+                                                  mangle, malformed or {})
     assert lc == _raw.INVALID_ARGUMENT, (
         f"{op} ({what}): the kernel returned code {lc} ({lmsg or 'success'}); the header "
         f"requires DK_ERROR_INVALID_ARGUMENT from the call itself")

@@ -54,7 +54,8 @@ struct Views {
 void bind_raw(py::module_& m) {
   m.def("raw_kernel_call", [](const std::shared_ptr<Device>& dev, int op,
                               const std::vector<ViewSpec>& inputs,
-                              const std::vector<ViewSpec>& outputs, py::object attrs) {
+                              const std::vector<ViewSpec>& outputs, py::object attrs,
+                              int op_field, int64_t args_struct_size) {
     if (op < 0 || op >= kNumOps) invalid_argument("raw_kernel_call: op id out of range");
     DK_KernelFn* fn = dev->plugin()->kernel(DK_OpId(op));
     if (fn == nullptr) {
@@ -65,9 +66,10 @@ void bind_raw(py::module_& m) {
     std::string attr_bytes = attrs.is_none() ? std::string() : attrs.cast<std::string>();
     Views in(inputs), out(outputs);
     auto a = DK_ARGS(DK_Kernel_Args);
+    if (args_struct_size >= 0) a.struct_size = size_t(args_struct_size);  // a malformed call
     a.device = dev->index();
     a.stream = dev->default_stream();
-    a.op = op;
+    a.op = op_field >= -1000000 ? op_field : op;  // default: the op whose kernel is called
     a.num_inputs = int32_t(in.ptrs.size());
     a.inputs = in.ptrs.empty() ? nullptr : in.ptrs.data();
     a.num_outputs = int32_t(out.ptrs.size());
@@ -79,11 +81,14 @@ void bind_raw(py::module_& m) {
     Outcome synced = outcome_of([&] { dev->synchronize(dev->default_stream()); });
     return std::make_tuple(launched.first, launched.second, synced.first, synced.second);
   }, py::arg("device"), py::arg("op"), py::arg("inputs"), py::arg("outputs"),
-     py::arg("attrs") = py::none(),
+     py::arg("attrs") = py::none(), py::arg("op_field") = -2000000,
+     py::arg("args_struct_size") = -1,
      "Calls base op `op`'s kernel directly on the device's default stream with views "
      "[(address, dtype id, shape, strides in elements)] and raw attribute bytes (or None), "
-     "then synchronises that stream. Returns (launch code, launch message, sync code, "
-     "sync message); code 0 is success. Conformance use only: nothing is checked.");
+     "then synchronises that stream. `op_field` / `args_struct_size`: other values for "
+     "DK_Kernel_Args.op / .struct_size (malformed calls). Returns (launch code, launch "
+     "message, sync code, sync message); code 0 is success. Conformance use only: nothing "
+     "is checked.");
 }
 
 }  // namespace dk
