@@ -2,7 +2,9 @@
 CLI, reports and determinism behave as documented (docs/conformance.md).
 
 Needs: a C compiler (the faulty plugins wrap the installed reference CPU
-plugin, one fault each: tests/conformance_plugins/faulty.c) and cpu:0.
+plugin, one fault each: tests/conformance_plugins/faulty.c), cc and c++ for
+the mutation subset (benchmarks/mutation_run.py builds variants of
+reference_backend/cpu from source), and cpu:0.
 """
 
 import json
@@ -285,6 +287,7 @@ def test_ctrl_c_writes_a_partial_report(tmp_path):
     assert 0 < report["summary"]["total"] and not report["summary"]["passed"]
 
 
+@pytest.mark.slow
 def test_mutants_of_the_cpu_plugin_are_killed(tmp_path):
     """The CI subset of the mutation run (benchmarks/mutation_run.py; the full
     run and its kill rate are in docs/conformance.md): each mutant is one
