@@ -204,6 +204,9 @@ def invalid_variants(target, op, dtype, rng):
         v["input_negative_stride"] = (ins, out_shape, out_dtype, attr, _negative_stride)
         v["input_unknown_dtype_id"] = (ins, out_shape, out_dtype, attr, _unknown_dtype)
     v["output_null_data"] = (ins, out_shape, out_dtype, attr, _null_output)
+    inplace = _caps(target, op) & 4  # DK_KERNEL_CAP_INPLACE
+    if ins and not inplace and ins[0][1] == out_dtype and tuple(ins[0][0].shape) == tuple(out_shape):
+        v["output_aliases_input"] = (ins, out_shape, out_dtype, attr, _alias_output)
     if _raw.supports_malformed_args():  # DK_Kernel_Args itself malformed
         other_op = "neg" if op != "neg" else "abs"
         v["args_op_mismatch"] = (ins, out_shape, out_dtype, attr, None,
@@ -237,6 +240,21 @@ def _negative_stride(in_views, out_views):
 def _unknown_dtype(in_views, out_views):
     addr, _, shape, strides = in_views[0]
     return [(addr, 42, shape, strides)] + in_views[1:], out_views
+
+
+def _caps(target, op):
+    try:
+        kernels = target.device.plugin.kernels()
+    except AttributeError:  # (a stand-in target without a plugin)
+        return 0
+    return next((k["caps"] for k in kernels if k["op"] == op), 0)
+
+
+def _alias_output(in_views, out_views):
+    """The output is input 0's memory: without DK_KERNEL_CAP_INPLACE the header
+    says no output aliases an input."""
+    _, dt, shape, strides = out_views[0]
+    return in_views, [(in_views[0][0], dt, shape, strides)]
 
 
 def _null_output(in_views, out_views):

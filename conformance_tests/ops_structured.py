@@ -102,7 +102,8 @@ ARGMAX_CASES = {"all": ((7, 13), None, False), "ax0": ((7, 13), 0, False),
                 "T_ax0": ((7, 13), 0, True), "0d": ((), None, False),
                 "nan_rows": ((6, 5), 1, False), "ties": ((9, 11), 0, False),
                 "large_ties_row": ((3, 70001), 1, False), "large_ties_all": ((1048577,), None, False),
-                "ties_ax1_3d": ((4, 300, 5), 1, True), "specials": ((9, 300), 1, False)}
+                "ties_ax1_3d": ((4, 300, 5), 1, True), "specials": ((9, 300), 1, False),
+                "ties_ax0_wide": ((33, 130), 0, False)}
 
 
 def _plant_ties(ctx, x):
@@ -142,7 +143,7 @@ CUMSUM_CASES = {"1d": ((7,), 0), "ax0": ((7, 13), 0), "ax1": ((7, 13), 1), "ax-1
                 "large_ax0": ((257, 129), 0), "T_ax1": ((7, 13), 1), "empty": ((0, 5), 0),
                 "one": ((1,), 0), "large_1d_exact": ((65537,), 0),
                 "large_rows_exact": ((3, 70001), 1), "ax1_3d_exact": ((4, 300, 5), 1),
-                "ax0_3d": ((33, 4, 5), 0)}
+                "ax0_3d": ((33, 4, 5), 0), "ax0_wide_exact": ((40, 150), 0)}
 
 
 def check_cumsum(ctx, op, dtype, shape):
