@@ -77,12 +77,28 @@ def _float_mask(rng):
     return _sdpa(rng, 2, 2, 1, 4, 6, 3, 5, mask=mask)
 
 
-def _ce(rng, n, c, ignore=0, spatial=(), reduction="mean"):
+def _ce(rng, n, c, ignore=0, spatial=(), reduction="mean", scale=1.0):
     target = rng.integers(0, c, (n, *spatial))
     if ignore:
         target.reshape(-1)[:ignore] = -100
-    return Call([_u(rng, n, c, *spatial), target], {"reduction": reduction},
+    return Call([_u(rng, n, c, *spatial) * scale, target], {"reduction": reduction},
                 n=c * (target.size if reduction != "none" else 1))
+
+
+def _large_logits(rng, rows, d):
+    """Logits of magnitude ~100 (exp overflows float32 without the max
+    subtraction); the row maximum sits first, last, in the vector tail or in
+    the middle, so a max taken over only some lanes is seen."""
+    x = _u(rng, rows, d) * 50
+    for i in range(rows):  # ~100 above the rest: exp(x - partial max) overflows float32
+        x[i, [0, d - 1, d - 3, d // 2][i % 4]] = 195.0
+    return x
+
+
+def _tiny_rows(rng, rows, d, scale):
+    """Rows of magnitude ``scale``, where eps is not negligible against the
+    variance (an eps added outside the square root, or forgotten, is seen)."""
+    return _u(rng, rows, d) * scale
 
 
 def _adamw(rng, shape):
@@ -98,17 +114,21 @@ CALLS = {
         "odd": lambda r: Call([_u(r, 7, 13) * 4], {"axis": -1}, n=13),
         "axis0": lambda r: Call([_u(r, 5, 3, 7)], {"axis": 0}, n=5),
         "neg_inf": lambda r: Call([_with_neg_inf(r, (3, 9))], {"axis": -1}, n=9),
+        "large_logits": lambda r: Call([_large_logits(r, 8, 37)], {"axis": -1}, n=37),
+        "long_rows": lambda r: Call([_u(r, 3, 1031) * 8], {"axis": -1}, n=1031),
     },
     "log_softmax": {
         "one": lambda r: Call([_u(r, 1, 1)]),
         "odd": lambda r: Call([_u(r, 7, 13) * 4], n=13),
         "axis1": lambda r: Call([_u(r, 2, 5, 3)], {"axis": 1}, n=5),
+        "large_logits": lambda r: Call([_large_logits(r, 8, 37)], n=37),
     },
     "logsumexp": {
         "one": lambda r: Call([_u(r, 1)], {"axis": 0}),
         "odd": lambda r: Call([_u(r, 7, 13) * 4], {"axis": 1}, n=13),
         "keepdims": lambda r: Call([_u(r, 5, 3)], {"axis": 0, "keepdims": True}, n=5),
         "neg_inf_row": lambda r: Call([_logsumexp_rows(r)], {"axis": 1}, n=6),
+        "large_logits": lambda r: Call([_large_logits(r, 8, 37)], {"axis": 1}, n=37),
     },
     "mean": {
         "one": lambda r: Call([_u(r, 1)]),
@@ -124,11 +144,16 @@ CALLS = {
         "one": lambda r: Call([_u(r, 3, 1)], n=1),
         "odd": lambda r: Call([_u(r, 7, 13), _u(r, 13), _u(r, 13)], n=13),
         "offset": lambda r: Call([_u(r, 2, 3, 17) + 50.0], {"eps": 1e-3}, n=17),
+        "tiny_rows": lambda r: Call([_tiny_rows(r, 5, 33, 1e-3), _u(r, 33), _u(r, 33)],
+                                    {"eps": 1e-5}, n=33),
+        "long_rows": lambda r: Call([_u(r, 3, 4099), _u(r, 4099)], n=4099),
     },
     "rms_norm": {
         "one": lambda r: Call([_u(r, 1, 1), _u(r, 1)]),
         "odd": lambda r: Call([_u(r, 7, 13), _u(r, 13)], n=13),
         "no_weight": lambda r: Call([_u(r, 2, 3, 17)], {"eps": 1e-5}, n=17),
+        "tiny_rows": lambda r: Call([_tiny_rows(r, 5, 33, 1e-4), _u(r, 33)], {"eps": 1e-6}, n=33),
+        "long_rows": lambda r: Call([_u(r, 3, 4099), _u(r, 4099)], n=4099),
     },
     "relu": {
         "one": lambda r: Call([_u(r, 1)]),
@@ -172,6 +197,7 @@ CALLS = {
         "spatial_none": lambda r: _ce(r, 2, 5, spatial=(3,), reduction="none", ignore=1),
         "sum": lambda r: _ce(r, 5, 4, reduction="sum"),
         "all_ignored": lambda r: _ce(r, 3, 4, ignore=3),  # mean of nothing: NaN
+        "large_logits": lambda r: _ce(r, 9, 37, scale=60.0),
     },
     "dropout": {
         "one": lambda r: Call([_u(r, 1)], {"p": 0.5, "seed": 7}),
@@ -185,6 +211,12 @@ CALLS = {
         "bool_mask_bcast": lambda r: _sdpa(r, 2, 2, 2, 4, 6, 4, 4, mask=r.random((6,)) < 0.7),
         "float_mask": _float_mask,
         "fully_masked": _fully_masked,
+        # lengths spanning several 64-query / 128-key tiles (online rescaling
+        # across key tiles, the causal boundary inside and between tiles)
+        "large_tiles": lambda r: _sdpa(r, 1, 2, 2, 150, 300, 16, 8),
+        "large_causal": lambda r: _sdpa(r, 1, 1, 1, 200, 200, 16, 16, is_causal=True),
+        "large_causal_lq_ne_lk": lambda r: _sdpa(r, 1, 2, 1, 130, 260, 8, 8, is_causal=True),
+        "large_scores": lambda r: _sdpa(r, 1, 1, 1, 70, 270, 32, 8, scale=2.0),
     },
     "conv2d": {
         "one": lambda r: Call([_u(r, 1, 1, 1, 1), _u(r, 1, 1, 1, 1)]),

@@ -24,45 +24,24 @@ from devicekit.conformance.case import Case, Section
 from devicekit.errors import NotImplementedByPlugin
 from devicekit.testing import oracle_nn
 
-from . import _nn
+from . import _needs, _nn
 from ._common import O, dk
 
 MIN_CASES_PER_COMPOSITE = 2  # every composite has at least "one" and "odd"
 
-# The base ops each decomposition launches in float32, read off the SDK's
-# decompositions (kernel counters of one run of every call class); a plugin
-# with NULL for one of them gets not-implemented for that composite.
-_LSE = {"reduce_max", "abs", "eq", "where", "sub", "exp", "reduce_sum", "log", "add"}
-_SIGMOID = {"le", "where", "neg", "exp", "add", "div"}
-NEEDS = {
-    "softmax": {"reduce_max", "sub", "exp", "reduce_sum", "div"},
-    "log_softmax": _LSE,
-    "logsumexp": _LSE,
-    "mean": {"reduce_sum", "div"},
-    "var": {"reduce_sum", "sub", "mul", "div"},
-    "layer_norm": {"reduce_sum", "div", "sub", "mul", "rsqrt", "add"},
-    "rms_norm": {"reduce_sum", "div", "mul", "rsqrt", "add"},
-    "relu": {"le", "where"},
-    "sigmoid": _SIGMOID,
-    "silu": _SIGMOID | {"mul"},
-    "gelu": {"mul", "erf", "tanh", "add"},
-    "swiglu": _SIGMOID | {"mul"},
-    "linear": {"matmul", "add"},
-    "embedding": {"gather"},
-    "rotary_embedding": {"mul", "add", "neg", "iota", "eq", "where"},
-    "cross_entropy": _LSE | {"ne", "gather", "neg", "div"},
-    "dropout": {"random_uniform", "le", "mul", "where"},
-    "scaled_dot_product_attention": _LSE | {"matmul", "mul", "iota", "le", "div"},
-    "conv2d": {"gather", "where", "matmul", "add"},
-    "max_pool2d": {"gather", "where", "reduce_max"},
-    "avg_pool2d": {"gather", "reduce_sum", "div"},
-    "adamw_step": {"mul", "add", "sub", "sqrt", "div"},
-}
+# The base ops each decomposition launches in float32, recorded from the
+# decompositions themselves (_needs.py; _needs.json is regenerated and checked
+# by the project's tests); a plugin with NULL for one of them gets
+# not-implemented for that composite.
+NEEDS = _needs.load()
+_ANY_DTYPE = {"cast", "copy", "fill"}  # launched on ids, masks and constants too
 
 
 def _missing(target, name, dtype):
     """Why the plugin cannot run composite ``name`` in ``dtype``, or None."""
-    lacking = sorted(op for op in NEEDS.get(name, ()) if "float32" not in target.declared.get(op, ()))
+    lacking = sorted(op for op in NEEDS.get(name, ())
+                     if op not in target.declared
+                     or (op not in _ANY_DTYPE and "float32" not in target.declared[op]))
     if lacking:
         return f"'{name}' decomposes into base ops the plugin lacks in float32: {lacking}"
     if dtype != "float32" and dtype not in target.declared.get("cast", ()):

@@ -16,14 +16,14 @@ from devicekit import ops
 from devicekit.conformance.case import Case, Section
 
 SECTION = Section("errors", "Errors reach the user; bad arguments never reach the plugin",
-                  order=40, min_cases=lambda target: 2 + len(INVALID))
+                  order=40, min_cases=lambda target: 4 + len(INVALID))
 
 
-def kernel_error(ctx, op):
+def kernel_error(ctx, op, bad=9):
     dev = ctx.device
     x = dk.tensor(np.zeros((4, 5), np.float32), device=dev)
     index = np.zeros((2, 5), np.int64)
-    index[1, 3] = 9  # out of range for dim 0 (size 4)
+    index[1, 3] = bad  # out of range for dim 0 (size 4); 4: off by one
     args = (x, 0, dk.tensor(index, device=dev))
     if op == "scatter_add":
         args += (dk.tensor(np.ones((2, 5), np.float32), device=dev),)
@@ -40,7 +40,7 @@ def kernel_error(ctx, op):
         raise AssertionError(f"{op}: expected the plugin's DeviceError, got "
                              f"{type(e).__name__}: {e}") from e
     else:
-        raise AssertionError(f"{op} with index 9 into a dimension of size 4 reported no error")
+        raise AssertionError(f"{op} with index {bad} into a dimension of size 4 reported no error")
     dev.synchronize()  # reported once; the device works again
     y = ops.add(x, x).numpy()
     assert y.shape == (4, 5) and not y.any(), "the device did not recover after a kernel error"
@@ -82,6 +82,8 @@ def rejected_before_plugin(ctx, name):
 def cases(target):
     out = [Case(id=f"errors/kernel_error_reaches_user/{op}", section="errors", op=None,
                 fn=functools.partial(kernel_error, op=op)) for op in ("gather", "scatter_add")]
+    out += [Case(id=f"errors/kernel_error_reaches_user/{op}/index_equals_size", section="errors",
+                 fn=functools.partial(kernel_error, op=op, bad=4)) for op in ("gather", "scatter_add")]
     out += [Case(id=f"errors/invalid_argument/{name}", section="errors",
                  fn=functools.partial(rejected_before_plugin, name=name)) for name in INVALID]
     return out

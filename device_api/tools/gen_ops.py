@@ -36,7 +36,23 @@ def load_spec(path=SPEC):
 
 
 def dtype_list(spec, dtypes):
-    return spec["dtype_groups"]["all"] if dtypes == "all" else dtypes
+    """A spec dtype field as a list: a group name ("all"), one dtype ("float32") or a list."""
+    if isinstance(dtypes, str):
+        return spec["dtype_groups"].get(dtypes, [dtypes])
+    return dtypes
+
+
+def bound_text(b):
+    """The error bound of an op (spec field error_bound) as one table cell."""
+    if b is None:
+        return "—"
+    if b["kind"] == "exact":
+        return "exact"
+    ulps = ", ".join(f"{d} {k}" for d, k in b["ulps"].items())
+    if b["kind"] == "ulp":
+        floor = f"; or {b['abs_floor_ulps_of_one']} ulp of 1.0" if b.get("abs_floor_ulps_of_one") else ""
+        return f"ulps: {ulps}{floor}"
+    return f"ulps(out): {ulps} + {b['lambda']}·√n·u·Σ\|terms\|"
 
 
 def _minor(version):
@@ -121,17 +137,20 @@ def docs_table(spec):
     lines = ["# Base operators", "",
              "Generated from `device_api/spec/base_ops.json` by `device_api/tools/gen_ops.py`;",
              "do not edit. The id is the `DK_OpId` value and the kernel-table index.", "",
-             "| id | op | since | inputs → outputs | attributes | dtypes (required) | semantics |",
-             "|---|---|---|---|---|---|---|"]
+             "| id | op | since | inputs → outputs | attributes | dtypes (required) | semantics "
+             "| error bound |",
+             "|---|---|---|---|---|---|---|---|"]
     for i, o in enumerate(spec["ops"]):
         dts = dtype_list(spec, o["dtypes"])
-        req = dtype_list(spec, o["required_dtypes"]) if o["required_dtypes"] != "float32" else ["float32"]
+        req = dtype_list(spec, o["required_dtypes"])
         dt_text = ", ".join(f"**{d}**" if d in req else d for d in dts)
         io = f"{', '.join(o['inputs']) or '—'} → {', '.join(o['outputs'])}"
         lines.append(f"| {i} | `{o['name']}` | {o['since']} | {io} | {o['attrs'] or '—'} | "
-                     f"{dt_text} | {o['semantics']} |")
+                     f"{dt_text} | {o['semantics']} | {bound_text(o.get('error_bound'))} |")
     lines += ["", "**Bold** dtypes are mandatory for a kernel that exists; others are declared",
               "per op by the plugin, and the SDK converts where a dtype is missing.", "",
+              "**Error bounds** (what `devicekit conformance` enforces against its float64",
+              "oracle, `devicekit.testing.bounds`): " + spec.get("about_error_bound", ""), "",
               "# Fused operators", "",
               "Composite ops a plugin may register fused kernels for (`DK_FusedKernelTable`,",
               "since 1.2). The id is the `DK_FusedOpId` value. `?` marks an optional input",

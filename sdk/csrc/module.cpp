@@ -196,5 +196,6 @@ PYBIND11_MODULE(_core, m) {
   bind_tensor(m);
   bind_ops(m);
   bind_fused(m);
+  bind_raw(m);
   bind_runtime(m, device_cls);
 }

@@ -92,7 +92,11 @@ class Context:
 
     target: Target
     seed: int
+    dtype: Optional[str] = None  # the case's dtype label
     _rng: object = None
+    #: (op, dtype) of the kernels this case checked, as the case ran them
+    #: (helpers record it; the corpus floor counts these, not the case labels).
+    ran: set = field(default_factory=set)
 
     @property
     def device(self):
@@ -134,8 +138,9 @@ def run_case(case, target):
                 "duration_s": 0.0}
     start = time.perf_counter()
     details = {}
+    ctx = Context(target, case.seed, case.dtype)
     try:
-        case.fn(Context(target, case.seed))
+        case.fn(ctx)
         outcome, message = PASS, ""
     except Skip as e:
         outcome, message = SKIPPED, str(e)
@@ -149,6 +154,7 @@ def run_case(case, target):
         outcome, message = ERROR, f"{type(e).__name__}: {e}"
         details["traceback"] = _short_tb(e)
     return {"outcome": outcome, "message": message, "details": details,
+            "ran": sorted([op, dt] for op, dt in ctx.ran),
             "duration_s": round(time.perf_counter() - start, 6)}
 
 

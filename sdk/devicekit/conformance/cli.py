@@ -3,15 +3,17 @@ summary, optionally write report.json / junit.xml / report.html.
 
 Exit codes: 0 every required case passed (and the corpus is complete);
 1 any fail/error/crash, a required not-implemented, a collapsed corpus, or a
-filter that selected nothing; 2 usage errors or a plugin/device that cannot
-be opened (its cause in one line).
+filter that selected nothing; 2 usage errors (including --timeout <= 0) or a
+plugin/device that cannot be opened (its cause in one line); 3 a --report
+folder that cannot be written (checked before any case runs); 130 Ctrl-C
+(the report, if asked for, is written and marked partial).
 """
 
 import os
 import sys
 import time
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REPORT_DIR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def add_parser(sub):
@@ -23,6 +25,9 @@ def add_parser(sub):
                    help="run only cases whose id contains PATTERN (repeatable; a partial run)")
     p.add_argument("--case", dest="exact", action="append", default=[], metavar="ID",
                    help="run exactly this case id (repeatable; how failures replay)")
+    p.add_argument("--op", dest="ops", action="append", default=[], metavar="NAME",
+                   help="run only the cases of op NAME exactly (repeatable; 'add' is not "
+                        "'scatter_add')")
     p.add_argument("--report", metavar="DIR", help="write report.json, junit.xml, report.html here")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="worker processes (default: CPU count)")
@@ -30,8 +35,22 @@ def add_parser(sub):
                    help="core: no large shapes; full (default): everything")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
     p.add_argument("--list", action="store_true", help="print the selected case ids and exit")
+    p.add_argument("-x", "--exitfirst", action="store_true",
+                   help="stop after the first fail/error/crash (a partial report; mutation runs)")
     p.set_defaults(func=run)
+    sub2 = p.add_subparsers(dest="conformance_command", metavar="{diff}")
+    d = sub2.add_parser("diff", help="compare two report.json files (exit 1 if anything that "
+                                     "passed no longer does)")
+    d.add_argument("old", help="the older report.json (or its folder)")
+    d.add_argument("new", help="the newer report.json (or its folder)")
+    d.add_argument("--html", metavar="FILE", help="also write the comparison as HTML")
+    d.set_defaults(func=_diff)
     return p
+
+
+def _diff(args):
+    from .diff import main
+    return main(args)
 
 
 def _one_line(exc):
@@ -66,84 +85,102 @@ class Progress:
             print(file=self.stream)
 
 
+def _report_dir_problem(folder):
+    """Why ``folder`` cannot take the reports, or None (checked before any case runs)."""
+    path = os.path.abspath(folder)
+    probe = path
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"--report {folder}: {probe} is not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"--report {folder}: {probe} is not writable"
+    return None
+
+
 def run(args):
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # before or after the cases (during them: a partial report)
+        print("devicekit conformance: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _run(args):
     from .. import errors
-    from . import registry, report, runner
+    from . import console, registry, report, runner
     from .target import describe, open_target
 
+    prog = "devicekit conformance"
     if not args.device and not args.plugin:
-        print("devicekit conformance: error: give --device NAME or --plugin PATH", file=sys.stderr)
+        print(f"{prog}: error: give --device NAME or --plugin PATH", file=sys.stderr)
         return EXIT_USAGE
     if args.jobs < 1:
-        print("devicekit conformance: error: --jobs must be at least 1", file=sys.stderr)
+        print(f"{prog}: error: --jobs must be at least 1", file=sys.stderr)
         return EXIT_USAGE
+    if not args.timeout > 0:
+        print(f"{prog}: error: --timeout must be > 0 seconds, got {args.timeout:g}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.report and (why := _report_dir_problem(args.report)):
+        print(f"{prog}: error: {why}", file=sys.stderr)
+        return EXIT_REPORT_DIR
     try:
         target = open_target(args.device, args.plugin, args.level)
     except errors.DeviceKitError as e:
-        print(f"devicekit conformance: error: {_one_line(e)}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USAGE
     all_cases, unavailable = registry.build(target)
-    cases = registry.select(all_cases, args.patterns, args.exact)
+    cases = registry.select(all_cases, args.patterns, args.exact, args.ops)
     if args.list:
         print("\n".join(c.id for c in cases))
         return EXIT_OK
     if not cases:
-        print(f"devicekit conformance: no case matches {args.patterns + args.exact}",
-              file=sys.stderr)
+        print(f"{prog}: no case matches {args.patterns + args.exact + args.ops}", file=sys.stderr)
         return EXIT_FAILED
     partial = len(cases) != len(all_cases)
-    print(f"devicekit conformance: {target.device.name} ({target.device.plugin.name} "
-          f"{target.device.plugin.version}), {len(cases)} cases, level {args.level}, "
-          f"{args.jobs} jobs", file=sys.stderr)
+    meta = describe(target)
+    status = registry.implementation_status(target)
+    print(console.header(meta, target, len(cases), args), file=sys.stderr)
+    print(f"status: {registry.status_line(status)}", file=sys.stderr)
     progress = Progress(len(cases))
     start = time.monotonic()
-    results = runner.run(cases, device=target.device.name if not args.plugin else args.device,
-                         plugin=os.path.abspath(args.plugin) if args.plugin else None,
-                         level=args.level, jobs=args.jobs, timeout=args.timeout,
-                         on_result=progress)
+    interrupted = False
+    try:
+        results = runner.run(cases, device=target.device.name if not args.plugin else args.device,
+                             plugin=os.path.abspath(args.plugin) if args.plugin else None,
+                             level=args.level, jobs=args.jobs, timeout=args.timeout,
+                             on_result=progress, stop_on_failure=args.exitfirst)
+    except runner.Interrupted as e:
+        interrupted, results = True, e.results
+        cases = [c for c in cases if c.id in results]
+        partial = True
+    if args.exitfirst and len(results) < len(cases):  # stopped at the first failure
+        cases = [c for c in cases if c.id in results]
+        partial = True
     progress.finish()
-    if partial:  # a filter makes the op x dtype floor meaningless: say so instead
+    filters = args.patterns + args.exact + args.ops
+    if interrupted:
+        corpus = {"checked": False, "ok": False,
+                  "reason": f"interrupted (Ctrl-C) after {len(results)} of {len(all_cases)} cases"}
+    elif partial:  # a filter makes the op x dtype floor meaningless: say so instead
+        why = f"filter {filters}" if filters else "stopped at the first failure (--exitfirst)"
         corpus = {"checked": False, "ok": True,
-                  "reason": f"partial run (filter {args.patterns + args.exact}): "
-                            f"{len(cases)} of {len(all_cases)} cases selected"}
+                  "reason": f"partial run ({why}): {len(cases)} of {len(all_cases)} cases"}
     else:
         corpus = registry.corpus_check(target, cases, results, {c.section for c in all_cases})
-    run_info = {"level": args.level, "jobs": args.jobs, "filter": args.patterns + args.exact,
-                "partial": partial, "device_arg": target.device.name,
+    run_info = {"level": args.level, "jobs": args.jobs, "filter": filters,
+                "partial": partial, "interrupted": interrupted, "device_arg": target.device.name,
                 "plugin_arg": os.path.abspath(args.plugin) if args.plugin else None,
                 "duration_s": round(time.monotonic() - start, 3),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())}
-    rep = report.build(describe(target), run_info, cases, results, corpus, unavailable)
-    _print_outcome(rep)
+    rep = report.build(meta, run_info, cases, results, corpus, unavailable, status)
+    console.print_outcome(rep)
     if args.report:
         paths = report.write(rep, args.report)
         print(f"reports: {', '.join(paths.values())}")
+    if interrupted:
+        print(f"{prog}: interrupted; {len(results)} cases finished (report marked partial)",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     return EXIT_OK if rep["summary"]["passed"] else EXIT_FAILED
-
-
-def _print_outcome(rep):
-    from .report import summary_table
-
-    bad = [c for c in rep["cases"] if c["outcome"] in ("fail", "error", "crash")
-           or (c["outcome"] == "not-implemented" and c["required"])]
-    for c in bad[:20]:
-        first = c["message"].splitlines()[0] if c["message"] else ""
-        d = c["details"]
-        nums = (f" [max abs err {d['max_abs_err']:.3g}, max rel err {d['max_rel_err']:.3g}, "
-                f"worst index {d.get('worst_index')}]" if "max_abs_err" in d else "")
-        print(f"{c['outcome'].upper()} {c['id']} (seed {c['seed']}){nums}\n    {first[:300]}\n"
-              f"    replay: {c['replay']}")
-    if len(bad) > 20:
-        print(f"... and {len(bad) - 20} more (see --report)")
-    print(summary_table(rep))
-    corpus = rep["corpus"]
-    if corpus["checked"]:
-        print(f"corpus: executed {corpus['executed']} cases, expected at least "
-              f"{corpus['expected_min']}: {'ok' if corpus['ok'] else 'COLLAPSED'}")
-        for s in corpus["short"]:
-            print(f"    short: {s}")
-    else:
-        print(f"corpus: not checked ({corpus['reason']})")
-    for s, why in rep["unavailable_sections"].items():
-        print(f"section {s} not run: {why}")
-    print("PASSED" if rep["summary"]["passed"] else "FAILED")

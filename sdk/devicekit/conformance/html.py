@@ -1,5 +1,12 @@
 """report.html: the shipped jinja2 template, self-contained (inline CSS, no
-scripts or external resources), so it opens offline."""
+scripts or external resources), so it opens offline.
+
+Separate op x dtype tables for base ops (sections ops and kernels),
+composites, fused kernels and gradients; runtime, rng and errors as case
+lists. A cell shows passed/total and is coloured by its worst outcome, with
+missing required dtypes told apart from missing optional ones; it links to
+its cases in the problem list, which is grouped by op and ordered by severity.
+"""
 
 from importlib import resources
 
@@ -7,33 +14,69 @@ import jinja2
 
 from .case import OUTCOMES
 
-# A cell shows its worst outcome, so one failing case is never hidden by passes.
 _SEVERITY = ["crash", "error", "fail", "not-implemented", "skipped", "pass"]
+TABLES = [("Base ops", ("ops", "kernels")), ("Composites", ("composites",)),
+          ("Fused kernels", ("fused",)), ("Gradients", ("autograd",))]
+LISTS = [("Runtime", "runtime"), ("RNG", "rng"), ("Errors", "errors")]
 
 
-def matrix(report):
-    """(ops, dtypes, {(op, dtype): {"worst": outcome, "counts": {...}}})."""
+def anchor(op, dtype):
+    return f"c-{op}-{dtype}".replace(".", "_")
+
+
+def matrix(report, sections=None):
+    """(ops, dtypes, {(op, dtype): cell}) over the cases of ``sections`` (all:
+    None). A cell: counts per outcome, passed, total, worst outcome, and
+    ``missing``: "required"/"optional" when every case is not-implemented."""
     cells, ops, dtypes = {}, [], []
     order = report["device"]["properties"].get("dtypes", [])
     for row in report["cases"]:
         op, dt = row["op"], row["dtype"]
-        if op is None or dt is None:
+        if op is None or dt is None or (sections and row["section"] not in sections):
             continue
         if op not in ops:
             ops.append(op)
         if dt not in dtypes:
             dtypes.append(dt)
-        cell = cells.setdefault((op, dt), {o: 0 for o in OUTCOMES})
-        cell[row["outcome"]] += 1
+        cell = cells.setdefault((op, dt), {"counts": {o: 0 for o in OUTCOMES}, "required": False})
+        cell["counts"][row["outcome"]] += 1
+        cell["required"] |= bool(row["required"])
     dtypes.sort(key=lambda d: order.index(d) if d in order else len(order))
-    out = {k: {"counts": v, "worst": next(o for o in _SEVERITY if v[o])} for k, v in cells.items()}
-    return ops, dtypes, out
+    for cell in cells.values():
+        c = cell["counts"]
+        cell["total"] = sum(c.values())
+        cell["passed"] = c["pass"]
+        cell["worst"] = next(o for o in _SEVERITY if c[o])
+        cell["missing"] = None
+        if c["not-implemented"] == cell["total"]:
+            cell["missing"] = "required" if cell["required"] else "optional"
+    return ops, dtypes, cells
+
+
+def problem_groups(report):
+    """[(op or section, [case rows])] of cases that did not pass, groups with
+    the most severe outcome first, rows by severity."""
+    groups = {}
+    for r in report["cases"]:
+        if r["outcome"] != "pass":
+            groups.setdefault(r["op"] or r["section"], []).append(r)
+    rank = {o: i for i, o in enumerate(_SEVERITY)}
+    for rows in groups.values():
+        rows.sort(key=lambda r: rank[r["outcome"]])
+    return sorted(groups.items(), key=lambda g: (rank[g[1][0]["outcome"]], g[0]))
 
 
 def render(report):
+    import time
+
     text = resources.files("devicekit.conformance").joinpath("templates/report.html.j2").read_text()
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    ops, dtypes, cells = matrix(report)
-    problems = [r for r in report["cases"] if r["outcome"] not in ("pass",)]
-    return env.from_string(text).render(r=report, ops=ops, dtypes=dtypes, cells=cells,
-                                        problems=problems, outcomes=OUTCOMES)
+    tables = [(title, *matrix(report, secs)) for title, secs in TABLES]
+    lists = [(title, [r for r in report["cases"] if r["section"] == sec]) for title, sec in LISTS]
+    mtime = report["plugin"].get("mtime")
+    built = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime)) if mtime else "unknown"
+    from .registry import status_line
+    status = status_line(report["implementation"]) if report.get("implementation") else ""
+    return env.from_string(text).render(r=report, tables=tables, lists=lists, built=built,
+                                        status=status, groups=problem_groups(report),
+                                        outcomes=OUTCOMES, anchor=anchor)

@@ -29,12 +29,14 @@ def is_fatal(case, result):
     return result["outcome"] in _FATAL or (result["outcome"] == NOT_IMPLEMENTED and case.required)
 
 
-def build(meta, run, cases, results, corpus, unavailable):
+def build(meta, run, cases, results, corpus, unavailable, status=None):
     rows, by_outcome, by_section = [], {o: 0 for o in OUTCOMES}, {}
+    by_need = {"required": {o: 0 for o in OUTCOMES}, "optional": {o: 0 for o in OUTCOMES}}
     fatal = 0
     for c in cases:
         r = results[c.id]
         by_outcome[r["outcome"]] += 1
+        by_need["required" if c.required else "optional"][r["outcome"]] += 1
         sec = by_section.setdefault(c.section, {o: 0 for o in OUTCOMES})
         sec[r["outcome"]] += 1
         fatal += is_fatal(c, r)
@@ -46,7 +48,8 @@ def build(meta, run, cases, results, corpus, unavailable):
     ok = fatal == 0 and corpus.get("ok", True) and bool(cases)
     return {"schema_version": SCHEMA_VERSION, **meta, "run": run,
             "summary": {"total": len(cases), "by_outcome": by_outcome, "by_section": by_section,
-                        "fatal": fatal, "passed": ok},
+                        "by_requirement": by_need, "fatal": fatal, "passed": ok},
+            "implementation": status or {},
             "corpus": corpus, "unavailable_sections": unavailable, "cases": rows}
 
 
@@ -54,6 +57,8 @@ def summary_table(report):
     cols = list(OUTCOMES)
     rows = [[sec] + [counts[o] for o in cols] for sec, counts in report["summary"]["by_section"].items()]
     rows.append(["total"] + [report["summary"]["by_outcome"][o] for o in cols])
+    for need, counts in report["summary"].get("by_requirement", {}).items():
+        rows.append([f"  {need} dtypes"] + [counts[o] for o in cols])
     head = ["section"] + cols
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     fmt = lambda r: "  ".join(str(x).rjust(w) if i else str(x).ljust(w)  # noqa: E731

@@ -29,8 +29,10 @@ class _Worker:
         if plugin:
             cmd += ["--plugin", plugin]
         self.stderr = tempfile.TemporaryFile()
+        # Its own session: Ctrl-C reaches only the parent, which stops the run
+        # and writes a partial report instead of every worker dying mid-case.
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr)
+                                     stderr=self.stderr, start_new_session=True)
         line = self.proc.stdout.readline()
         if line.strip() != b"ready":
             raise RuntimeError(f"conformance worker failed to start: {self.stderr_tail()}")
@@ -80,21 +82,35 @@ class _Worker:
         self.stderr.close()
 
 
-def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None):
+class Interrupted(Exception):
+    """Ctrl-C during a run; ``results`` holds the cases that finished."""
+
+    def __init__(self, results):
+        super().__init__("interrupted")
+        self.results = results
+
+
+def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None,
+        stop_on_failure=False):
     """{case id: result dict} for ``cases``; ``on_result(case, result)`` is
-    called (under a lock) as each finishes, for progress output."""
+    called (under a lock) as each finishes, for progress output. Ctrl-C stops
+    the workers and raises :class:`Interrupted` with the results so far."""
     results, lock = {}, threading.Lock()
     pending = iter(cases)
+    stop = threading.Event()
+    workers = set()
 
     def take():
         with lock:
-            return next(pending, None)
+            return None if stop.is_set() else next(pending, None)
 
     def record(case, result):
         with lock:
             results[case.id] = result
             if on_result:
                 on_result(case, result)
+            if stop_on_failure and result["outcome"] in ("fail", "error", "crash"):
+                stop.set()  # the other slots finish their current case and stop
 
     def slot():
         worker = None
@@ -106,12 +122,15 @@ def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None):
                 if worker is None:
                     try:
                         worker = _Worker(device, plugin, level)
+                        workers.add(worker)
                     except RuntimeError as e:  # e.g. the plugin fails to initialise again
                         record(case, {"outcome": ERROR, "duration_s": 0.0, "details": {},
                                       "message": str(e)})
                         continue
                 start = time.perf_counter()
                 answer = worker.run(case.id, timeout)
+                if stop.is_set() and not isinstance(answer, dict):
+                    break  # (Ctrl-C killed the worker)
                 if isinstance(answer, dict):
                     answer.pop("id", None)
                     record(case, answer)
@@ -129,14 +148,29 @@ def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None):
                                   "message": f"worker process {how} while running "
                                              f"{case.id} (op {case.op or '-'})",
                                   "details": {"signal": how, "stderr_tail": tail}})
+                workers.discard(worker)
                 worker = None  # a fresh worker for the next case
         finally:
             if worker is not None:
-                worker.close()
+                workers.discard(worker)
+                worker.close(kill=stop.is_set())
 
     threads = [threading.Thread(target=slot, daemon=True) for _ in range(max(1, jobs))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    except KeyboardInterrupt:
+        stop.set()
+        for w in list(workers):
+            try:
+                w.proc.kill()
+            except OSError:
+                pass
+        for t in threads:
+            t.join(30)
+        with lock:
+            raise Interrupted(dict(results))
     return results

@@ -50,7 +50,8 @@ def describe(target):
         "device_api_version": dk.API_VERSION,
         "plugin": {"name": p.name, "vendor": p.vendor, "version": p.version,
                    "api_version": p.api_version, "attributes": p.attributes,
-                   "library_path": os.path.realpath(p.path), "sha256": sha256(p.path)},
+                   "library_path": os.path.realpath(p.path), "sha256": sha256(p.path),
+                   "mtime": os.path.getmtime(p.path)},
         "device": {"name": dev.name, "properties": dict(dev.properties)},
         "kernels": p.kernels(),
     }

@@ -24,6 +24,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from . import bounds as _bounds
 from . import philox
 
 __all__ = [
@@ -98,8 +99,11 @@ EXACT = {"neg", "abs", "floor", "sign", "maximum", "minimum", "reduce_max", "red
          "argmax", "where", "gather", "copy", "fill", "random_bits", "random_uniform"}
 
 #: Ops whose spec fixes the sign of a zero result (abs(-0.0) = +0.0,
-#: sqrt(-0.0) = -0.0, -(+0.0) = -0.0): signs of zeros are compared for them.
-SIGNED_ZEROS = {"neg", "abs", "sqrt"}
+#: sqrt(-0.0) = -0.0, -(+0.0) = -0.0, sign(-0.0) = +0.0, maximum/minimum order
+#: -0.0 < +0.0) or that only move values (copy, where, gather): signs of zeros
+#: are compared for them.
+SIGNED_ZEROS = {"neg", "abs", "sqrt", "sign", "maximum", "minimum", "copy", "where", "gather",
+                "reduce_max", "reduce_min", "fill"}
 
 
 def tolerance(dtype, op=None, n=None):
@@ -128,11 +132,13 @@ def assert_close(actual, expected, dtype, op=None, n=None, case="", scale=None,
 
     Same dtype and shape; NaN at exactly the same places; infinities equal
     including sign; zero signs equal where ``signed_zeros`` (default: the op
-    is in SIGNED_ZEROS); everything else within :func:`tolerance` (plus
-    ``rtol * scale`` for ACCUMULATING ops). On failure the message has the
+    is in SIGNED_ZEROS); bool outputs stored as bytes 0/1; everything else
+    within the base op's spec bound (:mod:`devicekit.testing.bounds`: exact,
+    ulps, or the accumulated bound with ``n`` terms summing to ``scale``), or,
+    for ops without one, :func:`tolerance`. On failure the message has the
     case, both arrays, the max abs and rel error and the worst index.
-    ``tol``: an explicit (rtol, atol) replacing :func:`tolerance` (for checks
-    of composites, whose caller documents its own override).
+    ``tol``: an explicit (rtol, atol) replacing both (for checks of
+    composites, whose caller documents its own override).
     """
     want = np_dtype(dtype)
     actual, expected = np.asarray(actual), np.asarray(expected)
@@ -144,6 +150,14 @@ def assert_close(actual, expected, dtype, op=None, n=None, case="", scale=None,
         raise AssertionError(f"{head}: shape mismatch: actual {actual.shape}, "
                              f"expected {expected.shape}")
     rtol, atol = tolerance(want, op, n) if tol is None else tol
+    # The accumulated bound needs sum|terms| (scale); callers without it (checks
+    # of composites that borrow an op's name) keep the n-scaled rtol/atol.
+    accumulated = (_bounds.bound_of(op) or {}).get("kind") == "accumulated"
+    spec_bound = None if tol is not None or op is None or (accumulated and scale is None) else \
+        _bounds.bound(op, _name(want), expected, n=n, scale=scale)
+    if want == np.bool_ and not _bounds.bool_bytes_ok(actual):
+        raise AssertionError(f"{head}: bool output holds bytes other than 0/1: "
+                             f"{sorted(set(np.ascontiguousarray(actual).view(np.uint8).ravel().tolist()))[:8]}")
     if want.kind in "biu":
         a, e = actual.astype(np.int64), expected.astype(np.int64)
         bad = a != e
@@ -158,7 +172,7 @@ def assert_close(actual, expected, dtype, op=None, n=None, case="", scale=None,
             mag = np.abs(e)
             if op in ACCUMULATING and n:
                 mag = mag + (0 if scale is None else np.abs(scale) / math.sqrt(max(n, 1)))
-            bound = atol + rtol * mag
+            bound = atol + rtol * mag if spec_bound is None else spec_bound
             bad = ~(err <= bound)  # NaN/Inf positions are judged below
             nan_a, nan_e = np.isnan(a), np.isnan(e)
             special = nan_a | nan_e | np.isinf(a) | np.isinf(e)
@@ -174,9 +188,11 @@ def assert_close(actual, expected, dtype, op=None, n=None, case="", scale=None,
     worst = np.unravel_index(np.argmax(np.where(bad, ratio, -1.0)), bad.shape) if bad.ndim else ()
     finite_err = err[~np.isnan(err)] if err.size else err
     finite_rel = rel[~np.isnan(rel)] if rel.size else rel
+    rule = (f"bound: {_bounds.describe(op)}" if spec_bound is not None
+            else f"rtol={rtol:.3g}, atol={atol:.3g}")
     raise AssertionError(
         f"{head}: {int(bad.sum())} of {bad.size} elements differ "
-        f"(rtol={rtol:.3g}, atol={atol:.3g}{', n=%d' % n if n else ''})\n"
+        f"({rule}{', n=%d' % n if n else ''})\n"
         f"  worst index {tuple(int(i) for i in worst)}: actual {actual[worst]!r}, "
         f"expected {expected[worst]!r}\n"
         f"  max abs error {np.max(finite_err) if finite_err.size else 0:.6g}, "
@@ -279,7 +295,16 @@ def binary(op, a, b):
     if op in ("div", "pow") and _name(a.dtype) not in FLOATS:
         raise TypeError(f"{op} is floating-only in the base op set, got {a.dtype}")
     with np.errstate(all="ignore"):
-        return round_to(_BINARY[op](_wide(a), _wide(b)), a.dtype)
+        wa, wb = _wide(a), _wide(b)
+        out = _BINARY[op](wa, wb)
+        if op in ("maximum", "minimum") and out.dtype.kind == "f":
+            # IEEE 754-2019 maximum/minimum order -0.0 < +0.0; numpy returns
+            # whichever zero came first.
+            both = (wa == 0) & (wb == 0)
+            neg = np.signbit(wa) & np.signbit(wb) if op == "maximum" else \
+                np.signbit(wa) | np.signbit(wb)
+            out = np.where(both, np.where(neg, -0.0, 0.0), out)
+        return round_to(out, a.dtype)
 
 
 _COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
@@ -355,12 +380,16 @@ def argmax(x, axis=None, keepdims=True):
     axis %= x.ndim
     if x.shape[axis] == 0:
         raise ValueError("argmax over an empty dimension")
-    out = np.zeros(np.delete(x.shape, axis), dtype=np.int64)
-    best = np.take(x, 0, axis=axis)
-    for i in range(1, x.shape[axis]):  # strict > keeps the first tie; NaN stays once found
-        v = np.take(x, i, axis=axis)
-        take = (~np.isnan(best) & (np.isnan(v) | (v > best))) if x.dtype.kind == "f" else v > best
-        out, best = np.where(take, i, out), np.where(take, v, best)
+    # Written out rather than np.argmax, whose NaN and tie rules are what the
+    # spec says only by documentation: the first NaN if the row has one, else
+    # the first index holding the maximum (-0.0 and +0.0 tie).
+    first = lambda mask: np.argmax(mask, axis=axis)  # noqa: E731  (first True)
+    if x.dtype.kind == "f":
+        nan = np.isnan(x)
+        best = np.max(np.where(nan, -np.inf, x), axis=axis, keepdims=True)
+        out = np.where(nan.any(axis=axis), first(nan), first(~nan & (x == best)))
+    else:
+        out = first(x == np.max(x, axis=axis, keepdims=True))
     out = np.asarray(out, dtype=np.int64)
     return np.expand_dims(out, axis) if keepdims else out
 

@@ -1,0 +1,203 @@
+"""Single-bug variants of the reference CPU plugin (reference_backend/cpu/src),
+for the mutation run (benchmarks/mutation_run.py) and its CI subset
+(tests/test_conformance_catches.py).
+
+Each mutant is (name, file, old text, new text, kind): ``old`` must occur
+exactly once in the file, or the run fails loudly (the plugin changed and the
+mutant no longer applies). Every one is a bug a kernel engineer could write:
+a wrong rounding, a chunk or block boundary off by one, accumulation in the
+storage precision, a dropped NaN or zero sign, a missing argument check, a
+runtime call that lies.
+"""
+
+ERF_CHEAP = ("C(([](double v) { const double t = 1.0 / (1.0 + 0.3275911 * std::fabs(v)); "
+             "return std::copysign(1.0 - ((((1.061405429 * t - 1.453152027) * t + 1.421413741) "
+             "* t - 0.284496736) * t + 0.254829592) * t * std::exp(-v * v), v); })(double(x)))")
+
+MUTANTS = [
+    # ---- casts and rounding (half.h, dtype.h, kernels.cpp) ----
+    ("half_round_half_up", "half.h", "if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;",
+     "if (rem >= 0x1000u) ++h;", "casts"),
+    ("bf16_round_half_up", "half.h", "return uint16_t((x + 0x7fffu + lsb) >> 16);",
+     "return uint16_t((x + 0x8000u) >> 16);", "casts"),
+    ("bf16_nan_truncated", "half.h",
+     "if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x0040u);",
+     "if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t(x >> 16);", "casts"),
+    ("half_overflow_saturates", "half.h",
+     "if (ax >= 0x47800000u) return uint16_t(sign | 0x7c00u);",
+     "if (ax >= 0x7f800000u) return uint16_t(sign | 0x7c00u);\n"
+     "  if (ax >= 0x477ff000u) return uint16_t(sign | 0x7bffu);", "casts"),
+    ("half_subnormal_flush", "half.h", "if (ax <= 0x33000000u) return sign;",
+     "if (ax < 0x33c00000u) return sign;", "casts"),
+    ("double_to_half_twice_rounded", "half.h",
+     "inline uint16_t double_to_half(double d) { return float_to_half(double_to_float_round_odd(d)); }",
+     "inline uint16_t double_to_half(double d) { return float_to_half(float(d)); }", "casts"),
+    ("float_to_int_rounds", "dtype.h", "  v = std::trunc(v);\n", "  v = std::nearbyint(v);\n",
+     "casts"),
+    ("int_to_float32_via_double_float", "dtype.h",
+     "else if constexpr (std::is_floating_point<D>::value) return D(i);  // one rounding",
+     "else if constexpr (std::is_floating_point<D>::value) return D(float(double(i) + 0.25));",
+     "casts"),
+    ("fill_through_float32", "kernels.cpp",
+     "const T x = is_int ? convert<T>(v.value.i) : convert<T>(v.value.f);",
+     "const T x = is_int ? convert<T>(v.value.i) : convert<T>(double(float(v.value.f)));",
+     "casts"),
+    ("fill_int_through_double", "kernels.cpp",
+     "const T x = is_int ? convert<T>(v.value.i) : convert<T>(v.value.f);",
+     "const T x = is_int ? convert<T>(double(v.value.i)) : convert<T>(v.value.f);", "casts"),
+    # ---- elementwise numerics ----
+    ("add_half_drops_lsb", "kernels.cpp",
+     "return f16{float_to_half(half_to_float(a.bits) + half_to_float(b.bits))};",
+     "return f16{uint16_t(float_to_half(half_to_float(a.bits) + half_to_float(b.bits)) & ~1u)};",
+     "numerics"),
+    ("abs_keeps_neg_zero", "kernels_elementwise.cpp", "else return std::fabs(x);  // abs(-0.0) = +0.0",
+     "else return x < 0 ? -x : x;", "numerics"),
+    ("erf_cheap_approximation", "kernels_elementwise.cpp", 'DKCPU_MATH(ERF, "erf", std::erf(x))',
+     f'DKCPU_MATH(ERF, "erf", {ERF_CHEAP})', "numerics"),
+    ("rsqrt_in_float", "kernels_elementwise.cpp", 'DKCPU_MATH(RSQRT, "rsqrt", C(1) / std::sqrt(x))',
+     'DKCPU_MATH(RSQRT, "rsqrt", C(1.0f / std::sqrt(float(x))))', "numerics"),
+    ("exp_float64_in_float32", "kernels_elementwise.cpp", 'DKCPU_MATH(EXP, "exp", std::exp(x))',
+     'DKCPU_MATH(EXP, "exp", C(std::exp(float(x))))', "numerics"),
+    ("tanh_early_saturation", "kernels_elementwise.cpp", 'DKCPU_MATH(TANH, "tanh", std::tanh(x))',
+     'DKCPU_MATH(TANH, "tanh", (x > C(7) ? C(1) : x < C(-7) ? C(-1) : std::tanh(x)))',
+     "numerics"),
+    ("sign_keeps_neg_zero", "kernels_elementwise.cpp",
+     "else return x > 0 ? C(1) : x < 0 ? C(-1) : x == x ? C(0) : x;",
+     "else return x > 0 ? C(1) : x < 0 ? C(-1) : x;", "numerics"),
+    ("maximum_ignores_zero_sign", "kernels_elementwise.cpp",
+     "C r = beyond || (a == b && std::signbit(a) != kMax) ? a : b;", "C r = beyond ? a : b;",
+     "numerics"),
+    ("maximum_drops_nan_a", "kernels_elementwise.cpp", "      return a != a ? a : r;\n",
+     "      return r;\n", "numerics"),
+    ("le_as_not_gt", "kernels_elementwise.cpp", 'DKCPU_PREDICATE(LE, Compare, "le", a <= b)',
+     'DKCPU_PREDICATE(LE, Compare, "le", !(a > b))', "numerics"),
+    ("bool_true_is_0xff", "kernels_elementwise.cpp",
+     "return boolean{uint8_t(x ? 1 : 0)};", "return boolean{uint8_t(x ? 0xff : 0)};", "numerics"),
+    ("div_by_reciprocal", "kernels_elementwise.cpp",
+     "template <class C> C operator()(C a, C b) const { return a / b; }",
+     "template <class C> C operator()(C a, C b) const { return a * (C(1) / b); }", "numerics"),
+    ("pow_via_exp_log", "kernels_elementwise.cpp",
+     "template <class C> C operator()(C a, C b) const { return std::pow(a, b); }",
+     "template <class C> C operator()(C a, C b) const { return C(std::exp(double(b) * "
+     "std::log(double(a)))); }", "numerics"),
+    # ---- strides, broadcasting, parallel chunks ----
+    ("odometer_carry_ignores_inner", "kernels_elementwise.cpp",
+     "off[k] += p.strides[k][d - 1] - p.shape[d] * p.strides[k][d];",
+     "off[k] += p.strides[k][d - 1];", "strides"),
+    ("add_chunk_drops_last", "kernels.cpp",
+     "add_loop(a + begin, b + begin, out + begin, end - begin);",
+     "add_loop(a + begin, b + begin, out + begin, end - begin - (begin > 0));", "strides"),
+    ("elementwise_chunk_capped", "kernels_elementwise.cpp",
+     "for_each_row(p, begin, end, [&]", "for_each_row(p, begin, std::min(end, begin + 65536), [&]",
+     "strides"),
+    ("copy_odometer_rewind", "kernels.cpp",
+     "src -= in.strides[d] * out.shape[d] * int64_t(kBytes);",
+     "src -= in.strides[d] * (out.shape[d] - (d > 0)) * int64_t(kBytes);", "strides"),
+    # ---- reductions and scans ----
+    ("sum_pairwise_drops_one", "kernels_reduce.cpp",
+     "return R::combine(reduce_run<R>(p, half), reduce_run<R>(p + half, n - half));",
+     "return R::combine(reduce_run<R>(p, half), reduce_run<R>(p + half, n - half - (n > 60000)));",
+     "reductions"),
+    ("reduce_tail_skips_last", "kernels_reduce.cpp",
+     "  for (; i < n; ++i) {\n    const A v = R::load(p[i]);",
+     "  for (; i + 1 < n; ++i) {\n    const A v = R::load(p[i]);", "reductions"),
+    ("max_nan_lost_in_vector_loop", "kernels_reduce.cpp",
+     "      part[j] = R::step(part[j], v);\n      if constexpr (R::kCountNans) nans[j] += v != v;",
+     "      part[j] = R::step(part[j], v);", "reductions"),
+    ("reduce_ragged_tail_unwritten", "kernels_reduce.cpp",
+     "for (int64_t w = 0; col + w < width; ++w) {", "for (int64_t w = 0; col + w + 1 < width; ++w) {",
+     "reductions"),
+    ("int_max_identity_zero", "kernels_reduce.cpp",
+     "else return kKind == kMax ? L::lowest() : L::max();",
+     "else return kKind == kMax ? A(0) : L::max();", "reductions"),
+    ("argmax_last_tie", "kernels_reduce.cpp", "if (b == b && (v != v || v > b))",
+     "if (b == b && (v != v || v >= b))", "reductions"),
+    ("argmax_ignores_nan", "kernels_reduce.cpp", "if (b == b && (v != v || v > b))",
+     "if (v > b)", "reductions"),
+    ("cumsum_half_accumulates_in_half", "kernels_reduce.cpp",
+     "if constexpr (kIsFloat<T>) a += A(widen(x[row + c])), out[row + c] = convert<T>(a);",
+     "if constexpr (kIsFloat<T>) out[row + c] = convert<T>(a + A(widen(x[row + c]))), "
+     "a = A(widen(out[row + c]));", "reductions"),
+    ("reduce_axes_beyond_rank_accepted", "kernels_reduce.cpp",
+     "if (attrs->axes == 0 || (attrs->axes & ~valid) != 0) {", "if (attrs->axes == 0) {",
+     "arguments"),
+    # ---- index ops ----
+    ("iota_float_in_float32", "kernels_index.cpp",
+     ": convert<T>(l.start_f + double(i) * l.step_f);",
+     ": convert<T>(float(l.start_f) + float(i) * float(l.step_f));", "index"),
+    ("gather_index_equal_size_accepted", "kernels_index.cpp",
+     "      if (i < 0 || i >= size) {\n        std::lock_guard",
+     "      if (i < 0 || i > size) {\n        std::lock_guard", "index"),
+    ("scatter_add_ignores_x", "kernels_index.cpp",
+     "for (int64_t e = 0; e < x_numel; ++e) acc[e] = A(widen_exact(x[e]));",
+     "for (int64_t e = 0; e < x_numel; ++e) acc[e] = A(0);", "index"),
+    # ---- GEMM blocking ----
+    ("gemm_second_k_block_overwrites", "kernels_matmul.cpp",
+     "mk.fn(mc, nc, kc, pa, pb, g.c + i * g.n + j0, g.n, k0 > 0);",
+     "mk.fn(mc, nc, kc, pa, pb, g.c + i * g.n + j0, g.n, k0 > kKC);", "gemm"),
+    ("gemm_k_block_drops_one", "kernels_matmul.cpp",
+     "const int64_t kc = std::min(kKC, g.k - k0);",
+     "const int64_t kc = std::min(kKC, g.k - k0 - (k0 > 0));", "gemm"),
+    ("gemm_cols_skips_row_block_edge", "kernels_matmul.cpp",
+     "  for (int64_t i = 0; i < g.m; i += kMC) {\n    const int64_t mc = std::min(kMC, g.m - i);",
+     "  for (int64_t i = 0; i < g.m; i += kMC) {\n    const int64_t mc = std::min(kMC - (i > 0), g.m - i);",
+     "gemm"),
+    ("gemm_int32_wraps_at_16_bits", "kernels_matmul.cpp",
+     "using U = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;",
+     "using U = std::conditional_t<sizeof(T) == 8, uint64_t, uint16_t>;", "gemm"),
+    ("matmul_batch_capped", "kernels_matmul.cpp",
+     "for (int64_t bi = 0; bi < l.batch; ++bi) {", "for (int64_t bi = 0; bi < l.batch && bi < 2; ++bi) {",
+     "gemm"),
+    # ---- RNG ----
+    ("philox_nine_rounds", "philox.h", "for (int round = 0; round < 10; ++round) {",
+     "for (int round = 0; round < 9; ++round) {", "rng"),
+    ("uniform_half_wrong_bits", "kernels_random.cpp", "float(w >> 21) * 0x1p-11f",
+     "float(w >> 22) * 0x1p-10f", "rng"),
+    ("random_counter_32_bits", "kernels_random.cpp",
+     "devicekit_block(l.seed, l.offset + uint64_t(b))",
+     "devicekit_block(l.seed, uint64_t(uint32_t(l.offset + uint64_t(b))))", "rng"),
+    # ---- fused kernels ----
+    ("norm_eps_outside_sqrt", "kernels_fused.cpp",
+     "const float rstd = 1.0f / std::sqrt(var + l.eps);",
+     "const float rstd = 1.0f / (std::sqrt(var) + l.eps);", "fused"),
+    ("layer_norm_unbiased_variance", "kernels_fused.cpp",
+     "const float var = sum_sq_centered(x, l.d, mean) / float(l.d);",
+     "const float var = sum_sq_centered(x, l.d, mean) / float(l.d - 1);", "fused"),
+    ("softmax_max_from_first_lanes", "kernels_fused.cpp",
+     "for (int k = 0; i < l.d; ++i, ++k) acc[k] = max_nan(acc[k], x[i]);",
+     "for (int k = 0; i < l.d; ++i, ++k) acc[k] = acc[k];", "fused"),
+    ("attention_no_online_rescale", "kernels_attention.cpp", "l = l * alpha + sum[0];",
+     "l = l + sum[0];", "fused"),
+    ("attention_causal_strict", "kernels_attention.cpp",
+     "std::min(nk, std::max<int64_t>(0, qi + 1 - j0))", "std::min(nk, std::max<int64_t>(0, qi - j0))",
+     "fused"),
+    ("attention_causal_kend_short", "kernels_attention.cpp",
+     "const int64_t kend = L.causal ? std::min(L.lk, i0 + nq) : L.lk;",
+     "const int64_t kend = L.causal ? std::min(L.lk, i0 + std::min<int64_t>(nq, 32)) : L.lk;",
+     "fused"),
+]
+
+MUTANTS += [
+    # ---- argument checking ----
+    ("same_dtype_checks_size_only", "kernel_common.h", "  if (v.dtype == ref.dtype) return nullptr;",
+     "  if (dtype_size(DK_DType(v.dtype)) == dtype_size(DK_DType(ref.dtype))) return nullptr;",
+     "arguments"),
+    ("axis_negative_accepted", "kernel_common.h",
+     "inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {\n",
+     "inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {\n"
+     "  if (axis < 0) return nullptr;\n", "arguments"),
+    # ---- the runtime contract ----
+    ("memory_stats_rounded_blocks", "runtime.cpp",
+     "    d.allocations.emplace(uintptr_t(p), args->size);\n    owner.release();\n"
+     "    d.bytes_in_use += args->size;",
+     "    d.allocations.emplace(uintptr_t(p), (args->size + 255) / 256 * 256);\n    owner.release();\n"
+     "    d.bytes_in_use += (args->size + 255) / 256 * 256;", "runtime"),
+    ("event_query_always_reached", "stream.cpp",
+     "args->reached = point == nullptr || point->reached.load();", "args->reached = 1;", "runtime"),
+    ("stream_sync_keeps_error", "stream.cpp",
+     "    drain(args->stream);\n    return take_error(args->stream);",
+     "    drain(args->stream);\n    return nullptr;", "runtime"),
+]
+
+#: A fast subset for CI: one per kind, each cheap to build (small files).
+CI_SUBSET = ["bf16_round_half_up", "gather_index_equal_size_accepted", "argmax_last_tie"]

@@ -1,0 +1,216 @@
+"""Mutation run: does the conformance suite fail every single-bug variant of
+the reference CPU plugin?
+
+    python benchmarks/mutation_run.py [--only NAME ...] [--kind KIND ...] [--jobs 2]
+
+Copies reference_backend/cpu/src into a temporary folder, compiles it once
+(the same flags as its CMakeLists.txt that matter for numerics), then for
+each mutant in benchmarks/mutants.py applies its one textual patch (a patch
+whose target text is not found exactly once stops the run), recompiles only
+the translation units that include the patched file, links a variant
+library, and runs ``devicekit conformance --plugin VARIANT --exitfirst`` on
+it. The unpatched build must pass first. Prints each mutant as killed (with
+the first case that failed) or SURVIVED, the kill rate per kind, and the
+survivors; exits 1 if any survived. Each survivor is a missing case.
+"""
+
+import argparse
+import concurrent.futures as futures
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from mutants import MUTANTS  # noqa: E402
+
+SRC = os.path.join(REPO, "reference_backend", "cpu", "src")
+EXPORTS = os.path.join(REPO, "reference_backend", "cpu", "exports.map")
+INCLUDE = os.path.join(REPO, "device_api", "include")
+COMMON = ["-O2", "-fPIC", "-fvisibility=hidden", "-fno-math-errno", "-pthread", "-w",
+          f"-I{INCLUDE}"]
+
+
+class PatchError(Exception):
+    pass
+
+
+def apply(text, old, new, name):
+    count = text.count(old)
+    if count != 1:
+        raise PatchError(f"mutant '{name}': its target text occurs {count} times (expected once); "
+                         f"the plugin changed: update benchmarks/mutants.py\n  target: {old!r}")
+    return text.replace(old, new)
+
+
+def units(src):
+    return sorted(f for f in os.listdir(src) if f.endswith((".c", ".cpp")))
+
+
+def includes(src):
+    """{file: set of files it includes transitively} for the files in src."""
+    direct = {}
+    for f in os.listdir(src):
+        with open(os.path.join(src, f), errors="replace") as fh:
+            direct[f] = set(re.findall(r'#include "([^"]+)"', fh.read()))
+    closure = {}
+
+    def walk(f, seen):
+        for g in direct.get(f, ()):
+            if g not in seen:
+                seen.add(g)
+                walk(g, seen)
+        return seen
+    for f in direct:
+        closure[f] = walk(f, set())
+    return closure
+
+
+def compile_unit(src, unit, obj):
+    is_c = unit.endswith(".c")
+    cmd = ["cc", "-std=c11"] if is_c else ["c++", "-std=c++17", "-fvisibility-inlines-hidden"]
+    cmd += [*COMMON, "-c", os.path.join(src, unit), "-o", obj]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"compiling {unit} failed:\n{r.stderr[-3000:]}")
+    return obj
+
+
+def link(objs, lib):
+    cmd = ["c++", "-shared", "-pthread", "-o", lib, *objs, f"-Wl,--version-script={EXPORTS}",
+           "-Wl,--no-undefined", "-Wl,-z,nodelete"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"linking {lib} failed:\n{r.stderr[-3000:]}")
+    return lib
+
+
+def build(src, objdir, libpath, only=None, base_objs=None, pool=None):
+    """Compiles `only` units (all when None) into objdir, links with base_objs for the rest."""
+    os.makedirs(objdir, exist_ok=True)
+    todo = units(src) if only is None else sorted(only)
+    objs = dict(base_objs or {})
+    jobs = {u: pool.submit(compile_unit, src, u, os.path.join(objdir, u + ".o")) for u in todo}
+    for u, fut in jobs.items():
+        objs[u] = fut.result()
+    return link([objs[u] for u in units(src)], libpath), objs
+
+
+def conformance(lib, report, jobs, exitfirst=True, timeout=900):
+    cmd = [sys.executable, "-m", "devicekit", "conformance", "--plugin", lib, "--jobs", str(jobs),
+           "--report", report, "--timeout", "60"]
+    if exitfirst:
+        cmd.append("--exitfirst")
+    start = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    took = time.monotonic() - start
+    first = None
+    try:
+        with open(os.path.join(report, "report.json")) as f:
+            rep = json.load(f)
+        bad = [c for c in rep["cases"] if c["outcome"] in ("fail", "error", "crash")]
+        first = f"{bad[0]['outcome']} {bad[0]['id']}" if bad else None
+    except (OSError, ValueError):
+        first = (p.stderr.strip().splitlines() or ["no report"])[-1][:200]
+    return p.returncode, first, took, p.stdout[-2000:] + p.stderr[-2000:]
+
+
+def run(selected, jobs, build_jobs, workdir, baseline=True):
+    src = os.path.join(workdir, "src")
+    shutil.copytree(SRC, src)
+    deps = includes(src)
+    pool = futures.ThreadPoolExecutor(max_workers=build_jobs)
+    print(f"building the unpatched plugin in {workdir} ...", flush=True)
+    base_lib, base_objs = build(src, os.path.join(workdir, "obj"),
+                                os.path.join(workdir, "libdevicekit_cpu.so"), pool=pool)
+    if baseline:
+        code, first, took, tail = conformance(base_lib, os.path.join(workdir, "rep-base"), jobs,
+                                              exitfirst=True)
+        if code != 0:
+            raise SystemExit(f"the unpatched build does not pass conformance ({first}); "
+                             f"a mutation run needs a passing baseline:\n{tail}")
+        print(f"unpatched build passes ({took:.1f} s)", flush=True)
+    results = []
+    for name, file, old, new, kind in selected:
+        path = os.path.join(src, file)
+        with open(path) as f:
+            original = f.read()
+        patched = apply(original, old, new, name)  # raises PatchError: stop loudly
+        affected = {u for u in units(src) if u == file or file in deps.get(u, ())}
+        try:
+            with open(path, "w") as f:
+                f.write(patched)
+            mdir = os.path.join(workdir, "m", name)
+            lib, _ = build(src, os.path.join(mdir, "obj"), os.path.join(mdir, "libdevicekit_cpu.so"),
+                           only=affected, base_objs=base_objs, pool=pool)
+        finally:
+            with open(path, "w") as f:
+                f.write(original)
+        code, first, took, _ = conformance(lib, os.path.join(mdir, "rep"), jobs)
+        killed = code != 0
+        results.append((name, kind, killed, first, took))
+        print(f"{'killed  ' if killed else 'SURVIVED'} {name:40s} {kind:10s} {took:6.1f} s  "
+              f"{first or ''}", flush=True)
+    return results
+
+
+def summary(results):
+    killed = sum(r[2] for r in results)
+    kinds = {}
+    for _, kind, k, _, _ in results:
+        a = kinds.setdefault(kind, [0, 0])
+        a[0] += k
+        a[1] += 1
+    print(f"\nkill rate: {killed}/{len(results)} = {100.0 * killed / max(1, len(results)):.1f}%")
+    for kind, (k, n) in sorted(kinds.items()):
+        print(f"  {kind:10s} {k}/{n}")
+    survivors = [r[0] for r in results if not r[2]]
+    print("survivors: " + (", ".join(survivors) if survivors else "none"))
+    return survivors
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=[], help="mutant names")
+    ap.add_argument("--kind", nargs="*", default=[], help="mutant kinds")
+    ap.add_argument("--headers", choices=("only", "skip"),
+                    help="only/skip mutants of headers (each rebuilds every unit that includes "
+                         "it: run the two halves side by side)")
+    ap.add_argument("--jobs", type=int, default=2, help="conformance worker processes")
+    ap.add_argument("--build-jobs", type=int, default=2)
+    ap.add_argument("--workdir", help="keep the builds here (default: a temporary folder)")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip checking that the unpatched build passes (CI: the installed "
+                         "reference plugin's full run checks that already)")
+    args = ap.parse_args(argv)
+    names = {m[0] for m in MUTANTS}
+    unknown = set(args.only) - names
+    if unknown:
+        ap.error(f"unknown mutants: {sorted(unknown)}")
+    selected = [m for m in MUTANTS if (not args.only or m[0] in args.only)
+                and (not args.kind or m[4] in args.kind)
+                and (args.headers is None or (m[1].endswith(".h") == (args.headers == "only")))]
+    with tempfile.TemporaryDirectory(prefix="dk-mutants-") as tmp:
+        workdir = args.workdir or tmp
+        try:
+            results = run(selected, args.jobs, args.build_jobs, workdir, not args.no_baseline)
+        except PatchError as e:
+            print(f"mutation run: error: {e}", file=sys.stderr)
+            return 2
+    survivors = summary(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([dict(zip(("name", "kind", "killed", "first_failure", "seconds"), r))
+                       for r in results], f, indent=1)
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
