@@ -100,6 +100,8 @@ def main(argv=None):
     conformance_cli.add_parser(sub)
     from . import scaffold
     scaffold.add_parser(sub)
+    from .models import cli as models_cli
+    models_cli.add_parser(sub)
 
     args = parser.parse_args(argv)
     if args.include_dir:

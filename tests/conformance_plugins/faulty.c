@@ -12,6 +12,9 @@
  *   7 NO_WAIT      Stream_WaitEvent returns success without waiting
  *   8 FUSED_RMS    the fused rms_norm kernel's float32 results are off by a
  *                  relative 1e-3 (its supports() is the real one; API 1.2)
+ *   9 ERF_SEGV     erf on float32 dereferences NULL (model regression: crash)
+ *  10 NO_SCATTER   no scatter_add kernel (NULL entry; model regression:
+ *                  backward of gather-based layers is not implemented)
  * Test-only shortcuts: DK_GetApi does the dlopen (a real plugin must do no
  * work there), and outputs are patched on the host after a stream
  * synchronize, which works because the CPU plugin's memory is host memory. */
@@ -181,6 +184,11 @@ static void wrap_fused_rms(void) {
   fused_table.kernels = fused_entries;
   api.fused_kernels = &fused_table;
 }
+#elif FAULT == 9
+static DK_Error* fault_erf(const DK_Kernel_Args* a) {
+  if (a->inputs[0]->dtype == DK_DTYPE_FLOAT32) *(volatile int*)NULL = 1;
+  return real->kernels->kernels[DK_OP_ERF](a);
+}
 #endif
 
 DK_EXPORT const DK_Api* DK_GetApi(void) {
@@ -213,6 +221,10 @@ DK_EXPORT const DK_Api* DK_GetApi(void) {
   api.Stream_WaitEvent = fault_wait;
 #elif FAULT == 8
   wrap_fused_rms();
+#elif FAULT == 9
+  kernels[DK_OP_ERF] = fault_erf;
+#elif FAULT == 10
+  kernels[DK_OP_SCATTER_ADD] = NULL;
 #endif
   return &api;
 }

@@ -1,0 +1,37 @@
+"""The model zoo and the model-regression harness (docs/models.md).
+
+Every model is written only with ``devicekit.nn.functional`` and
+``devicekit.ops``, so it runs on any plugin implementing the base set; it has
+a config, Philox-seeded weights and data (identical bits on every backend) and
+named layer boundaries (:class:`~devicekit.models.base.Layer`)::
+
+    import devicekit.models as zoo
+    model = zoo.get("llama")
+    [layer.name for layer in model.layers()]    # ['embed', 'block0.attn', ...]
+
+``devicekit models --device NAME`` runs the regression protocol
+(``devicekit.models.harness``) against every model.
+"""
+
+from .base import Layer, Model
+from .transformers import GPT2, Encoder, EncoderConfig, GPT2Config, Llama, LlamaConfig
+from .vision import CNN, MLP, CNNConfig, MLPConfig
+
+# name -> a model at its default config, in the order reports list them
+ZOO = {"mlp": lambda: MLP(MLPConfig()), "cnn": lambda: CNN(CNNConfig()),
+       "gpt2": lambda: GPT2(GPT2Config()), "llama": lambda: Llama(LlamaConfig()),
+       "encoder": lambda: Encoder(EncoderConfig())}
+NAMES = tuple(ZOO)
+
+
+def get(name):
+    """The zoo model ``name`` at its default config."""
+    from ..errors import InvalidArgumentError
+
+    if name not in ZOO:
+        raise InvalidArgumentError(f"unknown model {name!r}; the zoo has: {', '.join(NAMES)}")
+    return ZOO[name]()
+
+
+__all__ = ["CNN", "CNNConfig", "Encoder", "EncoderConfig", "GPT2", "GPT2Config", "Layer", "Llama",
+           "LlamaConfig", "MLP", "MLPConfig", "Model", "NAMES", "ZOO", "get"]

@@ -1,0 +1,211 @@
+"""``devicekit models``: the model regression against one device.
+
+    devicekit models --device NAME | --plugin PATH [--model M ...] [--dtype D ...]
+                     [--steps N] [--report DIR] [--jobs N] [--advise-padding]
+    devicekit models --device NAME --model M --dtype D --layer NAME [--inference]
+    devicekit models --update-goldens [--goldens-dir DIR]
+
+Exit codes as ``devicekit conformance``: 0 every required case passed;
+1 any fail/error/crash or a required (float32) not-implemented; 2 usage
+errors or a plugin/device that cannot be opened.
+"""
+
+import os
+import sys
+import time
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _list(values):
+    return [v for item in values for v in item.split(",") if v]
+
+
+def add_parser(sub):
+    from .harness import DEFAULT_STEPS, DTYPES
+
+    p = sub.add_parser("models", help="run the model regression (zoo models) against a device",
+                       description="Run the zoo's models forward, backward, AdamW steps and "
+                                   "inference on a device against a float64 reference.")
+    p.add_argument("--device", help="device name, e.g. cpu:0 (with --plugin: one of its devices)")
+    p.add_argument("--plugin", help="a plugin library path (development builds; no install needed)")
+    p.add_argument("--model", action="append", default=[], metavar="NAME",
+                   help="model(s) to run (repeatable or comma-separated; default: all)")
+    p.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
+                   help=f"dtype(s) (default: {','.join(DTYPES)}; float32 is required, the others "
+                        f"run as mixed precision where the plugin declares them)")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                   help=f"AdamW steps of the train phase (default {DEFAULT_STEPS})")
+    p.add_argument("--report", metavar="DIR", help="write report.json, junit.xml, report.html here")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="models run in parallel worker processes (default: CPU count)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per model (default 600)")
+    p.add_argument("--layer", metavar="NAME",
+                   help="compare just this layer against the reference (how a divergence replays)")
+    p.add_argument("--inference", action="store_true",
+                   help="with --layer: forward under no_grad, where fused kernels run")
+    p.add_argument("--advise-padding", action="store_true",
+                   help="also time each model's matmuls padded to multiples of 8..128 and suggest "
+                        "padding (the shape-alignment advisor; results in the report)")
+    p.add_argument("--padding-threshold", type=float, default=0.10, metavar="GAIN",
+                   help="suggest padding above this throughput gain (default 0.10 = 10%%)")
+    p.add_argument("--list", action="store_true", help="print the models and their layers and exit")
+    p.add_argument("--update-goldens", action="store_true",
+                   help="rewrite the golden summaries from the reference CPU plugin and exit")
+    p.add_argument("--goldens-dir", metavar="DIR",
+                   help="with --update-goldens: where to write (default: the installed package)")
+    p.set_defaults(func=run)
+    return p
+
+
+def _error(message):
+    print(f"devicekit models: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def run(args):
+    from .. import errors
+    from . import NAMES, get
+    from .harness import DTYPES
+
+    models = _list(args.model) or list(NAMES)
+    dtypes = _list(args.dtype) or list(DTYPES)
+    unknown = [m for m in models if m not in NAMES]
+    if unknown:
+        return _error(f"unknown model(s) {', '.join(unknown)}; the zoo has: {', '.join(NAMES)}")
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        return _error(f"unsupported dtype(s) {', '.join(bad)}; choose from {', '.join(DTYPES)}")
+    if args.steps < 1 or args.jobs < 1:
+        return _error("--steps and --jobs must be at least 1")
+    if args.list:
+        for m in models:
+            model = get(m)
+            print(f"{m}: {model.title}\n    layers: {', '.join(l.name for l in model.layers())}")
+        return EXIT_OK
+    if args.update_goldens:
+        return _update_goldens(models, args)
+    if not args.device and not args.plugin:
+        return _error("give --device NAME or --plugin PATH")
+    from ..conformance.target import open_target
+
+    try:
+        target = open_target(args.device, os.path.abspath(args.plugin) if args.plugin else None)
+    except errors.DeviceKitError as e:
+        return _error(" ".join(str(e).split()))
+    if args.layer:
+        if len(models) != 1 or len(dtypes) != 1:
+            return _error("--layer needs exactly one --model and one --dtype")
+        return _replay_layer(get(models[0]), target, dtypes[0], args.layer, args.inference)
+    return _run_suite(models, dtypes, target, args)
+
+
+def _run_suite(models, dtypes, target, args):
+    from ..conformance.cli import Progress
+    from ..conformance.report import summary_table
+    from ..conformance.target import describe
+    from . import get, report, runner
+    from .harness import MULTIPLIER, PHASES
+
+    zoo = {m: get(m) for m in models}
+    cases = report.make_cases(models, dtypes, PHASES, {m: z.config.seed for m, z in zoo.items()})
+    by_id = {c.id: c for c in cases}
+    plugin = os.path.abspath(args.plugin) if args.plugin else None
+    print(f"devicekit models: {target.device.name} ({target.device.plugin.name} "
+          f"{target.device.plugin.version}), {len(models)} models x {len(dtypes)} dtypes x "
+          f"{len(PHASES)} phases, {args.steps} steps, {args.jobs} jobs", file=sys.stderr)
+    progress = Progress(len(cases))
+    start = time.monotonic()
+    results, infos = runner.run(
+        models, lambda m: [c.id for c in cases if c.section == m],
+        device=target.device.name if not plugin else args.device, plugin=plugin, dtypes=dtypes,
+        steps=args.steps, jobs=args.jobs, timeout=args.timeout,
+        on_result=lambda cid, r: progress(by_id[cid], r),
+        padding_threshold=args.padding_threshold if args.advise_padding else None)
+    progress.finish()
+    for m, info in infos.items():
+        z = zoo[m]
+        info.update(title=z.title, config=z.config_dict(), config_hash=z.config_hash(),
+                    layers=[layer.name for layer in z.layers()])
+    run_info = {"suite": "models", "level": "full", "jobs": args.jobs, "steps": args.steps, "models": models,
+                "dtypes": dtypes, "partial": False, "filter": [],
+                "device_arg": target.device.name, "plugin_arg": plugin,
+                "criterion": f"err(plugin) <= {MULTIPLIER:g} x err(correct run) + unit roundoff, "
+                             f"err = relative L2 error against float64",
+                "duration_s": round(time.monotonic() - start, 3),
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())}
+    rep = report.build(describe(target), run_info, cases, results, {m: infos[m] for m in models})
+    _print_outcome(rep, summary_table)
+    if args.report:
+        paths = report.write(rep, args.report)
+        print(f"reports: {', '.join(paths.values())}")
+    return EXIT_OK if rep["summary"]["passed"] else EXIT_FAILED
+
+
+def _print_outcome(rep, summary_table):
+    bad = [c for c in rep["cases"] if c["outcome"] in ("fail", "error", "crash")
+           or (c["outcome"] == "not-implemented" and c["required"])]
+    for c in bad[:20]:
+        lines = (c["message"] or "").splitlines() or [""]
+        print(f"{c['outcome'].upper()} {c['id']}\n    " + "\n    ".join(l[:400] for l in lines[:4]))
+        print(f"    replay: {c['replay']}")
+    if len(bad) > 20:
+        print(f"... and {len(bad) - 20} more (see --report)")
+    blocked = {}
+    for c in rep["cases"]:
+        for op in c["details"].get("blocked_by", []):
+            blocked.setdefault(op, set()).add(c["op"])
+    if blocked:
+        print("base ops that would unblock the most models: " + ", ".join(
+            f"{op} ({len(ms)})" for op, ms in sorted(blocked.items(), key=lambda kv: -len(kv[1]))))
+    print(summary_table(rep))
+    for m, info in rep["models"].items():
+        golden = info.get("golden")
+        if golden and not golden["match"]:
+            print(f"warning: {m}: the float64 reference differs from the committed golden "
+                  f"({golden['file']}): {'; '.join(golden['diffs'][:3])}")
+        if info.get("error"):
+            print(f"warning: {m}: {info['error']}")
+        if "padding" in info:
+            tips = info["padding"]["suggestions"]
+            print(f"padding advice for {m} ({len(info['padding']['rows'])} padded shapes timed, "
+                  f"threshold {info['padding']['threshold']:.0%}): " +
+                  ("; ".join(tips) if tips else "no padding gains enough"))
+    print("PASSED" if rep["summary"]["passed"] else "FAILED")
+
+
+def _replay_layer(model, target, dtype, layer, inference):
+    from . import divergence, reference
+    from .harness import _fmt
+
+    layers = [l.name for l in model.layers()] + ["loss"]
+    if layer not in layers:
+        return _error(f"model {model.name} has no layer {layer!r}; its layers: {', '.join(layers)}")
+    data = reference.fetch(model.name, layers=(dtype, inference))["layers"]
+    found = divergence.localise(model, target.device, dtype, data, only=layer)
+    print(f"{model.name} {dtype} layer {layer} on {target.device.name} "
+          f"({'inference, no_grad' if inference else 'training: forward and backward'})")
+    for row in found["rows"]:
+        print(f"  {'ok  ' if row['ok'] else 'FAIL'} {row['direction']:8s} {row['tensor']:40s} error "
+              f"{_fmt(row['error'])}  bound {_fmt(row['bound'])}  ({_fmt(row['ratio'])}x)")
+    rows = found["rows"]
+    if rows:
+        print(f"  fused kernels: {', '.join(rows[0]['fused_kernels']) or 'none'}; base ops: "
+              f"{', '.join(rows[0]['base_ops']) or 'none'}")
+    print("FAILED" if found["first"] else "PASSED")
+    return EXIT_FAILED if found["first"] else EXIT_OK
+
+
+def _update_goldens(models, args):
+    from . import get, goldens, reference
+    from .harness import DTYPES
+
+    for m in models:
+        model = get(m)
+        runs = reference.compute(m, DTYPES, args.steps)["runs"]
+        problems = {dt: r.problems for dt, r in runs.items() if r.problems}
+        if problems:
+            print(f"devicekit models: {m}: the reference runs failed: {problems}", file=sys.stderr)
+            return EXIT_FAILED
+        print(f"wrote {goldens.write(model, runs, args.steps, args.goldens_dir)}")
+    return EXIT_OK

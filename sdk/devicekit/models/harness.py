@@ -1,0 +1,292 @@
+"""The model-regression protocol: one model, one device, one dtype.
+
+:func:`execute` runs the phases in order and records what each produced:
+
+- ``forward``: the logits of a training-mode forward (autograd recording);
+- ``loss``: the cross-entropy, computed in float32 for mixed precision;
+- ``backward``: every parameter's gradient;
+- ``inference``: the logits again under ``no_grad``, where the plugin's fused
+  kernels may run (on the initial weights, so it compares with ``forward``'s
+  reference);
+- ``train``: ``steps`` AdamW steps from the same start; the loss curve.
+
+Mixed precision is the way people train: float32 *master* parameters and
+optimizer state; each forward casts the masters to the run dtype (a recorded
+cast, so gradients arrive on the masters in float32), activations stay in the
+run dtype, and the loss is computed in float32. The float64 reference keeps
+everything in float64.
+
+:func:`judge` turns three runs into outcomes: the plugin's run, a *correct*
+run of the same dtype (the reference CPU plugin), and the float64 reference.
+A tensor passes when ``err(plugin) <= MULTIPLIER * err(correct) + u(dtype)``,
+``err`` being the relative L2 error against float64 and ``u`` the dtype's
+unit roundoff (docs/models.md says why).
+"""
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import _core
+from ..autograd import no_grad
+from ..conformance.case import ERROR, FAIL, NOT_IMPLEMENTED, PASS
+from ..errors import NotImplementedByPlugin
+from ..nn import functional as F
+from ..tensor import tensor, zeros
+from .base import HALF
+
+PHASES = ("forward", "loss", "backward", "inference", "train")
+NEEDS = {"loss": "forward", "backward": "loss", "inference": None, "train": "backward"}
+DTYPES = ("float32", "bfloat16", "float16")
+MULTIPLIER = 4.0
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+ZERO_GRAD_FRACTION = 1e-2
+DEFAULT_STEPS = 5
+LR, WEIGHT_DECAY = 3e-3, 0.01
+
+
+def to_numpy(t):
+    return t.numpy().astype(np.float64)
+
+
+def _snapshot():
+    return {op: s["kernel"] for op, s in _core.dispatch_stats().items() if s.get("kernel")}
+
+
+def _fused_snapshot():
+    from .._fused import composite_stats
+    return {k: n for s in composite_stats().values() for k, n in s["fused"].items()}
+
+
+def _delta(after, before):
+    return {k: n - before.get(k, 0) for k, n in after.items() if n - before.get(k, 0) > 0}
+
+
+@dataclass
+class Run:
+    """What one model run produced, as float64 numpy, per phase."""
+
+    model: str
+    device: str
+    dtype: str
+    logits: object = None
+    loss: object = None
+    grads: dict = field(default_factory=dict)
+    inference: object = None
+    curve: list = field(default_factory=list)
+    activations: dict = field(default_factory=dict)
+    ops: dict = field(default_factory=dict)      # phase -> {base op: kernel launches}
+    fused: dict = field(default_factory=dict)    # phase -> {fused kernel: launches}
+    problems: dict = field(default_factory=dict)  # phase -> (outcome, message)
+
+
+@contextlib.contextmanager
+def _phase(run, name):
+    """Records the phase's base-op and fused-kernel launches, and what went
+    wrong (not-implemented or error) instead of raising."""
+    need = NEEDS.get(name)
+    if need and need in run.problems:
+        outcome, _ = run.problems[need]
+        run.problems[name] = (outcome, f"not run: phase '{need}' did not complete")
+        yield False
+        return
+    ops_before, fused_before = _snapshot(), _fused_snapshot()
+    try:
+        yield True
+    except NotImplementedByPlugin as e:
+        run.problems[name] = (NOT_IMPLEMENTED, str(e))
+    except Exception as e:  # the plugin (or the SDK on it) raised: the phase is an error
+        run.problems[name] = (ERROR, f"{type(e).__name__}: {e}")
+    finally:
+        run.ops[name] = _delta(_snapshot(), ops_before)
+        run.fused[name] = _delta(_fused_snapshot(), fused_before)
+
+
+def master_dtype(dtype):
+    return "float64" if dtype == "float64" else "float32"
+
+
+def device_inputs(model, device, dtype):
+    """The model's batch on ``device``: floats in the run dtype, ints and bools as they are."""
+    out = {}
+    for name, a in model.make_data().items():
+        a = np.asarray(a)
+        dt = dtype if a.dtype.kind == "f" else None
+        out[name] = tensor(a, device=device, dtype=dt)
+    return out
+
+
+def master_params(model, device, dtype, values=None):
+    values = model.init_params() if values is None else values
+    return {n: tensor(np.asarray(a, np.float64), device=device, dtype=master_dtype(dtype),
+                      requires_grad=True) for n, a in values.items()}
+
+
+def cast_params(master, dtype, names=None):
+    names = master if names is None else names
+    return {n: (master[n] if str(master[n].dtype) == dtype else master[n].to(dtype)) for n in names}
+
+
+def loss_of(logits, inp):
+    """Cross-entropy of ``logits`` [..., C] against ``inp["targets"]``, in float32
+    for float16/bfloat16 logits (as autocast does)."""
+    lf = logits.to("float32") if str(logits.dtype) in HALF else logits
+    return F.cross_entropy(lf.reshape(-1, lf.shape[-1]), inp["targets"].reshape(-1))
+
+
+def forward(model, master, inp, dtype, record=None):
+    p = cast_params(master, dtype)
+    x = None
+    for layer in model.layers():
+        x = layer.fn(p, x, inp)
+        if record is not None:
+            record[layer.name] = to_numpy(x)
+    return x
+
+
+def execute(model, device, dtype, steps=DEFAULT_STEPS, lr=LR, record=False):
+    """Runs every phase of ``model`` on ``device`` in ``dtype`` ("float64" is
+    the reference). ``record`` keeps each layer's forward output."""
+    run = Run(model.name, device if isinstance(device, str) else device.name, dtype)
+    inp = master = logits = loss = None
+    with _phase(run, "forward"):
+        inp = device_inputs(model, device, dtype)
+        master = master_params(model, device, dtype)
+        logits = forward(model, master, inp, dtype, run.activations if record else None)
+        run.logits = to_numpy(logits)
+    with _phase(run, "loss") as ok:
+        if ok:
+            loss = loss_of(logits, inp)
+            run.loss = float(loss.item())
+    with _phase(run, "backward") as ok:
+        if ok:
+            loss.backward()
+            run.grads = {n: to_numpy(t.grad) for n, t in master.items()}
+    with _phase(run, "inference"):
+        if master is None:  # forward failed before it had them
+            inp = device_inputs(model, device, dtype)
+            master = master_params(model, device, dtype)
+        with no_grad():
+            run.inference = to_numpy(forward(model, master, inp, dtype))
+    with _phase(run, "train") as ok:
+        if ok:
+            run.curve = _train(model, master, inp, dtype, steps, lr, loss)
+    return run
+
+
+def _train(model, master, inp, dtype, steps, lr, first_loss):
+    """``steps`` AdamW updates of the float32 (float64) masters; the curve is
+    the loss before each update and after the last (steps + 1 values). The
+    first step reuses the gradients of the backward phase."""
+    state = {n: (zeros(*t.shape, dtype=t.dtype, device=t.device),
+                 zeros(*t.shape, dtype=t.dtype, device=t.device)) for n, t in master.items()}
+    curve, params = [float(first_loss.item())], dict(master)
+    for step in range(1, steps + 1):
+        new = {}
+        for n, t in params.items():
+            m, v = state[n]
+            p, m, v = F.adamw_step(t, t.grad, m, v, step, lr=lr, weight_decay=WEIGHT_DECAY)
+            state[n] = (m, v)
+            new[n] = p.detach()
+            new[n].requires_grad = True
+        params = new
+        loss = loss_of(forward(model, params, inp, dtype), inp)
+        if step < steps:
+            loss.backward()
+        curve.append(float(loss.item()))
+    return curve
+
+
+# ---- the pass criterion -----------------------------------------------------
+
+def rel_error(actual, ref, scale=0.0):
+    """||actual - ref|| / max(||ref||, scale) (L2 over the tensor); inf when
+    actual has a NaN/inf the reference does not have."""
+    a, r = np.asarray(actual, np.float64), np.asarray(ref, np.float64)
+    if a.shape != r.shape:
+        return math.inf
+    if not np.isfinite(a).all() and np.isfinite(r).all():
+        return math.inf
+    diff = float(np.linalg.norm((a - r).ravel()))
+    norm = max(float(np.linalg.norm(r.ravel())), scale)
+    return diff / norm if norm > 0 else diff
+
+
+def grad_scales(ref_grads):
+    """{name: scale} for :func:`rel_error`: a gradient is measured against at
+    least ``ZERO_GRAD_FRACTION`` of the largest per-element RMS gradient of
+    the model (times sqrt of its size). Some gradients are zero in exact
+    arithmetic (a key bias under softmax's shift invariance); measured against
+    their own norm, their rounding noise would be an unbounded relative error."""
+    rms = max((float(np.sqrt(np.mean(g * g))) for g in ref_grads.values() if g.size), default=0.0)
+    return {n: ZERO_GRAD_FRACTION * rms * math.sqrt(g.size) for n, g in ref_grads.items()}
+
+
+def bound(correct_error, dtype):
+    return MULTIPLIER * correct_error + UNIT_ROUNDOFF[dtype]
+
+
+def check(name, actual, correct, ref, dtype, scale=0.0):
+    """One tensor's verdict as a dict (error, the correct run's error, bound, ratio, ok)."""
+    err, cerr = rel_error(actual, ref, scale), rel_error(correct, ref, scale)
+    b = bound(cerr, dtype)
+    return {"tensor": name, "error": err, "correct_error": cerr, "bound": b,
+            "ratio": err / b if b > 0 else math.inf, "ok": bool(err <= b)}
+
+
+def curve_check(plugin, correct, ref, dtype):
+    """Per step: the plugin's loss within the band ``MULTIPLIER * (the correct
+    run's largest relative loss error so far) + u`` of the reference curve."""
+    rows, worst_c = [], 0.0
+    for i, (p, c, r) in enumerate(zip(plugin, correct, ref)):
+        worst_c = max(worst_c, abs(c - r) / abs(r))
+        err = abs(p - r) / abs(r) if math.isfinite(p) else math.inf
+        b = bound(worst_c, dtype)
+        rows.append({"tensor": f"loss[step {i}]", "error": err, "correct_error": abs(c - r) / abs(r),
+                     "bound": b, "ratio": err / b, "ok": bool(err <= b)})
+    if len(plugin) != len(ref):
+        rows.append({"tensor": "curve length", "error": math.inf, "correct_error": 0.0,
+                     "bound": 0.0, "ratio": math.inf, "ok": False})
+    return rows
+
+
+def phase_checks(phase, plugin, correct, ref, dtype):
+    if phase == "forward":
+        return [check("logits", plugin.logits, correct.logits, ref.logits, dtype)]
+    if phase == "loss":
+        return [check("loss", plugin.loss, correct.loss, ref.loss, dtype)]
+    if phase == "backward":
+        scales = grad_scales(ref.grads)
+        return [check(f"grad:{n}", plugin.grads[n], correct.grads[n], ref.grads[n], dtype, scales[n])
+                for n in ref.grads]
+    if phase == "inference":
+        return [check("logits (no_grad)", plugin.inference, correct.inference, ref.inference, dtype)]
+    return curve_check(plugin.curve, correct.curve, ref.curve, dtype)
+
+
+def _fmt(x):
+    return "inf" if x == math.inf else f"{x:.3g}"
+
+
+def judge(phase, plugin, correct, ref, dtype):
+    """(outcome, message, details) of one phase."""
+    for who, r in (("the float64 reference", ref), ("the correct run on the reference CPU plugin", correct)):
+        if phase in r.problems:
+            return ERROR, f"{who} failed in {phase}: {r.problems[phase][1]}", {}
+    if phase in plugin.problems:
+        outcome, message = plugin.problems[phase]
+        return outcome, message, {}
+    rows = phase_checks(phase, plugin, correct, ref, dtype)
+    worst = max(rows, key=lambda r: r["ratio"])
+    details = {"checks": sorted(rows, key=lambda r: -r["ratio"])[:8], "worst": worst,
+               "fused_kernels": plugin.fused.get(phase, {}), "tensors": len(rows)}
+    if phase == "train":
+        details["curve"] = {"plugin": plugin.curve, "correct": correct.curve, "reference": ref.curve}
+    bad = [r for r in rows if not r["ok"]]
+    if not bad:
+        return PASS, "", details
+    return FAIL, (f"{len(bad)} of {len(rows)} tensors exceed their bound; worst {worst['tensor']}: "
+                  f"error {_fmt(worst['error'])} = {_fmt(worst['ratio'])}x the bound "
+                  f"{_fmt(worst['bound'])} (correct {dtype} run: {_fmt(worst['correct_error'])})"), details

@@ -1,0 +1,1 @@
+"""The model regression as plain pytest (see test_models.py)."""

@@ -1,0 +1,164 @@
+"""A model-regression worker: ``python -m devicekit.models.worker --model NAME``.
+
+Runs one model on the device under test in every requested dtype and
+answers on its private stdout, one JSON object per line: ``{"start": dtype}``
+before the plugin runs that dtype (so a crash is attributed to it), then one
+``{"case": id, ...result}`` per phase, and ``{"model": {...}}`` at the end.
+As in the conformance worker, fd 1 is pointed at stderr so a plugin that
+prints cannot corrupt the protocol, and a crash kills only this process.
+
+Per model: the reference side (the float64 reference and the correct run
+of each dtype, on cpu:0 in a separate process: ``models.reference``), then
+per dtype the plugin's run, the verdicts, and, when a phase fails, the search
+for the first diverging layer.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import sys
+
+
+def case_id(model, dtype, phase):
+    return f"models/{model}/{dtype}/{phase}"
+
+
+def blocked_by(needed, declared):
+    """Base ops the phase launches on the reference plugin that the plugin lacks."""
+    return sorted(op for op in needed if op not in declared)
+
+
+def _needed(correct, phase):
+    """Base ops a phase needs, with the phases it depends on (inference counts
+    the decomposed forward's ops: a plugin without fused kernels needs them)."""
+    from .harness import NEEDS
+    chain, p = [], phase
+    while p:
+        chain.append(p)
+        p = NEEDS.get(p)
+    if phase == "inference":
+        chain.append("forward")
+    return {op for p in chain for op in correct.ops.get(p, {})}
+
+
+def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold=None):
+    """Runs ``model`` against ``target`` (a conformance ``Target``); ``emit(obj)`` answers."""
+    from ..conformance.case import ERROR, FAIL, NOT_IMPLEMENTED
+    from . import goldens, reference
+    from . import harness as H
+
+    try:
+        runs = reference.fetch(model.name, [d for d in dtypes if d in target.dtypes], steps)["runs"]
+    except Exception as e:  # no reference, no verdict: every case is an error, with the cause
+        for dtype in dtypes:
+            for phase in H.PHASES:
+                emit({"case": case_id(model.name, dtype, phase), "outcome": ERROR,
+                      "message": f"{type(e).__name__}: {e}", "details": {}, "duration_s": 0.0})
+        emit({"model": {"error": f"reference side failed: {e}"}})
+        return
+    ref = runs["float64"]
+    info = {"curves": {"float64": ref.curve}, "needs": {}}
+    for dtype in dtypes:
+        emit({"start": dtype})
+        if dtype not in target.dtypes:
+            why = f"the plugin does not declare {dtype} (declares {', '.join(target.dtypes)})"
+            for phase in H.PHASES:
+                emit({"case": case_id(model.name, dtype, phase), "outcome": NOT_IMPLEMENTED,
+                      "message": why, "details": {}, "duration_s": 0.0})
+            continue
+        correct = runs[dtype]
+        needs = {p: blocked_by(_needed(correct, p), target.declared) for p in H.PHASES}
+        info["needs"][dtype] = sorted(_needed(correct, "train") | _needed(correct, "inference"))
+        if needs["forward"]:
+            plugin = H.Run(model.name, target.device.name, dtype)
+            plugin.problems = {p: (NOT_IMPLEMENTED, "") for p in H.PHASES}
+        else:
+            plugin = H.execute(model, target.device, dtype, steps)
+        info["curves"][dtype] = {"plugin": plugin.curve, "correct": correct.curve}
+        results = {}
+        for phase in H.PHASES:
+            outcome, message, details = H.judge(phase, plugin, correct, ref, dtype)
+            if outcome == NOT_IMPLEMENTED and needs[phase]:
+                message = f"blocked by: {', '.join(needs[phase])}" + (
+                    f" ({message})" if message else "")
+                details = {"blocked_by": needs[phase]}
+            results[phase] = [outcome, message, details]
+        failed = [p for p, r in results.items() if r[0] == FAIL]
+        if failed:
+            _locate(model, target, dtype, failed, results, target_args)
+        for phase, (outcome, message, details) in results.items():
+            emit({"case": case_id(model.name, dtype, phase), "outcome": outcome,
+                  "message": message, "details": details, "duration_s": 0.0})
+    info["golden"] = goldens.compare(model, runs, steps)
+    if padding_threshold is not None:
+        from . import align
+        rows = align.advise(model, target.device, padding_threshold)
+        info["padding"] = {"threshold": padding_threshold, "rows": rows,
+                           "suggestions": align.summary(rows)}
+    emit({"model": info})
+
+
+def _locate(model, target, dtype, failed, results, target_args):
+    """Adds the first diverging layer (or why there is none) to the failed phases."""
+    from . import divergence, reference
+
+    inference = all(p == "inference" for p in failed)
+    try:
+        layers = reference.fetch(model.name, layers=(dtype, inference))["layers"]
+        found = divergence.localise(model, target.device, dtype, layers)
+    except Exception as e:  # the search is a diagnosis: its failure must not hide the verdict
+        found = {"error": f"{type(e).__name__}: {e}", "first": None, "worst": None, "rows": []}
+    first = found["first"]
+    if first is not None:
+        replay = divergence.replay_command(target_args, model.name, dtype, first["layer"], inference)
+        line = f"first diverging layer: {divergence.describe(first)}"
+    elif found.get("error"):
+        replay, line = None, f"the per-layer search failed: {found['error']}"
+    else:
+        replay = None
+        worst = found["worst"]
+        line = ("no single layer exceeds its bound when given the reference's inputs: the error "
+                "builds up across layers" + (" or optimizer steps" if "train" in failed else "") +
+                (f" (closest: {divergence.describe(worst)})" if worst else ""))
+    for phase in failed:
+        outcome, message, details = results[phase]
+        details["divergence"] = {"first": first, "replay": replay, "inference": inference,
+                                 "layers_checked": len(found["rows"]),
+                                 "rows": [r for r in found["rows"] if not r["ok"]][:10]}
+        if replay:
+            details["layer_replay"] = replay
+        results[phase][1] = f"{message}\n{line}" + (f"\nreplay layer: {replay}" if replay else "")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="devicekit.models.worker")
+    p.add_argument("--model", required=True)
+    p.add_argument("--dtypes", required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--device")
+    p.add_argument("--plugin")
+    p.add_argument("--padding-threshold", type=float)
+    args = p.parse_args(argv)
+    from ..conformance.worker import _quiet_crashes  # same crash policy as conformance
+
+    _quiet_crashes()
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    from . import get
+    from ..conformance.target import open_target
+
+    def emit(obj):
+        proto.write(json.dumps(obj, default=float) + "\n")
+
+    target = open_target(args.device, args.plugin)
+    target_args = " ".join(f"--{k} {shlex.quote(v)}" for k, v in
+                           (("plugin", args.plugin), ("device", args.device)) if v)
+    run_model(get(args.model), target, args.dtypes.split(","), args.steps, target_args, emit,
+              args.padding_threshold)
+
+
+if __name__ == "__main__":
+    main()
