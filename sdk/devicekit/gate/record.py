@@ -173,10 +173,54 @@ def deterministic_view(rec):
     return out
 
 
+def dumps(obj, indent=0, width=120):
+    """JSON text, indented, but every object or array that fits in ``width``
+    columns on one line (so one case per line): records are committed as
+    baselines, and this keeps them small with readable diffs."""
+    flat = json.dumps(obj, separators=(", ", ": "))
+    if len(flat) + indent <= width or not isinstance(obj, (dict, list)) or not obj:
+        return flat
+    pad = " " * (indent + 1)
+    if isinstance(obj, dict):
+        items = [f"{pad}{json.dumps(k)}: {dumps(v, indent + 1, width)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    items = [pad + dumps(v, indent + 1, width) for v in obj]
+    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+
+
+CASE_FIELDS = list(_CASE_KEYS)
+
+
+def to_file(rec):
+    """The on-disk form: each section's ``cases`` as rows in ``case_fields``
+    order (a third of the size of one object per case)."""
+    out = dict(rec)
+    for sec in ("conformance", "models"):
+        if isinstance(rec.get(sec), dict) and isinstance(rec[sec].get("cases"), list):
+            out[sec] = dict(rec[sec], case_fields=CASE_FIELDS,
+                            cases=[[c.get(k) for k in _CASE_KEYS] for c in rec[sec]["cases"]])
+    return out
+
+
+def from_file(rec, path):
+    """The in-memory form (cases as objects, as the suites' reports have them)."""
+    for sec in ("conformance", "models"):
+        s = rec.get(sec)
+        if not isinstance(s, dict):
+            continue
+        if s.get("case_fields") != CASE_FIELDS or not isinstance(s.get("cases"), list) or not all(
+                isinstance(c, list) and len(c) == len(CASE_FIELDS) for c in s["cases"]):
+            raise BadRecord(path, f"field '{sec}.cases' is missing or malformed (rows of "
+                                  f"{', '.join(CASE_FIELDS)})")
+        rec[sec] = dict(s, cases=[dict(zip(CASE_FIELDS, c)) for c in s["cases"]])
+        del rec[sec]["case_fields"]
+    return rec
+
+
 def write(rec, path):
     """Writes ``rec`` to ``path`` atomically: a temporary file in the same
     folder renamed over it, so a failure never leaves a partial record."""
-    write_text(json.dumps(rec, indent=1, sort_keys=False) + "\n", path)
+    write_text(dumps(to_file(rec)) + "\n", path)
 
 
 def write_text(text, path):
@@ -186,6 +230,9 @@ def write_text(text, path):
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a record is not
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -237,4 +284,7 @@ def load(path, role="record"):
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         what = "truncated" if raw and not raw.rstrip().endswith(b"}") else "corrupted"
         raise BadRecord(path, f"{role} is not valid JSON ({what}?): {e}") from None
+    if isinstance(rec, dict) and rec.get("schema") == SCHEMA and \
+            rec.get("schema_version") == SCHEMA_VERSION:
+        from_file(rec, path)
     return validate(rec, path)
