@@ -326,3 +326,24 @@ def test_matrix_of_two_plugins_and_versions(tmp_path):
     page = out.read_text()
     assert "<script" not in page and "http" not in page.replace("http-equiv", "")
     assert page.count("REFUSED") == 1 and page.count("ADMITTED") == 2
+
+
+# ---- what ships: the release policy and the plugin template's CI ---------
+
+def test_release_policy_ships_as_ci_policy():
+    """`--policy release` (the template's CI) is ci/policy.toml, installed."""
+    assert Path(policy.release_policy_path()).read_text() == CI_POLICY.read_text()
+    assert policy.load("release").raw == policy.load(CI_POLICY).raw
+
+
+def test_scaffolded_ci_certifies_checks_and_keeps_the_reports(tmp_path):
+    from devicekit import cli
+
+    assert cli.main(["new", "acme", "--dir", str(tmp_path / "acme")]) == 0
+    ci = (tmp_path / "acme" / ".github" / "workflows" / "ci.yml").read_text()
+    certify = ci.index("devicekit gate certify --device acme:0 --wheel dist/*.whl")
+    check = ci.index("devicekit gate check gate/record.json --baseline certified/acme.json")
+    upload = ci.index("path: gate/")
+    assert certify < check < upload
+    assert "--policy release --binary dist/*.whl --junit gate/junit.xml --html gate/gate.html" in ci
+    assert "--out gate/record.json --reports gate/reports" in ci
