@@ -347,3 +347,25 @@ def test_scaffolded_ci_certifies_checks_and_keeps_the_reports(tmp_path):
     assert certify < check < upload
     assert "--policy release --binary dist/*.whl --junit gate/junit.xml --html gate/gate.html" in ci
     assert "--out gate/record.json --reports gate/reports" in ci
+
+
+def test_wheel_info_finds_the_certified_library(tmp_path):
+    import zipfile
+
+    from devicekit.gate.errors import BadRecord
+
+    lib = tmp_path / "libacme.so"
+    lib.write_bytes(b"\x7fELF acme build 1")
+    good, other = tmp_path / "good.whl", tmp_path / "other.whl"
+    with zipfile.ZipFile(good, "w") as z:
+        z.writestr("devicekit_acme/__init__.py", "")
+        z.write(lib, "devicekit_acme/libdevicekit_acme.so")
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("devicekit_acme/libdevicekit_acme.so", b"\x7fELF acme build 2")
+    sha = record.sha256_file(lib)
+    info = record.wheel_info(good, sha)
+    assert info["library_member"] == "devicekit_acme/libdevicekit_acme.so"
+    assert info["sha256"] == record.sha256_file(good) and info["file"] == "good.whl"
+    assert record.wheel_info(other, sha)["library_member"] is None
+    with pytest.raises(BadRecord, match="not a wheel"):
+        record.wheel_info(lib, sha)

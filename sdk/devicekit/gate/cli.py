@@ -118,6 +118,12 @@ def _certify(args):
     except errors.DeviceKitError as e:
         _err("certify", " ".join(str(e).split()))
         return EXIT_USAGE
+    lib = target.device.plugin.path
+    if args.wheel and not record.wheel_info(args.wheel, record.sha256_file(lib))["library_member"]:
+        _err("certify", f"{args.wheel}: no file in this wheel is the plugin library being "
+                        f"certified ({os.path.realpath(lib)}); install this wheel and certify "
+                        f"its plugin")
+        return EXIT_USAGE
     where = (["--plugin", plugin] if plugin else []) + (["--device", args.device]
                                                         if args.device else [])
     timing, start = {}, time.monotonic()

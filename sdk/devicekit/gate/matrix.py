@@ -17,6 +17,8 @@ from .check import check
 from .reports import _env, template
 
 SCHEMA, SCHEMA_VERSION = "devicekit.gate.matrix", 1
+_DTYPE_ORDER = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
+                "uint8", "bool")
 _SEVERITY = ("crash", "error", "fail", "not-implemented", "skipped", "pass")
 
 
@@ -59,7 +61,10 @@ def _entry(path, rec, verdict):
 
 
 def _verdict(v, against):
-    return {"admitted": v.admitted, "against": against,
+    by_rule = {}
+    for r in v.refusals:
+        by_rule[r.rule] = by_rule.get(r.rule, 0) + 1
+    return {"admitted": v.admitted, "against": against, "by_rule": by_rule,
             "reasons": [f"{r.rule} {r.subject}: {r.new}" for r in v.refusals[:8]],
             "refusals": len(v.refusals), "waived": len(v.waived), "gains": len(v.gains)}
 
@@ -87,6 +92,9 @@ def build(records, policy=None):
             ops.add(op)
             if dt not in dtypes:
                 dtypes.append(dt)
+    # float32 (the required dtype) first, then the others in a fixed order
+    rank = {d: i for i, d in enumerate(_DTYPE_ORDER)}
+    dtypes.sort(key=lambda d: (rank.get(d, len(rank)), d))
     dk_versions = sorted({e["devicekit_version"] for e in entries}, key=_vkey)
     plugins = {}
     for e in entries:
@@ -98,7 +106,8 @@ def build(records, policy=None):
             "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "policy": policy.path if policy else None, "devicekit_versions": dk_versions,
             "plugins": list(plugins.values()), "ops": sorted(ops), "dtypes": dtypes,
-            "model_dtypes": sorted({dt for e in entries for dt in e["models"]["per_dtype"]}),
+            "model_dtypes": sorted({dt for e in entries for dt in e["models"]["per_dtype"]},
+                                   key=lambda d: (rank.get(d, len(rank)), d)),
             "models": sorted({m for e in entries for d in e["models"]["per_dtype"].values()
                               for m in d["models"]}),
             "entries": entries}

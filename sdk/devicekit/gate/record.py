@@ -135,6 +135,25 @@ def models_section(rep):
             "cases": cases}
 
 
+def wheel_info(wheel, library_sha256):
+    """The wheel's identity, and which of its members is the certified library
+    (``library_member``: None when no file in it has the library's sha256)."""
+    import zipfile
+
+    member = None
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            for name in z.namelist():
+                if name.endswith((".so", ".dylib", ".dll")) or ".so." in name:
+                    if hashlib.sha256(z.read(name)).hexdigest() == library_sha256:
+                        member = name
+                        break
+    except zipfile.BadZipFile:
+        raise BadRecord(wheel, "--wheel is not a wheel (not a zip archive)") from None
+    return {"path": os.path.abspath(wheel), "file": os.path.basename(wheel),
+            "sha256": sha256_file(wheel), "library_member": member}
+
+
 def plugin_section(conf_report, kernels, fused, wheel):
     p = conf_report["plugin"]
     dtypes = conf_report["device"]["properties"].get("dtypes", [])
@@ -142,8 +161,7 @@ def plugin_section(conf_report, kernels, fused, wheel):
             "api_version": p["api_version"], "attributes": p.get("attributes", {}),
             "library_path": p["library_path"], "sha256": p["sha256"],
             "size_bytes": os.path.getsize(p["library_path"]),
-            "wheel": ({"path": os.path.abspath(wheel), "file": os.path.basename(wheel),
-                       "sha256": sha256_file(wheel)} if wheel else None),
+            "wheel": wheel_info(wheel, p["sha256"]) if wheel else None,
             "declared": {"ops": sorted(k["op"] for k in kernels if k.get("implemented")),
                          "dtypes": list(dtypes), "fused": fused}}
 
