@@ -128,3 +128,23 @@ expires = 2020-01-01
     assert "Waived: 6" in proc.stdout  # the add case and the MLP's five phases
     assert "faulty bug 1: add is off by 1e-3" in proc.stdout
     assert "waiver ignored, expired on 2020-01-01" in proc.stdout
+
+
+def test_certifying_twice_gives_the_same_record(records, tmp_path):
+    """Same binary, same machine: equal records but for the documented
+    volatile fields (creation time, durations, measured timings)."""
+    from devicekit.gate import record
+
+    recs = []
+    for i in (1, 2):
+        out = tmp_path / f"again{i}.json"
+        proc = gate("certify", "--plugin", records["lib0"], "--case", CASES[0], "--model", "mlp",
+                    "--model-dtype", "float32", "--jobs", "2", "--out", out)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        recs.append(record.load(out))
+    a, b = recs
+    assert a["performance"]["measured"] and len(a["performance"]["results"]) == 5
+    assert record.deterministic_view(a) == record.deterministic_view(b)
+    assert a["conformance"]["cases_sha256"] == b["conformance"]["cases_sha256"]
+    assert a["models"]["per_model"]["mlp"]["float32"]["loss_curve"] == \
+        b["models"]["per_model"]["mlp"]["float32"]["loss_curve"]

@@ -107,7 +107,9 @@ def _conformance(new, base, policy, v):
     seen = set()
     for cid, op, dtype, old, now in d["regressed"]:
         seen.add(cid)
-        detail = (nc.get("failures", {}).get(cid, {}).get("message", "").splitlines() or [""])[0]
+        f = nc.get("failures", {}).get(cid, {})
+        detail = ((f.get("message") or "").splitlines() or [""])[0] + (
+            f"; replay: {f['replay']}" if f.get("replay") else "")
         v.refusals.append(Reason("conformance.regression", cid, old,
                                  "missing" if now == "absent" else now,
                                  detail or ("not in the new record" if now == "absent" else "")))
