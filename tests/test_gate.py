@@ -259,6 +259,9 @@ def _variants(tmp_path, base):
     assert edited["conformance"]["case_fields"][5] == "outcome"
     edited["conformance"]["cases"][0][5] = "fail"
     out["edited"] = json.dumps(edited)
+    twice = copy.deepcopy(rec)
+    twice["conformance"]["cases"].append(twice["conformance"]["cases"][0])
+    out["twice"] = json.dumps(twice)
     newer = copy.deepcopy(rec)
     newer["schema_version"] = record.SCHEMA_VERSION + 1
     out["newer"] = json.dumps(newer)
@@ -275,6 +278,7 @@ def _variants(tmp_path, base):
 @pytest.mark.parametrize("case,code,problem", [
     ("truncated", 4, "not valid JSON (truncated?)"),
     ("edited", 4, "does not match its cases_sha256"),
+    ("twice", 4, "lists a case id twice"),
     ("newer", 5, "newer than this DeviceKit reads"),
     ("other", 7, "certifies plugin 'other'"),
     ("missing_baseline", 3, "baseline not found"),

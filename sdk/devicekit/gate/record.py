@@ -284,6 +284,8 @@ def validate(rec, path):
         if not isinstance(cases, list) or not all(isinstance(c, dict) and "id" in c
                                                   and "outcome" in c for c in cases):
             raise BadRecord(path, f"field '{sec}.cases' is missing or malformed")
+        if len({c["id"] for c in cases}) != len(cases):
+            raise BadRecord(path, f"'{sec}.cases' lists a case id twice")
         if cases_sha256(cases) != rec[sec].get("cases_sha256"):
             raise BadRecord(path, f"'{sec}.cases' does not match its cases_sha256: the record "
                                   f"was edited or corrupted")
