@@ -373,3 +373,40 @@ def test_wheel_info_finds_the_certified_library(tmp_path):
     assert record.wheel_info(other, sha)["library_member"] is None
     with pytest.raises(BadRecord, match="not a wheel"):
         record.wheel_info(lib, sha)
+
+
+def test_bench_json_feeds_the_performance_section(tmp_path):
+    from devicekit.gate import perf
+    from devicekit.gate.errors import BadRecord
+
+    doc = {"schema": "devicekit.bench/1", "results": [
+        {"op": "add", "dtype": "float32", "size": 4096, "shapes": [[4096], [4096]],
+         "seconds": 2e-6, "calls": 1000, "repeats": 5, "bytes": 49152, "flops": 4096,
+         "gbps": 24.6, "gflops": 2.0}], "skipped": []}
+    sec = perf.from_bench(doc, record.host_info(), "b.json")
+    assert sec["measured"] and sec["source"] == "devicekit.bench/1"
+    assert [perf.key(r) for r in sec["results"]] == ["add/float32/4096"]
+    with pytest.raises(BadRecord, match="not a devicekit.bench/1 document"):
+        perf.from_bench({"schema": "other"}, record.host_info(), "b.json")
+
+
+def test_released_wheel_must_be_the_certified_one(tmp_path):
+    import zipfile
+
+    lib = tmp_path / "libacme.so"
+    lib.write_bytes(b"\x7fELF acme build 1")
+    wheel, other = tmp_path / "acme-1.0-py3-none-linux_x86_64.whl", tmp_path / "rebuilt.whl"
+    for w, stamp in ((wheel, "1"), (other, "2")):
+        with zipfile.ZipFile(w, "w") as z:
+            z.write(lib, "devicekit_acme/libdevicekit_acme.so")
+            z.writestr("devicekit_acme-1.0.dist-info/RECORD", stamp)
+    rec = record.build(_conf_report(lib, BASE_CASES), _models_report(), {"measured": False},
+                       [], [], wheel=str(wheel))
+    path = tmp_path / "rec.json"
+    record.write(rec, path)
+    pol = write_policy(tmp_path, perf=False)
+    assert gate("check", path, "--baseline", path, "--policy", pol, "--binary", wheel).returncode == 0
+    proc = gate("check", path, "--baseline", path, "--policy", pol, "--binary", other)
+    assert proc.returncode == 1 and "binary.sha256" in proc.stdout
+    missing = gate("check", path, "--baseline", path, "--policy", pol, "--binary", tmp_path / "x.whl")
+    assert missing.returncode == 3 and "--binary not found" in missing.stderr
