@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from devicekit.conformance.case import Case, Section
-from devicekit.conformance.registry import op_cases, spec_dtypes
+from devicekit.conformance.registry import op_cases, spec, spec_dtypes
 from devicekit.testing import oracle as O
 from devicekit.testing.inputs import rand
 
@@ -277,18 +277,21 @@ def check_invalid(ctx, op, dtype, what):
         f"{op} ({what}): a rejected call wrote to its output"
 
 
+def _make_direct(op, dtype, shape):
+    return functools.partial(check_direct, op=op, dtype=dtype, shape=shape)
+
+
 def cases(target):
     out = []
-    direct = functools.partial
-    for o in __import__("devicekit.conformance.registry", fromlist=["spec"]).spec()["ops"]:
+    for o in spec()["ops"]:
         op = o["name"]
-        out += op_cases(target, "kernels", op, ["direct"],
-                        lambda op_, dt, sh: direct(check_direct, op=op_, dtype=dt, shape=sh))
+        out += op_cases(target, "kernels", op, ["direct"], _make_direct)
         dts = [d for d in spec_dtypes(op)[0] if d in target.declared.get(op, ())]
         if not dts:
             continue
         dtype = "float32" if "float32" in dts else dts[0]
         for what in invalid_variants(target, op, dtype, np.random.default_rng(0)):
             out.append(Case(id=f"kernels/{op}/invalid/{what}", section="kernels", op=op,
-                            dtype=dtype, fn=direct(check_invalid, op=op, dtype=dtype, what=what)))
+                            dtype=dtype, fn=functools.partial(check_invalid, op=op, dtype=dtype,
+                                                              what=what)))
     return out
