@@ -165,6 +165,16 @@ def test_required_dtype_must_pass_even_without_a_baseline_pass(tmp_path):
         ("conformance.required", "ops/mul/float32/basic")]
 
 
+def test_policy_dtypes_are_required_even_where_the_spec_makes_them_optional(tmp_path):
+    base = make(tmp_path, "base")  # exp float16 is not implemented (optional in the spec)
+    assert _check(tmp_path, base, base).admitted
+    pol = policy.parse(write_policy(tmp_path).read_text().replace(
+        'required_dtypes = ["float32"]', 'required_dtypes = ["float32", "float16"]'))
+    v = check_mod.check(record.load(base), record.load(base), pol, base, base)
+    assert [(r.rule, r.subject, r.new) for r in v.refusals] == [
+        ("conformance.required", "ops/exp/float16/basic", "not-implemented")]
+
+
 def test_model_failure_names_the_first_divergent_layer(tmp_path):
     base = make(tmp_path, "base")
     v = _check(tmp_path, make(tmp_path, "new", phases={"forward": "fail"}), base)
@@ -200,7 +210,7 @@ def test_timings_of_another_machine_are_not_compared(tmp_path):
     record.write(rec, other)
     v = _check(tmp_path, other, base)
     assert v.admitted and any("different machines" in n for n in v.notes)
-    v = _check(tmp_path, other, base, extra="")  # same policy, now refuse other machines
+    # the same policy, refusing timings of other machines
     pol = policy.parse(write_policy(tmp_path).read_text().replace(
         'other_machine = "skip"', 'other_machine = "refuse"'))
     v = check_mod.check(record.load(other), record.load(base), pol, other, base)

@@ -8,6 +8,7 @@ than the baseline. Every output file is written to a temporary name and
 renamed, so a failed command leaves no partial file behind.
 """
 
+import argparse
 import contextlib
 import os
 import sys
@@ -54,12 +55,15 @@ def add_parser(sub):
                                    "(exit 0 admit, 1 refuse)")
     k.add_argument("record", help="the new certification record")
     k.add_argument("--baseline", required=True, help="the plugin's last certified record")
-    k.add_argument("--policy", required=True, help="the release policy (e.g. ci/policy.toml)")
+    k.add_argument("--policy", required=True,
+                   help="the policy file (e.g. ci/policy.toml), or 'release': the release "
+                        "policy installed with devicekit")
     k.add_argument("--binary", help="the file being released (library or wheel; default: the "
                                     "library the record names)")
     k.add_argument("--junit", metavar="FILE", help="write the verdict as JUnit XML")
     k.add_argument("--html", metavar="FILE", help="write the verdict as HTML")
-    k.add_argument("--today", metavar="YYYY-MM-DD", help=argparse_suppress())
+    # hidden: the date waivers expire against (tests pin it)
+    k.add_argument("--today", metavar="YYYY-MM-DD", help=argparse.SUPPRESS)
     k.set_defaults(func=_check)
     m = s.add_parser("matrix", help="records side by side: plugins x DeviceKit versions")
     m.add_argument("records", nargs="+", help="certification records")
@@ -70,11 +74,6 @@ def add_parser(sub):
     m.set_defaults(func=_matrix)
     p.set_defaults(func=lambda args: (p.print_usage(sys.stderr), EXIT_USAGE)[1])
     return p
-
-
-def argparse_suppress():
-    import argparse
-    return argparse.SUPPRESS  # --today: tests pin the date waivers expire against
 
 
 def _err(cmd, message):
