@@ -123,6 +123,8 @@ def main(argv=None):
     bench.add_parser(sub)
     from .models import cli as models_cli
     models_cli.add_parser(sub)
+    from .gate import cli as gate_cli
+    gate_cli.add_parser(sub)
 
     args = parser.parse_args(argv)
     if args.include_dir:

@@ -1,0 +1,49 @@
+"""Why the gate could not judge: one class per kind of bad input, each with
+its own exit code (docs/gate.md), all under :class:`devicekit.DeviceKitError`.
+
+A *refusal* is not an error: it is a verdict (exit 1) with reasons. These
+errors mean the inputs themselves are unusable, and the message is one line
+that names the file and the problem.
+"""
+
+from ..errors import DeviceKitError
+
+
+class GateError(DeviceKitError):
+    """Base of the gate's input errors; ``exit_code`` is what the CLI returns."""
+
+    exit_code = 2
+
+    def __init__(self, path, problem):
+        self.path, self.problem = str(path), " ".join(str(problem).split())
+        super().__init__(f"{self.path}: {self.problem}")
+
+
+class MissingInput(GateError):
+    """A record, baseline, policy or binary that does not exist or cannot be read."""
+
+    exit_code = 3
+
+
+class BadRecord(GateError):
+    """A record that is not valid JSON (corrupted, truncated) or lacks a field."""
+
+    exit_code = 4
+
+
+class SchemaTooNew(GateError):
+    """A record written by a newer DeviceKit (a schema version this one does not know)."""
+
+    exit_code = 5
+
+
+class BadPolicy(GateError):
+    """A policy file with a TOML error, an unknown key or a value of the wrong type."""
+
+    exit_code = 6
+
+
+class PluginMismatch(GateError):
+    """The new record and the baseline certify different plugins."""
+
+    exit_code = 7

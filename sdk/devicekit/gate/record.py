@@ -1,0 +1,312 @@
+"""The certification record: one JSON file per certified plugin binary.
+
+Schema ``devicekit.gate.record`` version :data:`SCHEMA_VERSION`, documented
+field by field in docs/gate.md. Built from the reports of ``devicekit
+conformance`` and ``devicekit models`` (their report.json, schema 1) and the
+performance figures (:mod:`.perf`, rows in the ``devicekit bench`` format).
+
+Each results section carries ``cases_sha256``, the sha256 of its canonical
+case list; :func:`load` recomputes it, so a record edited by hand or damaged
+in transit is refused as corrupted rather than trusted.
+"""
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import socket
+import tempfile
+
+from .errors import BadRecord, MissingInput, SchemaTooNew
+
+SCHEMA = "devicekit.gate.record"
+SCHEMA_VERSION = 1
+# Fields that differ between two certifications of the same binary on the same
+# machine (docs/gate.md, "Reproducibility"); everything else is identical.
+VOLATILE = ("created", "timing", "performance.results[].seconds",
+            "performance.results[].calls", "performance.results[].gbps",
+            "performance.results[].gflops")
+_CASE_KEYS = ("id", "section", "op", "dtype", "required", "outcome")
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cases_sha256(cases):
+    """sha256 of the canonical JSON of a case list (order as recorded)."""
+    text = json.dumps([[c.get(k) for k in _CASE_KEYS] for c in cases], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host_info():
+    """The machine: what the performance figures and results came from.
+    ``fingerprint`` (no hostname: CI runners are renamed) decides whether two
+    records' timings may be compared."""
+    info = {"system": platform.system(), "release": platform.release(),
+            "machine": platform.machine(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+            "python": platform.python_version(), "hostname": socket.gethostname()}
+    key = json.dumps([info[k] for k in ("system", "machine", "cpu", "cpu_count")])
+    info["fingerprint"] = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return info
+
+
+def _slim(rows):
+    return [{k: r.get(k) for k in _CASE_KEYS} for r in rows]
+
+
+def _failures(rows):
+    """Cases that failed, errored, crashed or were skipped: first lines of their
+    message, replay command, and for models the first divergent layer (what the
+    gate's reasons quote). Not-implemented cases are left out: the outcome says
+    it all, and a young plugin has thousands of them."""
+    out = {}
+    for r in rows:
+        if r["outcome"] in ("pass", "not-implemented"):
+            continue
+        item = {"message": "\n".join((r.get("message") or "").splitlines()[:3])[:600],
+                "replay": r.get("replay")}
+        div = (r.get("details") or {}).get("divergence")
+        if div and div.get("first"):
+            item["first_divergent_layer"] = div["first"].get("layer")
+            item["layer_replay"] = div.get("replay")
+        out[r["id"]] = item
+    return out
+
+
+def _per_op(rows):
+    """{"op/dtype": {outcome: n}} for cases with an op and a dtype."""
+    agg = {}
+    for r in rows:
+        if r.get("op") and r.get("dtype"):
+            cell = agg.setdefault(f"{r['op']}/{r['dtype']}", {})
+            cell[r["outcome"]] = cell.get(r["outcome"], 0) + 1
+    return dict(sorted(agg.items()))
+
+
+def conformance_section(rep):
+    cases = _slim(rep["cases"])
+    return {"level": rep["run"]["level"], "passed": rep["summary"]["passed"],
+            "partial": rep["run"].get("partial", False), "filter": rep["run"].get("filter", []),
+            "by_outcome": rep["summary"]["by_outcome"],
+            "by_requirement": rep["summary"].get("by_requirement", {}),
+            "corpus": rep.get("corpus", {}), "implementation": rep.get("implementation", {}),
+            "unavailable_sections": rep.get("unavailable_sections", {}),
+            "per_op": _per_op(rep["cases"]), "failures": _failures(rep["cases"]),
+            "cases_sha256": cases_sha256(cases), "cases": cases}
+
+
+def models_section(rep):
+    cases = _slim(rep["cases"])
+    per_model = {}
+    for r in rep["cases"]:
+        model, dtype, phase = r["id"].split("/")[1:4]
+        per_model.setdefault(model, {}).setdefault(dtype, {"phases": {}})["phases"][phase] = \
+            r["outcome"]
+    for model, info in rep.get("models", {}).items():
+        for dtype, curves in (info.get("curves") or {}).items():
+            if dtype in per_model.get(model, {}) and isinstance(curves, dict):
+                per_model[model][dtype]["loss_curve"] = curves.get("plugin")
+        for dtype, entry in per_model.get(model, {}).items():
+            entry["passed"] = all(o == "pass" for o in entry["phases"].values())
+        per_model.setdefault(model, {})
+        if info.get("config_hash"):
+            per_model[model]["_config_hash"] = info["config_hash"]
+    return {"passed": rep["summary"]["passed"], "steps": rep["run"].get("steps"),
+            "models": rep["run"].get("models"), "dtypes": rep["run"].get("dtypes"),
+            "by_outcome": rep["summary"]["by_outcome"], "per_model": per_model,
+            "failures": _failures(rep["cases"]), "cases_sha256": cases_sha256(cases),
+            "cases": cases}
+
+
+def wheel_info(wheel, library_sha256):
+    """The wheel's identity, and which of its members is the certified library
+    (``library_member``: None when no file in it has the library's sha256)."""
+    import zipfile
+
+    member = None
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            for name in z.namelist():
+                if name.endswith((".so", ".dylib", ".dll")) or ".so." in name:
+                    if hashlib.sha256(z.read(name)).hexdigest() == library_sha256:
+                        member = name
+                        break
+    except zipfile.BadZipFile:
+        raise BadRecord(wheel, "--wheel is not a wheel (not a zip archive)") from None
+    return {"path": os.path.abspath(wheel), "file": os.path.basename(wheel),
+            "sha256": sha256_file(wheel), "library_member": member}
+
+
+def plugin_section(conf_report, kernels, fused, wheel):
+    p = conf_report["plugin"]
+    dtypes = conf_report["device"]["properties"].get("dtypes", [])
+    return {"name": p["name"], "vendor": p["vendor"], "version": p["version"],
+            "api_version": p["api_version"], "attributes": p.get("attributes", {}),
+            "library_path": p["library_path"], "sha256": p["sha256"],
+            "size_bytes": os.path.getsize(p["library_path"]),
+            "wheel": wheel_info(wheel, p["sha256"]) if wheel else None,
+            "declared": {"ops": sorted(k["op"] for k in kernels if k.get("implemented")),
+                         "dtypes": list(dtypes), "fused": fused}}
+
+
+def build(conf_report, models_report, perf, kernels, fused, wheel=None, timing=None):
+    return {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "devicekit": {"version": conf_report["devicekit_version"],
+                      "device_api_version": conf_report["device_api_version"]},
+        "plugin": plugin_section(conf_report, kernels, fused, wheel),
+        "device": conf_report["device"],
+        "host": host_info(),
+        "conformance": conformance_section(conf_report),
+        "models": models_section(models_report),
+        "performance": perf,
+        "timing": timing or {},
+    }
+
+
+def deterministic_view(rec):
+    """The record without its :data:`VOLATILE` fields (what must be identical
+    when the same binary is certified twice on the same machine)."""
+    out = {k: v for k, v in rec.items() if k not in ("created", "timing")}
+    perf = dict(out.get("performance") or {})
+    perf["results"] = [{k: v for k, v in r.items() if k not in ("seconds", "calls", "gbps", "gflops")}
+                       for r in perf.get("results", [])]
+    out["performance"] = perf
+    return out
+
+
+def dumps(obj, indent=0, width=120):
+    """JSON text, indented, but every object or array that fits in ``width``
+    columns on one line (so one case per line): records are committed as
+    baselines, and this keeps them small with readable diffs."""
+    flat = json.dumps(obj, separators=(", ", ": "))
+    if len(flat) + indent <= width or not isinstance(obj, (dict, list)) or not obj:
+        return flat
+    pad = " " * (indent + 1)
+    if isinstance(obj, dict):
+        items = [f"{pad}{json.dumps(k)}: {dumps(v, indent + 1, width)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * indent + "}"
+    items = [pad + dumps(v, indent + 1, width) for v in obj]
+    return "[\n" + ",\n".join(items) + "\n" + " " * indent + "]"
+
+
+CASE_FIELDS = list(_CASE_KEYS)
+
+
+def to_file(rec):
+    """The on-disk form: each section's ``cases`` as rows in ``case_fields``
+    order (a third of the size of one object per case)."""
+    out = dict(rec)
+    for sec in ("conformance", "models"):
+        if isinstance(rec.get(sec), dict) and isinstance(rec[sec].get("cases"), list):
+            out[sec] = dict(rec[sec], case_fields=CASE_FIELDS,
+                            cases=[[c.get(k) for k in _CASE_KEYS] for c in rec[sec]["cases"]])
+    return out
+
+
+def from_file(rec, path):
+    """The in-memory form (cases as objects, as the suites' reports have them)."""
+    for sec in ("conformance", "models"):
+        s = rec.get(sec)
+        if not isinstance(s, dict):
+            continue
+        if s.get("case_fields") != CASE_FIELDS or not isinstance(s.get("cases"), list) or not all(
+                isinstance(c, list) and len(c) == len(CASE_FIELDS) for c in s["cases"]):
+            raise BadRecord(path, f"field '{sec}.cases' is missing or malformed (rows of "
+                                  f"{', '.join(CASE_FIELDS)})")
+        rec[sec] = dict(s, cases=[dict(zip(CASE_FIELDS, c)) for c in s["cases"]])
+        del rec[sec]["case_fields"]
+    return rec
+
+
+def write(rec, path):
+    """Writes ``rec`` to ``path`` atomically: a temporary file in the same
+    folder renamed over it, so a failure never leaves a partial record."""
+    write_text(dumps(to_file(rec)) + "\n", path)
+
+
+def write_text(text, path):
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a record is not
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+_REQUIRED = {"plugin": dict, "devicekit": dict, "host": dict, "conformance": dict,
+             "models": dict, "performance": dict, "created": str}
+
+
+def validate(rec, path):
+    """Raises the right :class:`GateError` for a record that cannot be used."""
+    if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
+        raise BadRecord(path, f"not a certification record (no \"schema\": \"{SCHEMA}\")")
+    v = rec.get("schema_version")
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise BadRecord(path, f"schema_version must be an integer, got {v!r}")
+    if v > SCHEMA_VERSION:
+        raise SchemaTooNew(path, f"record schema version {v} is newer than this DeviceKit reads "
+                                 f"({SCHEMA_VERSION}); upgrade devicekit to check it")
+    for key, kind in _REQUIRED.items():
+        if not isinstance(rec.get(key), kind):
+            raise BadRecord(path, f"field '{key}' is missing or not a {kind.__name__}")
+    for key in ("name", "vendor", "version", "sha256", "library_path"):
+        if not isinstance(rec["plugin"].get(key), str):
+            raise BadRecord(path, f"field 'plugin.{key}' is missing or not a string")
+    for sec in ("conformance", "models"):
+        cases = rec[sec].get("cases")
+        if not isinstance(cases, list) or not all(isinstance(c, dict) and "id" in c
+                                                  and "outcome" in c for c in cases):
+            raise BadRecord(path, f"field '{sec}.cases' is missing or malformed")
+        if len({c["id"] for c in cases}) != len(cases):
+            raise BadRecord(path, f"'{sec}.cases' lists a case id twice")
+        if cases_sha256(cases) != rec[sec].get("cases_sha256"):
+            raise BadRecord(path, f"'{sec}.cases' does not match its cases_sha256: the record "
+                                  f"was edited or corrupted")
+    return rec
+
+
+def load(path, role="record"):
+    """Reads and validates a record; ``role`` names it in errors (baseline, record)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise MissingInput(path, f"{role} not found") from None
+    except OSError as e:
+        raise MissingInput(path, f"cannot read the {role}: {e.strerror}") from None
+    try:
+        rec = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        what = "truncated" if raw and not raw.rstrip().endswith(b"}") else "corrupted"
+        raise BadRecord(path, f"{role} is not valid JSON ({what}?): {e}") from None
+    if isinstance(rec, dict) and rec.get("schema") == SCHEMA and \
+            rec.get("schema_version") == SCHEMA_VERSION:
+        from_file(rec, path)
+    return validate(rec, path)

@@ -1,0 +1,63 @@
+"""The project's own CI gates the reference CPU plugin on every change,
+exactly as the release gates a vendor's plugin (ci/README.md): certify cpu:0
+and check the record against the committed ci/baselines/cpu.json under
+ci/policy.toml. A change that regresses the CPU plugin (or drops a case it
+passed) fails here with the gate's table of reasons.
+
+Performance is excluded through the policy in this test: the baseline was
+timed on another machine (the check would skip it) and CI machines are too
+noisy to gate on timings; `devicekit gate check` with ci/policy.toml compares
+them where one machine certified both records.
+
+Needs: the reference CPU plugin (cpu:0). About 45 s on 2 cores.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devicekit.gate import check, policy, record
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BASELINE = REPO_ROOT / "ci" / "baselines" / "cpu.json"
+POLICY = REPO_ROOT / "ci" / "policy.toml"
+
+
+def gate(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "devicekit", "gate", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_committed_baseline_is_a_full_release_record():
+    rec = record.load(BASELINE, "baseline")
+    pol = policy.load(POLICY)
+    assert rec["plugin"]["name"] == "cpu" and rec["device"]["name"] == "cpu:0"
+    c = rec["conformance"]
+    assert c["level"] == "full" and not c["partial"] and c["passed"], c["by_outcome"]
+    assert rec["models"]["passed"] and set(pol.models) <= set(rec["models"]["per_model"])
+    assert rec["performance"]["measured"] and rec["performance"]["results"]
+    # It meets the release policy's required rules on its own (checked against
+    # itself; the binary it names is the certifying machine's, not this one's).
+    v = check.check(rec, rec, pol, BASELINE, BASELINE, check_binary=False)
+    assert v.admitted, [vars(r) for r in v.refusals]
+
+
+@pytest.mark.slow
+def test_reference_plugin_passes_the_release_gate(tmp_path):
+    new = tmp_path / "cpu.json"
+    proc = gate("certify", "--device", "cpu:0", "--out", new, "--reports", tmp_path / "reports")
+    assert proc.returncode == 0 and new.exists(), proc.stdout + proc.stderr[-3000:]
+    text = POLICY.read_text()
+    assert "enabled = true" in text
+    pol = tmp_path / "policy.toml"
+    pol.write_text(text.replace("enabled = true", "enabled = false"))
+    proc = gate("check", new, "--baseline", BASELINE, "--policy", pol,
+                "--junit", tmp_path / "gate.xml", "--html", tmp_path / "gate.html")
+    assert proc.returncode == 0, (
+        f"the reference CPU plugin no longer passes the release gate against {BASELINE} "
+        f"(if a suite deliberately changed its cases, regenerate the baseline: ci/README.md)\n"
+        + proc.stdout[-6000:] + proc.stderr[-2000:])
+    assert "ADMITTED" in proc.stdout and os.path.exists(tmp_path / "gate.html")
