@@ -1,7 +1,8 @@
 """The short performance set ``devicekit gate certify`` measures.
 
-``devicekit bench`` (docs/bench.md) is not on this branch yet, so certify
-measures a small fixed set of its own through the public ``devicekit.ops``:
+Certify measures a small fixed set through the public ``devicekit.ops``
+(the figures a release compares must not move when ``devicekit bench``'s
+default sweep changes):
 add, mul, exp (1M elements), reduce_sum over rows of 1024, matmul 256^3, all
 float32, each only when the plugin implements the kernel (skips are listed
 with their reason, never dropped). The rows use the bench JSON's fields
@@ -9,14 +10,13 @@ with their reason, never dropped). The rows use the bench JSON's fields
 ``devicekit.bench/1`` document can feed the record instead
 (``certify --perf-json BENCH.json``, :func:`from_bench`).
 
-Timing as bench does it: a warm-up call, then ``repeats`` timed runs of
+Timing is bench's own (``devicekit.bench._time``): a warm-up call, then ``repeats`` timed runs of
 ``calls`` back-to-back calls (sized to ~50 ms) ending with a device
 synchronize; the best run is kept, which is what keeps noise from flapping
 the gate's ratio (docs/gate.md).
 """
 
-import math
-import time
+from ..bench import _time as _best_time
 
 SOURCE = "devicekit.gate.perf/1"
 BENCH_SCHEMA = "devicekit.bench/1"
@@ -24,24 +24,6 @@ N, ROW, MM = 1 << 20, 1024, 256
 # (op, kind, size): size is elements per input, or n of the n x n x n matmul.
 SET = (("add", "binary", N), ("mul", "binary", N), ("exp", "unary", N),
        ("reduce_sum", "reduction", N), ("matmul", "linalg", MM))
-
-
-def _best(fn, sync, repeats, budget=0.05):
-    fn()
-    sync()
-    t0 = time.perf_counter()
-    fn()
-    sync()
-    once = max(time.perf_counter() - t0, 1e-7)
-    calls = max(1, min(1000, int(budget / once)))
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best, calls
 
 
 def _case(op, kind, size, device):
@@ -81,7 +63,7 @@ def measure(device, kernels, machine, repeats=7, progress=None):
             if progress:
                 progress(f"perf {op} float32 {size}")
             xs, call, nbytes, flops = _case(op, kind, size, device)
-            seconds, calls = _best(call, lambda: dk.synchronize(device), repeats)
+            seconds, calls = _best_time(call, lambda: dk.synchronize(device), repeats)
             results.append({"op": op, "dtype": "float32", "size": size,
                             "shapes": [list(x.shape) for x in xs], "seconds": seconds,
                             "calls": calls, "repeats": repeats, "bytes": nbytes, "flops": flops,
