@@ -132,7 +132,8 @@ expires = 2020-01-01
 
 def test_certifying_twice_gives_the_same_record(records, tmp_path):
     """Same binary, same machine: equal records but for the documented
-    volatile fields (creation time, durations, measured timings)."""
+    volatile fields (creation time, durations, measured timings, the
+    device memory a plugin sized from the free memory at load)."""
     from devicekit.gate import record
 
     recs = []

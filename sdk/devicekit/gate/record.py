@@ -24,9 +24,13 @@ SCHEMA = "devicekit.gate.record"
 SCHEMA_VERSION = 1
 # Fields that differ between two certifications of the same binary on the same
 # machine (docs/gate.md, "Reproducibility"); everything else is identical.
+# device.properties.total_memory is host state, not a result: a plugin may
+# size its device from the memory free when it loads (the reference CPU
+# plugin's default budget is half of MemAvailable, so that what it reports it
+# can deliver), and that moves with everything else running on the machine.
 VOLATILE = ("created", "timing", "performance.results[].seconds",
             "performance.results[].calls", "performance.results[].gbps",
-            "performance.results[].gflops")
+            "performance.results[].gflops", "device.properties.total_memory")
 _CASE_KEYS = ("id", "section", "op", "dtype", "required", "outcome")
 
 
@@ -186,6 +190,10 @@ def deterministic_view(rec):
     perf["results"] = [{k: v for k, v in r.items() if k not in ("seconds", "calls", "gbps", "gflops")}
                        for r in perf.get("results", [])]
     out["performance"] = perf
+    device = dict(out.get("device") or {})
+    device["properties"] = {k: v for k, v in (device.get("properties") or {}).items()
+                            if k != "total_memory"}
+    out["device"] = device
     return out
 
 
