@@ -24,16 +24,15 @@ rng = np.random.default_rng(0)
 
 def param(*shape, scale=None):
     scale = 1.0 / math.sqrt(shape[-1]) if scale is None else scale
-    return dk.tensor((rng.standard_normal(shape) * scale).astype(np.float32), device=DEV,
-                     requires_grad=True)
+    return dk.tensor((rng.standard_normal(shape) * scale).astype(np.float32), device=DEV)
 
 
-params = {
-    "embed": param(VOCAB, DIM, scale=0.5), "norm1": dk.ones(DIM, device=DEV, requires_grad=True),
+params = dk.nn.ParameterDict({   # what the optimizer updates (and keeps state for)
+    "embed": param(VOCAB, DIM, scale=0.5), "norm1": dk.ones(DIM, device=DEV),
     "wq": param(DIM, DIM), "wk": param(KV_HEADS * HEAD, DIM), "wv": param(KV_HEADS * HEAD, DIM),
-    "wo": param(DIM, DIM), "norm2": dk.ones(DIM, device=DEV, requires_grad=True),
+    "wo": param(DIM, DIM), "norm2": dk.ones(DIM, device=DEV),
     "w_gate_up": param(4 * DIM, DIM), "w_down": param(DIM, 2 * DIM), "head": param(VOCAB, DIM),
-}
+})
 
 # Rotary tables (rotate-half convention): [SEQ, HEAD].
 inv = 1.0 / 10000 ** (np.arange(0, HEAD, 2) / HEAD)
@@ -54,7 +53,7 @@ def forward(p, ids):
     k = F.rotary_embedding(heads(F.linear(h, p["wk"]), KV_HEADS), cos, sin)
     v = heads(F.linear(h, p["wv"]), KV_HEADS)
     a = F.scaled_dot_product_attention(q, k, v, is_causal=True)      # grouped-query heads
-    x = x + F.linear(a.permute(0, 2, 1, 3).reshape(BATCH, SEQ, DIM), p["wo"])
+    x = x + F.linear(a.transpose(1, 2).flatten(2), p["wo"])
     x = x + F.linear(F.swiglu(F.linear(F.rms_norm(x, p["norm2"]), p["w_gate_up"])), p["w_down"])
     return F.linear(x, p["head"])                                     # [B, S, VOCAB]
 
@@ -65,19 +64,14 @@ tokens = (starts[:, None] + np.arange(SEQ + 1)[None, :]) % VOCAB
 ids = dk.tensor(tokens[:, :-1].astype(np.int64), device=DEV)
 target = dk.tensor(tokens[:, 1:].reshape(-1).astype(np.int64), device=DEV)
 
-state = {name: (dk.zeros(*t.shape, device=DEV), dk.zeros(*t.shape, device=DEV))
-         for name, t in params.items()}
+opt = dk.optim.AdamW(params.parameters(), lr=1e-2, weight_decay=0.0)
 losses = []
 for step in range(1, STEPS + 1):
     logits = forward(params, ids)
     loss = F.cross_entropy(logits.reshape(BATCH * SEQ, VOCAB), target)
+    opt.zero_grad()
     loss.backward()
-    for name, t in params.items():
-        m, v = state[name]
-        new, m, v = F.adamw_step(t, t.grad, m, v, step, lr=1e-2, weight_decay=0.0)
-        state[name] = (m, v)
-        params[name] = new.detach()
-        params[name].requires_grad = True
+    opt.step()
     losses.append(loss.item())
     if step == 1 or step % 10 == 0:
         print(f"step {step:3d}  loss {losses[-1]:.4f}")
@@ -87,7 +81,7 @@ assert losses[-1] < 0.5 * losses[0], f"loss did not fall: {losses[0]:.4f} -> {lo
 with dk.no_grad():  # inference: the fused kernels the plugin registers take over
     dk.reset_composite_stats()
     pred = forward(params, ids)
-    accuracy = (dk.ops.argmax(pred.reshape(BATCH * SEQ, VOCAB), axis=1) == target).numpy().mean()
+    accuracy = (pred.reshape(BATCH * SEQ, VOCAB).argmax(dim=1) == target).numpy().mean()
 print(f"next-token accuracy after {STEPS} steps: {accuracy:.2f}")
 for op, s in sorted(dk.composite_stats().items()):
     print(f"  {op:30s} fused {s['fused']}  decomposed {s['decomposed']}")

@@ -112,6 +112,24 @@ def _getitem(node, g):
     return flat.reshape(x.shape)
 
 
+def _narrow(node, g):
+    # g written back into the positions of the slice, -0.0 elsewhere (exact:
+    # -0.0 + g == g); scatter_add along the dim with the slice's indices.
+    x, d = node.inputs[0], node.saved["dim"]
+    index = ops.arange(node.saved["start"], node.saved["start"] + g.shape[d],
+                       device=g.device).reshape([-1 if i == d else 1 for i in range(g.ndim)])
+    return ops.scatter_add(full(list(x.shape), -0.0, dtype=g.dtype, device=g.device), d,
+                           index.expand(*g.shape), g)
+
+
+def _cat(node, g, needs):
+    d, grads, start = node.saved["dim"], [], 0
+    for n, need in zip(node.saved["sizes"], needs):
+        grads.append(ops.narrow(g, d, start, n) if need else None)
+        start += n
+    return grads
+
+
 def _identity(node, g):
     return g
 
@@ -155,5 +173,7 @@ RULES = {
     "reshape": _only(0, 1, lambda node, g: g.reshape(node.inputs[0].shape)),
     "permute": _only(0, 1, _permute),
     "getitem": _only(0, 1, _getitem),
+    "narrow": _only(0, 1, _narrow),
+    "cat": _cat,
     "to_device": _only(0, 1, lambda node, g: g.to(node.inputs[0].device)),
 }

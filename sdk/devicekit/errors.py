@@ -12,7 +12,7 @@ __all__ = [
     "DeviceKitError", "PluginLoadError", "PluginVersionError", "DeviceError",
     "PluginContractError", "OutOfMemoryError", "NotImplementedByPlugin", "InvalidArgumentError",
     "DTypeError", "DeviceNotFoundError", "InputOverflowError", "IndexOutOfRangeError",
-    "ForkedProcessError",
+    "ForkedProcessError", "DuplicateArgumentError",
 ]
 
 
@@ -61,6 +61,11 @@ class NotImplementedByPlugin(DeviceKitError, NotImplementedError):
 class InvalidArgumentError(DeviceKitError, ValueError):
     """Bad input caught by the SDK before it reached a plugin: shapes that do
     not broadcast, tensors on different devices, out-of-bounds views, ..."""
+
+
+class DuplicateArgumentError(InvalidArgumentError, TypeError):
+    """One argument given under both of its names: numpy's ``axis=``/``keepdims=``
+    and PyTorch's ``dim=``/``keepdim=`` (Python's own "got multiple values")."""
 
 
 class DTypeError(DeviceKitError, TypeError):

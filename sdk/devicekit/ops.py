@@ -11,6 +11,13 @@ sign and random ops are not differentiable and their results never require
 grad. Gradient tie rules: ``maximum``/``minimum`` split the gradient half and
 half between equal operands; ``max``/``min`` reductions split it evenly among
 all elements equal to the result.
+
+Every op that takes numpy's ``axis=``/``keepdims=`` also takes PyTorch's
+``dim=``/``keepdim=`` (giving both is a ``DuplicateArgumentError``). The
+functions are numpy-like: ``ops.max(x, 1)`` is the reduction (``np.max``,
+``torch.amax``); the Tensor *method* ``x.max(1)`` is PyTorch's and returns
+``(values, indices)``. Joining, splitting and reshaping ops (``cat``,
+``split``, ``squeeze``, ...) live in ``_shape_ops`` and are re-exported here.
 """
 
 import builtins as _builtins  # sum, max, min, abs and pow are shadowed below
@@ -23,7 +30,11 @@ from . import _core
 from . import dtypes as _dt
 from ._registry import device as _device
 from .autograd import track as _track
-from .errors import IndexOutOfRangeError, InputOverflowError, InvalidArgumentError
+from collections import namedtuple
+
+from ._shape_ops import (_UNSET, cat, chunk, clone, flatten, narrow, pick, split, squeeze, stack,
+                         unsqueeze, view)
+from .errors import DTypeError, IndexOutOfRangeError, InputOverflowError, InvalidArgumentError
 from .tensor import Tensor, full
 
 _ID = {name: i for i, name in enumerate(_core.OP_NAMES)}
@@ -112,7 +123,8 @@ def _squeeze(t, axes, keepdims):
 def _reduction(name):
     op = _ID["reduce_" + name]
 
-    def fn(x, axis=None, keepdims=False):
+    def fn(x, axis=None, keepdims=False, *, dim=_UNSET, keepdim=_UNSET):
+        axis, keepdims = pick(name, axis, dim, keepdims, keepdim)
         axes = _axes(x, axis)
         mask = 0
         for a in axes:
@@ -126,18 +138,21 @@ def _reduction(name):
 
 
 sum, max, min = _reduction("sum"), _reduction("max"), _reduction("min")
+amax, amin = max, min  # PyTorch's names for the reductions
 
 
-def mean(x, axis=None, keepdims=False):
+def mean(x, axis=None, keepdims=False, *, dim=_UNSET, keepdim=_UNSET):
     """Arithmetic mean (integers give float32, like PyTorch requires a float input)."""
+    axis, keepdims = pick("mean", axis, dim, keepdims, keepdim)
     n = math.prod(x.shape[a] for a in _axes(x, axis))
     s = sum(x if x.dtype.is_floating_point else x.to(_dt.float32), axis, keepdims)
     return div(s, float(n))
 
 
-def argmax(x, axis=None, keepdims=False):
+def argmax(x, axis=None, keepdims=False, *, dim=_UNSET, keepdim=_UNSET):
     """Index of the maximum (first on ties, first NaN wins), int64. ``axis=None``
     indexes the flattened tensor."""
+    axis, keepdims = pick("argmax", axis, dim, keepdims, keepdim)
     if axis is None:
         out = _core.argmax(x.reshape(-1), 0) if x.ndim else _core.argmax(x, 0)
         return out.reshape([1] * x.ndim) if keepdims else out.reshape([])
@@ -145,8 +160,54 @@ def argmax(x, axis=None, keepdims=False):
     return _squeeze(_core.argmax(x, a[0]), a, keepdims)
 
 
-def cumsum(x, axis):
+def argmin(x, axis=None, keepdims=False, *, dim=_UNSET, keepdim=_UNSET):
+    """Index of the minimum (first on ties, first NaN wins), int64: ``argmax``
+    of an order-reversing map of ``x`` that is exact for every dtype (``-x``
+    for floats, ``max + min - x`` for integers, ``not x`` for bool)."""
+    axis, keepdims = pick("argmin", axis, dim, keepdims, keepdim)
+    if x.dtype.is_floating_point:
+        flipped = _core.unary(_ID["neg"], x)
+    elif x.dtype == _dt.bool_:
+        flipped = _core.unary(_ID["logical_not"], x)
+    else:
+        lo, hi = _int_range(x.dtype)
+        flipped = _core.binary(_ID["sub"], hi + lo, x)
+    return argmax(flipped, axis, keepdims)
+
+
+ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
+ValuesIndices.__doc__ = "What ``x.max(dim)``/``x.min(dim)`` return, like ``torch.return_types.max``."
+
+
+def _extremum_method(name, reduce, arg):
+    """PyTorch's ``Tensor.max``/``Tensor.min``: no dim gives the 0-d extremum;
+    a dim gives ``(values, indices)`` (indices of the first extremum, the
+    gradient goes to that element only, as in PyTorch); a tensor gives the
+    elementwise ``maximum``/``minimum``."""
+    def method(self, dim=None, keepdim=False, *, axis=_UNSET, keepdims=_UNSET):
+        if isinstance(dim, Tensor):
+            return (maximum if name == "max" else minimum)(self, dim)
+        dim, keepdim = pick(name, None if axis is _UNSET else axis, dim,
+                            False if keepdims is _UNSET else keepdims, keepdim)
+        if dim is None:
+            return reduce(self)
+        if not isinstance(dim, numbers.Integral):
+            raise InvalidArgumentError(
+                f"Tensor.{name}(dim={dim!r}): dim must be one int (this returns values and "
+                f"indices, as in PyTorch); for the {name} over several dims use "
+                f"x.a{name}({dim!r}) or ops.{name}(x, {dim!r})")
+        indices = arg(self, dim, keepdims=True)
+        values = gather(self, dim, indices)
+        if not keepdim:
+            values, indices = squeeze(values, dim), squeeze(indices, dim)
+        return ValuesIndices(values, indices)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def cumsum(x, axis=_UNSET, *, dim=_UNSET):
     """Running sum along ``axis``; integer and bool inputs give int64."""
+    axis = _need_axis("cumsum", axis, dim)
     return _track("cumsum", _core.cumsum(x, axis), (x,), axis=axis)
 
 
@@ -194,13 +255,22 @@ def _seed(name, value, call):
     return int(value)
 
 
-def gather(x, axis, index):
+def _need_axis(call, axis, dim):
+    axis, _ = pick(call, axis, dim, axis_default=_UNSET)
+    if axis is _UNSET:
+        raise InvalidArgumentError(f"{call}() needs dim= (or axis=)")
+    return axis
+
+
+def gather(x, axis=_UNSET, index=None, *, dim=_UNSET):
     """``out[i][j] = x[index[i][j]][j]`` for axis 0 (``torch.gather``)."""
+    axis = _need_axis("gather", axis, dim)
     return _track("gather", _core.gather(x, axis, index), (x, index), axis=axis)
 
 
-def scatter_add(x, axis, index, src):
+def scatter_add(x, axis=_UNSET, index=None, src=None, *, dim=_UNSET):
     """``x`` with ``src`` added at ``index`` along ``axis`` (``torch.scatter_add``)."""
+    axis = _need_axis("scatter_add", axis, dim)
     return _track("scatter_add", _core.scatter_add(x, axis, index, src), (x, index, src), axis=axis)
 
 
@@ -238,6 +308,122 @@ def rand(shape, seed, offset=0, dtype=_dt.float32, device="cpu:0"):
                         _seed("offset", offset, "rand"))
 
 
+def randn(shape, seed, offset=0, dtype=_dt.float32, device="cpu:0"):
+    """Standard normals by Box-Muller from the ``rand`` stream:
+    ``u = rand([2, *shape], seed, offset)``, ``z = sqrt(-2 log(1 - u[0])) *
+    cos(2 pi u[1])``, computed in float32 (float64 for a float64 result). The
+    call consumes the Philox counters ``offset .. offset + ceil(2 n / 4)``."""
+    dtype = _dt.as_dtype(dtype)
+    if not dtype.is_floating_point:
+        raise DTypeError(f"randn: dtype must be floating point, got {dtype}")
+    shape = _shape(shape)
+    u = rand([2, *shape], seed, offset, device=device)
+    if dtype == _dt.float64:
+        u = u._cast(dtype.id)
+    r = sqrt(mul(log(sub(1.0, u[0])), -2.0))
+    z = mul(r, cos(mul(u[1], 2.0 * math.pi)))
+    return z if z.dtype == dtype else z._cast(dtype.id)
+
+
+def randint(low, high, shape, seed, offset=0, dtype=_dt.int64, device="cpu:0"):
+    """Integers uniform in [low, high): ``low + floor(u * (high - low))`` with
+    ``u = rand(shape, seed, offset)`` and the product rounded to float32
+    (clamped below ``high``); ``high - low`` must be in [1, 2**24] so that
+    every value can come out."""
+    dtype = _dt.as_dtype(dtype)
+    if dtype.is_floating_point or dtype == _dt.bool_:
+        raise DTypeError(f"randint: dtype must be an integer type, got {dtype}")
+    for name, v in (("low", low), ("high", high)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise InvalidArgumentError(f"randint: {name} must be an int, got {v!r}")
+    span = int(high) - int(low)
+    if not 1 <= span <= 2**24:
+        raise InvalidArgumentError(f"randint({low}, {high}): high - low must be in [1, 2**24], "
+                                   f"got {span}")
+    lo, hi = _int_range(dtype)
+    if not (lo <= low and high - 1 <= hi):
+        raise InputOverflowError(f"randint({low}, {high}): values do not fit {dtype.name} "
+                                 f"([{lo}, {hi}])")
+    u = rand(_shape(shape), seed, offset, device=device)
+    k = minimum(floor(mul(u, float(span))), float(span - 1))
+    return add(k._cast(_dt.int64.id), int(low))._cast(dtype.id)
+
+
+def zeros_like(x, dtype=None, device=None, requires_grad=False):
+    """Zeros with ``x``'s shape, and its dtype and device unless given."""
+    return full(list(x.shape), 0, dtype=x.dtype if dtype is None else dtype,
+                device=x.device if device is None else device, requires_grad=requires_grad)
+
+
+def ones_like(x, dtype=None, device=None, requires_grad=False):
+    """Ones with ``x``'s shape, and its dtype and device unless given."""
+    return full(list(x.shape), 1, dtype=x.dtype if dtype is None else dtype,
+                device=x.device if device is None else device, requires_grad=requires_grad)
+
+
+def clamp(x, min=None, max=None):
+    """``x`` limited to [min, max] (scalars or broadcastable tensors), like
+    ``torch.clamp``: ``min`` applies first, so min > max gives max; NaN stays
+    NaN; the gradient passes where min <= x <= max (bounds included) and goes to
+    the bound where it was taken from a tensor bound."""
+    if min is None and max is None:
+        raise InvalidArgumentError("clamp: give min, max or both")
+    out = x
+    if min is not None:
+        out = where(lt(out, min), min, out)
+    if max is not None:
+        out = where(lt(max, out), max, out)
+    if out.dtype != x.dtype:
+        raise DTypeError(f"clamp: bounds {min!r}, {max!r} would change {x.dtype} to {out.dtype}")
+    return out
+
+
+clip = clamp
+
+
+def masked_fill(x, mask, value):
+    """``x`` with ``value`` where the bool ``mask`` (broadcastable to x) is
+    true, like ``torch.Tensor.masked_fill``; x keeps its shape and dtype."""
+    if mask.dtype != _dt.bool_:
+        raise DTypeError(f"masked_fill: mask must be a bool tensor, got {mask.dtype}"
+                         f"{list(mask.shape)}")
+    try:
+        ok = _core.broadcast_shapes(list(mask.shape), list(x.shape)) == list(x.shape)
+    except InvalidArgumentError:
+        ok = False
+    if not ok:
+        raise InvalidArgumentError(f"masked_fill: mask {list(mask.shape)} does not broadcast to "
+                                   f"x {list(x.shape)}")
+    if isinstance(value, Tensor) and value.ndim != 0:
+        raise InvalidArgumentError(f"masked_fill: value must be a scalar or 0-d tensor, got "
+                                   f"shape {list(value.shape)}")
+    if isinstance(value, float) and not x.dtype.is_floating_point:
+        raise DTypeError(f"masked_fill: float value {value} for a {x.dtype} tensor")
+    out = where(mask, value, x)
+    return out if out.dtype == x.dtype else cast(out, x.dtype)
+
+
+def _triangle(name, keep):
+    def fn(x, diagonal=0):
+        if x.ndim < 2:
+            raise InvalidArgumentError(f"{name}: x must have at least 2 dims, got shape "
+                                       f"{list(x.shape)}")
+        if isinstance(diagonal, bool) or not isinstance(diagonal, numbers.Integral):
+            raise InvalidArgumentError(f"{name}: diagonal must be an int, got {diagonal!r}")
+        rows, cols = x.shape[-2:]
+        offset = sub(arange(cols, device=x.device).reshape(1, cols),
+                     arange(rows, device=x.device).reshape(rows, 1))  # col - row
+        return where(keep(offset, int(diagonal)), x, False if x.dtype == _dt.bool_ else 0)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (f"``x`` with the elements {'above' if name == 'tril' else 'below'} diagonal "
+                  f"``diagonal`` of the last two dims zeroed, like ``torch.{name}``.")
+    return fn
+
+
+tril = _triangle("tril", lambda offset, d: le(offset, d))
+triu = _triangle("triu", lambda offset, d: le(d, offset))
+
+
 def cast(x, dtype):
     """``x`` converted to ``dtype`` (round to nearest even between floats)."""
     return _track("cast", x._cast(_dt.as_dtype(dtype).id), (x,))
@@ -259,9 +445,14 @@ def _install_tensor_methods():
         "__eq__": eq, "__ne__": ne, "__lt__": lt, "__le__": le, "__gt__": gt, "__ge__": ge,
         "__and__": logical_and, "__or__": logical_or, "__xor__": logical_xor,
         "__invert__": logical_not,
-        "sum": sum, "max": max, "min": min, "mean": mean, "argmax": argmax, "cumsum": cumsum,
-        "matmul": matmul, "maximum": maximum, "minimum": minimum,
-    }
+        "sum": sum, "mean": mean, "argmax": argmax, "argmin": argmin, "cumsum": cumsum,
+        "amax": amax, "amin": amin, "max": _extremum_method("max", max, argmax),
+        "min": _extremum_method("min", min, argmin),
+        "matmul": matmul, "maximum": maximum, "minimum": minimum, "clamp": clamp, "clip": clamp,
+        "masked_fill": masked_fill, "tril": tril, "triu": triu, "gather": gather,
+        "split": split, "chunk": chunk, "narrow": narrow, "squeeze": squeeze,
+        "unsqueeze": unsqueeze, "flatten": flatten, "view": view, "clone": clone,
+    }  # cat and stack take a list: functions only, as in PyTorch
     for name in ("exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "erf",
                  "floor", "sign", "abs", "neg"):
         methods[name] = globals()[name]
@@ -277,8 +468,11 @@ def _shape(shape):
     return [int(shape)] if isinstance(shape, numbers.Integral) else [int(s) for s in shape]
 
 
-__all__ = ["abs", "add", "arange", "argmax", "cast", "contiguous", "cos", "cumsum", "div", "eq",
-           "erf", "exp", "floor", "full", "gather", "ge", "gt", "le", "log", "logical_and",
-           "logical_not", "logical_or", "logical_xor", "lt", "matmul", "max", "maximum", "mean",
-           "min", "minimum", "mul", "ne", "neg", "pow", "rand", "random_bits", "reciprocal",
-           "rsqrt", "scatter_add", "sign", "sin", "sqrt", "sub", "sum", "tanh", "where"]
+__all__ = ["ValuesIndices", "abs", "add", "amax", "amin", "arange", "argmax", "argmin", "cast", "cat",
+           "chunk", "clamp", "clip", "clone", "contiguous", "cos", "cumsum", "div", "eq", "erf",
+           "exp", "flatten", "floor", "full", "gather", "ge", "gt", "le", "log", "logical_and",
+           "logical_not", "logical_or", "logical_xor", "lt", "masked_fill", "matmul", "max",
+           "maximum", "mean", "min", "minimum", "mul", "narrow", "ne", "neg", "ones_like", "pow",
+           "rand", "randint", "randn", "random_bits", "reciprocal", "rsqrt", "scatter_add", "sign",
+           "sin", "split", "sqrt", "squeeze", "stack", "sub", "sum", "tanh", "tril", "triu",
+           "unsqueeze", "view", "where", "zeros_like"]

@@ -33,8 +33,10 @@ from .. import _core
 from ..autograd import no_grad
 from ..conformance.case import ERROR, FAIL, NOT_IMPLEMENTED, PASS
 from ..errors import NotImplementedByPlugin
+from ..nn import ParameterDict
 from ..nn import functional as F
-from ..tensor import tensor, zeros
+from ..optim import AdamW
+from ..tensor import tensor
 from .base import HALF
 
 PHASES = ("forward", "loss", "backward", "inference", "train")
@@ -119,9 +121,10 @@ def device_inputs(model, device, dtype):
 
 
 def master_params(model, device, dtype, values=None):
+    """The master parameters, a ``devicekit.nn.ParameterDict`` keyed by the model's names."""
     values = model.init_params() if values is None else values
-    return {n: tensor(np.asarray(a, np.float64), device=device, dtype=master_dtype(dtype),
-                      requires_grad=True) for n, a in values.items()}
+    return ParameterDict({n: tensor(np.asarray(a, np.float64), device=device,
+                                    dtype=master_dtype(dtype)) for n, a in values.items()})
 
 
 def cast_params(master, dtype, names=None):
@@ -177,22 +180,16 @@ def execute(model, device, dtype, steps=DEFAULT_STEPS, lr=LR, record=False):
 
 
 def _train(model, master, inp, dtype, steps, lr, first_loss):
-    """``steps`` AdamW updates of the float32 (float64) masters; the curve is
-    the loss before each update and after the last (steps + 1 values). The
+    """``steps`` updates of the float32 (float64) masters by a
+    ``devicekit.optim.AdamW`` (its moments in the masters' dtype); the curve
+    is the loss before each update and after the last (steps + 1 values). The
     first step reuses the gradients of the backward phase."""
-    state = {n: (zeros(*t.shape, dtype=t.dtype, device=t.device),
-                 zeros(*t.shape, dtype=t.dtype, device=t.device)) for n, t in master.items()}
-    curve, params = [float(first_loss.item())], dict(master)
+    opt = AdamW(master.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+    curve = [float(first_loss.item())]
     for step in range(1, steps + 1):
-        new = {}
-        for n, t in params.items():
-            m, v = state[n]
-            p, m, v = F.adamw_step(t, t.grad, m, v, step, lr=lr, weight_decay=WEIGHT_DECAY)
-            state[n] = (m, v)
-            new[n] = p.detach()
-            new[n].requires_grad = True
-        params = new
-        loss = loss_of(forward(model, params, inp, dtype), inp)
+        opt.step()
+        opt.zero_grad()
+        loss = loss_of(forward(model, master, inp, dtype), inp)
         if step < steps:
             loss.backward()
         curve.append(float(loss.item()))

@@ -17,6 +17,7 @@ import math
 
 from .. import _core, _fused
 from .. import ops
+from .._shape_ops import _UNSET, pick
 from ..autograd import no_grad
 from ..tensor import full
 from ._common import (broadcasts_to, check_float, check_int, check_rank, check_vector, compute, fail,
@@ -35,9 +36,10 @@ def _not_inf(m):
 
 # ---- softmax family ---------------------------------------------------------
 
-def softmax(x, axis=-1):
-    """exp(x - max) / sum(exp(x - max)) along ``axis``. A row of all -inf gives
-    NaN (0/0), as PyTorch."""
+def softmax(x, axis=-1, *, dim=_UNSET):
+    """exp(x - max) / sum(exp(x - max)) along ``axis`` (or ``dim``). A row of
+    all -inf gives NaN (0/0), as PyTorch."""
+    axis, _ = pick("softmax", axis, dim, axis_default=-1)
     ax = norm_axis("softmax", x, axis)
     check_float("softmax", "x", x)
     return _fused.dispatch("softmax", (x,), {"axis": ax}, lambda: _softmax(x, ax))
@@ -53,18 +55,22 @@ def _softmax(x, axis):
     return result(e / ops.sum(e, axis, keepdims=True), x.dtype)
 
 
-def log_softmax(x, axis=-1):
-    """x - logsumexp(x) along ``axis`` (max-subtracted)."""
+def log_softmax(x, axis=-1, *, dim=_UNSET):
+    """x - logsumexp(x) along ``axis`` (or ``dim``; max-subtracted)."""
+    axis, _ = pick("log_softmax", axis, dim, axis_default=-1)
     ax = norm_axis("log_softmax", x, axis)
     check_float("log_softmax", "x", x)
     xf = compute(x)
     return result(xf - logsumexp(xf, ax, keepdims=True), x.dtype)
 
 
-def logsumexp(x, axis, keepdims=False):
+def logsumexp(x, axis=_UNSET, keepdims=False, *, dim=_UNSET, keepdim=_UNSET):
     """log(sum(exp(x))) along ``axis`` computed as m + log(sum(exp(x - m))) with
     m the (finite) row max. A row of all -inf gives -inf (not NaN); a row
     containing +inf gives +inf; an empty row gives -inf."""
+    axis, keepdims = pick("logsumexp", axis, dim, keepdims, keepdim, axis_default=_UNSET)
+    if axis is _UNSET:
+        fail("logsumexp", "needs dim= (or axis=)")
     ax = norm_axis("logsumexp", x, axis)
     check_float("logsumexp", "x", x)
     xf = compute(x)
@@ -78,9 +84,10 @@ def logsumexp(x, axis, keepdims=False):
                   x.dtype)
 
 
-def var(x, axis=None, keepdims=False, correction=1):
+def var(x, axis=None, keepdims=False, correction=1, *, dim=_UNSET, keepdim=_UNSET):
     """Variance, two-pass: sum((x - mean)^2) / (n - correction), like
     ``torch.var``. n - correction <= 0 divides by zero (inf/NaN, as PyTorch)."""
+    axis, keepdims = pick("var", axis, dim, keepdims, keepdim)
     check_float("var", "x", x)
     xf = compute(x)
     axes = ops._axes(xf, axis)
