@@ -21,14 +21,16 @@ from .base import Layer, Model, integers
 
 def _split_heads(x, heads, head_dim):
     """[B, L, heads*head_dim] -> [B, heads, L, head_dim], dense (fused
-    attention kernels are asked for dense inputs)."""
+    attention kernels are asked for dense inputs). ``reshape``, not ``view``:
+    a piece of ``qkv.split`` is strided, and DeviceKit's ``view`` takes only
+    contiguous tensors."""
     b, n, _ = x.shape
-    return x.reshape(b, n, heads, head_dim).permute(0, 2, 1, 3).contiguous()
+    return x.reshape(b, n, heads, head_dim).transpose(1, 2).contiguous()
 
 
 def _merge_heads(x):
-    b, h, n, d = x.shape
-    return x.permute(0, 2, 1, 3).reshape(b, n, h * d)
+    """[B, heads, L, head_dim] -> [B, L, heads*head_dim]."""
+    return x.transpose(1, 2).flatten(2)
 
 
 def _lm_data(c, seed):
@@ -103,8 +105,7 @@ class GPT2(Model):
             def fn(p, x, inp):
                 h = F.layer_norm(x, p[f"{b}.ln.weight"], p[f"{b}.ln.bias"])
                 qkv = F.linear(h, p[f"{b}.qkv.weight"], p[f"{b}.qkv.bias"])
-                q, k, v = (_split_heads(qkv[..., j * c.dim:(j + 1) * c.dim], c.heads, hd)
-                           for j in range(3))
+                q, k, v = (_split_heads(t, c.heads, hd) for t in qkv.split(c.dim, dim=2))
                 a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
                 return x + F.linear(_merge_heads(a), p[f"{b}.proj.weight"], p[f"{b}.proj.bias"])
             return fn

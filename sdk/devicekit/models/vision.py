@@ -67,11 +67,9 @@ def batch_norm(x, weight, bias, eps=1e-5):
     (no running statistics: the zoo's inference uses batch statistics too).
     float16/bfloat16 are normalised in float32, like autocast does."""
     xf = x.to("float32") if str(x.dtype) in HALF else x
-    mean = ops.mean(xf, (0, 2, 3), keepdims=True)
-    d = xf - mean
-    y = d * ops.rsqrt(ops.mean(d * d, (0, 2, 3), keepdims=True) + eps)
-    c = x.shape[1]
-    y = y * weight.to(y.dtype).reshape(1, c, 1, 1) + bias.to(y.dtype).reshape(1, c, 1, 1)
+    d = xf - xf.mean(dim=(0, 2, 3), keepdim=True)
+    y = d * ops.rsqrt((d * d).mean(dim=(0, 2, 3), keepdim=True) + eps)
+    y = y * weight.to(y.dtype).view(1, -1, 1, 1) + bias.to(y.dtype).view(1, -1, 1, 1)
     return y.to(x.dtype) if y.dtype != x.dtype else y
 
 
@@ -137,7 +135,7 @@ class CNN(Model):
             return F.relu(h + skip)
 
         def head(p, x, inp):
-            pooled = F.avg_pool2d(x, x.shape[-1]).reshape(x.shape[0], x.shape[1])
+            pooled = F.avg_pool2d(x, x.shape[-1]).flatten(1)
             return F.linear(pooled, p["head.weight"], p["head.bias"])
 
         names = self.param_specs()
