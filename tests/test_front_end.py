@@ -84,6 +84,7 @@ def test_max_and_min_methods_match_torch(cpu):
     same(x.max(), np.max(a))  # no dim: a 0-d tensor, not a tuple
     same(x.max(dk.tensor(np.zeros(4, np.float32))), np.maximum(a, 0))  # elementwise
     same(x.amax(1), np.max(a, 1))
+    same(x.max(axis=1, keepdims=True).values, np.max(a, 1, keepdims=True))  # numpy's spelling too
     with pytest.raises(dk.InvalidArgumentError, match=r"x.amax\(\(0, 1\)\)"):
         x.max((0, 1))
     with pytest.raises(dk.IndexOutOfRangeError):
@@ -326,6 +327,10 @@ def test_module_registers_parameters_once(cpu):
     assert all(p.grad is not None for p in net.parameters())
     net.zero_grad()
     assert all(p.grad is None for p in net.parameters())
+    tied = net.emb
+    net.emb = nn.Parameter(dk.zeros(5, 3))  # re-assigned: the old one stays only as the head
+    assert [(m is net, n) for m, n in tied._dk_owners] == [(True, "head")]
+    assert [n for n, _ in net.named_parameters()] == ["emb", "head", "inner.block0.w"]
     with pytest.raises(dk.DTypeError):
         nn.Parameter(dk.tensor([1, 2]))
 

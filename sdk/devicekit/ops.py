@@ -34,7 +34,8 @@ from collections import namedtuple
 
 from ._shape_ops import (_UNSET, cat, chunk, clone, flatten, narrow, pick, split, squeeze, stack,
                          unsqueeze, view)
-from .errors import DTypeError, IndexOutOfRangeError, InputOverflowError, InvalidArgumentError
+from .errors import (DTypeError, DuplicateArgumentError, IndexOutOfRangeError, InputOverflowError,
+                     InvalidArgumentError)
 from .tensor import Tensor, full
 
 _ID = {name: i for i, name in enumerate(_core.OP_NAMES)}
@@ -187,8 +188,18 @@ def _extremum_method(name, reduce, arg):
     def method(self, dim=None, keepdim=False, *, axis=_UNSET, keepdims=_UNSET):
         if isinstance(dim, Tensor):
             return (maximum if name == "max" else minimum)(self, dim)
-        dim, keepdim = pick(name, None if axis is _UNSET else axis, dim,
-                            False if keepdims is _UNSET else keepdims, keepdim)
+        # dim/keepdim are this method's own names; axis/keepdims the aliases
+        if axis is not _UNSET:
+            if dim is not None:
+                raise DuplicateArgumentError(f"{name}() got both dim={dim!r} and axis={axis!r}: "
+                                             f"they are the same argument; pass one")
+            dim = axis
+        if keepdims is not _UNSET:
+            if keepdim is not False:
+                raise DuplicateArgumentError(f"{name}() got both keepdim={keepdim!r} and "
+                                             f"keepdims={keepdims!r}: they are the same argument; "
+                                             f"pass one")
+            keepdim = bool(keepdims)
         if dim is None:
             return reduce(self)
         if not isinstance(dim, numbers.Integral):

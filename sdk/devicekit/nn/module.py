@@ -47,12 +47,16 @@ class Module:
         if "_parameters" not in self.__dict__:
             raise InvalidArgumentError(f"{type(self).__name__}: call super().__init__() before "
                                        f"assigning attributes (here {name!r})")
-        self._parameters.pop(name, None)
+        old = self._parameters.get(name)
+        if old is not None:  # no longer held here: an optimizer must not put it back
+            old._dk_owners[:] = [(m, n) for m, n in old._dk_owners if not (m is self and n == name)]
         self._modules.pop(name, None)
         if is_parameter(value):
-            self._register(name, value)
-        elif isinstance(value, Module):
-            self._modules[name] = value
+            self._register(name, value)  # keeps the name's place, as PyTorch
+        else:
+            self._parameters.pop(name, None)
+            if isinstance(value, Module):
+                self._modules[name] = value
         object.__setattr__(self, name, value)
 
     def _register(self, name, p):
