@@ -68,9 +68,15 @@ def _merge(x):
     return x.transpose(0, 2, 1, 3).reshape(b, n, h * d)
 
 
-def _oracle_logits(model):
+_BATCH_STATS = {}  # batch norm name -> (batch mean, unbiased batch variance) of the last CNN forward
+
+
+def _oracle_logits(model, running=None):
     """The model's forward written again with the numpy float64 oracle
-    (devicekit.testing.oracle_nn), which never calls devicekit."""
+    (devicekit.testing.oracle_nn), which never calls devicekit. For the CNN,
+    ``running`` None is a training forward that stores each batch norm's
+    batch mean and unbiased variance in ``_BATCH_STATS``; a
+    dict of running statistics is an inference forward that uses them."""
     p = {k: v.astype(np.float64) for k, v in model.init_params().items()}
     d, c = model.make_data(), model.config
     if model.name == "mlp":
@@ -80,8 +86,13 @@ def _oracle_logits(model):
         return O.linear(x, p["head.weight"], p["head.bias"])
     if model.name == "cnn":
         def bn(x, n):
-            m = x.mean((0, 2, 3), keepdims=True)
-            v = ((x - m) ** 2).mean((0, 2, 3), keepdims=True)
+            if running is None:
+                m = x.mean((0, 2, 3), keepdims=True)
+                v = ((x - m) ** 2).mean((0, 2, 3), keepdims=True)
+                count = x.size // x.shape[1]
+                _BATCH_STATS[n] = (m.ravel(), v.ravel() * count / (count - 1))
+            else:
+                m, v = (running[n][i][None, :, None, None] for i in (0, 1))
             return ((x - m) / np.sqrt(v + 1e-5) * p[n + ".weight"][None, :, None, None]
                     + p[n + ".bias"][None, :, None, None])
         relu = lambda t: np.maximum(t, 0)  # noqa: E731
@@ -148,6 +159,20 @@ def test_float64_reference_agrees_with_the_numpy_oracle(reference_runs, name):
     assert abs(run.loss - float(loss)) < 1e-12 * abs(float(loss))
     assert not run.problems and len(run.curve) == H.DEFAULT_STEPS + 1
     assert run.curve[-1] < run.curve[0]  # the AdamW steps do train
+
+
+def test_cnn_inference_uses_the_running_statistics_of_the_training_forward(reference_runs):
+    # BatchNorm2d semantics: running = (1 - momentum) * running + momentum * batch
+    # (unbiased variance), from mean 0 / var 1; inference (no_grad) normalises with them.
+    model = zoo.get("cnn")
+    _oracle_logits(model)
+    mom = model.config.bn_momentum
+    running = {n: (mom * m, (1 - mom) + mom * v) for n, (m, v) in _BATCH_STATS.items()}
+    assert set(running) == {k.rsplit(".", 1)[0] for k in model.buffer_specs()}
+    want = _oracle_logits(model, running)
+    got = reference_runs["cnn"]["float64"].inference
+    assert H.rel_error(got, want) < 1e-12, H.rel_error(got, want)
+    assert H.rel_error(want, _oracle_logits(model)) > 1e-3  # not the batch statistics
 
 
 @pytest.mark.parametrize("name", zoo.NAMES)

@@ -89,11 +89,23 @@ class Model:
     def layers(self):
         raise NotImplementedError
 
+    def buffer_specs(self):
+        """{name: (shape, init)} of state that is not trained by gradients
+        (BatchNorm's running statistics); the harness puts it, in the master
+        dtype, at ``inp["buffers"]``, where layers read and update it."""
+        return {}
+
     # -- derived ---------------------------------------------------------------
     def init_params(self):
         """{name: float32 numpy array}, identical on every machine and backend."""
+        return self._init(self.param_specs())
+
+    def init_buffers(self):
+        return self._init(self.buffer_specs())
+
+    def _init(self, specs):
         out = {}
-        for pname, (shape, init) in self.param_specs().items():
+        for pname, (shape, init) in specs.items():
             if init[0] == "normal":
                 out[pname] = normal(shape, self.config.seed, pname, init[1])
             elif init[0] == "ones":

@@ -6,8 +6,8 @@
 - ``loss``: the cross-entropy, computed in float32 for mixed precision;
 - ``backward``: every parameter's gradient;
 - ``inference``: the logits again under ``no_grad``, where the plugin's fused
-  kernels may run (on the initial weights, so it compares with ``forward``'s
-  reference);
+  kernels may run (on the initial weights; the CNN's batch norms use the
+  running statistics the ``forward`` phase's training forward left);
 - ``train``: ``steps`` AdamW steps from the same start; the loss curve.
 
 Mixed precision is the way people train: float32 *master* parameters and
@@ -111,12 +111,18 @@ def master_dtype(dtype):
 
 
 def device_inputs(model, device, dtype):
-    """The model's batch on ``device``: floats in the run dtype, ints and bools as they are."""
+    """The model's batch on ``device``: floats in the run dtype, ints and bools
+    as they are; and the model's buffers (running statistics), if it has any,
+    at ``"buffers"`` in the master dtype, as a dict the layers update."""
     out = {}
     for name, a in model.make_data().items():
         a = np.asarray(a)
         dt = dtype if a.dtype.kind == "f" else None
         out[name] = tensor(a, device=device, dtype=dt)
+    buffers = model.init_buffers()
+    if buffers:
+        out["buffers"] = {n: tensor(np.asarray(a, np.float64), device=device,
+                                    dtype=master_dtype(dtype)) for n, a in buffers.items()}
     return out
 
 

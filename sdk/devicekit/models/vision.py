@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass
 
 from .. import ops
+from ..autograd import is_grad_enabled, no_grad
 from ..nn import functional as F
 from .base import HALF, Layer, Model, integers, normal
 
@@ -58,17 +59,36 @@ class CNNConfig:
     width: int = 16
     classes: int = 10
     batch: int = 8
+    bn_momentum: float = 0.1  # torch.nn.BatchNorm2d's default
     seed: int = 1102
 
 
-def batch_norm(x, weight, bias, eps=1e-5):
-    """Training-mode batch norm over (N, H, W) of NCHW ``x`` with the biased
-    batch variance, as ``torch.nn.functional.batch_norm(training=True)``
-    (no running statistics: the zoo's inference uses batch statistics too).
-    float16/bfloat16 are normalised in float32, like autocast does."""
+def batch_norm(x, weight, bias, running_mean, running_var, momentum, eps=1e-5):
+    """Batch norm over (N, H, W) of NCHW ``x``, as ``torch.nn.BatchNorm2d``.
+
+    While gradients are recorded (a training forward): the batch mean and
+    biased variance normalise, and the running statistics (float32 or
+    float64 tensors in a dict, ``(dict, key)`` pairs here) move toward the
+    batch's mean and *unbiased* variance by ``momentum``. Under ``no_grad``
+    (the inference phase): the running statistics normalise. float16/bfloat16
+    are normalised in float32, like autocast does."""
     xf = x.to("float32") if str(x.dtype) in HALF else x
-    d = xf - xf.mean(dim=(0, 2, 3), keepdim=True)
-    y = d * ops.rsqrt((d * d).mean(dim=(0, 2, 3), keepdim=True) + eps)
+    (store, mean_key), (_, var_key) = running_mean, running_var
+    if is_grad_enabled():
+        mean = xf.mean(dim=(0, 2, 3), keepdim=True)
+        d = xf - mean
+        var = (d * d).mean(dim=(0, 2, 3), keepdim=True)
+        y = d * ops.rsqrt(var + eps)
+        with no_grad():
+            n = x.numel() // x.shape[1]
+            rm, rv = store[mean_key], store[var_key]
+            batch_mean = mean.flatten().to(rm.dtype)
+            batch_var = var.flatten().to(rv.dtype) * (n / max(n - 1, 1))
+            store[mean_key] = rm * (1.0 - momentum) + batch_mean * momentum
+            store[var_key] = rv * (1.0 - momentum) + batch_var * momentum
+    else:
+        rm, rv = (store[k].to(xf.dtype).view(1, -1, 1, 1) for k in (mean_key, var_key))
+        y = (xf - rm) * ops.rsqrt(rv + eps)
     y = y * weight.to(y.dtype).view(1, -1, 1, 1) + bias.to(y.dtype).view(1, -1, 1, 1)
     return y.to(x.dtype) if y.dtype != x.dtype else y
 
@@ -76,7 +96,9 @@ def batch_norm(x, weight, bias, eps=1e-5):
 class CNN(Model):
     """A small ResNet: conv stem + batch norm + ReLU, max pooling, a basic
     block with an identity skip, a basic block with stride 2 and a 1x1
-    projection skip, global average pooling, a linear head."""
+    projection skip, global average pooling, a linear head. Batch norm keeps
+    running statistics (buffers): training forwards update them, inference
+    under ``no_grad`` uses them."""
 
     name = "cnn"
     title = "CNN (conv2d, max/avg pooling, batch norm, ResNet basic blocks)"
@@ -108,30 +130,44 @@ class CNN(Model):
         specs["head.bias"] = ((c.classes,), ("zeros",))
         return specs
 
+    def buffer_specs(self):
+        specs = {}  # per batch norm (a "...bn..." layer with a weight), as torch initialises them
+        for name, (shape, _) in self.param_specs().items():
+            layer, field = name.rsplit(".", 1)
+            if field == "weight" and "bn" in layer.rsplit(".", 1)[-1]:
+                specs[layer + ".running_mean"] = (shape, ("zeros",))
+                specs[layer + ".running_var"] = (shape, ("ones",))
+        return specs
+
     def make_data(self):
         c = self.config
         return {"images": normal((c.batch, c.channels, c.size, c.size), c.seed, "data.images"),
                 "targets": integers((c.batch,), c.seed, "data.targets", c.classes)}
 
     def layers(self):
-        def bn(p, x, name):
-            return batch_norm(x, p[name + ".weight"], p[name + ".bias"])
+        momentum = self.config.bn_momentum
+
+        def bn(p, x, inp, name):
+            store = inp["buffers"]
+            return batch_norm(x, p[name + ".weight"], p[name + ".bias"],
+                              (store, name + ".running_mean"), (store, name + ".running_var"),
+                              momentum)
 
         def stem(p, x, inp):
-            return F.relu(bn(p, F.conv2d(inp["images"], p["stem.conv"], padding=1), "stem.bn"))
+            return F.relu(bn(p, F.conv2d(inp["images"], p["stem.conv"], padding=1), inp, "stem.bn"))
 
         def pool(p, x, inp):
             return F.max_pool2d(x, 2)
 
         def block1(p, x, inp):
-            h = F.relu(bn(p, F.conv2d(x, p["block1.conv1"], padding=1), "block1.bn1"))
-            h = bn(p, F.conv2d(h, p["block1.conv2"], padding=1), "block1.bn2")
+            h = F.relu(bn(p, F.conv2d(x, p["block1.conv1"], padding=1), inp, "block1.bn1"))
+            h = bn(p, F.conv2d(h, p["block1.conv2"], padding=1), inp, "block1.bn2")
             return F.relu(h + x)  # the identity skip connection
 
         def block2(p, x, inp):
-            h = F.relu(bn(p, F.conv2d(x, p["block2.conv1"], stride=2, padding=1), "block2.bn1"))
-            h = bn(p, F.conv2d(h, p["block2.conv2"], padding=1), "block2.bn2")
-            skip = bn(p, F.conv2d(x, p["block2.proj"], stride=2), "block2.proj_bn")
+            h = F.relu(bn(p, F.conv2d(x, p["block2.conv1"], stride=2, padding=1), inp, "block2.bn1"))
+            h = bn(p, F.conv2d(h, p["block2.conv2"], padding=1), inp, "block2.bn2")
+            skip = bn(p, F.conv2d(x, p["block2.proj"], stride=2), inp, "block2.proj_bn")
             return F.relu(h + skip)
 
         def head(p, x, inp):
