@@ -32,10 +32,11 @@ def test_zoo_is_shaped_like_the_real_models():
         used = {p for layer in layers for p in layer.params}
         assert used == set(model.param_specs()), f"{name}: parameters no layer uses or unknown"
         assert "targets" in model.make_data()
-    for name in ("gpt2", "llama", "encoder"):
+    for name in ("gpt2", "llama", "encoder", "vit"):
         c = zoo.get(name).config
         assert c.dim // c.heads in (32, 64) and c.heads >= 2 and c.layers >= 2
-        assert c.vocab & (c.vocab - 1), f"{name}: vocab {c.vocab} is a power of two"
+        tokens = c.vocab if name != "vit" else (c.size // c.patch) ** 2 + 1
+        assert tokens & (tokens - 1), f"{name}: vocab/tokens {tokens} is a power of two"
     assert zoo.get("llama").config.kv_heads < zoo.get("llama").config.heads  # grouped-query
     with pytest.raises(InvalidArgumentError, match="unknown model 'nope'"):
         zoo.get("nope")
@@ -129,9 +130,21 @@ def _oracle_logits(model, running=None):
             h = O.swiglu(O.linear(O.rms_norm(x, p[f"{b}.mlp.norm"]), p[f"{b}.mlp.w_gate_up"]))
             x = x + O.linear(h, p[f"{b}.mlp.w_down"])
         return O.linear(O.rms_norm(x, p["norm"]), p["lm_head"])
+    lin = lambda t, n: O.linear(t, p[n + ".weight"], p[n + ".bias"])  # noqa: E731
+    if model.name == "vit":
+        ln = lambda t, n: O.layer_norm(t, p[n + ".weight"], p[n + ".bias"], eps=1e-6)  # noqa: E731
+        x = O.conv2d(d["images"].astype(np.float64), p["patch.weight"], p["patch.bias"], stride=c.patch)
+        x = x.reshape(*x.shape[:2], -1).transpose(0, 2, 1)
+        x = np.concatenate([np.broadcast_to(p["cls_token"], (x.shape[0], 1, c.dim)), x], 1) + p["pos"]
+        for i in range(c.layers):
+            b = f"block{i}"
+            q, k, v = np.split(lin(ln(x, f"{b}.attn.ln"), f"{b}.attn.qkv"), 3, -1)
+            a = O.scaled_dot_product_attention(*(_heads(t, c.heads) for t in (q, k, v)))
+            x = x + lin(_merge(a), f"{b}.attn.proj")
+            x = x + lin(O.gelu(lin(ln(x, f"{b}.mlp.ln"), f"{b}.mlp.fc")), f"{b}.mlp.proj")
+        return lin(ln(x, "norm")[:, 0], "head")
     assert model.name == "encoder"
     ln = lambda t, n: O.layer_norm(t, p[n + ".weight"], p[n + ".bias"], eps=1e-12)  # noqa: E731
-    lin = lambda t, n: O.linear(t, p[n + ".weight"], p[n + ".bias"])  # noqa: E731
     x = ln(O.embedding(d["ids"], p["tok"]) + O.embedding(d["positions"], p["pos"]), "emb_ln")
     for i in range(c.layers):
         b = f"block{i}"

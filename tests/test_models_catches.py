@@ -55,22 +55,22 @@ def test_reference_plugin_passes_every_model(tmp_path):
     proc, report, out = run_report(tmp_path, "--device", "cpu:0", "--jobs", "2")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     s = report["summary"]
-    assert s["passed"] and s["total"] == s["by_outcome"]["pass"] == 5 * 3 * 5
+    assert s["passed"] and s["total"] == s["by_outcome"]["pass"] == 6 * 3 * 5
     assert report["suite"] == "models" and report["schema_version"] == 1
     assert len(report["plugin"]["sha256"]) == 64 and report["device"]["name"] == "cpu:0"
-    assert set(s["by_section"]) == {"mlp", "cnn", "gpt2", "llama", "encoder"}
+    assert set(s["by_section"]) == {"mlp", "cnn", "gpt2", "llama", "encoder", "vit"}
     for name, info in report["models"].items():
         assert info["golden"]["match"], (name, info["golden"])
         assert len(info["curves"]["float64"]) == 6 and info["layers"][0] in ("fc0", "stem", "embed")
     gpt = next(c for c in report["cases"] if c["id"] == "models/gpt2/float32/inference")
     assert "cpu.sdpa_flash_f32" in gpt["details"]["fused_kernels"]  # no_grad ran the fused kernels
     root = ET.parse(out / "junit.xml").getroot()
-    assert root.get("name") == "devicekit models cpu:0" and int(root.get("tests")) == 75
+    assert root.get("name") == "devicekit models cpu:0" and int(root.get("tests")) == 90
     assert {t.get("name") for t in root} == {f"models.{m}" for m in s["by_section"]}
     html = (out / "report.html").read_text()
     assert "PASSED" in html and "http" not in html.split("</style>")[0]
     assert "PASSED" in proc.stdout and "llama" in proc.stdout  # the summary table
-    assert "[75/75]" in proc.stderr  # progress
+    assert "[90/90]" in proc.stderr  # progress
 
 
 def test_wrong_add_fails_and_names_the_first_layer(tmp_path, faulty):

@@ -14,13 +14,14 @@ named layer boundaries (:class:`~devicekit.models.base.Layer`)::
 """
 
 from .base import Layer, Model
-from .transformers import GPT2, Encoder, EncoderConfig, GPT2Config, Llama, LlamaConfig
+from .transformers import (GPT2, Encoder, EncoderConfig, GPT2Config, Llama, LlamaConfig, ViT,
+                           ViTConfig)
 from .vision import CNN, MLP, CNNConfig, MLPConfig
 
 # name -> a model at its default config, in the order reports list them
 ZOO = {"mlp": lambda: MLP(MLPConfig()), "cnn": lambda: CNN(CNNConfig()),
        "gpt2": lambda: GPT2(GPT2Config()), "llama": lambda: Llama(LlamaConfig()),
-       "encoder": lambda: Encoder(EncoderConfig())}
+       "encoder": lambda: Encoder(EncoderConfig()), "vit": lambda: ViT(ViTConfig())}
 NAMES = tuple(ZOO)
 
 
@@ -34,4 +35,4 @@ def get(name):
 
 
 __all__ = ["CNN", "CNNConfig", "Encoder", "EncoderConfig", "GPT2", "GPT2Config", "Layer", "Llama",
-           "LlamaConfig", "MLP", "MLPConfig", "Model", "NAMES", "ZOO", "get"]
+           "LlamaConfig", "MLP", "MLPConfig", "Model", "NAMES", "ViT", "ViTConfig", "ZOO", "get"]

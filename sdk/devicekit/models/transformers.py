@@ -1,6 +1,7 @@
 """The transformer models of the zoo, each shaped like its original: a
-GPT-2-style decoder, a Llama-style decoder and a BERT-style encoder, written
-only with ``devicekit.nn.functional`` and ``devicekit.ops``.
+GPT-2-style decoder, a Llama-style decoder, a BERT-style encoder and a
+ViT-style image encoder, written only with ``devicekit.nn.functional`` and
+``devicekit.ops``.
 
 Layer boundaries: ``embed``, then per block ``block{i}.attn`` (norm,
 attention and its residual add) and ``block{i}.mlp`` (norm, MLP and its
@@ -16,7 +17,7 @@ import numpy as np
 
 from .. import ops
 from ..nn import functional as F
-from .base import Layer, Model, integers
+from .base import Layer, Model, integers, normal
 
 
 def _split_heads(x, heads, head_dim):
@@ -327,4 +328,103 @@ class Encoder(Model):
             out.append(Layer(f"block{i}.mlp", mlp(i), ps["mlp"], "gelu mlp+layer_norm"))
         out.append(Layer("head", head, ("pooler.weight", "pooler.bias", "cls.weight", "cls.bias"),
                          "tanh pooler+classifier"))
+        return out
+
+
+# ---- ViT-style encoder --------------------------------------------------------
+
+@dataclass(frozen=True)
+class ViTConfig:
+    channels: int = 3
+    size: int = 16
+    patch: int = 4            # 16 patches + the class token = 17 tokens (not a power of two)
+    dim: int = 128
+    heads: int = 2            # head dim 64
+    layers: int = 2
+    classes: int = 10
+    batch: int = 8
+    seed: int = 1106
+
+
+class ViT(Model):
+    """ViT (Dosovitskiy et al.): a patch-embedding conv (kernel = stride =
+    patch), a learned class token prepended, learned positions, pre-LayerNorm
+    blocks with bidirectional attention (no mask: every patch sees every
+    patch) and an erf-GELU MLP, a final LayerNorm and a linear head on the
+    class token; image-classification cross-entropy."""
+
+    name = "vit"
+    title = "ViT-style encoder (patch-embedding conv, class token, pre-LayerNorm, bidirectional attention)"
+
+    def param_specs(self):
+        c, d = self.config, self.config.dim
+        tokens = (c.size // c.patch) ** 2 + 1
+        fan_in = c.channels * c.patch * c.patch
+        s = {"patch.weight": ((d, c.channels, c.patch, c.patch), ("normal", 1.0 / math.sqrt(fan_in))),
+             "patch.bias": ((d,), ("zeros",)), "cls_token": ((1, 1, d), ("normal", 0.02)),
+             "pos": ((tokens, d), ("normal", 0.02))}
+        for i in range(c.layers):
+            b = f"block{i}"
+            for part, shape in (("attn.qkv", (3 * d, d)), ("attn.proj", (d, d)),
+                                ("mlp.fc", (4 * d, d)), ("mlp.proj", (d, 4 * d))):
+                s[f"{b}.{part}.weight"] = (shape, ("normal", 0.02))
+                s[f"{b}.{part}.bias"] = ((shape[0],), ("zeros",))
+            for part in ("attn.ln", "mlp.ln"):
+                s[f"{b}.{part}.weight"], s[f"{b}.{part}.bias"] = ((d,), ("ones",)), ((d,), ("zeros",))
+        s["norm.weight"], s["norm.bias"] = ((d,), ("ones",)), ((d,), ("zeros",))
+        s["head.weight"], s["head.bias"] = ((c.classes, d), ("normal", 0.02)), ((c.classes,), ("zeros",))
+        return s
+
+    def make_data(self):
+        c = self.config
+        return {"images": normal((c.batch, c.channels, c.size, c.size), c.seed, "data.images"),
+                "targets": integers((c.batch,), c.seed, "data.targets", c.classes)}
+
+    def layers(self):
+        c = self.config
+        hd = c.dim // c.heads
+        names = list(self.param_specs())
+
+        def lin(p, x, name):
+            return F.linear(x, p[name + ".weight"], p[name + ".bias"])
+
+        def ln(p, x, name):
+            return F.layer_norm(x, p[name + ".weight"], p[name + ".bias"], eps=1e-6)
+
+        def embed(p, x, inp):
+            x = F.conv2d(inp["images"], p["patch.weight"], p["patch.bias"], stride=c.patch)
+            x = x.flatten(2).transpose(1, 2)                     # [B, patches, D]
+            cls = p["cls_token"].expand(x.shape[0], -1, -1)
+            return ops.cat([cls, x], dim=1) + p["pos"]
+
+        def attn(i):
+            b = f"block{i}.attn"
+
+            def fn(p, x, inp):
+                qkv = lin(p, ln(p, x, f"{b}.ln"), f"{b}.qkv")
+                q, k, v = (_split_heads(t, c.heads, hd) for t in qkv.chunk(3, dim=-1))
+                a = F.scaled_dot_product_attention(q, k, v)
+                return x + lin(p, _merge_heads(a), f"{b}.proj")
+            return fn
+
+        def mlp(i):
+            b = f"block{i}.mlp"
+
+            def fn(p, x, inp):
+                h = F.gelu(lin(p, ln(p, x, f"{b}.ln"), f"{b}.fc"))
+                return x + lin(p, h, f"{b}.proj")
+            return fn
+
+        def head(p, x, inp):
+            return lin(p, ln(p, x, "norm")[:, 0], "head")  # the class token
+
+        out = [Layer("embed", embed, ("patch.weight", "patch.bias", "cls_token", "pos"),
+                     "patch-embedding conv2d+class token+positions")]
+        for i in range(c.layers):
+            ps = _block_params(names, i)
+            out.append(Layer(f"block{i}.attn", attn(i), ps["attn"],
+                             "layer_norm+bidirectional attention"))
+            out.append(Layer(f"block{i}.mlp", mlp(i), ps["mlp"], "layer_norm+gelu mlp"))
+        out.append(Layer("head", head, ("norm.weight", "norm.bias", "head.weight", "head.bias"),
+                         "layer_norm+classifier on the class token"))
         return out
