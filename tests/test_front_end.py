@@ -128,6 +128,9 @@ def test_cat_against_numpy(cpu):
     got = ops.cat([dk.tensor(b), dk.tensor(b)], 1).numpy()
     assert np.signbit(got[0, 0, 0]) and np.signbit(got[0, 1, 0])  # -0.0 keeps its sign
     same(ops.cat([dk.tensor(a), dk.tensor(a)], dim=2), np.concatenate([a, a], 2))
+    at = a.transpose(2, 0, 1)
+    same(ops.cat([dk.tensor(a).permute(2, 0, 1), dk.tensor(at)], axis=1),
+         np.concatenate([at, at], 1))  # a strided piece
     ints = np.arange(6, dtype=np.int32).reshape(2, 3)
     same(ops.cat([dk.tensor(ints), dk.tensor(ints[:, :1].astype(np.float32))], 1),
          np.concatenate([ints, ints[:, :1]], 1).astype(np.float32))  # promotes
@@ -233,6 +236,7 @@ def test_shape_op_errors(cpu):
         (lambda: ops.tril(dk.ones(3)), dk.InvalidArgumentError, "at least 2 dims"),
         (lambda: ops.gather(x, index=dk.zeros(2, 3, dtype="int64")), dk.InvalidArgumentError,
          r"gather\(\) needs dim="),
+        (lambda: F.logsumexp(x), dk.InvalidArgumentError, r"logsumexp: needs dim="),
     ]
     for call, kind, pattern in cases:
         with pytest.raises(kind, match=pattern):

@@ -72,6 +72,7 @@ __all__ = [
     "API_VERSION", "Device", "Plugin", "PluginRecord", "Tensor", "bfloat16", "bool_", "device",
     "composite_stats", "devices", "dispatch_stats", "dtype", "enable_grad", "fused_kernels",
     "is_grad_enabled", "no_grad", "reset_composite_stats", "empty", "empty_cache", "float16", "float32", "float64", "full", "int8",
-    "int32", "int64", "load_plugin", "memory_stats", "nn", "ones", "ops", "optim", "plugins", "reload_plugins",
+    "int32", "int64", "load_plugin", "memory_stats", "nn", "ones", "ops", "optim", "plugins",
+    "reload_plugins",
     "reset_dispatch_stats", "synchronize", "tensor", "uint8", "zeros", *_errors_all,
 ]

@@ -18,7 +18,7 @@ import numbers
 from . import _core
 from . import dtypes as _dt
 from .autograd import track as _track
-from .errors import DTypeError, InvalidArgumentError
+from .errors import DTypeError, DuplicateArgumentError, InvalidArgumentError
 from .tensor import Tensor, _dim, _raw_contiguous, _shape_arg, full
 
 _UNSET = object()
@@ -39,7 +39,6 @@ def pick(call, axis, dim, keepdims=False, keepdim=_UNSET, axis_default=None):
 
 
 def _both(call, a, va, b, vb):
-    from .errors import DuplicateArgumentError
     return DuplicateArgumentError(
         f"{call}() got both {a}={va!r} and {b}={vb!r}: they are the same argument "
         f"(numpy's and PyTorch's spelling); pass one")
@@ -216,8 +215,8 @@ def flatten(x, start_dim=0, end_dim=-1):
         return x.reshape(1)
     s, e = _dim(int(start_dim), x.ndim, "flatten"), _dim(int(end_dim), x.ndim, "flatten")
     if s > e:
-        raise InvalidArgumentError(f"flatten(): start_dim {start_dim} comes after end_dim {end_dim} "
-                                   f"for shape {list(x.shape)}")
+        raise InvalidArgumentError(f"flatten(): start_dim {start_dim} comes after end_dim "
+                                   f"{end_dim} for shape {list(x.shape)}")
     merged = 1
     for n in x.shape[s:e + 1]:
         merged *= n
