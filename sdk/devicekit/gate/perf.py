@@ -39,7 +39,14 @@ SET = (("add", "binary", N), ("mul", "binary", N), ("exp", "unary", N),
 
 
 def _case(op, kind, size, device):
-    """(device inputs, plugin call, numpy call on the same data, bytes, flops)."""
+    """(device inputs, plugin call, numpy call on the same data, bytes, flops).
+    numpy writes into a preallocated ``out``: a fresh 4 MB result per call
+    costs page faults whose number follows the process's allocator history
+    (glibc's mmap threshold moves), which moved the reference 40% between
+    processes; the plugin side allocates through DeviceKit's caching
+    allocator. Single-threaded numpy against the two-threaded reference
+    plugin: splitting the reference over one thread per core was tried and
+    was no steadier (thread dispatch costs as much as a 1M-element add)."""
     import numpy as np
 
     import devicekit as dk
@@ -58,19 +65,23 @@ def _case(op, kind, size, device):
         # einsum's own loop, not np.matmul: numpy's BLAS runs its own thread
         # pool, whose threads fight other load erratically (ratios spread 46x
         # between trials on a loaded 2-core machine; einsum's: 1.3x)
-        return (xs, lambda: ops.matmul(*xs), lambda: np.einsum("ij,jk->ik", *host),
+        out = np.empty((size, size), np.float32)
+        return (xs, lambda: ops.matmul(*xs), lambda: np.einsum("ij,jk->ik", *host, out=out),
                 3 * size * size * 4, 2 * size ** 3)
     if kind == "reduction":
         xs = [t((size // ROW, ROW))]
-        return (xs, lambda: ops.sum(xs[0], axis=-1), lambda: host[0].sum(axis=-1),
+        out = np.empty(size // ROW, np.float32)
+        return (xs, lambda: ops.sum(xs[0], axis=-1), lambda: host[0].sum(axis=-1, out=out),
                 (size + size // ROW) * 4, size)
+    out = np.empty(size, np.float32)
     if kind == "unary":
         xs = [t((size,))]
         fn = getattr(np, op)
-        return xs, lambda: getattr(ops, op)(xs[0]), lambda: fn(host[0]), 2 * size * 4, size
+        return (xs, lambda: getattr(ops, op)(xs[0]), lambda: fn(host[0], out=out),
+                2 * size * 4, size)
     xs = [t((size,)), t((size,))]
     fn = {"add": np.add, "mul": np.multiply}[op]
-    return xs, lambda: getattr(ops, op)(*xs), lambda: fn(*host), 3 * size * 4, size
+    return xs, lambda: getattr(ops, op)(*xs), lambda: fn(*host, out=out), 3 * size * 4, size
 
 
 def batch_timer(call, sync, calls, clock=time.perf_counter):
