@@ -143,13 +143,14 @@ def _edited(src, dst, edit):
 
 
 @pytest.mark.parametrize("case", ["plugin", "version", "overlap", "missing", "truncated",
-                                  "not_a_shard", "other_split", "absent"])
+                                  "not_a_shard", "other_split", "absent", "unwritable"])
 def test_merge_refuses_what_is_not_one_run(op_shards, tmp_path, case):
     s = [op_shards / f"s{k}" for k in (1, 2, 3)]
     want = {"plugin": (5, "sha256"), "version": (6, "DeviceKit 9.9.9"),
             "overlap": (7, "shard 2/3 is given twice"), "missing": (7, "missing shard 3/3"),
             "truncated": (4, "truncated"), "not_a_shard": (4, "not a shard report"),
-            "other_split": (7, "one run uses one N"), "absent": (3, "not found")}[case]
+            "other_split": (7, "one run uses one N"), "absent": (3, "not found"),
+            "unwritable": (2, "cannot write the merged reports")}[case]
     if case == "plugin":
         s[1] = _edited(s[1], tmp_path / "p.json",
                        lambda r: r["plugin"].update(sha256="0" * 64))
@@ -170,6 +171,9 @@ def test_merge_refuses_what_is_not_one_run(op_shards, tmp_path, case):
     elif case == "absent":
         s[0] = tmp_path / "nothing.json"
     out = tmp_path / "out"
+    if case == "unwritable":  # --out below a file
+        (tmp_path / "file").write_text("x")
+        out = tmp_path / "file" / "out"
     proc = dk("report", "merge", *s, "--out", out)
     code, words = want
     lines = proc.stderr.strip().splitlines()

@@ -1,8 +1,8 @@
 """``devicekit report merge`` and ``devicekit ray`` (docs/scale.md).
 
 Exit codes of both: 0 the merged run passed, 1 it failed (as the single run
-would exit); 2 usage error (``ray``: also a shard that produced no report, or
-ray not installed); 3 a shard report not found; 4 a truncated or corrupted
+would exit); 2 usage error, an --out/--report folder that cannot be written
+(``ray``: also a shard that produced no report, or ray not installed); 3 a shard report not found; 4 a truncated or corrupted
 report, or one made without --shard; 5 shards of different plugin binaries
 (sha256); 6 shards of different DeviceKit versions; 7 shards that do not form
 one run (another split or selection, a shard given twice, a shard missing).
@@ -52,10 +52,15 @@ def _fail(cmd, e):
     return e.exit_code
 
 
-def _finish(rep, out, extra=""):
+def _finish(rep, out, extra="", cmd="report merge"):
     from . import merge
 
-    paths = merge.write(rep, out)
+    try:
+        paths = merge.write(rep, out)
+    except OSError as e:
+        print(f"devicekit {cmd}: error: {out}: cannot write the merged reports: "
+              f"{e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
     s = rep["summary"]
     print(f"merged {len(rep['run']['shards'])} shards{extra}: {s['total']} cases, "
           f"{s['by_outcome'].get('pass', 0)} pass, {s['fatal']} fatal -> "
@@ -83,4 +88,4 @@ def _ray(args):
         rep = merge.merge(reps)
     except merge.MergeError as e:
         return _fail("ray", e)
-    return _finish(rep, args.report, f" from Ray nodes {', '.join(sorted(set(where)))}")
+    return _finish(rep, args.report, f" from Ray nodes {', '.join(sorted(set(where)))}", "ray")
