@@ -11,7 +11,7 @@ code and no output. The Ray test starts a real local cluster of two nodes
 (ray.cluster_utils.Cluster), each offering one unit of ``devicekit_cpu``.
 
 Needs: the reference CPU plugin (cpu:0); ray (in the ``test`` extra).
-About 45 s on 2 cores (Ray ~12 s).
+About 60 s on the shared 2-core development machine (the Ray test 15-19 s).
 """
 
 import json
