@@ -17,6 +17,7 @@ import pytest
 
 from devicekit.gate import check as check_mod
 from devicekit.gate import matrix, policy, record
+from devicekit.gate import perf as perf_mod
 from devicekit.gate.errors import BadPolicy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -69,14 +70,17 @@ BASE_CASES = [("runtime/alloc_zero", None, None, "pass"),
 
 
 def make(tmp_path, name="rec", cases=BASE_CASES, phases=None, curve=(2.0, 1.5, 1.2),
-         seconds=1e-3, lib=None, plugin="acme"):
+         seconds=1e-3, lib=None, plugin="acme", ratio=2.0, perf_rows=None):
     if lib is None:
         lib = tmp_path / "libacme.so"
         if not lib.exists():
             lib.write_bytes(b"\x7fELF acme build 1")
-    perf = {"measured": True, "source": "devicekit.gate.perf/1", "machine": record.host_info(),
-            "results": [{"op": "add", "dtype": "float32", "size": 1024, "shapes": [[1024]],
-                         "seconds": seconds, "calls": 10, "repeats": 7}], "skipped": []}
+    row = {"op": "add", "dtype": "float32", "size": 1024, "shapes": [[1024]],
+           "seconds": seconds, "calls": 10, "repeats": 9}
+    if ratio is not None:
+        row.update(reference="numpy", reference_seconds=seconds / ratio, ratio=ratio)
+    perf = {"measured": True, "source": perf_mod.SOURCE, "machine": record.host_info(),
+            "results": perf_rows if perf_rows is not None else [row], "skipped": []}
     rec = record.build(_conf_report(lib, cases, plugin), _models_report(phases, curve), perf,
                        [{"op": "add", "implemented": True, "dtypes": ["float32"]}], [])
     path = tmp_path / f"{name}.json"
@@ -191,14 +195,107 @@ def test_loss_curve_outside_the_band(tmp_path):
 
 
 def test_slowdown_is_a_ratio_against_the_threshold(tmp_path):
-    base = make(tmp_path, "base", seconds=1e-3)
-    assert _check(tmp_path, make(tmp_path, "ok", seconds=1.4e-3), base).admitted
-    v = _check(tmp_path, make(tmp_path, "slow", seconds=1.6e-3), base)
+    """Figures compare as ratios to the interleaved numpy reference: the
+    absolute seconds (load on the machine) do not decide."""
+    base = make(tmp_path, "base", seconds=1e-3, ratio=2.0)
+    assert _check(tmp_path, make(tmp_path, "ok", seconds=1.4e-3, ratio=2.8), base).admitted
+    v = _check(tmp_path, make(tmp_path, "slow", seconds=1.6e-3, ratio=3.2), base)
     assert [(r.rule, r.subject) for r in v.refusals] == [
         ("performance.slowdown", "add/float32/1024")]
-    assert "1.60x slower" in v.refusals[0].detail
-    off = _check(tmp_path, make(tmp_path, "slow2", seconds=9e-3), base, perf=False)
+    assert "1.60x slower relative to numpy" in v.refusals[0].detail
+    loaded = _check(tmp_path, make(tmp_path, "loaded", seconds=4e-3, ratio=2.1), base)
+    assert loaded.admitted, [vars(r) for r in loaded.refusals]
+    off = _check(tmp_path, make(tmp_path, "slow2", seconds=9e-3, ratio=18.0), base, perf=False)
     assert off.admitted and any("performance.enabled = false" in n for n in off.notes)
+
+
+def test_absolute_and_ratio_figures_do_not_mix(tmp_path):
+    base = make(tmp_path, "base", ratio=2.0)
+    v = _check(tmp_path, make(tmp_path, "bench", ratio=None), base)
+    assert [r.rule for r in v.refusals] == ["performance.missing"]
+    assert "only absolute seconds" in v.refusals[0].detail
+    # two bench documents: absolute seconds, said in a note
+    v = _check(tmp_path, make(tmp_path, "b2", ratio=None, seconds=1.2e-3),
+               make(tmp_path, "b1", ratio=None))
+    assert v.admitted and any("absolute seconds" in n for n in v.notes)
+
+
+def test_schema_1_records_are_migrated(tmp_path):
+    """A version-1 record (best-of-7 absolute seconds) loads; its figures
+    become 'not measured' with the reason: as a baseline, performance is not
+    compared (a note says to re-certify); as the new record, it is refused."""
+    v2 = make(tmp_path, "v2")
+    doc = json.loads(v2.read_text())
+    doc["schema_version"] = 1
+    doc["performance"]["source"] = "devicekit.gate.perf/1"
+    for r in doc["performance"]["results"]:
+        for k in ("reference", "reference_seconds", "ratio"):
+            r.pop(k)
+    v1 = tmp_path / "v1.json"
+    v1.write_text(json.dumps(doc))
+    old = record.load(v1)
+    assert old["migrated_from"] == 1 and not old["performance"]["measured"]
+    assert "re-certify" in old["performance"]["reason"]
+    v = _check(tmp_path, v2, v1)
+    assert v.admitted and any("re-certify" in n for n in v.notes), v.notes
+    v = _check(tmp_path, v1, v2)
+    assert [r.rule for r in v.refusals] == ["performance.missing"]
+
+
+def _scripted(times):
+    """A batch function returning the next scripted duration, logging its calls."""
+    it, log = iter(times), []
+
+    def batch():
+        log.append(1)
+        return next(it)
+    return batch, log
+
+
+def test_interleaved_ratio_holds_under_load():
+    """Injected timings: plugin 2 ms, numpy 1 ms per call. Load that lasts
+    the whole run (x3 on both sides) cancels in the ratio; bursts that hit
+    one side's batch in most rounds (x1.5..x5) do not reach the best-of; the
+    sides alternate which goes first."""
+    # the plugin side is hit in 5 of 9 rounds: a median would move, the best does not
+    p_burst, r_burst = {1: 4.0, 3: 2.0, 5: 2.0, 7: 3.0, 8: 1.5}, {2: 3.0, 6: 5.0}
+    for sustained in (1.0, 3.0):
+        p_times = [2e-3 * 10 * sustained * p_burst.get(i, 1.0) for i in range(9)]
+        r_times = [1e-3 * 20 * sustained * r_burst.get(i, 1.0) for i in range(9)]
+        order = []
+        plugin, _ = _scripted(p_times)
+        ref, _ = _scripted(r_times)
+        m = perf_mod.interleaved(lambda: (order.append("p"), plugin())[1],
+                                 lambda: (order.append("r"), ref())[1], 10, 20, 9)
+        assert m["ratio"] == pytest.approx(2.0) and len(m["ratios"]) == 9
+        assert m["seconds"] == pytest.approx(2e-3 * sustained)
+        assert m["ratios"][1] == pytest.approx(8.0) and m["ratios"][2] == pytest.approx(2 / 3)
+        assert order[:4] == ["p", "r", "r", "p"]  # alternating which side goes first
+
+
+def test_gate_admits_a_loaded_machine_and_refuses_a_real_slowdown(tmp_path):
+    """Records whose figures come from :func:`perf.interleaved` on injected
+    timings: a quiet baseline; a candidate measured under 3x load (its
+    absolute times 3x: a best-of-N rule would refuse it) is admitted; a
+    candidate whose kernel really got 2x slower is refused, under load too."""
+    def figure(plugin_ms, load):
+        p, _ = _scripted([plugin_ms * 1e-3 * f for f in load])
+        r, _ = _scripted([1e-3 * f for f in load])
+        m = perf_mod.interleaved(p, r, 1, 1, len(load))
+        return [{"op": "add", "dtype": "float32", "size": 1024, "shapes": [[1024]],
+                 "calls": 1, "repeats": len(load), "reference": "numpy", **m}]
+
+    quiet, busy = [1.0] * 9, [3.0, 2.5, 3.5, 3.0, 2.8, 3.2, 3.0, 2.6, 3.1]
+    base = make(tmp_path, "base", perf_rows=figure(2.0, quiet))
+    loaded = make(tmp_path, "loaded", perf_rows=figure(2.0, busy))
+    v = _check(tmp_path, loaded, base)
+    assert v.admitted, [vars(r) for r in v.refusals]
+    assert record.load(loaded)["performance"]["results"][0]["seconds"] >= 2.5 * 2e-3
+    slower = make(tmp_path, "slower", perf_rows=figure(4.0, busy))
+    v = _check(tmp_path, slower, base)
+    assert [(r.rule, r.subject) for r in v.refusals] == [
+        ("performance.slowdown", "add/float32/1024")]
+    assert "2.00x slower relative to numpy" in v.refusals[0].detail
 
 
 def test_timings_of_another_machine_are_not_compared(tmp_path):

@@ -125,6 +125,8 @@ def main(argv=None):
     models_cli.add_parser(sub)
     from .gate import cli as gate_cli
     gate_cli.add_parser(sub)
+    from .scale import cli as scale_cli
+    scale_cli.add_parser(sub)
 
     args = parser.parse_args(argv)
     if args.include_dir:

@@ -37,6 +37,9 @@ def add_parser(sub):
     p.add_argument("--list", action="store_true", help="print the selected case ids and exit")
     p.add_argument("-x", "--exitfirst", action="store_true",
                    help="stop after the first fail/error/crash (a partial report; mutation runs)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="run only part K of N (K from 1; round-robin over the selected cases); "
+                        "join the parts with 'devicekit report merge' (docs/scale.md)")
     p.set_defaults(func=run)
     sub2 = p.add_subparsers(dest="conformance_command", metavar="{diff}")
     d = sub2.add_parser("diff", help="compare two report.json files (exit 1 if anything that "
@@ -98,6 +101,11 @@ def _report_dir_problem(folder):
     return None
 
 
+def partial_corpus(why, ran, total):
+    """The corpus entry of a filtered or stopped run (the floor does not apply)."""
+    return {"checked": False, "ok": True, "reason": f"partial run ({why}): {ran} of {total} cases"}
+
+
 def run(args):
     try:
         return _run(args)
@@ -122,6 +130,18 @@ def _run(args):
         print(f"{prog}: error: --timeout must be > 0 seconds, got {args.timeout:g}",
               file=sys.stderr)
         return EXIT_USAGE
+    shard = None
+    if args.shard:
+        from ..scale import shard as sharding
+        try:
+            shard = sharding.parse(args.shard)
+        except sharding.ShardError as e:
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.exitfirst:
+            print(f"{prog}: error: --shard and --exitfirst exclude each other (a shard that "
+                  f"stops early cannot be merged)", file=sys.stderr)
+            return EXIT_USAGE
     if args.report and (why := _report_dir_problem(args.report)):
         print(f"{prog}: error: {why}", file=sys.stderr)
         return EXIT_REPORT_DIR
@@ -132,6 +152,12 @@ def _run(args):
         return EXIT_USAGE
     all_cases, unavailable = registry.build(target)
     cases = registry.select(all_cases, args.patterns, args.exact, args.ops)
+    selected = cases
+    if shard and cases:
+        if why := sharding.too_few(*shard, len(cases), "case"):
+            print(f"{prog}: error: {why}", file=sys.stderr)
+            return EXIT_USAGE
+        cases = sharding.pick(cases, *shard)
     if args.list:
         print("\n".join(c.id for c in cases))
         return EXIT_OK
@@ -163,10 +189,13 @@ def _run(args):
     if interrupted:
         corpus = {"checked": False, "ok": False,
                   "reason": f"interrupted (Ctrl-C) after {len(results)} of {len(all_cases)} cases"}
+    elif shard:  # the floor is judged over all shards, by `devicekit report merge`
+        corpus = {"checked": False, "ok": True,
+                  "reason": f"shard {shard[0]}/{shard[1]}: {len(cases)} of {len(selected)} "
+                            f"selected cases; 'devicekit report merge' checks the corpus"}
     elif partial:  # a filter makes the op x dtype floor meaningless: say so instead
         why = f"filter {filters}" if filters else "stopped at the first failure (--exitfirst)"
-        corpus = {"checked": False, "ok": True,
-                  "reason": f"partial run ({why}): {len(cases)} of {len(all_cases)} cases"}
+        corpus = partial_corpus(why, len(cases), len(all_cases))
     else:
         corpus = registry.corpus_check(target, cases, results, {c.section for c in all_cases})
     run_info = {"level": args.level, "jobs": args.jobs, "filter": filters,
@@ -174,6 +203,14 @@ def _run(args):
                 "plugin_arg": os.path.abspath(args.plugin) if args.plugin else None,
                 "duration_s": round(time.monotonic() - start, 3),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())}
+    if shard:
+        # what the merge needs to rebuild the single run: whether the
+        # selection itself was partial, and the corpus floor of a full one
+        whole = len(selected) == len(all_cases)
+        run_info["shard"] = sharding.block(
+            *shard, "case", [c.id for c in selected], partial=not whole,
+            cases_all=len(all_cases),
+            floor=registry.floor_of(target, {c.section for c in all_cases}) if whole else None)
     rep = report.build(meta, run_info, cases, results, corpus, unavailable, status)
     console.print_outcome(rep)
     if args.report:

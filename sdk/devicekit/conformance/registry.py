@@ -144,23 +144,39 @@ def corpus_check(target, cases, results, run_sections):
     (not-implemented naming that op) is *blocked*, not collapsed: it is
     listed, and fails the run only as the not-implemented cases it is. Returns
     a dict for the report: ok, expected_min, executed, short, blocked."""
+    rows = [{"op": c.op, "dtype": c.dtype, "section": c.section, **results[c.id]} for c in cases]
+    return judge_corpus(floor_of(target, run_sections), rows)
+
+
+def floor_of(target, run_sections):
+    """:func:`expected_floor` as plain JSON data (what a shard report carries,
+    so that ``devicekit report merge`` judges the merged corpus without the
+    device): {total, pairs: [[op, dtype, n]], sections: {name: n}}."""
+    total, pairs, per_section = expected_floor(target, run_sections)
+    return {"total": total, "pairs": [[op, dt, n] for (op, dt), n in pairs.items()],
+            "sections": per_section}
+
+
+def judge_corpus(floor, rows):
+    """:func:`corpus_check` on report rows (op, dtype, section, outcome, ran,
+    message) against a :func:`floor_of`."""
     executed_outcomes = {"pass", "fail", "error", "crash"}
-    executed = [c for c in cases if results[c.id]["outcome"] in executed_outcomes]
-    floor, pairs, per_section = expected_floor(target, run_sections)
+    executed = [r for r in rows if r["outcome"] in executed_outcomes]
+    pairs = {(op, dt): n for op, dt, n in floor["pairs"]}
+    per_section = floor["sections"]
     by_pair, ran_pair, by_section, blocked = {}, {}, {}, {}
-    for c in executed:
-        if c.op is not None:
-            by_pair[(c.op, c.dtype)] = by_pair.get((c.op, c.dtype), 0) + 1
-        for op, dt in results[c.id].get("ran", ()):
+    for r in executed:
+        if r["op"] is not None:
+            by_pair[(r["op"], r["dtype"])] = by_pair.get((r["op"], r["dtype"]), 0) + 1
+        for op, dt in r.get("ran", ()):
             ran_pair[(op, dt)] = ran_pair.get((op, dt), 0) + 1
-        by_section[c.section] = by_section.get(c.section, 0) + 1
+        by_section[r["section"]] = by_section.get(r["section"], 0) + 1
     blocked_in_section = {}
-    for c in cases:
-        r = results[c.id]
+    for r in rows:
         if r["outcome"] == "not-implemented":
-            blocked_in_section[c.section] = blocked_in_section.get(c.section, 0) + 1
-            if (c.op, c.dtype) in pairs:
-                blocked.setdefault((c.op, c.dtype), r["message"])
+            blocked_in_section[r["section"]] = blocked_in_section.get(r["section"], 0) + 1
+            if (r["op"], r["dtype"]) in pairs:
+                blocked.setdefault((r["op"], r["dtype"]), r["message"])
     short, blocked_pairs = [], []
     for (op, dt), n in pairs.items():
         have, ran = by_pair.get((op, dt), 0), ran_pair.get((op, dt), 0)
@@ -180,8 +196,8 @@ def corpus_check(target, cases, results, run_sections):
         elif have < n:
             blocked_pairs.append(f"section {sec}: {have} executed < {n}; {held} cases not "
                                  f"implemented")
-    ok = not short and (len(executed) >= floor or bool(blocked_pairs))
-    return {"checked": True, "ok": ok, "expected_min": floor, "executed": len(executed),
+    ok = not short and (len(executed) >= floor["total"] or bool(blocked_pairs))
+    return {"checked": True, "ok": ok, "expected_min": floor["total"], "executed": len(executed),
             "short": short[:50], "blocked": blocked_pairs[:50]}
 
 

@@ -30,24 +30,33 @@ def is_fatal(case, result):
 
 
 def build(meta, run, cases, results, corpus, unavailable, status=None):
-    rows, by_outcome, by_section = [], {o: 0 for o in OUTCOMES}, {}
-    by_need = {"required": {o: 0 for o in OUTCOMES}, "optional": {o: 0 for o in OUTCOMES}}
-    fatal = 0
+    rows = []
     for c in cases:
         r = results[c.id]
-        by_outcome[r["outcome"]] += 1
-        by_need["required" if c.required else "optional"][r["outcome"]] += 1
-        sec = by_section.setdefault(c.section, {o: 0 for o in OUTCOMES})
-        sec[r["outcome"]] += 1
-        fatal += is_fatal(c, r)
         row = {"id": c.id, "section": c.section, "op": c.op, "dtype": c.dtype, "seed": c.seed,
                "required": c.required, "level": c.level, **r}
         if r["outcome"] != PASS:
             row["replay"] = replay_command(c, run)
         rows.append(row)
-    ok = fatal == 0 and corpus.get("ok", True) and bool(cases)
+    return assemble(meta, run, rows, corpus, unavailable, status)
+
+
+def assemble(meta, run, rows, corpus, unavailable, status=None):
+    """The report from its case rows (in report order): the summary is
+    computed here, so a single run and ``devicekit report merge`` of its
+    shards count the same way."""
+    by_outcome, by_section = {o: 0 for o in OUTCOMES}, {}
+    by_need = {"required": {o: 0 for o in OUTCOMES}, "optional": {o: 0 for o in OUTCOMES}}
+    fatal = 0
+    for r in rows:
+        by_outcome[r["outcome"]] += 1
+        by_need["required" if r["required"] else "optional"][r["outcome"]] += 1
+        sec = by_section.setdefault(r["section"], {o: 0 for o in OUTCOMES})
+        sec[r["outcome"]] += 1
+        fatal += r["outcome"] in _FATAL or (r["outcome"] == NOT_IMPLEMENTED and r["required"])
+    ok = fatal == 0 and corpus.get("ok", True) and bool(rows)
     return {"schema_version": SCHEMA_VERSION, **meta, "run": run,
-            "summary": {"total": len(cases), "by_outcome": by_outcome, "by_section": by_section,
+            "summary": {"total": len(rows), "by_outcome": by_outcome, "by_section": by_section,
                         "by_requirement": by_need, "fatal": fatal, "passed": ok},
             "implementation": status or {},
             "corpus": corpus, "unavailable_sections": unavailable, "cases": rows}

@@ -183,7 +183,9 @@ def _performance(new, base, policy, v):
         return
     np_, bp = new.get("performance", {}), base.get("performance", {})
     if not bp.get("measured"):
-        v.notes.append("performance not compared: the baseline has no figures")
+        why = bp.get("reason")
+        v.notes.append("performance not compared: the baseline has no figures"
+                       + (f" ({why})" if why else ""))
         return
     if not np_.get("measured"):
         v.refusals.append(Reason("performance.missing", "performance", "measured",
@@ -200,23 +202,46 @@ def _performance(new, base, policy, v):
             v.notes.append("performance not compared: " + why)
         return
     now = {perf_mod.key(r): r for r in np_["results"]}
+    absolute = []
     for r in bp["results"]:
         k = perf_mod.key(r)
         n = now.get(k)
         if n is None:
-            v.refusals.append(Reason("performance.missing", k, f"{r['seconds'] * 1e6:.1f} us",
-                                     "missing", "the figure is not in the new record"))
+            v.refusals.append(Reason("performance.missing", k, _figure(r), "missing",
+                                     "the figure is not in the new record"))
             continue
         if min(n.get("repeats") or 0, r.get("repeats") or 0) < policy.min_repeats:
             v.refusals.append(Reason("performance.repeats", k, str(r.get("repeats")),
                                      str(n.get("repeats")),
                                      f"fewer than {policy.min_repeats} repeats: too noisy to judge"))
             continue
-        ratio = n["seconds"] / r["seconds"]
-        if ratio > policy.max_slowdown:
-            v.refusals.append(Reason("performance.slowdown", k, f"{r['seconds'] * 1e6:.1f} us",
-                                     f"{n['seconds'] * 1e6:.1f} us",
-                                     f"{ratio:.2f}x slower > threshold {policy.max_slowdown:g}x"))
+        if ("ratio" in r) != ("ratio" in n):
+            v.refusals.append(Reason("performance.missing", k, _figure(r), _figure(n),
+                                     "one record has a ratio to an interleaved reference, the "
+                                     "other only absolute seconds (a devicekit bench document): "
+                                     "certify both without --perf-json"))
+            continue
+        if "ratio" in r:  # the figure relative to numpy in its own run (perf.py)
+            slowdown = n["ratio"] / r["ratio"]
+            what = f"{slowdown:.2f}x slower relative to {r.get('reference', 'the reference')}"
+        else:
+            slowdown = n["seconds"] / r["seconds"]
+            what = f"{slowdown:.2f}x slower"
+            absolute.append(k)
+        if slowdown > policy.max_slowdown:
+            v.refusals.append(Reason("performance.slowdown", k, _figure(r), _figure(n),
+                                     f"{what} > threshold {policy.max_slowdown:g}x"))
+    if absolute:
+        v.notes.append(f"performance: {', '.join(absolute)} compared as absolute seconds (no "
+                       f"interleaved reference in the records): sensitive to machine load")
+
+
+def _figure(row):
+    """'812.3 us (2.10x numpy)' or '812.3 us'."""
+    text = f"{row['seconds'] * 1e6:.1f} us"
+    if "ratio" in row:
+        text += f" ({row['ratio']:.2f}x {row.get('reference', 'reference')})"
+    return text
 
 
 def _apply_waivers(policy, v, today):

@@ -21,16 +21,19 @@ import tempfile
 from .errors import BadRecord, MissingInput, SchemaTooNew
 
 SCHEMA = "devicekit.gate.record"
-SCHEMA_VERSION = 1
+# 2: performance figures are ratios to an interleaved numpy reference
+# (perf.py, source devicekit.gate.perf/2); :func:`migrate` reads version 1.
+SCHEMA_VERSION = 2
 # Fields that differ between two certifications of the same binary on the same
 # machine (docs/gate.md, "Reproducibility"); everything else is identical.
 # device.properties.total_memory is host state, not a result: a plugin may
 # size its device from the memory free when it loads (the reference CPU
 # plugin's default budget is half of MemAvailable, so that what it reports it
 # can deliver), and that moves with everything else running on the machine.
-VOLATILE = ("created", "timing", "performance.results[].seconds",
-            "performance.results[].calls", "performance.results[].gbps",
-            "performance.results[].gflops", "device.properties.total_memory")
+_PERF_VOLATILE = ("seconds", "calls", "gbps", "gflops", "reference_seconds", "reference_calls",
+                  "ratio", "ratios")
+VOLATILE = ("created", "timing", *(f"performance.results[].{k}" for k in _PERF_VOLATILE),
+            "device.properties.total_memory")
 _CASE_KEYS = ("id", "section", "op", "dtype", "required", "outcome")
 
 
@@ -187,7 +190,7 @@ def deterministic_view(rec):
     when the same binary is certified twice on the same machine)."""
     out = {k: v for k, v in rec.items() if k not in ("created", "timing")}
     perf = dict(out.get("performance") or {})
-    perf["results"] = [{k: v for k, v in r.items() if k not in ("seconds", "calls", "gbps", "gflops")}
+    perf["results"] = [{k: v for k, v in r.items() if k not in _PERF_VOLATILE}
                        for r in perf.get("results", [])]
     out["performance"] = perf
     device = dict(out.get("device") or {})
@@ -311,6 +314,30 @@ def load(path, role="record"):
         what = "truncated" if raw and not raw.rstrip().endswith(b"}") else "corrupted"
         raise BadRecord(path, f"{role} is not valid JSON ({what}?): {e}") from None
     if isinstance(rec, dict) and rec.get("schema") == SCHEMA and \
-            rec.get("schema_version") == SCHEMA_VERSION:
+            rec.get("schema_version") in (1, SCHEMA_VERSION):  # one on-disk form for both
         from_file(rec, path)
-    return validate(rec, path)
+    return migrate(validate(rec, path))
+
+
+PERF_V1 = "devicekit.gate.perf/1"
+
+
+def migrate(rec):
+    """A validated record in this version's form. Version 1 differs only in
+    its own performance figures (source devicekit.gate.perf/1: best-of-7
+    absolute seconds, no reference), which cannot be compared with version
+    2's ratios: they become "not measured" with the reason, so ``check``
+    notes that a version-1 baseline has no comparable figures (re-certify
+    it) and refuses a version-1 *new* record under a performance policy.
+    Figures from a devicekit bench document are the same in both versions
+    and are kept."""
+    if rec["schema_version"] == 1:
+        perf = rec["performance"]
+        if perf.get("source") == PERF_V1:
+            rec["performance"] = {
+                "measured": False, "source": None, "machine": perf.get("machine"),
+                "results": [], "skipped": perf.get("skipped", []),
+                "reason": "record schema 1 timed best-of-7 absolute seconds, not comparable with "
+                          "schema 2's ratios to an interleaved numpy reference; re-certify it"}
+        rec["migrated_from"] = 1
+    return rec

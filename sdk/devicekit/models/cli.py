@@ -49,6 +49,9 @@ def add_parser(sub):
                         "padding (the shape-alignment advisor; results in the report)")
     p.add_argument("--padding-threshold", type=float, default=0.10, metavar="GAIN",
                    help="suggest padding above this throughput gain (default 0.10 = 10%%)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="run only part K of N (K from 1; round-robin over the selected models, "
+                        "a model is never split); join the parts with 'devicekit report merge'")
     p.add_argument("--list", action="store_true", help="print the models and their layers and exit")
     p.add_argument("--update-goldens", action="store_true",
                    help="rewrite the golden summaries from the reference CPU plugin and exit")
@@ -78,6 +81,20 @@ def run(args):
         return _error(f"unsupported dtype(s) {', '.join(bad)}; choose from {', '.join(DTYPES)}")
     if args.steps < 1 or args.jobs < 1:
         return _error("--steps and --jobs must be at least 1")
+    shard = None
+    if args.shard:
+        from ..scale import shard as sharding
+        try:
+            shard = sharding.parse(args.shard)
+        except sharding.ShardError as e:
+            return _error(str(e))
+        if why := sharding.too_few(*shard, len(models), "model"):
+            return _error(why)
+        if args.layer or args.update_goldens:
+            return _error("--shard applies to a model run, not to --layer or --update-goldens")
+    selected = models
+    if shard:
+        models = sharding.pick(models, *shard)
     if args.list:
         for m in models:
             model = get(m)
@@ -97,10 +114,12 @@ def run(args):
         if len(models) != 1 or len(dtypes) != 1:
             return _error("--layer needs exactly one --model and one --dtype")
         return _replay_layer(get(models[0]), target, dtypes[0], args.layer, args.inference)
-    return _run_suite(models, dtypes, target, args)
+    return _run_suite(models, dtypes, target, args, shard, selected)
 
 
-def _run_suite(models, dtypes, target, args):
+def _run_suite(models, dtypes, target, args, shard=None, selected=None):
+    """``models`` is what this process runs: ``selected`` or, with ``shard``
+    (K, N), its part K."""
     from ..conformance.cli import Progress
     from ..conformance.report import summary_table
     from ..conformance.target import describe
@@ -134,6 +153,9 @@ def _run_suite(models, dtypes, target, args):
                              f"err = relative L2 error against float64",
                 "duration_s": round(time.monotonic() - start, 3),
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())}
+    if shard:
+        from ..scale import shard as sharding
+        run_info["shard"] = sharding.block(*shard, "model", selected)
     rep = report.build(describe(target), run_info, cases, results, {m: infos[m] for m in models})
     _print_outcome(rep, summary_table)
     if args.report:

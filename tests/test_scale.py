@@ -1,0 +1,219 @@
+"""Scale (docs/scale.md): ``--shard K/N``, ``devicekit report merge`` and the
+Ray runner, against the reference CPU plugin.
+
+The merged reports of shards must equal the single run's report, field for
+field, except the run-specific fields ``devicekit.scale.merge.RUN_SPECIFIC``
+names (durations, start time, jobs, shard provenance, total_memory): for
+conformance unfiltered at level core (the corpus floor is judged again over
+the merged rows) and filtered by --op, and for a two-model subset of the
+models. Merge refuses inputs that cannot make one run, each with its exit
+code and no output. The Ray test starts a real local cluster of two nodes
+(ray.cluster_utils.Cluster), each offering one unit of ``devicekit_cpu``.
+
+Needs: the reference CPU plugin (cpu:0); ray (in the ``test`` extra).
+About 60 s on the shared 2-core development machine (the Ray test 15-19 s).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from devicekit.scale import merge, shard
+
+OPS = ["--op", "add", "--op", "exp"]
+
+
+def dk(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "devicekit", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def _run(suite, out, *args):
+    proc = dk(suite, "--device", "cpu:0", "--report", out, *args)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with open(os.path.join(out, "report.json")) as f:
+        return json.load(f)
+
+
+def _junit_cases(folder):
+    root = ET.parse(os.path.join(folder, "junit.xml")).getroot()
+    return [(tc.get("classname"), tc.get("name"), [c.tag for c in tc])
+            for tc in root.iter("testcase")]
+
+
+def _assert_same(single_dir, merged_dir):
+    with open(os.path.join(single_dir, "report.json")) as f:
+        single = json.load(f)
+    with open(os.path.join(merged_dir, "report.json")) as f:
+        merged = json.load(f)
+    a, b = merge.comparable(single), merge.comparable(merged)
+    diff = [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
+    assert not diff, {k: (str(a.get(k))[:300], str(b.get(k))[:300]) for k in diff}
+    assert [c["id"] for c in merged["cases"]] == [c["id"] for c in single["cases"]]
+    assert _junit_cases(single_dir) == _junit_cases(merged_dir)
+    assert os.path.getsize(os.path.join(merged_dir, "report.html")) > 1000
+    return single, merged
+
+
+@pytest.fixture(scope="module")
+def op_shards(tmp_path_factory):
+    """A --op run, whole and as 3 shards (seconds)."""
+    tmp = tmp_path_factory.mktemp("ops")
+    _run("conformance", tmp / "single", *OPS, "--jobs", "2")
+    for k in (1, 2, 3):
+        _run("conformance", tmp / f"s{k}", *OPS, "--jobs", "1", "--shard", f"{k}/3")
+    return tmp
+
+
+def test_shard_argument():
+    assert shard.parse("1/4") == (1, 4) and shard.parse(" 4 / 4 ") == (4, 4)
+    for bad, why in (("0/4", "between 1 and N=4"), ("5/4", "between 1 and N=4"),
+                     ("1/0", "at least 1"), ("1", "expected K/N"), ("a/b", "expected K/N")):
+        with pytest.raises(shard.ShardError, match=why):
+            shard.parse(bad)
+    units = [f"c{i}" for i in range(10)]
+    parts = [shard.pick(units, k, 3) for k in (1, 2, 3)]
+    assert parts == [["c0", "c3", "c6", "c9"], ["c1", "c4", "c7"], ["c2", "c5", "c8"]]
+
+
+def test_shard_cli_errors_and_partition(tmp_path):
+    proc = dk("conformance", "--device", "cpu:0", "--shard", "0/2")
+    assert proc.returncode == 2 and "K must be between 1 and N=2" in proc.stderr
+    proc = dk("conformance", "--device", "cpu:0", "--op", "add", "--shard", "1/100000")
+    assert proc.returncode == 2 and "use at most" in proc.stderr
+    proc = dk("conformance", "--device", "cpu:0", "--shard", "1/2", "-x")
+    assert proc.returncode == 2 and "exclude each other" in proc.stderr
+    proc = dk("models", "--device", "cpu:0", "--model", "mlp", "--shard", "1/2")
+    assert proc.returncode == 2 and "only 1 model" in proc.stderr
+    # the shards of a listing are disjoint, cover it, and are the same in every process
+    whole = dk("conformance", "--device", "cpu:0", *OPS, "--list").stdout.split()
+    parts = [dk("conformance", "--device", "cpu:0", *OPS, "--list", "--shard", f"{k}/3")
+             .stdout.split() for k in (1, 2, 3)]
+    assert sorted(sum(parts, [])) == sorted(whole) and len(set(sum(parts, []))) == len(whole)
+    assert parts[1] == whole[1::3]
+
+
+def test_conformance_shards_merge_into_the_single_run(tmp_path):
+    """Unfiltered (level core): the merged corpus check is the single run's."""
+    _run("conformance", tmp_path / "single", "--level", "core", "--jobs", "2")
+    for k in (1, 2):
+        rep = _run("conformance", tmp_path / f"s{k}", "--level", "core", "--jobs", "1",
+                   "--shard", f"{k}/2")
+        assert rep["run"]["shard"]["index"] == k and not rep["corpus"]["checked"]
+    proc = dk("report", "merge", tmp_path / "s2", tmp_path / "s1" / "report.json",
+              "--out", tmp_path / "merged")
+    assert proc.returncode == 0, proc.stderr
+    single, merged = _assert_same(tmp_path / "single", tmp_path / "merged")
+    assert merged["corpus"]["checked"] and merged["corpus"]["ok"] and not merged["run"]["partial"]
+    assert [s["index"] for s in merged["run"]["shards"]] == [1, 2]
+
+
+def test_filtered_conformance_shards_merge(op_shards):
+    proc = dk("report", "merge", *(op_shards / f"s{k}" for k in (3, 1, 2)),
+              "--out", op_shards / "merged")
+    assert proc.returncode == 0, proc.stderr
+    _, merged = _assert_same(op_shards / "single", op_shards / "merged")
+    assert merged["run"]["partial"] and "partial run (filter" in merged["corpus"]["reason"]
+
+
+def test_model_shards_merge_into_the_single_run(tmp_path):
+    args = ["--model", "mlp,encoder", "--dtype", "float32"]
+    _run("models", tmp_path / "single", *args, "--jobs", "2")
+    for k in (1, 2):
+        rep = _run("models", tmp_path / f"s{k}", *args, "--jobs", "1", "--shard", f"{k}/2")
+        assert rep["run"]["models"] == [["mlp", "encoder"][k - 1]]
+    proc = dk("report", "merge", tmp_path / "s1", tmp_path / "s2", "--out", tmp_path / "merged")
+    assert proc.returncode == 0, proc.stderr
+    _, merged = _assert_same(tmp_path / "single", tmp_path / "merged")
+    assert merged["suite"] == "models" and list(merged["models"]) == ["mlp", "encoder"]
+
+
+def _edited(src, dst, edit):
+    with open(os.path.join(src, "report.json")) as f:
+        rep = json.load(f)
+    edit(rep)
+    with open(dst, "w") as f:
+        json.dump(rep, f)
+    return dst
+
+
+@pytest.mark.parametrize("case", ["plugin", "version", "overlap", "missing", "truncated",
+                                  "not_a_shard", "other_split", "absent", "unwritable"])
+def test_merge_refuses_what_is_not_one_run(op_shards, tmp_path, case):
+    s = [op_shards / f"s{k}" for k in (1, 2, 3)]
+    want = {"plugin": (5, "sha256"), "version": (6, "DeviceKit 9.9.9"),
+            "overlap": (7, "shard 2/3 is given twice"), "missing": (7, "missing shard 3/3"),
+            "truncated": (4, "truncated"), "not_a_shard": (4, "not a shard report"),
+            "other_split": (7, "one run uses one N"), "absent": (3, "not found"),
+            "unwritable": (2, "cannot write the merged reports")}[case]
+    if case == "plugin":
+        s[1] = _edited(s[1], tmp_path / "p.json",
+                       lambda r: r["plugin"].update(sha256="0" * 64))
+    elif case == "version":
+        s[2] = _edited(s[2], tmp_path / "v.json", lambda r: r.update(devicekit_version="9.9.9"))
+    elif case == "overlap":
+        s[2] = s[1]
+    elif case == "missing":
+        s = s[:2]
+    elif case == "truncated":
+        text = (s[2] / "report.json").read_text()
+        (tmp_path / "t.json").write_text(text[:len(text) // 2])
+        s[2] = tmp_path / "t.json"
+    elif case == "not_a_shard":
+        s[0] = op_shards / "single"
+    elif case == "other_split":
+        s[0] = _edited(s[0], tmp_path / "o.json", lambda r: r["run"]["shard"].update(count=4))
+    elif case == "absent":
+        s[0] = tmp_path / "nothing.json"
+    out = tmp_path / "out"
+    if case == "unwritable":  # --out below a file
+        (tmp_path / "file").write_text("x")
+        out = tmp_path / "file" / "out"
+    proc = dk("report", "merge", *s, "--out", out)
+    code, words = want
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code and len(lines) == 1 and words in lines[0], proc.stderr
+    assert lines[0].startswith("devicekit report merge: error: ")
+    assert not out.exists()
+
+
+def test_ray_runner_on_a_local_two_node_cluster(op_shards, tmp_path):
+    """`devicekit ray` places one task per shard on nodes offering devicekit_cpu;
+    the merged report equals the single run's. Ray is in the test extra: a
+    missing ray fails here rather than skipping."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"devicekit_cpu": 1}})
+    try:
+        cluster.add_node(num_cpus=1, resources={"devicekit_cpu": 1})
+        cluster.wait_for_nodes()
+        # no node has the device the resource names: refused, nothing written
+        nowhere = dk("ray", "--address", cluster.address, "--shards", 2, "--report",
+                     tmp_path / "none", "conformance", "--device", "acme:0", timeout=120)
+        proc = dk("ray", "--address", cluster.address, "--shards", 2,
+                  "--report", tmp_path / "merged", "conformance", "--device", "cpu:0", *OPS,
+                  "--jobs", "1", timeout=300)
+    finally:
+        cluster.shutdown()
+    assert nowhere.returncode == 2 and "offers the resource 'devicekit_acme'" in nowhere.stderr
+    assert not (tmp_path / "none").exists()
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    nodes = proc.stdout.split("from Ray nodes ", 1)[1].split(":", 1)[0].split(", ")
+    assert len(nodes) == 2, proc.stdout  # one task on each node: one resource unit per node
+    _assert_same(op_shards / "single", tmp_path / "merged")
+
+
+def test_ray_runner_argument_errors():
+    from devicekit.scale import ray_runner
+
+    with pytest.raises(ray_runner.RunnerError, match="--report"):
+        ray_runner.run("conformance", ["--device", "cpu:0", "--report", "x"], 2)
+    with pytest.raises(ray_runner.RunnerError, match="--resource"):
+        ray_runner.run("conformance", ["--plugin", "lib.so"], 2)
+    assert ray_runner.default_resource(["--device", "acme:3"]) == "devicekit_acme"
