@@ -98,7 +98,7 @@ def write_policy(tmp_path, extra="", perf=True):
     if not perf:
         assert "enabled = true" in text
         text = text.replace("enabled = true", "enabled = false")
-    text = text.replace('required = ["mlp", "cnn", "gpt2", "llama", "encoder"]',
+    text = text.replace('required = ["mlp", "cnn", "gpt2", "llama", "encoder", "vit"]',
                         'required = ["mlp"]')
     p = tmp_path / "policy.toml"
     p.write_text(text + extra)
@@ -110,7 +110,7 @@ def write_policy(tmp_path, extra="", perf=True):
 def test_ci_policy_parses_with_the_documented_values():
     pol = policy.load(CI_POLICY)
     assert (pol.level, pol.required_dtypes, pol.allow_partial) == ("full", ["float32"], False)
-    assert pol.models == ["mlp", "cnn", "gpt2", "llama", "encoder"]
+    assert pol.models == ["mlp", "cnn", "gpt2", "llama", "encoder", "vit"]
     assert pol.max_slowdown == 1.5 and pol.perf_enabled and pol.waivers == []
 
 
