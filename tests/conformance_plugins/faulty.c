@@ -42,14 +42,12 @@ static DK_Api api;
 static DK_KernelTable table;
 static DK_KernelFn* kernels[DK_OP_COUNT_1_1];
 
-/* Element offset (in elements) of the linear row-major index k of view v. */
-__attribute__((unused)) static int64_t offset_of(const DK_TensorView* v, int64_t k) {
-  int64_t off = 0;
-  for (int i = v->rank - 1; i >= 0; --i) {
-    off += (k % v->shape[i]) * v->strides[i];
-    k /= v->shape[i];
-  }
-  return off;
+/* Multiplies every element of a float32 view by f (any strides). */
+__attribute__((unused)) static void scale_f32(const DK_TensorView* o, float f) {
+  int64_t idx[DK_MAX_RANK] = {0};
+  if (dkh_numel(o) > 0) do {
+      ((float*)o->data)[dkh_offset(o, idx)] *= f;
+    } while (dkh_next_index(idx, o->shape, o->rank));
 }
 
 __attribute__((unused)) static DK_Error* sync(const DK_Kernel_Args* a) {
@@ -70,9 +68,7 @@ static DK_Error* faulty_get_info(DK_Plugin_GetInfo_Args* a) {
 static DK_Error* fault_add(const DK_Kernel_Args* a) {
   DK_Error* e = real->kernels->kernels[DK_OP_ADD](a);
   if (e || (e = sync(a))) return e;
-  const DK_TensorView* o = a->outputs[0];
-  if (o->dtype == DK_DTYPE_FLOAT32)
-    for (int64_t k = 0; k < dkh_numel(o); ++k) ((float*)o->data)[offset_of(o, k)] *= 1.001f;
+  if (a->outputs[0]->dtype == DK_DTYPE_FLOAT32) scale_f32(a->outputs[0], 1.001f);
   return NULL;
 }
 #elif FAULT == 2 || FAULT == 3
@@ -127,10 +123,11 @@ static DK_Error* fault_exp(const DK_Kernel_Args* a) {
   DK_Error* e = real->kernels->kernels[DK_OP_EXP](a);
   if (e || (e = sync(a))) return e;
   const DK_TensorView *x = a->inputs[0], *o = a->outputs[0];
-  if (o->dtype == DK_DTYPE_FLOAT32)
-    for (int64_t k = 0; k < dkh_numel(o); ++k)
-      if (isinf(((float*)x->data)[offset_of(x, k)]) && ((float*)x->data)[offset_of(x, k)] < 0)
-        ((float*)o->data)[offset_of(o, k)] = 42.0f;
+  int64_t idx[DK_MAX_RANK] = {0}; /* x and o have the same shape */
+  if (o->dtype == DK_DTYPE_FLOAT32 && dkh_numel(o) > 0) do {
+      const float v = ((float*)x->data)[dkh_offset(x, idx)];
+      if (isinf(v) && v < 0) ((float*)o->data)[dkh_offset(o, idx)] = 42.0f;
+    } while (dkh_next_index(idx, o->shape, o->rank));
   return NULL;
 }
 #elif FAULT == 5
@@ -158,9 +155,7 @@ static DK_KernelFn* real_rms_launch;
 static DK_Error* fault_fused_rms(const DK_Kernel_Args* a) {
   DK_Error* e = real_rms_launch(a);
   if (e || (e = sync(a))) return e;
-  const DK_TensorView* o = a->outputs[0];
-  if (o->dtype == DK_DTYPE_FLOAT32)
-    for (int64_t k = 0; k < dkh_numel(o); ++k) ((float*)o->data)[offset_of(o, k)] *= 1.001f;
+  if (a->outputs[0]->dtype == DK_DTYPE_FLOAT32) scale_f32(a->outputs[0], 1.001f);
   return NULL;
 }
 static void wrap_fused_rms(void) {
