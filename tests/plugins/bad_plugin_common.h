@@ -29,7 +29,9 @@
 #include <time.h>
 
 #include <devicekit/device_api.h>
+#ifndef BP_HELPERS_PROVIDED /* tests/fixtures/device_api_1_0/glue_1_0.h: 1.0 predates them */
 #include <devicekit/plugin_helpers.h>
+#endif
 
 #ifndef BP_PLUGIN_NAME
 #error "define BP_PLUGIN_NAME before including bad_plugin_common.h"
@@ -164,7 +166,8 @@ BP_STATIC DK_Error* bp_stream_create(DK_Stream_Create_Args* a) {
   BP_REQUIRE_ARGS(a, DK_Stream_Create_Args);
   BP_REQUIRE_DEVICE(a);
   a->stream = calloc(1, sizeof(DK_Stream));
-  return a->stream ? NULL : dkh_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Stream_Create: calloc failed");
+  return a->stream ? NULL
+                   : dkh_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Stream_Create: calloc failed");
 }
 
 BP_STATIC DK_Error* bp_stream_destroy(DK_Stream_Destroy_Args* a) {
@@ -193,7 +196,8 @@ BP_STATIC DK_Error* bp_event_create(DK_Event_Create_Args* a) {
   BP_REQUIRE_ARGS(a, DK_Event_Create_Args);
   BP_REQUIRE_DEVICE(a);
   a->event = calloc(1, sizeof(DK_Event));
-  return a->event ? NULL : dkh_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Event_Create: calloc failed");
+  return a->event ? NULL
+                  : dkh_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Event_Create: calloc failed");
 }
 
 BP_STATIC DK_Error* bp_event_destroy(DK_Event_Destroy_Args* a) {
