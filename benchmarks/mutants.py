@@ -180,7 +180,7 @@ MUTANTS = [
 MUTANTS += [
     # ---- argument checking ----
     ("same_dtype_checks_size_only", "kernel_common.h", "  if (v.dtype == ref.dtype) return nullptr;",
-     "  if (dtype_size(DK_DType(v.dtype)) == dtype_size(DK_DType(ref.dtype))) return nullptr;",
+     "  if (dkh_dtype_size(v.dtype) == dkh_dtype_size(ref.dtype)) return nullptr;",
      "arguments"),
     ("axis_negative_accepted", "kernel_common.h",
      "inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {\n",

@@ -58,6 +58,12 @@ int main(void) {
                       DK_KERNEL_CAP_STRIDED));
   show(dkh_check_view("acme.add", "out", NULL, 1, 0));
 
+  int64_t empty[2] = {0, 3}, odd[2] = {7, 5}, ones[2] = {1, 3}, any[2] = {9, 1};
+  printf("contiguous %d %d %d %d %d %d\n", dkh_is_contiguous(2, shape, dense),
+         dkh_is_contiguous(2, shape, trans), dkh_is_contiguous(2, empty, odd),
+         dkh_is_contiguous(2, shape, odd), dkh_is_contiguous(2, ones, any),
+         dkh_is_contiguous(0, NULL, NULL));
+
   int64_t idx[DK_MAX_RANK] = {0};
   printf("walk");
   do printf(" %lld", (long long)dkh_offset(&t, idx)); while (dkh_next_index(idx, shape, 2));
@@ -90,6 +96,7 @@ EXPECTED = [
     "1|acme.add: out has dtype float16 (1); this kernel declared the dtype mask 0x1. "
     "Hint: the SDK only sends declared dtypes, so this is an SDK bug or a stale kernel table.",
     "1|acme.add: out is NULL or its struct_size is 0; expected at least {view}",
+    "contiguous 1 0 1 0 1 1",
     "walk 0 2 4 1 3 5",
     "1|acme.add: got 1 input(s) and 1 output(s); expected 2 and 1",
     "1|acme.add: args->op is 3; expected 4. Hint: the kernel table is indexed by DK_OpId.",

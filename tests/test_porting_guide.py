@@ -75,7 +75,8 @@ class User:
 
     def env(self) -> dict:
         env = {k: v for k, v in os.environ.items()
-               if k not in ("DEVICEKIT_PLUGIN_PATH", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+               if k not in ("DEVICEKIT_PLUGIN_PATH", "DEVICEKIT_PLUGIN_OVERRIDE", "PYTHONPATH",
+                            "PYTHONHOME", "VIRTUAL_ENV")
                and not k.startswith("PIP_")}
         env.update(PATH=os.pathsep.join([str(self.venv / "bin"), os.environ["PATH"]]),
                    VIRTUAL_ENV=str(self.venv), PIP_NO_INDEX="1", PIP_NO_BUILD_ISOLATION="0",
@@ -118,7 +119,8 @@ def test_the_guide_marks_its_commands():
     steps = ["pip install --find-links wheels devicekit", "devicekit new acme", "cd devicekit-acme",
              "devicekit dev --run conformance -k runtime", "plugin_kernel_exp",
              "pip wheel . --no-deps -w dist", "pip install --force-reinstall --no-deps",
-             "pip uninstall -y devicekit-acme", "devicekit dev --run bench"]
+             "devicekit dev --run devices    # with devicekit-acme installed",
+             "devicekit dev --run bench"]
     positions = [text.find(s) for s in steps]
     assert -1 not in positions, dict(zip(steps, positions))
     assert positions == sorted(positions), dict(zip(steps, positions))
@@ -128,6 +130,8 @@ def test_porting_guide_then_generated_readme_run_verbatim(user):
     blocks = sh_blocks(GUIDE.read_text())
     result, times = user.run_blocks(blocks, user.work, "guide")
     project = user.work / "devicekit-acme"
+    # Section 8: the dev build ran ahead of the installed wheel, and said so.
+    assert "devicekit dev: it shadows the installed devicekit-acme 0.1.0: " in result.stderr
     # What the commands claim to have made is there.
     (wheel,) = (project / "dist").glob("devicekit_acme-0.1.0-py3-none-*.whl")
     with zipfile.ZipFile(wheel) as z:
@@ -148,9 +152,9 @@ def test_porting_guide_then_generated_readme_run_verbatim(user):
           f"pass {times[str(edit + 1)] - times[str(edit)]:.1f}s; whole guide "
           f"{times['end'] - times['0']:.1f}s; per block {durations(times)}")
 
-    # The generated README, in the project the guide made (it ends with the
-    # wheel uninstalled, as a vendor's working copy would be): one test, since
-    # the README's commands start where the guide left the project.
+    # The generated README, in the project the guide made (the wheel is still
+    # installed): one test, since the README's commands start where the guide
+    # left the project.
     readme = sh_blocks((project / "README.md").read_text())
     assert any("devicekit dev" in b for b in readme) and any("pip wheel" in b for b in readme)
     (project / "dist").rename(project / "dist-guide")

@@ -1,13 +1,17 @@
 """Plugin discovery and the process-wide registry of loaded plugins.
 
-Candidates come from two places, in this order:
+Candidates come from three places, in this order:
 
-1. the entry-point group ``devicekit.plugins``: each entry point names a
+1. ``DEVICEKIT_PLUGIN_OVERRIDE``: development builds that take precedence
+   over installed plugins (``devicekit dev`` sets it). An installed plugin
+   of the same name is not loaded; its record says which build shadows it;
+2. the entry-point group ``devicekit.plugins``: each entry point names a
    callable returning the plugin library's path (installed plugin wheels);
-2. ``DEVICEKIT_PLUGIN_PATH``: ``os.pathsep``-separated library files or
-   folders (every shared library in a folder), for development builds. Each
-   entry is a file-system path (relative to the current folder), never a
-   name for the dynamic linker to search.
+3. ``DEVICEKIT_PLUGIN_PATH``: ``os.pathsep``-separated library files or
+   folders (every shared library in a folder), for development builds that
+   add plugins; one whose name is already installed is refused as a
+   duplicate. Entries of both variables are file-system paths (relative to
+   the current folder), never names for the dynamic linker to search.
 
 Every candidate is vetted by a probe in a subprocess (devicekit._probe; its
 successes are cached by devicekit._probe_cache) before it is loaded into this
@@ -35,6 +39,7 @@ from .errors import DeviceKitError, DeviceNotFoundError, PluginLoadError
 
 ENTRY_POINT_GROUP = "devicekit.plugins"
 PATH_ENV = "DEVICEKIT_PLUGIN_PATH"
+OVERRIDE_ENV = "DEVICEKIT_PLUGIN_OVERRIDE"
 _LIB_SUFFIXES = {"darwin": (".dylib", ".so"), "win32": (".dll",)}.get(sys.platform, (".so",))
 _MAX_PARALLEL_PROBES = 8
 
@@ -87,21 +92,21 @@ def _entry_point_candidates():
                 f"path: {type(e).__name__}: {e}")
 
 
-def _path_candidates():
-    for item in os.environ.get(PATH_ENV, "").split(os.pathsep):
+def _path_candidates(env=PATH_ENV):
+    for item in os.environ.get(env, "").split(os.pathsep):
         if not item:
             continue
         if os.path.isdir(item):
             libs = sorted(f for f in os.listdir(item) if f.endswith(_LIB_SUFFIXES))
             if not libs:
-                yield os.path.basename(item.rstrip(os.sep)), item, PATH_ENV, PluginLoadError(
-                    f"folder '{item}' (from {PATH_ENV}) contains no plugin library "
+                yield os.path.basename(item.rstrip(os.sep)), item, env, PluginLoadError(
+                    f"folder '{item}' (from {env}) contains no plugin library "
                     f"({', '.join(_LIB_SUFFIXES)})")
             for f in libs:
-                yield _stem(f), os.path.abspath(os.path.join(item, f)), PATH_ENV, None
+                yield _stem(f), os.path.abspath(os.path.join(item, f)), env, None
         else:
             # abspath: "libx.so" is ./libx.so, never a search through LD_LIBRARY_PATH.
-            yield _stem(os.path.basename(item)), os.path.abspath(item), PATH_ENV, None
+            yield _stem(os.path.basename(item)), os.path.abspath(item), env, None
 
 
 def _stem(filename):
@@ -191,7 +196,8 @@ class _Discovery:
 
     def __init__(self):
         self.records = []
-        for stem, path, source, err in [*_entry_point_candidates(), *_path_candidates()]:
+        for stem, path, source, err in [*_path_candidates(OVERRIDE_ENV),
+                                        *_entry_point_candidates(), *_path_candidates()]:
             rec = PluginRecord(name=stem, path=path, source=source)
             if err is not None:
                 rec.error, rec.error_type, rec._pending = str(err), type(err).__name__, False
@@ -227,6 +233,12 @@ class _Discovery:
             name = plugin.name
             owner = self.by_name.get(name)
         rec.name = name
+        if owner is not None and owner.source == OVERRIDE_ENV and rec.source != OVERRIDE_ENV:
+            rec.error_type = "PluginLoadError"
+            rec.error = (f"plugin '{name}' from '{rec.path}' ({rec.source}) is shadowed by the "
+                         f"development build '{owner.path}' ({OVERRIDE_ENV}), which takes "
+                         f"precedence; this one is not used")
+            return
         if owner is not None:
             rec.error_type = "PluginLoadError"
             rec.error = (f"plugin name '{name}' from '{rec.path}' is already provided by "
@@ -255,6 +267,11 @@ class _Discovery:
     def provider(self, name):
         """The record that provides plugin ``name``, loading as little as
         possible; None when no candidate does."""
+        if name in self.by_name:
+            return self.by_name[name]
+        for rec in self.records:  # overrides first, whatever their file names say
+            if rec._pending and rec.source == OVERRIDE_ENV:
+                self.resolve(rec)
         if name in self.by_name:
             return self.by_name[name]
         for rec in self.records:

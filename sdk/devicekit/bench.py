@@ -1,15 +1,20 @@
 """``devicekit bench --device NAME``: how fast is each of a plugin's kernels?
 
-For every implemented base op that has a recipe below, every selected dtype
-the kernel declares and every size: the best time per call (each repeat ends
-with a device synchronize, so queued kernels have run), and the throughput it
-implies, GB/s (bytes the kernel must read and write) and GFLOP/s (one
-operation per output element for elementwise ops, per input element for
-reductions, 2*M*N*K for matmul). Printed as a table, written as JSON with
-``--json PATH`` (schema: docs/bench.md), progress on stderr.
+For every implemented base op (every kind of the op spec has a recipe,
+_recipe), every selected dtype the kernel declares and every size: the best
+time per call (each repeat ends with a device synchronize, so queued kernels
+have run), and the throughput it implies, GB/s (bytes the kernel must read and
+write) and GFLOP/s (one operation per output element for elementwise ops, per
+input element for reductions, scans and scatter_add, 2*M*N*K for matmul; none
+for copy, fill, cast, gather and random, which only move bytes). Printed as a
+table, written as JSON with ``--json PATH`` (schema: docs/bench.md), progress
+on stderr. What is not measured is listed with the reason.
 
-Inputs are dense tensors of the kernel's own dtype on the device, so no SDK
-cast or copy runs around the kernel: the time is the plugin's.
+Inputs are tensors of the kernel's own dtype on the device, dense except the
+transposed view copy materialises, so no SDK cast or copy runs around the
+kernel: the time is the plugin's. Each measurement first checks that its call
+reached the op's kernel (the SDK's dispatch counters), so no time of an SDK
+shortcut is ever reported as the kernel's.
 """
 
 import datetime
@@ -22,60 +27,122 @@ import time
 
 SCHEMA = "devicekit.bench/1"
 
-# op kind (device_api/spec/base_ops.json) -> how to call it. Kinds without a
-# recipe (memory, generator, index, random, scan, select) are reported as
-# skipped, never silently left out.
-RECIPES = {"unary": 1, "binary": 2, "compare": 2, "logical": 2, "reduction": 1, "linalg": 2}
+# Every op kind of device_api/spec/base_ops.json has a recipe (_recipe; the
+# table in docs/bench.md): what the kernel is given, and what one call must
+# move and compute. An op of a kind not listed here (a newer spec) is reported
+# as skipped with the reason, never silently left out.
+KINDS = ("unary", "binary", "compare", "logical", "select", "reduction", "scan", "linalg",
+         "memory", "generator", "index", "random")
 DEFAULT_SIZES = (1 << 12, 1 << 18, 1 << 22)  # elements
 DEFAULT_MATMUL_SIZES = (64, 256, 512)        # M = N = K
-ROW = 1024  # reductions run over the last axis of [size / ROW, ROW]
+ROW = 1024  # reductions, scans and index ops run along the last axis of [size / ROW, ROW]
 
 
-def _op_kinds():
-    """op name -> kind, from the op spec shipped in devicekit/data."""
+def _op_specs():
+    """op name -> its entry in the op spec shipped in devicekit/data."""
     from importlib import resources
 
     text = resources.files("devicekit").joinpath("data/base_ops.json").read_text()
-    return {op["name"]: op["kind"] for op in json.loads(text)["ops"]}
+    return {op["name"]: op for op in json.loads(text)["ops"]}
 
 
-def _inputs(kind, name, dtype, size, device):
-    """(input tensors, output elements, flops) for one measurement."""
+def _op_kinds():
+    return {name: op["kind"] for name, op in _op_specs().items()}
+
+
+def _rows(size):
+    """[rows, cols] for the row-wise recipes: rows of ROW elements, or two
+    rows when size is below 2 * ROW (so a transpose is really strided)."""
+    cols = ROW if size >= 2 * ROW else max(1, size // 2)
+    return (max(1, size // cols), cols)
+
+
+class _Recipe:
+    """One measurement: input tensors, the call, flops per call, and a line
+    saying exactly what is timed (the JSON's ``recipe``)."""
+
+    def __init__(self, inputs, call, flops, text):
+        self.inputs, self.call, self.flops, self.text = inputs, call, flops, text
+
+
+def _recipe(spec, dtype, size, device):
     import numpy as np
 
     import devicekit as dk
+    from . import _core
+    from .dtypes import as_dtype
 
-    rng = np.random.default_rng(0)
-    if kind == "linalg":
-        n = size
-        a, b = (rng.uniform(-1, 1, (n, n)) for _ in range(2))
-        return [dk.tensor(x, device=device, dtype=dtype) for x in (a, b)], n * n, 2 * n ** 3
-    shape = (max(1, size // ROW), ROW) if kind == "reduction" else (size,)
-    count = RECIPES[kind]
-    if dtype == "bool":
-        data = [rng.integers(0, 2, shape).astype(bool) for _ in range(count)]
-    elif dtype.startswith(("int", "uint")):
-        data = [rng.integers(1, 100, shape) for _ in range(count)]
-    else:  # positive, away from 0: log, sqrt, rsqrt, reciprocal, pow stay finite
-        data = [rng.uniform(0.5, 2.0, shape) for _ in range(count)]
-    tensors = [dk.tensor(x, device=device, dtype=dtype) for x in data]
-    out_elems = shape[0] if kind == "reduction" else size
-    return tensors, out_elems, (size if kind == "reduction" else out_elems)
-
-
-def _call(kind, name):
-    from . import _core, ops
-
-    if kind == "reduction":
-        fn = {"reduce_sum": ops.sum, "reduce_max": ops.max, "reduce_min": ops.min,
-              "argmax": ops.argmax}[name]
-        return lambda xs: fn(xs[0], axis=-1)
-    if kind == "linalg":
-        return lambda xs: ops.matmul(*xs)
+    name, kind = spec["name"], spec["kind"]
     op = _core.OP_NAMES.index(name)
-    if RECIPES[kind] == 1:
-        return lambda xs: _core.unary(op, xs[0])
-    return lambda xs: _core.binary(op, xs[0], xs[1])
+    rng = np.random.default_rng(0)
+
+    def data(shape, dt=dtype):
+        if dt == "bool":
+            x = rng.integers(0, 2, shape).astype(bool)
+        elif dt.startswith(("int", "uint")):
+            x = rng.integers(1, 100, shape)
+        else:  # positive, away from 0: log, sqrt, rsqrt, reciprocal, pow stay finite
+            x = rng.uniform(0.5, 2.0, shape)
+        return dk.tensor(x, device=device, dtype=dt)
+
+    def dt_id(dt):
+        return as_dtype(dt).id
+
+    if kind == "linalg":
+        a, b = data((size, size)), data((size, size))
+        return _Recipe([a, b], lambda xs: _core.matmul(*xs), 2 * size ** 3,
+                       f"matmul [{size},{size}] @ [{size},{size}]")
+    if kind in ("unary", "binary", "compare", "logical"):
+        xs = [data((size,)) for _ in spec["inputs"]]
+        call = ((lambda xs: _core.unary(op, xs[0])) if len(xs) == 1
+                else (lambda xs: _core.binary(op, xs[0], xs[1])))
+        return _Recipe(xs, call, size, f"{name} of {len(xs)} dense [{size}]")
+    if kind == "select":
+        xs = [data((size,), "bool"), data((size,)), data((size,))]
+        return _Recipe(xs, lambda xs: _core.where(*xs), size,
+                       f"where(bool [{size}], [{size}], [{size}])")
+    shape = _rows(size)
+    n = shape[0] * shape[1]
+    if kind == "reduction":
+        fn = (lambda x: _core.argmax(x, 1)) if name == "argmax" else \
+            (lambda x: _core.reduce(op, x, 1 << 1))
+        return _Recipe([data(shape)], lambda xs: fn(xs[0]), n,
+                       f"{name} of {list(shape)} over axis 1")
+    if kind == "scan":
+        return _Recipe([data(shape)], lambda xs: _core.cumsum(xs[0], 1), n,
+                       f"{name} of {list(shape)} along axis 1")
+    if kind == "index":
+        index = dk.tensor(rng.integers(0, shape[1], shape), device=device, dtype="int64")
+        if name == "gather":
+            return _Recipe([data(shape), index], lambda xs: _core.gather(xs[0], 1, xs[1]), 0,
+                           f"gather {list(shape)} along axis 1, random int64 index")
+        if name == "scatter_add":
+            return _Recipe([data(shape), index, data(shape)],
+                           lambda xs: _core.scatter_add(xs[0], 1, xs[1], xs[2]), n,
+                           f"scatter_add into {list(shape)} along axis 1, random int64 index")
+    if kind == "memory":
+        if name == "copy":
+            x = data(shape).T  # a transposed view: the copy kernel materialises it
+            return _Recipe([x], lambda xs: xs[0].contiguous(), 0,
+                           f"copy: transposed view {list(x.shape)} made contiguous")
+        if name == "fill":
+            value = True if dtype == "bool" else 1
+            return _Recipe([], lambda xs: _core.full(device, [size], dt_id(dtype), value), 0,
+                           f"fill [{size}] with {value}")
+        if name == "cast":
+            target = "float16" if dtype == "float32" else "float32"
+            tid = dt_id(target)
+            return _Recipe([data((size,))], lambda xs: xs[0]._cast(tid), 0,
+                           f"cast [{size}] {dtype} -> {target}")
+    if kind == "generator" and name == "iota":
+        did = dt_id(dtype)
+        return _Recipe([], lambda xs: _core.iota(device, [size], did, 0, 0, 1), size,
+                       f"iota [{size}] from 0 by 1")
+    if kind == "random":
+        did = dt_id(dtype)
+        return _Recipe([], lambda xs: _core.random(op, device, [size], did, 1, 0), 0,
+                       f"{name} [{size}] (seed 1, offset 0)")
+    return None
 
 
 def _time(fn, sync, repeats, budget=0.05):
@@ -109,19 +176,20 @@ def _plugin_record(device):
     return None
 
 
-def plan(kernels, kinds, ops, dtypes):
-    """[(op, kind, dtype)] to measure and [{op, dtype, reason}] skipped."""
+def plan(kernels, specs, ops, dtypes):
+    """[(op spec, dtype)] to measure and [{op, dtype, reason}] skipped."""
     todo, skipped = [], []
     for k in kernels:
         name = k["op"]
         if ops and name not in ops:
             continue
-        kind = kinds.get(name)
+        spec = specs.get(name)
         if not k["implemented"]:
             if ops:
                 skipped.append({"op": name, "dtype": None, "reason": "not implemented"})
             continue
-        if kind not in RECIPES:
+        if spec is None or spec["kind"] not in KINDS:
+            kind = spec["kind"] if spec else "unknown"
             skipped.append({"op": name, "dtype": None,
                             "reason": f"no benchmark recipe for {kind} ops"})
             continue
@@ -129,9 +197,15 @@ def plan(kernels, kinds, ops, dtypes):
         for dt in (dtypes if dtypes != ["all"] else []):
             if dt not in k["dtypes"]:
                 skipped.append({"op": name, "dtype": dt, "reason": "dtype not declared"})
-        todo += [(name, kind, dt) for dt in wanted]
+        todo += [(spec, dt) for dt in wanted]
     unknown = sorted(set(ops or ()) - {k["op"] for k in kernels})
     return todo, skipped, unknown
+
+
+def _kernel_calls(name):
+    from . import _core
+
+    return _core.dispatch_stats()[name]["kernel"]
 
 
 def measure(device_name, ops=None, dtypes=("float32",), sizes=DEFAULT_SIZES,
@@ -143,29 +217,42 @@ def measure(device_name, ops=None, dtypes=("float32",), sizes=DEFAULT_SIZES,
     device = dk.device(device_name)
     plugin = next(r.plugin for r in dk.plugins()
                   if r.loaded and any(d.name == device.name for d in r.devices))
-    todo, skipped, unknown = plan(plugin.kernels(), _op_kinds(), ops, list(dtypes))
+    todo, skipped, unknown = plan(plugin.kernels(), _op_specs(), ops, list(dtypes))
     if unknown:
         raise dk.InvalidArgumentError(f"devicekit bench: unknown op(s) {', '.join(unknown)}; "
                                       f"expected base op names (docs/base_ops.md)")
-    runs = [(op, kind, dt, n) for op, kind, dt in todo
-            for n in (matmul_sizes if kind == "linalg" else sizes)]
+    runs = [(spec, dt, n) for spec, dt in todo
+            for n in (matmul_sizes if spec["kind"] == "linalg" else sizes)]
     results = []
     sync = lambda: dk.synchronize(device)  # noqa: E731
     with dk.no_grad():
-        for i, (op, kind, dt, n) in enumerate(runs, 1):
+        for i, (spec, dt, n) in enumerate(runs, 1):
+            op = spec["name"]
             if progress:
                 progress(i, len(runs), op, dt, n)
-            xs, out_elems, flops = _inputs(kind, op, dt, n, device)
-            call = _call(kind, op)
-            out = call(xs)
+            r = _recipe(spec, dt, n, device)
+            if r is None:
+                skipped.append({"op": op, "dtype": dt, "reason": f"no benchmark recipe for "
+                                f"{op} ({spec['kind']} ops)"})
+                continue
+            before = _kernel_calls(op)
+            out = r.call(r.inputs)
             sync()
-            nbytes = sum(x.numpy().nbytes for x in xs) + out.numpy().nbytes
-            seconds, calls = _time(lambda: call(xs), sync, repeats)
-            results.append({"op": op, "dtype": dt, "size": n,
+            if _kernel_calls(op) == before:
+                # The SDK answered without the plugin's kernel (e.g. an empty
+                # tensor): a time here would not be the kernel's.
+                skipped.append({"op": op, "dtype": dt, "size": n,
+                                "reason": f"the recipe ({r.text}) did not reach the {op} "
+                                          f"kernel"})
+                continue
+            nbytes = sum(x.numpy().nbytes for x in r.inputs) + out.numpy().nbytes
+            xs = r.inputs
+            seconds, calls = _time(lambda: r.call(xs), sync, repeats)
+            results.append({"op": op, "dtype": dt, "size": n, "recipe": r.text,
                             "shapes": [list(x.shape) for x in xs], "seconds": seconds,
                             "calls": calls, "repeats": repeats, "bytes": nbytes,
-                            "flops": flops, "gbps": nbytes / seconds / 1e9,
-                            "gflops": flops / seconds / 1e9})
+                            "flops": r.flops, "gbps": nbytes / seconds / 1e9,
+                            "gflops": r.flops / seconds / 1e9})
     return {"schema": SCHEMA, "devicekit_version": __version__, "device": device.name,
             "plugin": _plugin_record(device),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -178,7 +265,7 @@ def table(doc):
     from .cli import _table
 
     rows = [(r["op"], r["dtype"], r["size"], f"{r['seconds'] * 1e6:.1f}", f"{r['gbps']:.2f}",
-             f"{r['gflops']:.2f}") for r in doc["results"]]
+             f"{r['gflops']:.2f}" if r["flops"] else "-") for r in doc["results"]]
     text = _table(rows, ["op", "dtype", "size", "us/call", "GB/s", "GFLOP/s"])
     if doc["skipped"]:
         text += "\n\nNot measured:\n" + "\n".join(

@@ -5,21 +5,19 @@ The edit-build-test loop of a plugin project made by ``devicekit new``:
 1. configure (once) and build the project with CMake into ``PATH/build/dev``
    (incremental: only what changed recompiles);
 2. print the library it built, its sha256 and its build time, so what is
-   tested is never in doubt;
-3. run CMD with ``DEVICEKIT_PLUGIN_PATH`` naming that library, so discovery
-   loads the fresh build without installing anything. A devicekit command
-   (``conformance``, ``devices``, ``bench``) runs as ``python -m devicekit
-   CMD``, with ``--device NAME:0`` added to conformance and bench when no
-   device or plugin was given; anything else (``python -m pytest tests``) runs as is.
-
-It refuses to run when the same plugin is also installed (an entry point of
-that name): installed plugins are discovered before DEVICEKIT_PLUGIN_PATH, so
-the fresh build would lose to the installed binary and you would test a stale
-plugin without knowing.
+   tested is never in doubt, and, when the same plugin is also installed (an
+   entry point of that name), the installed library it shadows (path, sha256,
+   build time);
+3. run CMD with ``DEVICEKIT_PLUGIN_OVERRIDE`` naming that library, so
+   discovery loads the fresh build, ahead of any installed copy, without
+   installing anything (the installed copy is not loaded; ``devicekit
+   devices`` lists it as shadowed). A devicekit command (``conformance``,
+   ``devices``, ``bench``) runs as ``python -m devicekit CMD``, with
+   ``--device NAME:0`` added to conformance and bench when no device or
+   plugin was given; anything else (``python -m pytest tests``) runs as is.
 
 Exit codes: 0 built (and CMD passed); 2 usage; 3 PATH is not a plugin
-project; 4 the build failed; 5 an installed copy of the plugin would shadow
-the build; otherwise CMD's own exit status.
+project; 4 the build failed; otherwise CMD's own exit status.
 """
 
 import argparse
@@ -33,7 +31,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from ._registry import ENTRY_POINT_GROUP, PATH_ENV
+from ._registry import ENTRY_POINT_GROUP, OVERRIDE_ENV
 from .errors import DeviceKitError
 
 DEVICEKIT_COMMANDS = {"conformance", "devices", "bench"}
@@ -50,10 +48,6 @@ class NotAProjectError(DevError):
 
 class BuildError(DevError):
     exit_code = 4
-
-
-class ShadowedError(DevError):
-    exit_code = 5
 
 
 def plugin_name(project: Path) -> str:
@@ -119,6 +113,20 @@ def describe(lib: Path) -> str:
     return f"{lib} (sha256 {digest[:16]}, built {built})"
 
 
+def describe_installed(ep) -> str:
+    """An installed copy: its distribution and library, or why the library
+    could not be found (the override applies either way)."""
+    dist = getattr(ep, "dist", None)
+    who = (f"{dist.metadata['Name']} {dist.version}" if dist is not None
+           else f"entry point '{ep.name}'")
+    try:
+        target = ep.load()
+        lib = Path(os.fspath(target() if callable(target) else target)).resolve()
+        return f"{who}: {describe(lib)}"
+    except Exception as e:  # a broken install must not stop the dev loop
+        return f"{who} ('{ep.value}': library not found: {type(e).__name__}: {e})"
+
+
 def command_for(run: list, name: str) -> list:
     """The argv that runs ``run`` against the fresh build."""
     if not run:
@@ -136,16 +144,6 @@ def run(args) -> int:
     project = Path(args.path).resolve()
     try:
         name = plugin_name(project)
-        shadows = installed_copies(name)
-        if shadows:
-            ep = shadows[0]
-            dist = getattr(ep, "dist", None)
-            dist_name = dist.metadata["Name"] if dist is not None else f"devicekit-{name}"
-            raise ShadowedError(
-                f"plugin '{name}' is also installed ({dist_name}, entry point '{ep.name}' = "
-                f"'{ep.value}'). Installed plugins are discovered before {PATH_ENV}, so the "
-                f"fresh build would be refused as a duplicate and the installed binary tested "
-                f"instead. Hint: pip uninstall -y {dist_name}")
         build_dir = Path(args.build_dir) if args.build_dir else project / "build" / "dev"
         build(project, build_dir, args.build_type, args.jobs)
         lib = built_library(build_dir, name)
@@ -153,14 +151,19 @@ def run(args) -> int:
         print(f"devicekit dev: error: {e}", file=sys.stderr)
         return e.exit_code
     print(f"devicekit dev: {name} -> {describe(lib)}", file=sys.stderr)
+    for ep in installed_copies(name):
+        # Visible on every run: the installed binary is not what is tested.
+        print(f"devicekit dev: it shadows the installed {describe_installed(ep)}",
+              file=sys.stderr)
     env = dict(os.environ)
-    env[PATH_ENV] = os.pathsep.join([str(lib), *filter(None, [env.get(PATH_ENV)])])
+    env[OVERRIDE_ENV] = os.pathsep.join([str(lib), *filter(None, [env.get(OVERRIDE_ENV)])])
     cmd = command_for(args.run, name)
     if not cmd:
-        print(f"devicekit dev: built. To use it: export {PATH_ENV}={env[PATH_ENV]}",
+        print(f"devicekit dev: built. To use it: export {OVERRIDE_ENV}={env[OVERRIDE_ENV]}",
               file=sys.stderr)
         return 0
-    print(f"devicekit dev: {PATH_ENV}={env[PATH_ENV]} {' '.join(cmd)}", file=sys.stderr)
+    print(f"devicekit dev: {OVERRIDE_ENV}={env[OVERRIDE_ENV]} {' '.join(cmd)}",
+          file=sys.stderr)
     sys.stderr.flush()
     try:
         return subprocess.run(cmd, env=env).returncode
@@ -173,14 +176,16 @@ def add_parser(sub):
     p = sub.add_parser(
         "dev", help="rebuild a plugin project in place and run a command against that build",
         description="Build the plugin project at PATH with CMake into PATH/build/dev "
-                    "(incremental), print the library's path, sha256 and build time, then "
-                    "run CMD with DEVICEKIT_PLUGIN_PATH pointing at it: no reinstall, never a "
-                    "stale binary. CMD 'conformance', 'devices' or 'bench' is a devicekit "
-                    "command (--device NAME:0 added when missing); anything else runs as is.",
+                    "(incremental), print the library's path, sha256 and build time (and "
+                    "those of an installed copy it shadows), then run CMD with "
+                    "DEVICEKIT_PLUGIN_OVERRIDE pointing at it, so it takes precedence over "
+                    "any installed copy: no reinstall, never a stale binary. CMD "
+                    "'conformance', 'devices' or 'bench' is a devicekit command (--device "
+                    "NAME:0 added when missing); anything else runs as is.",
         epilog="examples:\n  devicekit dev --run conformance -k add\n"
                "  devicekit dev path/to/plugin --run python -m pytest tests\n\n"
                "exit codes: 0 ok; 2 usage; 3 not a plugin project; 4 build failed;\n"
-               "  5 an installed copy would shadow the build; else CMD's exit status",
+               "  else CMD's exit status",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("path", nargs="?", default=".", help="the plugin project (default: .)")
     p.add_argument("--build-dir", default=None, help="default: PATH/build/dev")

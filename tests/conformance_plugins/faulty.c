@@ -17,7 +17,9 @@
  *                  backward of gather-based layers is not implemented)
  * Test-only shortcuts: DK_GetApi does the dlopen (a real plugin must do no
  * work there), and outputs are patched on the host after a stream
- * synchronize, which works because the CPU plugin's memory is host memory. */
+ * synchronize, which works because the CPU plugin's memory is host memory.
+ * View and dtype helpers are <devicekit/plugin_helpers.h>'s; every error this
+ * plugin returns is the real plugin's (it never makes one of its own). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <math.h>
@@ -26,6 +28,7 @@
 #include <string.h>
 
 #include <devicekit/device_api.h>
+#include <devicekit/plugin_helpers.h>
 
 #ifndef FAULT
 #error "compile with -DFAULT=<n>"
@@ -39,20 +42,12 @@ static DK_Api api;
 static DK_KernelTable table;
 static DK_KernelFn* kernels[DK_OP_COUNT_1_1];
 
-__attribute__((unused)) static int64_t numel(const DK_TensorView* v) {
-  int64_t n = 1;
-  for (int i = 0; i < v->rank; ++i) n *= v->shape[i];
-  return n;
-}
-
-/* Element offset (in elements) of the linear row-major index k of view v. */
-__attribute__((unused)) static int64_t offset_of(const DK_TensorView* v, int64_t k) {
-  int64_t off = 0;
-  for (int i = v->rank - 1; i >= 0; --i) {
-    off += (k % v->shape[i]) * v->strides[i];
-    k /= v->shape[i];
-  }
-  return off;
+/* Multiplies every element of a float32 view by f (any strides). */
+__attribute__((unused)) static void scale_f32(const DK_TensorView* o, float f) {
+  int64_t idx[DK_MAX_RANK] = {0};
+  if (dkh_numel(o) > 0) do {
+      ((float*)o->data)[dkh_offset(o, idx)] *= f;
+    } while (dkh_next_index(idx, o->shape, o->rank));
 }
 
 __attribute__((unused)) static DK_Error* sync(const DK_Kernel_Args* a) {
@@ -73,9 +68,7 @@ static DK_Error* faulty_get_info(DK_Plugin_GetInfo_Args* a) {
 static DK_Error* fault_add(const DK_Kernel_Args* a) {
   DK_Error* e = real->kernels->kernels[DK_OP_ADD](a);
   if (e || (e = sync(a))) return e;
-  const DK_TensorView* o = a->outputs[0];
-  if (o->dtype == DK_DTYPE_FLOAT32)
-    for (int64_t k = 0; k < numel(o); ++k) ((float*)o->data)[offset_of(o, k)] *= 1.001f;
+  if (a->outputs[0]->dtype == DK_DTYPE_FLOAT32) scale_f32(a->outputs[0], 1.001f);
   return NULL;
 }
 #elif FAULT == 2 || FAULT == 3
@@ -86,10 +79,8 @@ static DK_Error* with_patched_input(const DK_Kernel_Args* a, int op,
   DK_Error* e = sync(a); /* the input's producer has finished */
   if (e) return e;
   const DK_TensorView* x = a->inputs[0];
-  size_t item = x->dtype == DK_DTYPE_FLOAT64 || x->dtype == DK_DTYPE_INT64 ? 8
-              : x->dtype == DK_DTYPE_FLOAT32 || x->dtype == DK_DTYPE_INT32 ? 4
-              : x->dtype == DK_DTYPE_FLOAT16 || x->dtype == DK_DTYPE_BFLOAT16 ? 2 : 1;
-  size_t bytes = (size_t)numel(x) * item;
+  size_t item = dkh_dtype_size(x->dtype);
+  size_t bytes = (size_t)dkh_numel(x) * item;
   /* Device memory from the real plugin (it rejects pointers it did not
    * allocate); it is host memory, so memcpy can fill it. */
   DK_Memory_Allocate_Args m = {DK_Memory_Allocate_Args_STRUCT_SIZE, a->device, bytes, NULL};
@@ -111,7 +102,7 @@ static DK_Error* with_patched_input(const DK_Kernel_Args* a, int op,
 #endif
 #if FAULT == 2
 static void drop_last(const DK_TensorView* x, char* tmp, size_t item) {
-  int64_t n = numel(x);
+  int64_t n = dkh_numel(x);
   if (n > 0) memset(tmp + (size_t)(n - 1) * item, 0, item); /* zero bytes: 0 in every dtype */
 }
 static DK_Error* fault_sum(const DK_Kernel_Args* a) {
@@ -119,7 +110,7 @@ static DK_Error* fault_sum(const DK_Kernel_Args* a) {
 }
 #elif FAULT == 3
 static void drop_last_column(const DK_TensorView* x, char* tmp, size_t item) {
-  int64_t k = x->shape[x->rank - 1], rows = k ? numel(x) / k : 0;
+  int64_t k = x->shape[x->rank - 1], rows = k ? dkh_numel(x) / k : 0;
   for (int64_t r = 0; r < rows; ++r) memset(tmp + (size_t)(r * k + k - 1) * item, 0, item);
 }
 static DK_Error* fault_matmul(const DK_Kernel_Args* a) {
@@ -132,10 +123,11 @@ static DK_Error* fault_exp(const DK_Kernel_Args* a) {
   DK_Error* e = real->kernels->kernels[DK_OP_EXP](a);
   if (e || (e = sync(a))) return e;
   const DK_TensorView *x = a->inputs[0], *o = a->outputs[0];
-  if (o->dtype == DK_DTYPE_FLOAT32)
-    for (int64_t k = 0; k < numel(o); ++k)
-      if (isinf(((float*)x->data)[offset_of(x, k)]) && ((float*)x->data)[offset_of(x, k)] < 0)
-        ((float*)o->data)[offset_of(o, k)] = 42.0f;
+  int64_t idx[DK_MAX_RANK] = {0}; /* x and o have the same shape */
+  if (o->dtype == DK_DTYPE_FLOAT32 && dkh_numel(o) > 0) do {
+      const float v = ((float*)x->data)[dkh_offset(x, idx)];
+      if (isinf(v) && v < 0) ((float*)o->data)[dkh_offset(o, idx)] = 42.0f;
+    } while (dkh_next_index(idx, o->shape, o->rank));
   return NULL;
 }
 #elif FAULT == 5
@@ -163,9 +155,7 @@ static DK_KernelFn* real_rms_launch;
 static DK_Error* fault_fused_rms(const DK_Kernel_Args* a) {
   DK_Error* e = real_rms_launch(a);
   if (e || (e = sync(a))) return e;
-  const DK_TensorView* o = a->outputs[0];
-  if (o->dtype == DK_DTYPE_FLOAT32)
-    for (int64_t k = 0; k < numel(o); ++k) ((float*)o->data)[offset_of(o, k)] *= 1.001f;
+  if (a->outputs[0]->dtype == DK_DTYPE_FLOAT32) scale_f32(a->outputs[0], 1.001f);
   return NULL;
 }
 static void wrap_fused_rms(void) {

@@ -3,10 +3,11 @@
  *
  * Each bad plugin is wrong in exactly one way; everything else about it is a
  * valid device API 1.0 plugin, so the SDK has no second reason to refuse it.
- * This header supplies that "everything else": the error object and a tiny,
- * fully synchronous host-memory runtime (one device; every copy and kernel has
- * finished when the call returns, so streams and events are trivially
- * ordered). Built only against the public header, like a vendor plugin.
+ * This header supplies that "everything else": a tiny, fully synchronous
+ * host-memory runtime (one device; every copy and kernel has finished when the
+ * call returns, so streams and events are trivially ordered). The error object
+ * and the argument checks are <devicekit/plugin_helpers.h>'s, as a vendor
+ * plugin's would be. Built only against the public headers.
  *
  * Usage, in a plugin source:
  *   #define BP_PLUGIN_NAME "badthing"   // Plugin_GetInfo name, [a-z][a-z0-9_]*
@@ -28,6 +29,9 @@
 #include <time.h>
 
 #include <devicekit/device_api.h>
+#ifndef BP_HELPERS_PROVIDED /* tests/fixtures/device_api_1_0/glue_1_0.h: 1.0 predates them */
+#include <devicekit/plugin_helpers.h>
+#endif
 
 #ifndef BP_PLUGIN_NAME
 #error "define BP_PLUGIN_NAME before including bad_plugin_common.h"
@@ -41,44 +45,16 @@
 #define BP_TOTAL_MEMORY ((uint64_t)1 << 40) /* fictional; the test plugins only
                                                ever hold a few KiB */
 
-/* ---- errors -------------------------------------------------------------- */
+/* ---- errors and argument checks: plugin_helpers.h's ---------------------- */
 
-struct DK_Error {
-  DK_ErrorCode code;
-  char message[]; /* NUL-terminated, owned by the error */
-};
+/* Refuse NULL args or a struct older than the one this plugin was built with. */
+#define BP_REQUIRE_ARGS(args, type) DKH_CHECK_STRUCT(BP_PLUGIN_NAME, args, type)
 
-BP_STATIC DK_Error* bp_error(DK_ErrorCode code, const char* message) {
-  size_t n = strlen(message);
-  DK_Error* e = malloc(sizeof(*e) + n + 1);
-  if (e == NULL) abort(); /* a test plugin has no better answer */
-  e->code = code;
-  memcpy(e->message, message, n + 1);
-  return e;
-}
-
-BP_STATIC void bp_error_destroy(DK_Error_Destroy_Args* a) { free(a->error); }
-
-BP_STATIC void bp_error_message(DK_Error_Message_Args* a) {
-  a->message = a->error->message;
-  a->message_size = strlen(a->error->message);
-}
-
-BP_STATIC void bp_error_get_code(DK_Error_GetCode_Args* a) { a->code = a->error->code; }
-
-/* Refuse an args struct older than the one this plugin was built with. */
-#define BP_REQUIRE_ARGS(args, type)                                         \
-  do {                                                                      \
-    if ((args)->struct_size < type##_STRUCT_SIZE)                           \
-      return bp_error(DK_ERROR_INVALID_ARGUMENT,                            \
-                      BP_PLUGIN_NAME ": " #type ".struct_size is too small"); \
-  } while (0)
-
-#define BP_REQUIRE_DEVICE(args)                                          \
-  do {                                                                   \
-    if ((args)->device != 0)                                             \
-      return bp_error(DK_ERROR_OUT_OF_RANGE,                             \
-                      BP_PLUGIN_NAME ": device ordinal must be 0 (one device)"); \
+/* One device: ordinal 0. */
+#define BP_REQUIRE_DEVICE(args)                                                   \
+  do {                                                                            \
+    DK_Error* bp_e_ = dkh_check_device(BP_PLUGIN_NAME, BP_PLUGIN_NAME, (args)->device, 1); \
+    if (bp_e_ != NULL) return bp_e_;                                              \
   } while (0)
 
 /* ---- plugin and device --------------------------------------------------- */
@@ -139,13 +115,13 @@ BP_STATIC DK_Error* bp_memory_allocate(DK_Memory_Allocate_Args* a) {
   a->ptr = NULL;
   if (a->size == 0) return NULL;
   if (a->size > BP_TOTAL_MEMORY)
-    return bp_error(DK_ERROR_OUT_OF_MEMORY,
-                    BP_PLUGIN_NAME ".Memory_Allocate: request exceeds total_memory");
+    return dkh_error(DK_ERROR_OUT_OF_MEMORY,
+                     BP_PLUGIN_NAME ".Memory_Allocate: request exceeds total_memory");
   size_t body = (a->size + BP_ALIGNMENT - 1) / BP_ALIGNMENT * BP_ALIGNMENT;
   unsigned char* base = aligned_alloc(BP_ALIGNMENT, BP_ALIGNMENT + body);
   if (base == NULL)
-    return bp_error(DK_ERROR_OUT_OF_MEMORY,
-                    BP_PLUGIN_NAME ".Memory_Allocate: host aligned_alloc failed");
+    return dkh_error(DK_ERROR_OUT_OF_MEMORY,
+                     BP_PLUGIN_NAME ".Memory_Allocate: host aligned_alloc failed");
   memcpy(base, &a->size, sizeof(a->size));
   uint64_t now = atomic_fetch_add(&bp_bytes_in_use, a->size) + a->size;
   uint64_t peak = atomic_load(&bp_peak_bytes_in_use);
@@ -190,7 +166,8 @@ BP_STATIC DK_Error* bp_stream_create(DK_Stream_Create_Args* a) {
   BP_REQUIRE_ARGS(a, DK_Stream_Create_Args);
   BP_REQUIRE_DEVICE(a);
   a->stream = calloc(1, sizeof(DK_Stream));
-  return a->stream ? NULL : bp_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Stream_Create: calloc failed");
+  return a->stream ? NULL
+                   : dkh_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Stream_Create: calloc failed");
 }
 
 BP_STATIC DK_Error* bp_stream_destroy(DK_Stream_Destroy_Args* a) {
@@ -219,7 +196,8 @@ BP_STATIC DK_Error* bp_event_create(DK_Event_Create_Args* a) {
   BP_REQUIRE_ARGS(a, DK_Event_Create_Args);
   BP_REQUIRE_DEVICE(a);
   a->event = calloc(1, sizeof(DK_Event));
-  return a->event ? NULL : bp_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Event_Create: calloc failed");
+  return a->event ? NULL
+                  : dkh_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Event_Create: calloc failed");
 }
 
 BP_STATIC DK_Error* bp_event_destroy(DK_Event_Destroy_Args* a) {
@@ -249,8 +227,8 @@ BP_STATIC DK_Error* bp_event_synchronize(DK_Event_Synchronize_Args* a) {
 BP_STATIC DK_Error* bp_event_elapsed_time(DK_Event_ElapsedTime_Args* a) {
   BP_REQUIRE_ARGS(a, DK_Event_ElapsedTime_Args);
   if (!a->start->recorded || !a->end->recorded)
-    return bp_error(DK_ERROR_FAILED_PRECONDITION,
-                    BP_PLUGIN_NAME ".Event_ElapsedTime: both events must be recorded");
+    return dkh_error(DK_ERROR_FAILED_PRECONDITION,
+                     BP_PLUGIN_NAME ".Event_ElapsedTime: both events must be recorded");
   a->milliseconds = (double)(a->end->when.tv_sec - a->start->when.tv_sec) * 1e3 +
                     (double)(a->end->when.tv_nsec - a->start->when.tv_nsec) / 1e6;
   return NULL;
@@ -279,9 +257,9 @@ BP_STATIC const DK_KernelTable bp_empty_kernel_table = {
     .extension_start = NULL,                                           \
     .api_major = (major),                                              \
     .api_minor = (minor),                                              \
-    .Error_Destroy = bp_error_destroy,                                 \
-    .Error_Message = bp_error_message,                                 \
-    .Error_GetCode = bp_error_get_code,                                \
+    .Error_Destroy = dkh_Error_Destroy,                                \
+    .Error_Message = dkh_Error_Message,                                \
+    .Error_GetCode = dkh_Error_GetCode,                                \
     .Plugin_Initialize = (initialize),                                 \
     .Plugin_GetInfo = bp_plugin_get_info,                              \
     .Device_Count = bp_device_count,                                   \

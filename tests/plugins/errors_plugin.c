@@ -23,14 +23,14 @@ static DK_Error* errors_plugin_allocate(DK_Memory_Allocate_Args* args) {
   BP_REQUIRE_ARGS(args, DK_Memory_Allocate_Args);
   if (args->size >= ERRORS_PLUGIN_OOM_LIMIT) {
     args->ptr = NULL;
-    return bp_error(DK_ERROR_OUT_OF_MEMORY, ERRORS_PLUGIN_OOM_MESSAGE);
+    return dkh_error(DK_ERROR_OUT_OF_MEMORY, ERRORS_PLUGIN_OOM_MESSAGE);
   }
   return bp_memory_allocate(args);
 }
 
 static DK_Error* errors_plugin_add(const DK_Kernel_Args* args) {
   (void)args;
-  return bp_error(DK_ERROR_INVALID_ARGUMENT, ERRORS_PLUGIN_ADD_MESSAGE);
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, ERRORS_PLUGIN_ADD_MESSAGE);
 }
 
 static DK_KernelFn* const kKernels[DK_OP_COUNT_1_0] = {[DK_OP_ADD] = errors_plugin_add};
@@ -50,7 +50,7 @@ static int32_t errors_plugin_accept_all(const DK_Kernel_Args* args) {
 
 static DK_Error* errors_plugin_rms_norm(const DK_Kernel_Args* args) {
   (void)args;
-  return bp_error(DK_ERROR_INVALID_ARGUMENT, ERRORS_PLUGIN_FUSED_MESSAGE);
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, ERRORS_PLUGIN_FUSED_MESSAGE);
 }
 
 static const DK_FusedKernel kRmsNorm = {DK_FusedKernel_STRUCT_SIZE, DK_FUSED_RMS_NORM,

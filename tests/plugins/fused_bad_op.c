@@ -12,7 +12,7 @@ static int32_t accept_all(const DK_Kernel_Args* args) {
 
 static DK_Error* never_called(const DK_Kernel_Args* args) {
   (void)args;
-  return bp_error(DK_ERROR_INTERNAL, BP_PLUGIN_NAME ": this kernel must never run");
+  return dkh_error(DK_ERROR_INTERNAL, BP_PLUGIN_NAME ": this kernel must never run");
 }
 
 static const DK_FusedKernel kGood = {DK_FusedKernel_STRUCT_SIZE, DK_FUSED_SOFTMAX,

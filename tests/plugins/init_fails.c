@@ -6,7 +6,8 @@
 
 static DK_Error* init_fails_initialize(DK_Plugin_Initialize_Args* args) {
   (void)args;
-  return bp_error(DK_ERROR_UNAVAILABLE, "acme driver 3.2 not found; install acme-driver>=3.2");
+  return dkh_error(DK_ERROR_UNAVAILABLE,
+                   "acme driver 3.2 not found; install acme-driver>=3.2");
 }
 
 static const DK_Api kApi = BP_API(DK_Api_STRUCT_SIZE, DK_API_MAJOR, DK_API_MINOR,

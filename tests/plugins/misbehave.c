@@ -56,16 +56,16 @@ __attribute__((constructor)) static void mb_constructor(void) { abort(); }
 
 BP_STATIC DK_Error* mb_error(DK_ErrorCode code, const char* message) {
   ++misbehave_errors_created;
-  return bp_error(code, message);
+  return dkh_error(code, "%s", message);
 }
 
 static void mb_error_destroy(DK_Error_Destroy_Args* a) {
   ++misbehave_errors_destroyed;
-  bp_error_destroy(a);
+  dkh_Error_Destroy(a);
 }
 
 static void mb_error_message(DK_Error_Message_Args* a) {
-  bp_error_message(a);
+  dkh_Error_Message(a);
 #if MISBEHAVE == MB_MSG_HUGE
   a->message_size = (size_t)1 << 40; /* far past the real end of the string */
 #endif

@@ -55,6 +55,8 @@ extern "C" {
  * 3. Every change gets a line in CHANGELOG.md under "Plugin helpers".
  */
 #define DKH_HELPERS_SINCE_1_2 1 /* first version of this file */
+/* Appended within 1.2 (source-compatible additions, each with its CHANGELOG
+ * line): dkh_is_contiguous. Test for it with #ifdef DKH_HAS_IS_CONTIGUOUS. */
 
 /* printf-format checking where the compiler supports it. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -236,7 +238,8 @@ static inline int64_t dkh_numel(const DK_TensorView* v) {
 }
 
 /* 1 when the view is dense row-major (strides in elements; a size-1 dim may
- * have any stride), else 0. */
+ * have any stride), else 0. Stricter than the header for views with zero
+ * elements (see dkh_is_contiguous, which follows DK_TensorView's rule). */
 static inline int dkh_is_dense(const DK_TensorView* v) {
   int64_t expected = 1;
   for (int32_t d = v->rank - 1; d >= 0; --d) {
@@ -299,6 +302,23 @@ static inline int dkh_next_index(int64_t* index, const int64_t* shape, int32_t r
     index[d] = 0;
   }
   return 0;
+}
+
+/* 1 when dims `shape` / `strides` [rank] are contiguous by DK_TensorView's
+ * rule, else 0: a view with zero elements is contiguous whatever its strides
+ * (no element is addressed); otherwise dense row-major, size-1 dims with any
+ * stride. Takes the arrays rather than a view so a plugin can ask it of the
+ * copy of a view it keeps past the call. (Appended within 1.2.) */
+#define DKH_HAS_IS_CONTIGUOUS 1
+static inline int dkh_is_contiguous(int32_t rank, const int64_t* shape, const int64_t* strides) {
+  for (int32_t d = 0; d < rank; ++d)
+    if (shape[d] == 0) return 1;
+  int64_t expected = 1;
+  for (int32_t d = rank - 1; d >= 0; --d) {
+    if (shape[d] != 1 && strides[d] != expected) return 0;
+    expected *= shape[d];
+  }
+  return 1;
 }
 
 #ifdef __cplusplus

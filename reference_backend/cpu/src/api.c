@@ -4,6 +4,8 @@
  * missing or misplaced entry is obvious at a glance (C++17 has no such thing). */
 #include "api.h"
 
+#include <devicekit/plugin_helpers.h> /* dkh_Error_*: the error object's three calls */
+
 /* The kernel table is three arrays indexed by DK_OpId. Their rows live in
  * ops_*.def, one line per op, so an op's kernel, dtypes and capability bits
  * sit side by side; each array below picks one column. A slot without a row
@@ -72,9 +74,9 @@ static const DK_Api kApi = {
     .api_major = DK_API_MAJOR,
     .api_minor = DK_API_MINOR,
 
-    .Error_Destroy = dk_cpu_Error_Destroy,
-    .Error_Message = dk_cpu_Error_Message,
-    .Error_GetCode = dk_cpu_Error_GetCode,
+    .Error_Destroy = dkh_Error_Destroy,
+    .Error_Message = dkh_Error_Message,
+    .Error_GetCode = dkh_Error_GetCode,
 
     .Plugin_Initialize = dk_cpu_Plugin_Initialize,
     .Plugin_GetInfo = dk_cpu_Plugin_GetInfo,

@@ -10,10 +10,8 @@
 extern "C" {
 #endif
 
-/* src/plugin.cpp: errors, initialisation, plugin information. */
-void dk_cpu_Error_Destroy(DK_Error_Destroy_Args* args);
-void dk_cpu_Error_Message(DK_Error_Message_Args* args);
-void dk_cpu_Error_GetCode(DK_Error_GetCode_Args* args);
+/* src/plugin.cpp: initialisation, plugin information. (The Error_* entries
+ * are <devicekit/plugin_helpers.h>'s dkh_Error_*.) */
 DK_Error* dk_cpu_Plugin_Initialize(DK_Plugin_Initialize_Args* args);
 DK_Error* dk_cpu_Plugin_GetInfo(DK_Plugin_GetInfo_Args* args);
 

@@ -1,9 +1,11 @@
 // Element types: their C++ storage types, a switch from DK_DType to a
-// template, and the one conversion every kernel uses (cast, fill).
+// template, and the one conversion every kernel uses (cast, fill). Sizes and
+// names are plugin_helpers.h's (dkh_dtype_size, dkh_dtype_name).
 #ifndef DEVICEKIT_CPU_DTYPE_H_
 #define DEVICEKIT_CPU_DTYPE_H_
 
 #include <devicekit/device_api.h>
+#include <devicekit/plugin_helpers.h>
 
 #include <cmath>
 #include <cstdint>
@@ -20,21 +22,6 @@ namespace dkcpu {
 struct f16 { uint16_t bits; };
 struct bf16 { uint16_t bits; };
 struct boolean { uint8_t value; };
-
-inline size_t dtype_size(DK_DType dt) {
-  switch (dt) {
-    case DK_DTYPE_FLOAT64: case DK_DTYPE_INT64: return 8;
-    case DK_DTYPE_FLOAT32: case DK_DTYPE_INT32: return 4;
-    case DK_DTYPE_FLOAT16: case DK_DTYPE_BFLOAT16: return 2;
-    default: return 1;
-  }
-}
-
-inline const char* dtype_name(int dt) {
-  static const char* const kNames[DK_DTYPE_COUNT_1_0] = {
-      "float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8", "bool"};
-  return unsigned(dt) < DK_DTYPE_COUNT_1_0 ? kNames[dt] : "an unknown dtype";
-}
 
 // Calls f(T{}) with T the storage type of dt; dt must be valid (< 9).
 template <class F>

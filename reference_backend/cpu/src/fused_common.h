@@ -26,16 +26,8 @@ inline bool is_view(const DK_TensorView* v) {
 }
 
 inline bool dense_f32(const DK_TensorView* v) {
-  if (!is_view(v) || v->dtype != DK_DTYPE_FLOAT32) return false;
-  for (int32_t d = 0; d < v->rank; ++d) {
-    if (v->shape[d] == 0) return true;  // no element is addressed: any strides will do
-  }
-  int64_t expected = 1;
-  for (int32_t d = v->rank - 1; d >= 0; --d) {
-    if (v->shape[d] != 1 && v->strides[d] != expected) return false;
-    expected *= v->shape[d];
-  }
-  return true;
+  return is_view(v) && v->dtype == DK_DTYPE_FLOAT32 &&
+         dkh_is_contiguous(v->rank, v->shape, v->strides);
 }
 
 // The args' frame: the right op, arity and attribute struct. NULL when not.
@@ -67,14 +59,14 @@ inline DK_Error* load_fused(const char* call, const DK_Kernel_Args* a, DK_FusedO
   if (DK_Error* e = check_device(call, a->device)) return e;
   if (DK_Error* e = check_stream(call, a->stream, a->device)) return e;
   if (a->op != op || a->num_inputs != num_inputs || a->num_outputs != 1) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: args has op %d with %d input(s) and %d "
-                      "output(s); expected DK_FusedOpId %d with %d and 1", call, int(a->op),
-                      a->num_inputs, a->num_outputs, int(op), num_inputs);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: args has op %d with %d input(s) and %d "
+                     "output(s); expected DK_FusedOpId %d with %d and 1", call, int(a->op),
+                     a->num_inputs, a->num_outputs, int(op), num_inputs);
   }
   if (!supports(a)) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: called with arguments its supports() "
-                      "declines (dtype, layout, rank, attrs or sizes). Hint: the SDK must launch a "
-                      "fused kernel only after its supports() returned 1.", call);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: called with arguments its supports() "
+                     "declines (dtype, layout, rank, attrs or sizes). Hint: the SDK must launch a "
+                     "fused kernel only after its supports() returned 1.", call);
   }
   int64_t n = 0;
   char what[32];
@@ -89,8 +81,8 @@ inline DK_Error* load_fused(const char* call, const DK_Kernel_Args* a, DK_FusedO
     const View& in = v->in[i];
     if (!v->present[i] || v->out_numel == 0 || in.span_begin == in.span_end) continue;
     if (v->out.span_begin < in.span_end && in.span_begin < v->out.span_end) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 overlaps input %d in memory; "
-                        "expected disjoint views (fused kernels never run in place)", call, int(i));
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 overlaps input %d in memory; "
+                       "expected disjoint views (fused kernels never run in place)", call, int(i));
     }
   }
   return nullptr;

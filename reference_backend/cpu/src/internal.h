@@ -1,9 +1,11 @@
-// What the plugin's C++ files share: the error helpers, the argument checks,
-// the per-device state, and the one way to put work on a stream.
+// What the plugin's C++ files share: the plugin's own argument checks, the
+// per-device state, and the one way to put work on a stream. The error object
+// (dkh_error, DK_Error) and the generic checks are <devicekit/plugin_helpers.h>'s.
 #ifndef DEVICEKIT_CPU_INTERNAL_H_
 #define DEVICEKIT_CPU_INTERNAL_H_
 
 #include <devicekit/device_api.h>
+#include <devicekit/plugin_helpers.h>
 
 #include <atomic>
 #include <cstdint>
@@ -15,21 +17,12 @@
 #include <type_traits>
 #include <vector>
 
-// The error object behind the opaque DK_Error*. Owned by whoever received it.
-struct DK_Error {
-  DK_ErrorCode code;
-  std::string message;
-};
-
 namespace dkcpu {
 
 // ---- Errors ---------------------------------------------------------------
 
-// printf-style; the message starts with the call ("cpu.Memory_Free: ...").
-// Never throws: if even the error cannot be allocated, returns a static
-// out-of-memory error that Error_Destroy knows not to free.
-DK_Error* make_error(DK_ErrorCode code, const char* fmt, ...) noexcept
-    __attribute__((format(printf, 2, 3)));
+// Errors are dkh_error(code, "cpu.Memory_Free: ...", ...): printf-style, the
+// message starting with the call; never NULL, never throws.
 
 DK_Error* error_from_exception(const char* call) noexcept;  // inside a catch block
 
@@ -45,15 +38,16 @@ DK_Error* guarded(const char* call, Body&& body) noexcept {
 
 // ---- Argument checks (one helper each, used by every call) ----------------
 
-// Plugin initialised, args not NULL, args->struct_size at least the 1.0 size.
-// A larger struct_size is a newer caller and is fine: we read only 1.0 fields.
-DK_Error* check_args(const char* call, const void* args, size_t given, size_t needed,
-                     const char* type);
-#define DKCPU_CHECK_ARGS(call, args, Type)                                          \
-  do {                                                                              \
-    if (DK_Error* e_ = ::dkcpu::check_args(call, args, (args) ? (args)->struct_size : 0, \
-                                           Type##_STRUCT_SIZE, #Type))              \
-      return e_;                                                                    \
+// DK_ERROR_FAILED_PRECONDITION before Plugin_Initialize.
+DK_Error* check_initialized(const char* call);
+
+// Plugin initialised, then DKH_CHECK_STRUCT: args not NULL, struct_size at
+// least the size this plugin was built with (a larger one is a newer caller
+// and is fine: we read only our fields).
+#define DKCPU_CHECK_ARGS(call, args, Type)                                  \
+  do {                                                                      \
+    if (DK_Error* e_ = ::dkcpu::check_initialized(call)) return e_;         \
+    DKH_CHECK_STRUCT(call, args, Type);                                     \
   } while (0)
 
 DK_Error* check_device(const char* call, int32_t device);  // DK_ERROR_OUT_OF_RANGE

@@ -33,58 +33,27 @@ inline std::string dims(const View& v) {
 
 // The header's rule (DK_TensorView): a view with zero elements is contiguous
 // whatever its strides; otherwise size-1 dims may have any stride.
-inline bool is_contiguous(const View& v) {
-  for (int32_t d = 0; d < v.rank; ++d) {
-    if (v.shape[d] == 0) return true;
-  }
-  int64_t expected = 1;
-  for (int32_t d = v.rank - 1; d >= 0; --d) {
-    if (v.shape[d] != 1 && v.strides[d] != expected) return false;  // size-1 dims: any stride
-    expected *= v.shape[d];
-  }
-  return true;
-}
+inline bool is_contiguous(const View& v) { return dkh_is_contiguous(v.rank, v.shape, v.strides); }
 
 inline uint32_t declared_caps(DK_OpId op) { return dk_cpu_kernel_table.caps[op]; }
 
 inline DK_Error* check_call(const char* call, const DK_Kernel_Args* a, DK_OpId op, int32_t num_inputs,
                      int32_t num_outputs) {
   DKCPU_CHECK_ARGS(call, a, DK_Kernel_Args);
-  if (int(a->op) != op) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: args->op is %d; expected %d. Hint: the "
-                      "kernel table is indexed by DK_OpId.", call, int(a->op), int(op));
-  }
+  // op, input / output counts, arrays not NULL (every op has an output)
+  if (DK_Error* e = dkh_check_kernel_call(call, a, op, num_inputs, num_outputs)) return e;
   if (DK_Error* e = check_device(call, a->device)) return e;
-  if (DK_Error* e = check_stream(call, a->stream, a->device)) return e;
-  if (a->num_inputs != num_inputs || a->num_outputs != num_outputs) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: got %d input(s) and %d output(s); "
-                      "expected %d and %d", call, a->num_inputs, a->num_outputs, num_inputs,
-                      num_outputs);
-  }
-  if ((num_inputs > 0 && a->inputs == nullptr) || a->outputs == nullptr) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: args->%s is NULL; expected an array of "
-                      "views", call, a->outputs == nullptr ? "outputs" : "inputs");
-  }
-  return nullptr;
+  return check_stream(call, a->stream, a->device);
 }
 
 // Checks one view against the header's rules and copies it into `out`.
 inline DK_Error* load_view(const char* call, const char* what, const DK_Kernel_Args* a,
                     const DK_TensorView* v, View* out, int64_t* numel) {
-  if (v == nullptr || v->struct_size < DK_TensorView_STRUCT_SIZE) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL or its struct_size is %zu; "
-                      "expected at least %zu", call, what, v ? v->struct_size : size_t(0),
-                      size_t(DK_TensorView_STRUCT_SIZE));
-  }
-  if (unsigned(int(v->dtype)) >= DK_DTYPE_COUNT_1_0) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has dtype %d; expected a DK_DType "
-                      "below %d", call, what, int(v->dtype), int(DK_DTYPE_COUNT_1_0));
-  }
-  if (v->rank < 0 || v->rank > DK_MAX_RANK || (v->rank > 0 && (!v->shape || !v->strides))) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has rank %d (shape %p, strides %p); "
-                      "expected rank 0..%d with both arrays set when rank > 0", call, what,
-                      v->rank, static_cast<const void*>(v->shape),
-                      static_cast<const void*>(v->strides), DK_MAX_RANK);
+  // struct_size, a DK_DType this header defines, rank and arrays. Layout and
+  // the op's own dtype mask are checked per kernel (check_layout,
+  // check_dtype_declared): not every view of a call follows the op's mask.
+  if (DK_Error* e = dkh_check_view(call, what, v, DK_DTYPE_MASK_ALL_1_0, DK_KERNEL_CAP_STRIDED)) {
+    return e;
   }
   out->data = static_cast<char*>(v->data);
   out->dtype = DK_DType(v->dtype);  // range-checked above
@@ -92,9 +61,9 @@ inline DK_Error* load_view(const char* call, const char* what, const DK_Kernel_A
   int64_t n = 1, last = 0;  // `last`: offset of the last element, in elements
   for (int32_t d = 0; d < v->rank; ++d) {
     if (v->shape[d] < 0 || v->strides[d] < 0) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %lld and stride %lld in "
-                        "dim %d; expected both >= 0", call, what, (long long)v->shape[d],
-                        (long long)v->strides[d], d);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %lld and stride %lld in "
+                       "dim %d; expected both >= 0", call, what, (long long)v->shape[d],
+                       (long long)v->strides[d], d);
     }
     out->shape[d] = v->shape[d];
     out->strides[d] = v->strides[d];
@@ -102,14 +71,14 @@ inline DK_Error* load_view(const char* call, const char* what, const DK_Kernel_A
     if (__builtin_mul_overflow(n, v->shape[d], &n) ||
         (v->shape[d] > 0 && (__builtin_mul_overflow(v->shape[d] - 1, v->strides[d], &reach) ||
                              __builtin_add_overflow(last, reach, &last)))) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has a shape or strides whose extent "
-                        "overflows 64 bits at dim %d", call, what, d);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has a shape or strides whose extent "
+                       "overflows 64 bits at dim %d", call, what, d);
     }
   }
   *numel = n;
   uint64_t bytes = 0;
-  if (n > 0 && __builtin_mul_overflow(uint64_t(last) + 1, dtype_size(DK_DType(v->dtype)), &bytes)) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s spans more than 2^64 bytes", call, what);
+  if (n > 0 && __builtin_mul_overflow(uint64_t(last) + 1, dkh_dtype_size(DK_DType(v->dtype)), &bytes)) {
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s spans more than 2^64 bytes", call, what);
   }
   out->span_begin = uintptr_t(v->data);
   out->span_end = uintptr_t(v->data) + bytes;
@@ -119,16 +88,16 @@ inline DK_Error* load_view(const char* call, const char* what, const DK_Kernel_A
 
 inline DK_Error* check_dtype_declared(const char* call, const char* what, DK_OpId op, const View& v) {
   if ((dk_cpu_kernel_table.dtypes[op] >> v.dtype) & 1) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s, which this kernel did not declare "
-                    "in its dtype mask. Hint: the SDK should cast first.", call, what,
-                    dtype_name(v.dtype));
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s, which this kernel did not declare "
+                   "in its dtype mask. Hint: the SDK should cast first.", call, what,
+                   dkh_dtype_name(v.dtype));
 }
 
 inline DK_Error* check_same_dtype(const char* call, const char* what, const View& v, const View& ref,
                            const char* ref_what) {
   if (v.dtype == ref.dtype) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s; expected %s like %s", call, what,
-                    dtype_name(v.dtype), dtype_name(ref.dtype), ref_what);
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s; expected %s like %s", call, what,
+                   dkh_dtype_name(v.dtype), dkh_dtype_name(ref.dtype), ref_what);
 }
 
 inline DK_Error* check_same_shape(const char* call, const char* what, const View& v, const View& ref,
@@ -136,8 +105,8 @@ inline DK_Error* check_same_shape(const char* call, const char* what, const View
   bool same = v.rank == ref.rank;
   for (int32_t d = 0; same && d < v.rank; ++d) same = v.shape[d] == ref.shape[d];
   if (same) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s; expected %s like %s", call,
-                    what, dims(v).c_str(), dims(ref).c_str(), ref_what);
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s; expected %s like %s", call,
+                   what, dims(v).c_str(), dims(ref).c_str(), ref_what);
 }
 
 // Without DK_KERNEL_CAP_STRIDED every view must be dense row-major.
@@ -145,10 +114,10 @@ inline DK_Error* check_layout(const char* call, const char* what, DK_OpId op, co
   if ((declared_caps(op) & DK_KERNEL_CAP_STRIDED) || is_contiguous(v)) return nullptr;
   std::string strides = "[";
   for (int32_t d = 0; d < v.rank; ++d) strides += (d ? "," : "") + std::to_string(v.strides[d]);
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s and strides %s]; expected "
-                    "contiguous row-major, since the kernel did not declare "
-                    "DK_KERNEL_CAP_STRIDED. Hint: the SDK must materialise it with copy.", call,
-                    what, dims(v).c_str(), strides.c_str());
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s and strides %s]; expected "
+                   "contiguous row-major, since the kernel did not declare "
+                   "DK_KERNEL_CAP_STRIDED. Hint: the SDK must materialise it with copy.", call,
+                   what, dims(v).c_str(), strides.c_str());
 }
 
 // Without DK_KERNEL_CAP_INPLACE no output may share memory with an input.
@@ -157,9 +126,9 @@ inline DK_Error* check_no_alias(const char* call, DK_OpId op, const View& out, c
                          const char* in_what) {
   if (declared_caps(op) & DK_KERNEL_CAP_INPLACE) return nullptr;
   if (out.span_begin >= in.span_end || in.span_begin >= out.span_end) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 overlaps %s in memory; expected "
-                    "disjoint views, since the kernel did not declare DK_KERNEL_CAP_INPLACE. "
-                    "Hint: the SDK must write to a fresh buffer.", call, in_what);
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 overlaps %s in memory; expected "
+                   "disjoint views, since the kernel did not declare DK_KERNEL_CAP_INPLACE. "
+                   "Hint: the SDK must write to a fresh buffer.", call, in_what);
 }
 
 // DK_KERNEL_CAP_BROADCAST: right-aligns in's dims with out's; a missing or
@@ -185,9 +154,9 @@ inline DK_Error* load_attrs(const char* call, const DK_Kernel_Args* a, size_t ne
                      const Attrs** out) {
   *out = static_cast<const Attrs*>(a->attrs);
   if (*out != nullptr && (*out)->struct_size >= needed) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs is NULL or its struct_size is %zu; "
-                    "expected a %s of at least %zu bytes", call,
-                    *out ? (*out)->struct_size : size_t(0), type, needed);
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs is NULL or its struct_size is %zu; "
+                   "expected a %s of at least %zu bytes", call,
+                   *out ? (*out)->struct_size : size_t(0), type, needed);
 }
 
 // A DK_Scalar attribute (attrs-><name>): float64 in value.f, or int64 or
@@ -198,16 +167,16 @@ inline DK_Error* check_scalar(const char* call, const char* name, const DK_Scala
       (dt != DK_DTYPE_BOOL || s.value.i == 0 || s.value.i == 1)) {
     return nullptr;
   }
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->%s has dtype %d (%s) and value.i %lld; "
-                    "expected float64 (value.f), int64 (value.i) or bool (value.i 0 or 1)", call,
-                    name, dt, dtype_name(dt), (long long)s.value.i);
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->%s has dtype %d (%s) and value.i %lld; "
+                   "expected float64 (value.f), int64 (value.i) or bool (value.i 0 or 1)", call,
+                   name, dt, dkh_dtype_name(dt), (long long)s.value.i);
 }
 
 // attrs->axis names a dimension of v.
 inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {
   if (axis >= 0 && axis < v.rank) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->axis is %d; expected 0 <= axis < %d "
-                    "(the rank of %s %s)", call, axis, v.rank, what, dims(v).c_str());
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->axis is %d; expected 0 <= axis < %d "
+                   "(the rank of %s %s)", call, axis, v.rank, what, dims(v).c_str());
 }
 
 // ---- ISA levels -----------------------------------------------------------------

@@ -45,7 +45,7 @@ void copy_strided(const Launch& l) {
 
 DK_Error* run_copy(const void* payload) {
   const Launch& l = *static_cast<const Launch*>(payload);
-  switch (dtype_size(l.out.dtype)) {
+  switch (dkh_dtype_size(l.out.dtype)) {
     case 1: copy_strided<1>(l); break;
     case 2: copy_strided<2>(l); break;
     case 4: copy_strided<4>(l); break;
@@ -56,7 +56,7 @@ DK_Error* run_copy(const void* payload) {
 
 DK_Error* run_memcpy(const void* payload) {
   const Launch& l = *static_cast<const Launch*>(payload);
-  std::memcpy(l.out.data, l.in[0].data, size_t(l.numel) * dtype_size(l.out.dtype));
+  std::memcpy(l.out.data, l.in[0].data, size_t(l.numel) * dkh_dtype_size(l.out.dtype));
   return nullptr;
 }
 
@@ -70,7 +70,7 @@ void fill_as(const Launch& l) {
 
 DK_Error* run_fill(const void* payload) {
   const Launch& l = *static_cast<const Launch*>(payload);
-  switch (dtype_size(l.out.dtype)) {
+  switch (dkh_dtype_size(l.out.dtype)) {
     case 1: fill_as<uint8_t>(l); break;
     case 2: fill_as<uint16_t>(l); break;
     case 4: fill_as<uint32_t>(l); break;
@@ -150,15 +150,15 @@ DK_Error* dk_cpu_kernel_copy(const DK_Kernel_Args* args) {
     if (DK_Error* e = check_dtype_declared(kCall, "input 0", DK_OP_COPY, in)) return e;
     if (DK_Error* e = check_same_dtype(kCall, "output 0", l.out, in, "input 0")) return e;
     if (!broadcast_to(&in, l.out)) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 0 has shape %s, which does not "
-                        "broadcast to output 0's shape %s", kCall, dims(in).c_str(),
-                        dims(l.out).c_str());
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 0 has shape %s, which does not "
+                       "broadcast to output 0's shape %s", kCall, dims(in).c_str(),
+                       dims(l.out).c_str());
     }
     for (int32_t d = 0; d < l.out.rank; ++d) {
       if (l.out.shape[d] > 1 && l.out.strides[d] == 0) {
-        return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 has stride 0 in dim %d of "
-                          "size %lld; expected a non-overlapping output", kCall, d,
-                          (long long)l.out.shape[d]);
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 has stride 0 in dim %d of "
+                         "size %lld; expected a non-overlapping output", kCall, d,
+                         (long long)l.out.shape[d]);
       }
     }
     if (DK_Error* e = check_no_alias(kCall, DK_OP_COPY, l.out, in, "input 0")) return e;

@@ -246,11 +246,11 @@ int32_t sdpa_supports(const DK_Kernel_Args* a) {
 }
 
 DK_Error* bad_shape(const char* call, const FusedViews& v) {
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: shapes q %s, k %s, v %s, mask %s, out %s do not "
-                    "fit q [B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv], mask [B,Hq,Lq,Lk], out "
-                    "[B,Hq,Lq,Dv] with Hq a multiple of Hkv", call, dims(v.in[0]).c_str(),
-                    dims(v.in[1]).c_str(), dims(v.in[2]).c_str(),
-                    v.present[3] ? dims(v.in[3]).c_str() : "none", dims(v.out).c_str());
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: shapes q %s, k %s, v %s, mask %s, out %s do not "
+                   "fit q [B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv], mask [B,Hq,Lq,Lk], out "
+                   "[B,Hq,Lq,Dv] with Hq a multiple of Hkv", call, dims(v.in[0]).c_str(),
+                   dims(v.in[1]).c_str(), dims(v.in[2]).c_str(),
+                   v.present[3] ? dims(v.in[3]).c_str() : "none", dims(v.out).c_str());
 }
 
 }  // namespace

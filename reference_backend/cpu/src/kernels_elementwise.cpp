@@ -340,16 +340,16 @@ DK_Error* prepare(const char* call, const DK_Kernel_Args* a, DK_OpId id, const S
   for (int k = 0; k < sig.arity; ++k) {
     if ((sig.bool_inputs >> k) & 1) {
       if (in[k].dtype != DK_DTYPE_BOOL) {
-        return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s; expected bool (the condition)", call, kIn[k],
-                          dtype_name(in[k].dtype));
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s; expected bool (the condition)", call, kIn[k],
+                         dkh_dtype_name(in[k].dtype));
       }
     } else if (DK_Error* e = check_same_dtype(call, kIn[k], in[k], typed, kIn[sig.typed])) {
       return e;
     }
   }
   if (sig.out_bool && out.dtype != DK_DTYPE_BOOL) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 is %s; expected bool", call,
-                      dtype_name(out.dtype));
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 is %s; expected bool", call,
+                     dkh_dtype_name(out.dtype));
   }
   if (!sig.out_bool) {
     if (DK_Error* e = check_same_dtype(call, "output 0", out, typed, kIn[sig.typed])) return e;
@@ -362,9 +362,9 @@ DK_Error* prepare(const char* call, const DK_Kernel_Args* a, DK_OpId id, const S
       if (DK_Error* e = check_same_shape(call, kIn[k], in[k], out, "output 0")) return e;
     }
     if (!broadcast_to(&in[k], out)) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s, which does not "
-                        "broadcast to output 0's shape %s", call, kIn[k], dims(in[k]).c_str(),
-                        dims(out).c_str());
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s, which does not "
+                       "broadcast to output 0's shape %s", call, kIn[k], dims(in[k]).c_str(),
+                       dims(out).c_str());
     }
     if (DK_Error* e = check_no_alias(call, id, out, in[k], kIn[k])) return e;
   }

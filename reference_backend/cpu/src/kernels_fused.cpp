@@ -188,8 +188,8 @@ DK_Error* launch_norm(const char* call, const DK_Kernel_Args* a, DK_FusedOpId op
     const int64_t d = v.in[0].shape[v.in[0].rank - 1];
     for (int32_t i = 1; i < num_inputs; ++i) {
       if (v.present[i] && (v.in[i].rank != 1 || v.in[i].shape[0] != d)) {
-        return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: input %d has shape %s; expected [%lld] "
-                          "(the last dim of input 0)", call, int(i), dims(v.in[i]).c_str(), (long long)d);
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: input %d has shape %s; expected [%lld] "
+                         "(the last dim of input 0)", call, int(i), dims(v.in[i]).c_str(), (long long)d);
       }
     }
     if (v.out_numel == 0) return nullptr;

@@ -83,17 +83,17 @@ DK_Error* out_of_range(const char* call, const IndexLaunch& l, int64_t pos, int6
     where.insert(1, std::to_string(pos % l.idx_shape[d]) + (p ? "," : ""));
     pos /= l.idx_shape[d];
   }
-  return make_error(DK_ERROR_OUT_OF_RANGE, "%s: index%s] is %lld, out of range for dim %d of x "
-                    "(size %lld); expected 0 <= index < %lld. Output 0 is left unspecified.",
-                    call, where.c_str(), (long long)value, l.axis, (long long)l.x_shape[l.axis],
-                    (long long)l.x_shape[l.axis]);
+  return dkh_error(DK_ERROR_OUT_OF_RANGE, "%s: index%s] is %lld, out of range for dim %d of x "
+                   "(size %lld); expected 0 <= index < %lld. Output 0 is left unspecified.",
+                   call, where.c_str(), (long long)value, l.axis, (long long)l.x_shape[l.axis],
+                   (long long)l.x_shape[l.axis]);
 }
 
 DK_Error* run_gather(const void* payload) {
   const IndexLaunch& l = *static_cast<const IndexLaunch*>(payload);
   int64_t n = 1;
   for (int32_t d = 0; d < l.rank; ++d) n *= l.idx_shape[d];
-  const int64_t size = l.x_shape[l.axis], step = x_axis_stride(l), es = dtype_size(l.dtype);
+  const int64_t size = l.x_shape[l.axis], step = x_axis_stride(l), es = dkh_dtype_size(l.dtype);
   std::mutex mu;
   int64_t bad_pos = n, bad_value = 0;  // the first bad index in row-major order
   parallel_for(n, 4096, [&](int64_t p0, int64_t p1) {
@@ -152,9 +152,9 @@ DK_Error* check_index_shape(const char* call, const char* what, const View& v, c
   bool ok = v.rank == x.rank;
   for (int32_t d = 0; ok && d < v.rank; ++d) ok = d == axis || v.shape[d] <= x.shape[d];
   if (ok) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s; expected rank %d and a size "
-                    "<= x's in every dim but axis %d (x is %s)", call, what, dims(v).c_str(),
-                    x.rank, axis, dims(x).c_str());
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s; expected rank %d and a size "
+                   "<= x's in every dim but axis %d (x is %s)", call, what, dims(v).c_str(),
+                   x.rank, axis, dims(x).c_str());
 }
 
 }  // namespace
@@ -222,8 +222,8 @@ static DK_Error* launch_index(const char* call, DK_OpId op, const DK_Kernel_Args
       if (DK_Error* e = check_same_dtype(call, "input 2 (src)", src, x, "input 0 (x)")) return e;
     }
     if (index.dtype != DK_DTYPE_INT64) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 1 (index) is %s; expected int64",
-                        call, dtype_name(index.dtype));
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 1 (index) is %s; expected int64",
+                       call, dkh_dtype_name(index.dtype));
     }
     if (DK_Error* e = load_attrs(call, args, DK_AxisAttrs_STRUCT_SIZE, "DK_AxisAttrs", &attrs))
       return e;

@@ -356,9 +356,9 @@ DK_Error* check_reduced_shape(const char* call, const View& x, const View& out, 
     expected += (d ? "," : "") + std::to_string(want);
   }
   if (ok) return nullptr;
-  return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 has shape %s; expected %s] (input 0 "
-                    "%s with the reduced dims kept as size 1)", call, dims(out).c_str(),
-                    expected.c_str(), dims(x).c_str());
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 has shape %s; expected %s] (input 0 "
+                   "%s with the reduced dims kept as size 1)", call, dims(out).c_str(),
+                   expected.c_str(), dims(x).c_str());
 }
 
 // Loads input 0 (if any) and output 0, checks dtype, layout and aliasing.
@@ -387,9 +387,9 @@ DK_Error* launch_reduce(const char* call, DK_OpId op, ReduceKind kind, const DK_
       return e;
     const uint32_t valid = x.rank >= 32 ? ~0u : (1u << x.rank) - 1;
     if (attrs->axes == 0 || (attrs->axes & ~valid) != 0) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->axes is 0x%x; expected a non-zero "
-                        "mask of dims below the rank %d of input 0 %s", call, attrs->axes, x.rank,
-                        dims(x).c_str());
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->axes is 0x%x; expected a non-zero "
+                       "mask of dims below the rank %d of input 0 %s", call, attrs->axes, x.rank,
+                       dims(x).c_str());
     }
     if (DK_Error* e = check_reduced_shape(call, x, out, attrs->axes)) return e;
     ReduceLaunch l{x.data, out.data, x.dtype, kind, false, {}, {}};
@@ -408,9 +408,9 @@ DK_Error* launch_reduce(const char* call, DK_OpId op, ReduceKind kind, const DK_
       }
     }
     if (kind != kSum && reduced_numel == 0 && out_numel > 0) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 0 %s is empty along the reduced dims "
-                        "(axes 0x%x); expected at least one element per output, since a max or "
-                        "min of nothing is undefined", call, dims(x).c_str(), attrs->axes);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 0 %s is empty along the reduced dims "
+                       "(axes 0x%x); expected at least one element per output, since a max or "
+                       "min of nothing is undefined", call, dims(x).c_str(), attrs->axes);
     }
     if (out_numel == 0) return nullptr;
     int64_t stride = 1;  // x is contiguous, so merged dims are too
@@ -448,14 +448,14 @@ DK_Error* launch_axis(const char* call, DK_OpId op, WorkFn fn, const DK_Kernel_A
     if (DK_Error* e = check_axis(call, attrs->axis, x, "input 0")) return e;
     if (is_argmax) {
       if (out.dtype != DK_DTYPE_INT64) {
-        return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 is %s; expected int64", call,
-                          dtype_name(out.dtype));
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 is %s; expected int64", call,
+                         dkh_dtype_name(out.dtype));
       }
       if (DK_Error* e = check_reduced_shape(call, x, out, 1u << attrs->axis)) return e;
       if (x.shape[attrs->axis] == 0 && out_numel > 0) {
-        return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 0 %s has size 0 along axis %d; "
-                          "expected at least one element to take the argmax of", call,
-                          dims(x).c_str(), attrs->axis);
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 0 %s has size 0 along axis %d; "
+                         "expected at least one element to take the argmax of", call,
+                         dims(x).c_str(), attrs->axis);
       }
     } else if (DK_Error* e = check_same_shape(call, "output 0", out, x, "input 0")) {
       return e;

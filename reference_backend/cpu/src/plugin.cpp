@@ -1,6 +1,6 @@
-// Errors, argument checks, Plugin_Initialize and Plugin_GetInfo.
+// Exceptions to errors, the plugin's own argument checks, Plugin_Initialize
+// and Plugin_GetInfo. The error object and Error_* are plugin_helpers.h's.
 #include <cerrno>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,25 +16,6 @@
 
 namespace dkcpu {
 namespace {
-
-// Returned when the error object itself cannot be allocated; Error_Destroy
-// recognises it and does not free it.
-DK_Error kOutOfMemoryError{DK_ERROR_OUT_OF_MEMORY,
-                           "cpu: out of host memory while reporting an error"};
-
-DK_Error* vmake_error(DK_ErrorCode code, const char* fmt, va_list ap) noexcept {
-  try {
-    va_list ap2;
-    va_copy(ap2, ap);
-    const int n = std::vsnprintf(nullptr, 0, fmt, ap2);
-    va_end(ap2);
-    std::string msg(n > 0 ? size_t(n) : 0, '\0');
-    std::vsnprintf(&msg[0], msg.size() + 1, fmt, ap);
-    return new DK_Error{code, std::move(msg)};
-  } catch (...) {
-    return &kOutOfMemoryError;
-  }
-}
 
 // Parses a whole-string unsigned integer; false on junk, sign or overflow.
 bool parse_u64(const char* s, uint64_t* out) {
@@ -89,57 +70,37 @@ constexpr int32_t kMaxDevices = 64;  // plenty for multi-device tests; catches t
 
 }  // namespace
 
-DK_Error* make_error(DK_ErrorCode code, const char* fmt, ...) noexcept {
-  va_list ap;
-  va_start(ap, fmt);
-  DK_Error* e = vmake_error(code, fmt, ap);
-  va_end(ap);
-  return e;
-}
-
 DK_Error* error_from_exception(const char* call) noexcept {
   try {
     throw;
   } catch (const std::bad_alloc&) {
-    return make_error(DK_ERROR_OUT_OF_MEMORY,
-                      "%s: out of host memory. Hint: free tensors or lower the batch size.", call);
+    return dkh_error(DK_ERROR_OUT_OF_MEMORY,
+                     "%s: out of host memory. Hint: free tensors or lower the batch size.", call);
   } catch (const std::system_error& e) {  // e.g. std::thread could not start a worker
-    return make_error(DK_ERROR_UNAVAILABLE, "%s: the system refused: %s", call, e.what());
+    return dkh_error(DK_ERROR_UNAVAILABLE, "%s: the system refused: %s", call, e.what());
   } catch (const std::exception& e) {
-    return make_error(DK_ERROR_INTERNAL, "%s: internal error in the cpu plugin: %s", call,
-                      e.what());
+    return dkh_error(DK_ERROR_INTERNAL, "%s: internal error in the cpu plugin: %s", call,
+                     e.what());
   } catch (...) {
-    return make_error(DK_ERROR_INTERNAL, "%s: internal error in the cpu plugin", call);
+    return dkh_error(DK_ERROR_INTERNAL, "%s: internal error in the cpu plugin", call);
   }
 }
 
-DK_Error* check_args(const char* call, const void* args, size_t given, size_t needed,
-                     const char* type) {
-  if (!plugin().initialized.load(std::memory_order_acquire)) {
-    return make_error(DK_ERROR_FAILED_PRECONDITION,
-                      "%s: called before Plugin_Initialize. Hint: the SDK must call "
-                      "Plugin_Initialize once, right after checking the version.",
-                      call);
-  }
-  if (args == nullptr) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: args is NULL; expected a %s*", call, type);
-  }
-  if (given < needed) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT,
-                      "%s: %s.struct_size is %zu, expected at least %zu (the API 1.0 size). "
-                      "Hint: set it with %s_STRUCT_SIZE.",
-                      call, type, given, needed, type);
-  }
-  return nullptr;
+DK_Error* check_initialized(const char* call) {
+  if (plugin().initialized.load(std::memory_order_acquire)) return nullptr;
+  return dkh_error(DK_ERROR_FAILED_PRECONDITION,
+                   "%s: called before Plugin_Initialize. Hint: the SDK must call "
+                   "Plugin_Initialize once, right after checking the version.",
+                   call);
 }
 
 DK_Error* check_device(const char* call, int32_t device) {
   const int32_t n = plugin().num_devices;
   if (device < 0 || device >= n) {
-    return make_error(DK_ERROR_OUT_OF_RANGE,
-                      "%s: device ordinal %d is out of range; this plugin has %d device(s), "
-                      "cpu:0..cpu:%d. Hint: set DEVICEKIT_CPU_DEVICES for more.",
-                      call, device, n, n - 1);
+    return dkh_error(DK_ERROR_OUT_OF_RANGE,
+                     "%s: device ordinal %d is out of range; this plugin has %d device(s), "
+                     "cpu:0..cpu:%d. Hint: set DEVICEKIT_CPU_DEVICES for more.",
+                     call, device, n, n - 1);
   }
   return nullptr;
 }
@@ -157,84 +118,64 @@ using namespace dkcpu;
 
 extern "C" {
 
-void dk_cpu_Error_Destroy(DK_Error_Destroy_Args* args) {
-  if (args == nullptr || args->struct_size < DK_Error_Destroy_Args_STRUCT_SIZE) return;
-  if (args->error != &kOutOfMemoryError) delete args->error;
-}
-
-void dk_cpu_Error_Message(DK_Error_Message_Args* args) {
-  if (args == nullptr || args->struct_size < DK_Error_Message_Args_STRUCT_SIZE ||
-      args->error == nullptr)
-    return;
-  args->message = args->error->message.c_str();
-  args->message_size = args->error->message.size();
-}
-
-void dk_cpu_Error_GetCode(DK_Error_GetCode_Args* args) {
-  if (args == nullptr || args->struct_size < DK_Error_GetCode_Args_STRUCT_SIZE ||
-      args->error == nullptr)
-    return;
-  args->code = args->error->code;
-}
-
 DK_Error* dk_cpu_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
   static const char* const kCall = "cpu.Plugin_Initialize";
   return guarded(kCall, [&]() -> DK_Error* {
     Plugin& p = plugin();
     if (args == nullptr || args->struct_size < DK_Plugin_Initialize_Args_STRUCT_SIZE) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT,
-                        "%s: args is NULL or struct_size %zu < %zu. Hint: set it with "
-                        "DK_Plugin_Initialize_Args_STRUCT_SIZE.",
-                        kCall, args ? args->struct_size : size_t(0),
-                        size_t(DK_Plugin_Initialize_Args_STRUCT_SIZE));
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: args is NULL or struct_size %zu < %zu. Hint: set it with "
+                       "DK_Plugin_Initialize_Args_STRUCT_SIZE.",
+                       kCall, args ? args->struct_size : size_t(0),
+                       size_t(DK_Plugin_Initialize_Args_STRUCT_SIZE));
     }
     // Strict: the header says "called once". Devices are fixed after the
     // first call, so a second one is an SDK bug worth hearing about.
     if (p.initialized.load()) {
-      return make_error(DK_ERROR_FAILED_PRECONDITION,
-                        "%s: called a second time in this process; expected exactly once. "
-                        "Hint: load each plugin once per process and reuse it.",
-                        kCall);
+      return dkh_error(DK_ERROR_FAILED_PRECONDITION,
+                       "%s: called a second time in this process; expected exactly once. "
+                       "Hint: load each plugin once per process and reuse it.",
+                       kCall);
     }
     if (args->sdk_api_major != DK_API_MAJOR) {
-      return make_error(DK_ERROR_FAILED_PRECONDITION,
-                        "%s: the SDK speaks device API %d.%d, this plugin was built for %d.%d; "
-                        "majors must match. Hint: install a devicekit %d.x release.",
-                        kCall, args->sdk_api_major, args->sdk_api_minor, DK_API_MAJOR,
-                        DK_API_MINOR, DK_API_MAJOR);
+      return dkh_error(DK_ERROR_FAILED_PRECONDITION,
+                       "%s: the SDK speaks device API %d.%d, this plugin was built for %d.%d; "
+                       "majors must match. Hint: install a devicekit %d.x release.",
+                       kCall, args->sdk_api_major, args->sdk_api_minor, DK_API_MAJOR,
+                       DK_API_MINOR, DK_API_MAJOR);
     }
 
     uint64_t devices = 1;
     const char* env = std::getenv("DEVICEKIT_CPU_DEVICES");
     if (env != nullptr && (!parse_u64(env, &devices) || devices < 1 || devices > kMaxDevices)) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT,
-                        "%s: DEVICEKIT_CPU_DEVICES='%s'; expected an integer from 1 to %d. "
-                        "Hint: unset it for one device.",
-                        kCall, env, kMaxDevices);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: DEVICEKIT_CPU_DEVICES='%s'; expected an integer from 1 to %d. "
+                       "Hint: unset it for one device.",
+                       kCall, env, kMaxDevices);
     }
     // parallel.cpp reads DEVICEKIT_CPU_THREADS when the pool starts; a value
     // it cannot use is refused here, at load, instead of silently ignored.
     uint64_t threads = 0;
     env = std::getenv("DEVICEKIT_CPU_THREADS");
     if (env != nullptr && (!parse_u64(env, &threads) || threads < 1 || threads > 1024)) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT,
-                        "%s: DEVICEKIT_CPU_THREADS='%s'; expected an integer from 1 to 1024. "
-                        "Hint: unset it to use every core.",
-                        kCall, env);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: DEVICEKIT_CPU_THREADS='%s'; expected an integer from 1 to 1024. "
+                       "Hint: unset it to use every core.",
+                       kCall, env);
     }
     uint64_t memory = available_memory_bytes() / 100 * kBudgetPercent / devices;
     env = std::getenv("DEVICEKIT_CPU_MEMORY_BYTES");
     if (env != nullptr && (!parse_u64(env, &memory) || memory == 0)) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT,
-                        "%s: DEVICEKIT_CPU_MEMORY_BYTES='%s'; expected a positive integer "
-                        "number of bytes. Hint: unset it for half the available memory.",
-                        kCall, env);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: DEVICEKIT_CPU_MEMORY_BYTES='%s'; expected a positive integer "
+                       "number of bytes. Hint: unset it for half the available memory.",
+                       kCall, env);
     }
     if (memory == 0) {
-      return make_error(DK_ERROR_UNAVAILABLE,
-                        "%s: cannot read this machine's physical memory size. Hint: set "
-                        "DEVICEKIT_CPU_MEMORY_BYTES.",
-                        kCall);
+      return dkh_error(DK_ERROR_UNAVAILABLE,
+                       "%s: cannot read this machine's physical memory size. Hint: set "
+                       "DEVICEKIT_CPU_MEMORY_BYTES.",
+                       kCall);
     }
 
     p.num_devices = int32_t(devices);

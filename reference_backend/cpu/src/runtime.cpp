@@ -126,16 +126,16 @@ DK_Error* check_device_memory(const char* call, const char* what, int32_t device
     }
   }
   if (size == 0) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s at %p is not inside a live allocation: %s",
-                      call, what, p, pointer_hint(p, device).c_str());
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s at %p is not inside a live allocation: %s",
+                     call, what, p, pointer_hint(p, device).c_str());
   }
   const uint64_t offset = uintptr_t(p) - base;
   if (bytes > size - offset) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT,
-                      "%s: %s spans %llu bytes from offset %llu of a %zu-byte allocation at %p; "
-                      "expected at most %llu. Hint: check the view's shape, strides and dtype.",
-                      call, what, (unsigned long long)bytes, (unsigned long long)offset, size,
-                      reinterpret_cast<void*>(base), (unsigned long long)(size - offset));
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: %s spans %llu bytes from offset %llu of a %zu-byte allocation at %p; "
+                     "expected at most %llu. Hint: check the view's shape, strides and dtype.",
+                     call, what, (unsigned long long)bytes, (unsigned long long)offset, size,
+                     reinterpret_cast<void*>(base), (unsigned long long)(size - offset));
   }
   return nullptr;
 }
@@ -189,14 +189,14 @@ DK_Error* dk_cpu_Memory_Allocate(DK_Memory_Allocate_Args* args) {
     const uint64_t available = total > d.bytes_in_use ? total - d.bytes_in_use : 0;
     void* p = args->size <= available ? commit(args->size) : nullptr;
     if (p == nullptr) {
-      return make_error(DK_ERROR_OUT_OF_MEMORY,
-                        "%s: cannot allocate %zu bytes on cpu:%d; %llu bytes available "
-                        "(%llu of %llu in use in %zu allocations)%s. Hint: free tensors, "
-                        "empty the SDK's caching allocator, or raise DEVICEKIT_CPU_MEMORY_BYTES.",
-                        kCall, args->size, args->device, (unsigned long long)available,
-                        (unsigned long long)d.bytes_in_use, (unsigned long long)total,
-                        d.allocations.size(),
-                        args->size <= available ? "; the host could not commit that much" : "");
+      return dkh_error(DK_ERROR_OUT_OF_MEMORY,
+                       "%s: cannot allocate %zu bytes on cpu:%d; %llu bytes available "
+                       "(%llu of %llu in use in %zu allocations)%s. Hint: free tensors, "
+                       "empty the SDK's caching allocator, or raise DEVICEKIT_CPU_MEMORY_BYTES.",
+                       kCall, args->size, args->device, (unsigned long long)available,
+                       (unsigned long long)d.bytes_in_use, (unsigned long long)total,
+                       d.allocations.size(),
+                       args->size <= available ? "; the host could not commit that much" : "");
     }
     try {
       d.allocations.emplace(uintptr_t(p), args->size);
@@ -228,11 +228,11 @@ DK_Error* dk_cpu_Memory_Free(DK_Memory_Free_Args* args) {
         return nullptr;
       }
     }
-    return make_error(DK_ERROR_INVALID_ARGUMENT,
-                      "%s: %p is not a live allocation of cpu:%d; expected exactly a pointer "
-                      "Memory_Allocate returned and not yet freed: %s. Hint: look for a double "
-                      "free or a freed view offset into a buffer.",
-                      kCall, args->ptr, args->device, pointer_hint(args->ptr, args->device).c_str());
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: %p is not a live allocation of cpu:%d; expected exactly a pointer "
+                     "Memory_Allocate returned and not yet freed: %s. Hint: look for a double "
+                     "free or a freed view offset into a buffer.",
+                     kCall, args->ptr, args->device, pointer_hint(args->ptr, args->device).c_str());
   });
 }
 
@@ -243,43 +243,43 @@ DK_Error* dk_cpu_Memcpy(DK_Memcpy_Args* args) {
   return guarded(kCall, [&]() -> DK_Error* {
     const int kind = int(args->kind);
     if (kind < DK_COPY_HOST_TO_DEVICE || kind > DK_COPY_DEVICE_TO_DEVICE) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT,
-                        "%s: kind is %d; expected DK_COPY_HOST_TO_DEVICE (0), "
-                        "DK_COPY_DEVICE_TO_HOST (1) or DK_COPY_DEVICE_TO_DEVICE (2)",
-                        kCall, kind);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: kind is %d; expected DK_COPY_HOST_TO_DEVICE (0), "
+                       "DK_COPY_DEVICE_TO_HOST (1) or DK_COPY_DEVICE_TO_DEVICE (2)",
+                       kCall, kind);
     }
     if (args->stream != nullptr) {
       if (DK_Error* e = check_stream(kCall, args->stream, args->device)) return e;
     }
     if (args->size == 0) return nullptr;
     if (args->dst == nullptr || args->src == nullptr) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL with size %zu; expected a %s",
-                        kCall, args->dst == nullptr ? "dst" : "src", args->size,
-                        "valid pointer (NULL is allowed only when size is 0)");
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL with size %zu; expected a %s",
+                       kCall, args->dst == nullptr ? "dst" : "src", args->size,
+                       "valid pointer (NULL is allowed only when size is 0)");
     }
     const bool dst_dev = kind != DK_COPY_DEVICE_TO_HOST, src_dev = kind != DK_COPY_HOST_TO_DEVICE;
     if (dst_dev) {
       if (DK_Error* e = check_device_memory(kCall, "dst", args->device, args->dst, args->size))
         return e;
     } else if (is_device_memory(args->device, args->dst)) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT,
-                        "%s: kind is DEVICE_TO_HOST but dst %p is device memory of cpu:%d. "
-                        "Hint: use DK_COPY_DEVICE_TO_DEVICE.", kCall, args->dst, args->device);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: kind is DEVICE_TO_HOST but dst %p is device memory of cpu:%d. "
+                       "Hint: use DK_COPY_DEVICE_TO_DEVICE.", kCall, args->dst, args->device);
     }
     if (src_dev) {
       if (DK_Error* e = check_device_memory(kCall, "src", args->device, args->src, args->size))
         return e;
     } else if (is_device_memory(args->device, args->src)) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT,
-                        "%s: kind is HOST_TO_DEVICE but src %p is device memory of cpu:%d. "
-                        "Hint: use DK_COPY_DEVICE_TO_DEVICE.", kCall, args->src, args->device);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: kind is HOST_TO_DEVICE but src %p is device memory of cpu:%d. "
+                       "Hint: use DK_COPY_DEVICE_TO_DEVICE.", kCall, args->src, args->device);
     }
     const auto d = uintptr_t(args->dst), s = uintptr_t(args->src);
     if (d < s + args->size && s < d + args->size) {
-      return make_error(DK_ERROR_INVALID_ARGUMENT,
-                        "%s: dst %p and src %p overlap (%zu bytes each); expected disjoint "
-                        "ranges. Hint: copy through a temporary buffer.",
-                        kCall, args->dst, args->src, args->size);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: dst %p and src %p overlap (%zu bytes each); expected disjoint "
+                       "ranges. Hint: copy through a temporary buffer.",
+                       kCall, args->dst, args->src, args->size);
     }
     const CopyPayload copy{args->dst, args->src, args->size};
     if (args->stream == nullptr) return run_copy(&copy);

@@ -204,12 +204,12 @@ DK_Error* take_error(DK_Stream* s) {
 
 DK_Error* check_event(const char* call, const char* what, const DK_Event* e) {
   if (e == nullptr) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; expected an event from "
-                      "Event_Create", call, what);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; expected an event from "
+                     "Event_Create", call, what);
   }
   if (e->magic.load() != kLiveEvent) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s %p is not a live event. Hint: was it "
-                      "already passed to Event_Destroy?", call, what, static_cast<const void*>(e));
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s %p is not a live event. Hint: was it "
+                     "already passed to Event_Destroy?", call, what, static_cast<const void*>(e));
   }
   return nullptr;
 }
@@ -223,16 +223,16 @@ std::shared_ptr<EventPoint> current_point(DK_Event* e) {
 
 DK_Error* check_stream(const char* call, const DK_Stream* s, int32_t device) {
   if (s == nullptr) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream is NULL; expected a stream from "
-                      "Stream_Create", call);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream is NULL; expected a stream from "
+                     "Stream_Create", call);
   }
   if (s->magic.load() != kLiveStream) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p is not a live stream. Hint: was "
-                      "it already passed to Stream_Destroy?", call, static_cast<const void*>(s));
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p is not a live stream. Hint: was "
+                     "it already passed to Stream_Destroy?", call, static_cast<const void*>(s));
   }
   if (device >= 0 && s->device != device) {
-    return make_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p belongs to cpu:%d; expected a "
-                      "stream of cpu:%d", call, static_cast<const void*>(s), s->device, device);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p belongs to cpu:%d; expected a "
+                     "stream of cpu:%d", call, static_cast<const void*>(s), s->device, device);
   }
   return nullptr;
 }
@@ -416,11 +416,11 @@ DK_Error* dk_cpu_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args) {
   const std::shared_ptr<EventPoint> end = current_point(args->end);
   for (const auto* p : {&start, &end}) {
     if (*p == nullptr || !(*p)->reached.load()) {
-      return make_error(DK_ERROR_FAILED_PRECONDITION,
-                        "%s: event '%s' is %s; expected both events recorded and reached. "
-                        "Hint: Event_Synchronize both events first.",
-                        kCall, p == &start ? "start" : "end",
-                        *p == nullptr ? "not recorded" : "recorded but not reached yet");
+      return dkh_error(DK_ERROR_FAILED_PRECONDITION,
+                       "%s: event '%s' is %s; expected both events recorded and reached. "
+                       "Hint: Event_Synchronize both events first.",
+                       kCall, p == &start ? "start" : "end",
+                       *p == nullptr ? "not recorded" : "recorded but not reached yet");
     }
   }
   args->milliseconds = std::chrono::duration<double, std::milli>(end->when - start->when).count();
