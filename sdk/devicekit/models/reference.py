@@ -7,8 +7,9 @@ reference data (``divergence.reference_layers``). It runs in a separate
 process so that it never shares a process with the plugin under test: a
 vendor plugin may wrap or embed the reference CPU plugin (the test suite's
 faulty plugins do), may crash, or may change process-wide state.
-``DEVICEKIT_PLUGIN_PATH`` is cleared there: only the installed reference
-plugin is needed. Results cross as a pickle in a temporary file.
+``DEVICEKIT_PLUGIN_PATH`` and ``DEVICEKIT_PLUGIN_OVERRIDE`` (``devicekit
+dev``'s fresh build, which would shadow an installed plugin of the same name)
+are cleared there: only the installed reference plugin is needed. Results cross as a pickle in a temporary file.
 """
 
 import argparse
@@ -18,7 +19,11 @@ import subprocess
 import sys
 import tempfile
 
+from .._registry import OVERRIDE_ENV
 from ..errors import DeviceKitError
+
+# Where plugins other than the installed reference could come from.
+_PLUGIN_ENV = ("DEVICEKIT_PLUGIN_PATH", OVERRIDE_ENV)
 
 
 def compute(model_name, dtypes, steps, layers=None):
@@ -44,7 +49,7 @@ def fetch(model_name, dtypes=(), steps=1, layers=None, timeout=600):
                "--dtypes", ",".join(dtypes), "--steps", str(steps), "--out", out]
         if layers is not None:
             cmd += ["--layers", layers[0]] + (["--inference"] if layers[1] else [])
-        env = {k: v for k, v in os.environ.items() if k != "DEVICEKIT_PLUGIN_PATH"}
+        env = {k: v for k, v in os.environ.items() if k not in _PLUGIN_ENV}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
         if proc.returncode != 0 or not os.path.exists(out):
             raise DeviceKitError(f"the reference run of model {model_name} on cpu:0 failed "
