@@ -12,7 +12,7 @@ __all__ = [
     "DeviceKitError", "PluginLoadError", "PluginVersionError", "DeviceError",
     "PluginContractError", "OutOfMemoryError", "NotImplementedByPlugin", "InvalidArgumentError",
     "DTypeError", "DeviceNotFoundError", "InputOverflowError", "IndexOutOfRangeError",
-    "ForkedProcessError", "DuplicateArgumentError",
+    "ForkedProcessError", "DuplicateArgumentError", "InputFileError",
 ]
 
 
@@ -92,3 +92,17 @@ class ForkedProcessError(DeviceKitError, RuntimeError):
     """A device the parent process had used is used in a child made by
     ``fork()``: the plugin's threads did not survive the fork. Use the
     ``'spawn'`` multiprocessing start method."""
+
+
+class InputFileError(DeviceKitError):
+    """A file a command was given cannot be used (missing, truncated, of the
+    wrong kind): one line naming the file and the problem. Each command's
+    subclasses set ``exit_code``, the exit status its CLI returns for that
+    kind (``devicekit gate``: docs/gate.md; ``devicekit report merge``:
+    docs/scale.md)."""
+
+    exit_code = 2
+
+    def __init__(self, path, problem):
+        self.path, self.problem = str(path), " ".join(str(problem).split())
+        super().__init__(f"{self.path}: {self.problem}")

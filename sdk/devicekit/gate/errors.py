@@ -6,17 +6,11 @@ errors mean the inputs themselves are unusable, and the message is one line
 that names the file and the problem.
 """
 
-from ..errors import DeviceKitError
+from ..errors import InputFileError
 
 
-class GateError(DeviceKitError):
+class GateError(InputFileError):
     """Base of the gate's input errors; ``exit_code`` is what the CLI returns."""
-
-    exit_code = 2
-
-    def __init__(self, path, problem):
-        self.path, self.problem = str(path), " ".join(str(problem).split())
-        super().__init__(f"{self.path}: {self.problem}")
 
 
 class MissingInput(GateError):

@@ -12,6 +12,7 @@ small enough for the whole suite to run in about a minute on 2 CPU cores.
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -32,6 +33,15 @@ def _split_heads(x, heads, head_dim):
 def _merge_heads(x):
     """[B, heads, L, head_dim] -> [B, L, heads*head_dim]."""
     return x.transpose(1, 2).flatten(2)
+
+
+def _linear(p, x, name):
+    """The linear layer whose parameters are ``name.weight`` and ``name.bias``."""
+    return F.linear(x, p[name + ".weight"], p[name + ".bias"])
+
+
+def _layer_norm(p, x, name, eps):
+    return F.layer_norm(x, p[name + ".weight"], p[name + ".bias"], eps=eps)
 
 
 def _lm_data(c, seed):
@@ -288,11 +298,7 @@ class Encoder(Model):
         hd = c.dim // c.heads
         names = list(self.param_specs())
 
-        def lin(p, x, name):
-            return F.linear(x, p[name + ".weight"], p[name + ".bias"])
-
-        def ln(p, x, name):
-            return F.layer_norm(x, p[name + ".weight"], p[name + ".bias"], eps=1e-12)
+        lin, ln = _linear, partial(_layer_norm, eps=1e-12)  # BERT's epsilon
 
         def embed(p, x, inp):
             h = F.embedding(inp["ids"], p["tok"]) + F.embedding(inp["positions"], p["pos"])
@@ -385,11 +391,7 @@ class ViT(Model):
         hd = c.dim // c.heads
         names = list(self.param_specs())
 
-        def lin(p, x, name):
-            return F.linear(x, p[name + ".weight"], p[name + ".bias"])
-
-        def ln(p, x, name):
-            return F.layer_norm(x, p[name + ".weight"], p[name + ".bias"], eps=1e-6)
+        lin, ln = _linear, partial(_layer_norm, eps=1e-6)  # ViT's epsilon
 
         def embed(p, x, inp):
             x = F.conv2d(inp["images"], p["patch.weight"], p["patch.bias"], stride=c.patch)

@@ -19,7 +19,7 @@ suite, level, filter, model list; a shard given twice or missing).
 import json
 import os
 
-from ..errors import DeviceKitError
+from ..errors import InputFileError
 from . import shard as sharding
 
 # Fields that differ between two runs of the same cases on the same machine,
@@ -34,14 +34,8 @@ RUN_SPECIFIC = ("cases[].duration_s", "run.duration_s", "run.started", "run.jobs
                 "device.properties.total_memory")
 
 
-class MergeError(DeviceKitError):
+class MergeError(InputFileError):
     """Why shard reports cannot be merged; ``exit_code`` is the CLI's."""
-
-    exit_code = 2
-
-    def __init__(self, path, problem):
-        self.path = str(path)
-        super().__init__(f"{self.path}: {' '.join(str(problem).split())}")
 
 
 class MissingReport(MergeError):
