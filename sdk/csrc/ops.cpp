@@ -372,6 +372,32 @@ Tensor constant(const std::shared_ptr<Device>& dev, DK_DType dt, const DK_Scalar
   return t;
 }
 
+Tensor pack(const std::vector<Tensor>& ts) {
+  if (ts.empty()) invalid_argument("pack: got no tensors");
+  const Tensor& first = ts.front();
+  int64_t total = 0;
+  for (const Tensor& t : ts) {
+    if (&t->device() != &first->device() || t->dtype() != first->dtype()) {
+      invalid_argument("pack: every tensor must have the device and dtype of tensor 0 (" +
+                       first->describe() + "), got " + t->describe());
+    }
+    total += t->numel();
+  }
+  Tensor out = TensorImpl::empty(first->device_ptr(), first->dtype(), Dims{total});
+  int64_t offset = 0;
+  for (const Tensor& t : ts) {
+    if (t->numel() > 0) {
+      // The piece of `out` that `t` fills, in t's shape: one copy launch,
+      // written before `out` is handed to anybody.
+      const Dims shape = t->shape();
+      const Tensor piece = out->view(shape, contiguous_strides(shape), out->offset() + offset);
+      launch(DK_OP_COPY, {t.get()}, {piece.get()});
+    }
+    offset += t->numel();
+  }
+  return out;
+}
+
 void drop_constants(const Device* dev) {
   ConstantCache& c = constant_cache();
   std::vector<Tensor> dropped;  // released after the lock
