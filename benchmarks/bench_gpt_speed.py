@@ -12,7 +12,8 @@ each round (benchmarks/_timing.alternate), for
 
 Prints per case both medians with their min-max spread, the ratio of the
 medians (DeviceKit / PyTorch; lower is better), DeviceKit's kernel launches
-per call (all base ops, ``fill`` separately, fused kernels) and its *host
+per call (all base ops, ``fill`` separately, fused kernels, and why each
+composite that did not run fused was decomposed) and its *host
 share*: the calling thread's CPU time until the last op is issued, over the
 wall time. The reference plugin runs kernels on its stream's worker thread,
 so the host share is the time spent outside kernels (Python, the SDK,
@@ -60,8 +61,10 @@ def launches(fn):
     fn()
     dk.synchronize()
     ops = {op: s["kernel"] for op, s in dk.dispatch_stats().items() if s.get("kernel")}
-    fused = sum(n for s in dk.composite_stats().values() for n in s["fused"].values())
-    return sum(ops.values()), ops.get("fill", 0), fused
+    stats = dk.composite_stats()
+    fused = sum(n for s in stats.values() for n in s["fused"].values())
+    why = {f"{op}: {w}": n for op, s in stats.items() for w, n in s["why_decomposed"].items()}
+    return sum(ops.values()), ops.get("fill", 0), fused, why
 
 
 def check_agreement(model):
@@ -87,7 +90,7 @@ def case(title, model, what):
         if fin:
             fin()
     times = alternate(sides, args.repeats, args.calls)
-    n, fills, fused = launches(getattr(d, what))
+    n, fills, fused, why = launches(getattr(d, what))
     med, lo, hi = spread([w for w, _ in times["devicekit"]])
     host = spread([h / w for w, h in times["devicekit"]])[0]
     line = f"{title}: DeviceKit {med * 1e3:.2f} ms [{lo * 1e3:.2f}-{hi * 1e3:.2f}]"
@@ -98,6 +101,8 @@ def case(title, model, what):
     print(line)
     print(f"  DeviceKit: {n} launches per call ({fills} fill, {fused} fused kernels), "
           f"host share (time outside kernels) {host:.0%}")
+    for reason, count in sorted(why.items()):
+        print(f"  decomposed {count}x: {reason}")
 
 
 print(f"threads {args.threads}, {args.repeats} alternating rounds of {args.calls} calls, "
