@@ -151,7 +151,7 @@ def test_dispatch_prefers_the_fused_kernel_and_counts_it(cpu):
     assert decompose.calls == 0
     assert_close(out.numpy(), ref_softmax(x, 1), np.float32, case="dispatch")
     assert _fused.composite_stats()["softmax"] == {
-        "decomposed": 0, "fused": {"cpu.softmax_lastdim_f32": 1}}
+        "decomposed": 0, "fused": {"cpu.softmax_lastdim_f32": 1}, "why_decomposed": {}}
 
 
 def test_fused_kernels_false_forces_the_decomposition(cpu):
@@ -161,7 +161,8 @@ def test_fused_kernels_false_forces_the_decomposition(cpu):
         assert _fused.dispatch("rms_norm", (_t(_randn(2, 4)), None), {"eps": 1e-6},
                                decompose) == "decomposed"
     assert decompose.calls == 1
-    assert _fused.composite_stats()["rms_norm"] == {"decomposed": 1, "fused": {}}
+    assert _fused.composite_stats()["rms_norm"] == {
+        "decomposed": 1, "fused": {}, "why_decomposed": {"fused_kernels(False)": 1}}
 
 
 def _rejected_cases():
@@ -201,7 +202,59 @@ def test_calls_no_kernel_accepts_go_to_the_decomposition(cpu, case):
     decompose = FakeDecomposition()
     assert _fused.dispatch(op, inputs, attrs, decompose) == "decomposed"
     assert decompose.calls == 1
-    assert _fused.composite_stats()[op] == {"decomposed": 1, "fused": {}}
+    stats = _fused.composite_stats()[op]
+    assert stats["decomposed"] == 1 and stats["fused"] == {}
+    # Never silent: the one decomposed call is counted with its reason.
+    assert stats["why_decomposed"] == {DECLINED[case]: 1}
+
+
+_SDPA_NO = "cpu.sdpa_flash_f32 declined (operands: "
+_MISFIT = "the operands do not fit the op's signature"
+DECLINED = {  # what composite_stats says about each case of _rejected_cases
+    "float64 rms_norm": "cpu.rms_norm_f32 declined (operands: float64 dense, none)",
+    "float64 layer_norm": "cpu.layer_norm_f32 declined (operands: float64 dense, none, none)",
+    "float64 softmax": "cpu.softmax_lastdim_f32 declined (operands: float64 dense)",
+    "non-contiguous rms_norm": "cpu.rms_norm_f32 declined (operands: float32 strided, none)",
+    "non-contiguous softmax": "cpu.softmax_lastdim_f32 declined (operands: float32 strided)",
+    "softmax over axis 0": "cpu.softmax_lastdim_f32 declined (operands: float32 dense)",
+    "weight of another length": _MISFIT,
+    "float64 weight": "cpu.rms_norm_f32 declined (operands: float32 dense, float64 dense)",
+    "float64 sdpa": _SDPA_NO + "float64 dense, float64 dense, float64 dense, none)",
+    "non-contiguous q": _SDPA_NO + "float32 strided, float32 dense, float32 dense, none)",
+    "integer mask": _MISFIT,
+    # the mask as the kernel would see it: broadcast to [B, H, Lq, Lk]
+    "float64 additive mask": _SDPA_NO + "float32 dense, float32 dense, float32 dense, float64 strided)",
+    "heads not a multiple": _MISFIT,
+    "not a fused op": "not a fused op of the device API",
+}
+
+
+def test_permuted_qkv_views_are_decomposed_with_the_reason_counted(cpu):
+    """The layout attention code naturally produces (qkv.split, reshape,
+    transpose(1, 2), no .contiguous()): the CPU kernel takes dense inputs,
+    and composite_stats says so instead of skipping silently."""
+    import devicekit.nn.functional as F
+    b, n, h, d = 2, 5, 2, 4
+    qkv = _t(_randn(b, n, 3 * h * d))
+    q, k, v = (x.reshape(b, n, h, d).transpose(1, 2) for x in qkv.split(h * d, dim=2))
+    _fused.reset_composite_stats()
+    F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    F.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(), is_causal=True)
+    stats = _fused.composite_stats()[SDPA]
+    assert stats["fused"] == {"cpu.sdpa_flash_f32": 1} and stats["decomposed"] == 1
+    [why] = stats["why_decomposed"]
+    assert why == ("cpu.sdpa_flash_f32 declined (operands: float32 strided, float32 strided, "
+                   "float32 strided, none)"), why
+
+
+def test_autograd_recording_is_a_counted_reason(cpu):
+    import devicekit.nn.functional as F
+    x = _t(_randn(3, 4))
+    x.requires_grad = True
+    _fused.reset_composite_stats()
+    F.softmax(x, axis=-1)
+    assert _fused.composite_stats()["softmax"]["why_decomposed"] == {
+        "autograd is recording (no fused backward)": 1}
 
 
 # ---- the CPU kernels against numpy float64 ---------------------------------------------

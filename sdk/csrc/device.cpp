@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "boundary.h"
+#include "ops.h"
 
 namespace dk {
 
@@ -239,6 +240,7 @@ void Device::release(void* ptr, size_t block_size) noexcept {
 
 void Device::empty_cache() {
   check_fork();
+  drop_constants(this);  // their blocks join the free lists emptied below
   // Take the blocks first, then synchronize (see device.h): synchronizing
   // first would let another thread release a block whose kernel is still
   // queued between the synchronize and the take, and free it under that kernel.

@@ -117,12 +117,21 @@ int fused_op_from_name(const std::string& name) {
 }
 
 bool try_fused(int op, const std::vector<Tensor>& inputs, FusedAttrs attrs, FusedHit* hit) {
-  if (op < 0 || op >= kNumFusedOps || inputs.empty() || !inputs[0]) return false;
+  if (op < 0 || op >= kNumFusedOps || inputs.empty() || !inputs[0]) {
+    hit->declined = "no tensor in the first operand";
+    return false;
+  }
   Device& dev = inputs[0]->device();
   const auto& kernels = dev.plugin()->fused_kernels(op);
-  if (kernels.empty()) return false;
+  if (kernels.empty()) {
+    hit->declined = "plugin '" + dev.plugin()->info().name + "' registers no fused kernel for it";
+    return false;
+  }
   Call c;
-  if (!fit(op, inputs, &attrs, &c)) return false;
+  if (!fit(op, inputs, &attrs, &c)) {
+    hit->declined = "the operands do not fit the op's signature";
+    return false;
+  }
   const int n = kFusedSpecs[op].num_inputs;
 
   // Views of the inputs (NULL entries for absent ones) and of the output-to-be:
@@ -168,6 +177,19 @@ bool try_fused(int op, const std::vector<Tensor>& inputs, FusedAttrs attrs, Fuse
     hit->kernel = k->name;
     return true;
   }
+  // Named by kernels and by the operands' dtype and layout (not their
+  // shapes, so that one reason collects every call it applies to): a
+  // permuted q/k/v view shows as "strided".
+  std::string why;
+  for (const DK_FusedKernel* k : kernels) why += (why.empty() ? "" : ", ") + std::string(k->name);
+  why += " declined (operands:";
+  for (int i = 0; i < n; ++i) {
+    why += i ? ", " : " ";
+    why += c.in[i] ? std::string(dtype_name(c.in[i]->dtype())) +
+                         (c.in[i]->is_contiguous() ? " dense" : " strided")
+                   : "none";
+  }
+  hit->declined = why + ")";
   return false;
 }
 

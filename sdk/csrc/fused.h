@@ -32,6 +32,9 @@ struct FusedAttrs {
 struct FusedHit {
   Tensor out;
   const char* kernel = nullptr;  // DK_FusedKernel.name, owned by the plugin
+  // When try_fused returns false: why, in a few words that are the same for
+  // every call declined for the same reason (composite_stats counts them).
+  std::string declined;
 };
 
 // `inputs` in the op's order, nullptr for an absent optional input.

@@ -58,13 +58,13 @@ void bind_fused(py::module_& m) {
   m.def("try_fused", [](const std::string& op_name, const py::sequence& inputs,
                         const py::dict& attrs) -> py::object {
     const int op = fused_op_from_name(op_name);
-    if (op < 0) return py::none();  // a composite no plugin can register for
+    if (op < 0) return py::str("not a fused op of the device API");  // no plugin can register one
     std::vector<Tensor> in;
     in.reserve(inputs.size());
     for (const py::handle& h : inputs) {
       if (h.is_none()) in.emplace_back();
       else if (py::isinstance<TensorImpl>(h)) in.push_back(h.cast<Tensor>());
-      else return py::none();  // e.g. a Python scalar: the decomposition handles it
+      else return py::str("an operand is not a tensor");  // a Python scalar: the decomposition handles it
     }
     const FusedAttrs a = to_attrs(op, attrs);
     FusedHit hit;
@@ -73,11 +73,11 @@ void bind_fused(py::module_& m) {
       py::gil_scoped_release nogil;
       ok = try_fused(op, in, a, &hit);
     }
-    if (!ok) return py::none();
+    if (!ok) return py::str(hit.declined);
     return py::make_tuple(hit.out, std::string(hit.kernel));
   }, py::arg("op"), py::arg("inputs"), py::arg("attrs"),
      "Run the first registered fused kernel that accepts the call: (output, kernel name), "
-     "or None when the operands do not fit the op or no kernel accepts");
+     "or a str saying why none ran (the operands do not fit the op, no kernel accepts, ...)");
 }
 
 }  // namespace dk

@@ -3,6 +3,10 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 namespace dk {
 
@@ -289,7 +293,127 @@ Tensor scalar_like(const Tensor& a, const DK_Scalar& s, DK_OpId op) {
       }
     }
   }
-  return full(a->device_ptr(), {}, dt, s);
+  return constant(a->device_ptr(), dt, s);
+}
+
+namespace {
+
+// The constants scalar_like made, per (device, dtype, scalar): a model's
+// Python scalars (0.5, 1e-5, an optimizer's betas) recur on every step, and
+// each would otherwise cost an allocation and a `fill` launch. The tensors
+// are never handed to Python and no op writes its inputs, so a cached one
+// keeps its value; holding it keeps its block out of the allocator's reach.
+// Bounded: the oldest entry goes first (an optimizer's bias corrections
+// change every step).
+struct ConstantKey {
+  const Device* device;
+  int32_t dtype, scalar_dtype;
+  uint64_t bits;
+  bool operator==(const ConstantKey& o) const {
+    return device == o.device && dtype == o.dtype && scalar_dtype == o.scalar_dtype && bits == o.bits;
+  }
+};
+
+struct ConstantKeyHash {
+  size_t operator()(const ConstantKey& k) const {
+    size_t h = std::hash<const void*>()(k.device);
+    for (uint64_t v : {uint64_t(k.dtype), uint64_t(k.scalar_dtype), k.bits})
+      h ^= std::hash<uint64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+  }
+};
+
+constexpr size_t kMaxConstants = 256;
+
+struct ConstantCache {
+  std::mutex mu;
+  std::unordered_map<ConstantKey, Tensor, ConstantKeyHash> map;
+  std::deque<ConstantKey> order;  // insertion order, for eviction
+};
+
+// Never destroyed: the tensors must not outlive their plugin at exit.
+ConstantCache& constant_cache() {
+  static ConstantCache* cache = new ConstantCache();
+  return *cache;
+}
+
+}  // namespace
+
+Tensor constant(const std::shared_ptr<Device>& dev, DK_DType dt, const DK_Scalar& s) {
+  uint64_t bits = 0;
+  static_assert(sizeof(s.value) == sizeof(bits), "DK_Scalar's value is 8 bytes");
+  std::memcpy(&bits, &s.value, sizeof(bits));
+  const ConstantKey key{dev.get(), int32_t(dt), s.dtype, bits};
+  ConstantCache& c = constant_cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.map.find(key);
+    if (it != c.map.end()) {
+      const Tensor t = it->second;
+      if (!dev->has_failures()) return t;
+      // A fill in an epoch that later failed left undefined contents: make a new one.
+      try {
+        dev->check_not_failed(t->storage()->written_epoch.load(std::memory_order_relaxed), "");
+        return t;
+      } catch (const Error&) {
+        c.map.erase(it);
+      }
+    }
+  }
+  Tensor t = full(dev, {}, dt, s);  // outside the lock: it launches
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.map.emplace(key, t).second) {
+    c.order.push_back(key);
+    while (c.order.size() > kMaxConstants) {
+      c.map.erase(c.order.front());
+      c.order.pop_front();
+    }
+  }
+  return t;
+}
+
+Tensor pack(const std::vector<Tensor>& ts) {
+  if (ts.empty()) invalid_argument("pack: got no tensors");
+  const Tensor& first = ts.front();
+  int64_t total = 0;
+  for (const Tensor& t : ts) {
+    if (&t->device() != &first->device() || t->dtype() != first->dtype()) {
+      invalid_argument("pack: every tensor must have the device and dtype of tensor 0 (" +
+                       first->describe() + "), got " + t->describe());
+    }
+    total += t->numel();
+  }
+  Tensor out = TensorImpl::empty(first->device_ptr(), first->dtype(), Dims{total});
+  int64_t offset = 0;
+  for (const Tensor& t : ts) {
+    if (t->numel() > 0) {
+      // The piece of `out` that `t` fills, in t's shape: one copy launch,
+      // written before `out` is handed to anybody.
+      const Dims shape = t->shape();
+      const Tensor piece = out->view(shape, contiguous_strides(shape), out->offset() + offset);
+      launch(DK_OP_COPY, {t.get()}, {piece.get()});
+    }
+    offset += t->numel();
+  }
+  return out;
+}
+
+void drop_constants(const Device* dev) {
+  ConstantCache& c = constant_cache();
+  std::vector<Tensor> dropped;  // released after the lock
+  std::lock_guard<std::mutex> lock(c.mu);
+  for (auto it = c.map.begin(); it != c.map.end();) {
+    if (it->first.device == dev) {
+      dropped.push_back(std::move(it->second));
+      it = c.map.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::deque<ConstantKey> kept;
+  for (const ConstantKey& k : c.order)
+    if (c.map.count(k)) kept.push_back(k);
+  c.order.swap(kept);
 }
 
 namespace {

@@ -58,6 +58,16 @@ Tensor add(const Tensor& a, const Tensor& b);
 // An int that a's integer dtype cannot hold is never wrapped (see ops.cpp).
 // `op` DK_OP_COUNT_1_1: no op (where's value operands).
 Tensor scalar_like(const Tensor& a, const DK_Scalar& s, DK_OpId op);
+// A 0-d tensor of `s` in `dt` on `dev`, from a small per-device cache of
+// constants (filled once, then shared: no op writes its inputs). Never hand
+// one to Python: it is shared by every op that uses the same scalar.
+Tensor constant(const std::shared_ptr<Device>& dev, DK_DType dt, const DK_Scalar& s);
+// The tensors' elements one after another in a new 1-D tensor (same device
+// and dtype): one copy launch per non-empty tensor (what cat's iota and
+// scatter_add per piece cost several times over). Not differentiable.
+Tensor pack(const std::vector<Tensor>& ts);
+// Releases `dev`'s cached constants (Device::empty_cache).
+void drop_constants(const Device* dev);
 
 // Generic paths for the 1.1 ops (ops_generic.cpp): type promotion,
 // broadcasting, dtype fallback through casts, then one launch.

@@ -46,9 +46,12 @@ void bind_ops(py::module_& m) {
   m.def("where", [](const Tensor& c, const py::object& a, const py::object& b) {
     const Tensor x = py::isinstance<TensorImpl>(a) ? a.cast<Tensor>()
                      : py::isinstance<TensorImpl>(b) ? scalar_like(b.cast<Tensor>(), to_scalar(a), DK_OP_COUNT_1_1)
-                                                    : full(c->device_ptr(), {}, DK_DTYPE_FLOAT32, to_scalar(a));
+                                                    : constant(c->device_ptr(), DK_DTYPE_FLOAT32, to_scalar(a));
     return where(c, x, operand(b, x, DK_OP_COUNT_1_1));
   });
+  m.def("pack", &pack, py::arg("tensors"),
+        "The tensors' elements one after another in a new 1-D tensor (one copy launch each; "
+        "no autograd record). devicekit.optim.AdamW packs gradients with it.");
   m.def("reduce", [](int op, const Tensor& x, uint32_t axes) { return reduce(checked_op(op), x, axes); });
   m.def("argmax", [](const Tensor& x, int axis) { return argmax(x, axis); });
   m.def("cumsum", [](const Tensor& x, int axis) { return cumsum(x, axis); });

@@ -18,6 +18,11 @@ Contract used by the composites in ``devicekit.nn.functional``::
 While autograd is recording and an input requires grad, the decomposition
 runs (its gradient is the composite's gradient), unless the kernel brings a
 fused backward; that choice is counted like any other.
+
+A decomposed call is counted with its reason (``composite_stats()[op]
+["why_decomposed"]``): autograd recording, ``fused_kernels(False)``, no kernel
+registered, operands that do not fit, or which kernels declined operands of
+which dtype and layout (a permuted q/k/v view shows as ``strided``).
 """
 
 import contextlib
@@ -46,19 +51,22 @@ def fused_kernels(enabled=True):
         _state.enabled = previous
 
 
-def _count(op, kernel=None):
+def _count(op, kernel=None, why=None):
     with _stats_lock:
-        entry = _stats.setdefault(op, {"decomposed": 0, "fused": {}})
+        entry = _stats.setdefault(op, {"decomposed": 0, "fused": {}, "why_decomposed": {}})
         if kernel is None:
             entry["decomposed"] += 1
+            entry["why_decomposed"][why] = entry["why_decomposed"].get(why, 0) + 1
         else:
             entry["fused"][kernel] = entry["fused"].get(kernel, 0) + 1
 
 
 def composite_stats():
-    """Per composite op: ``decomposed`` calls and ``fused`` calls per kernel name."""
+    """Per composite op: ``decomposed`` calls, ``fused`` calls per kernel name,
+    and ``why_decomposed``: the decomposed calls per reason."""
     with _stats_lock:
-        return {op: {"decomposed": e["decomposed"], "fused": dict(e["fused"])}
+        return {op: {"decomposed": e["decomposed"], "fused": dict(e["fused"]),
+                     "why_decomposed": dict(e["why_decomposed"])}
                 for op, e in _stats.items()}
 
 
@@ -70,7 +78,8 @@ def reset_composite_stats():
 def _try_fused(op, inputs, attrs):
     """Run the first registered fused kernel that accepts the call.
 
-    Returns ``(output, kernel_name)`` or ``None`` when no kernel accepts, when
+    Returns ``(output, kernel_name)`` or ``None`` (the reason left in
+    ``_state.declined``) when no kernel accepts, when
     the operands do not fit the op's signature (then the decomposition reports
     or broadcasts as usual), or when ``op`` is not a fused op of the device API
     (``_core.FUSED_OP_NAMES``). The kernels of the device of ``inputs[0]`` are
@@ -79,7 +88,11 @@ def _try_fused(op, inputs, attrs):
     (sdk/csrc/fused.cpp). A failing launch raises ``DeviceError`` naming the
     kernel, the op, the operands, the device and the plugin.
     """
-    return _core.try_fused(op, inputs, attrs)
+    hit = _core.try_fused(op, inputs, attrs)
+    if isinstance(hit, str):
+        _state.declined = hit
+        return None
+    return hit
 
 
 def _needs_grad(inputs):
@@ -89,11 +102,17 @@ def _needs_grad(inputs):
 
 
 def dispatch(op, inputs, attrs, decompose):
-    if _enabled() and not _needs_grad(inputs):
+    if not _enabled():
+        why = "fused_kernels(False)"
+    elif _needs_grad(inputs):
+        why = "autograd is recording (no fused backward)"
+    else:
+        _state.declined = "no fused kernel accepted the call"
         hit = _try_fused(op, inputs, attrs)
         if hit is not None:
             out, kernel = hit
             _count(op, kernel)
             return out
-    _count(op)
+        why = _state.declined
+    _count(op, why=why)
     return decompose()

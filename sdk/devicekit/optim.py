@@ -12,8 +12,20 @@ tensor with the updated values where each parameter was: in every
 ``devicekit.nn.Module`` that holds it (see ``devicekit.nn.module``) and in
 ``opt.params``. The ``.grad`` carries over to the new tensor until
 ``zero_grad()``, as PyTorch keeps it.
+
+Like PyTorch's ``foreach`` implementation, ``step()`` updates parameters of
+the same device, dtype and step count together: their gradients are packed
+into one flat tensor (one copy launch each), and ``adamw_step`` runs once on
+flat parameter, gradient and moment tensors (a dozen launches for the whole
+model instead of a dozen per parameter). The new parameters and the moments
+in ``state`` are views into those flat tensors, so the next step packs only
+the gradients. The update is elementwise, so every element is computed by
+exactly the operations of the per-parameter step: the results are
+bit-identical. float16/bfloat16 parameters (float32 moments) take the
+per-parameter path.
 """
 
+from . import _core
 from . import dtypes as _dt
 from .autograd import no_grad
 from .errors import InvalidArgumentError
@@ -44,6 +56,7 @@ class AdamW:
             raise InvalidArgumentError(f"AdamW: betas must be two values in [0, 1), got {betas}")
         self.lr, self.betas, self.eps, self.weight_decay = float(lr), tuple(betas), eps, weight_decay
         self.state = [None] * len(self.params)  # per parameter: {"step", "m", "v"} once stepped
+        self._flat = {}  # parameter indices -> the flat tensors the last step left (see step)
 
     def zero_grad(self):
         """Sets every parameter's ``.grad`` to None (PyTorch's default)."""
@@ -52,6 +65,7 @@ class AdamW:
 
     def step(self):
         """One update of every parameter that has a gradient."""
+        groups = {}  # (device, dtype, step) -> parameter indices, updated together
         with no_grad():
             for i, p in enumerate(self.params):
                 if p.grad is None:
@@ -62,10 +76,53 @@ class AdamW:
                     st = self.state[i] = {"step": 0, "m": zeros(*p.shape, dtype=dt, device=p.device),
                                           "v": zeros(*p.shape, dtype=dt, device=p.device)}
                 st["step"] += 1
-                new, st["m"], st["v"] = adamw_step(
-                    p, p.grad, st["m"], st["v"], st["step"], lr=self.lr, beta1=self.betas[0],
-                    beta2=self.betas[1], eps=self.eps, weight_decay=self.weight_decay)
-                self._put(i, p, new)
+                flat_ok = str(st["m"].dtype) == str(p.dtype) == str(p.grad.dtype)
+                key = (p.device.name, str(p.dtype), st["step"]) if flat_ok else ("one", i)
+                groups.setdefault(key, []).append(i)
+            flats = {}
+            for key, idx in groups.items():
+                if len(idx) == 1:
+                    self._step_one(idx[0])
+                else:
+                    flats[tuple(idx)] = self._step_flat(idx, self._flat.get(tuple(idx)))
+            self._flat = flats
+
+    def _hp(self):
+        return dict(lr=self.lr, beta1=self.betas[0], beta2=self.betas[1], eps=self.eps,
+                    weight_decay=self.weight_decay)
+
+    def _step_one(self, i):
+        p, st = self.params[i], self.state[i]
+        new, st["m"], st["v"] = adamw_step(p, p.grad, st["m"], st["v"], st["step"], **self._hp())
+        self._put(i, p, new)
+
+    def _step_flat(self, idx, last):
+        """One ``adamw_step`` over the parameters ``idx`` packed end to end.
+        ``last``: what the previous step of the same group left, reused
+        where the parameters and moments are still its views."""
+        ps = [self.params[i] for i in idx]
+        sts = [self.state[i] for i in idx]
+
+        def flat(name, current):
+            if last is not None and all(a is b for a, b in zip(last[name + "_views"], current)):
+                return last[name]
+            return _core.pack(current)
+        P, M, V = flat("p", ps), flat("m", [s["m"] for s in sts]), flat("v", [s["v"] for s in sts])
+        G = _core.pack([p.grad for p in ps])
+        P, M, V = adamw_step(P, G, M, V, sts[0]["step"], **self._hp())
+        offset, m_views, v_views = 0, [], []
+        for i, p, st in zip(idx, ps, sts):
+            shape = list(p.shape)
+            strides = [1] * len(shape)
+            for d in range(len(shape) - 2, -1, -1):
+                strides[d] = strides[d + 1] * shape[d + 1]
+            st["m"], st["v"] = (M._view(shape, strides, offset), V._view(shape, strides, offset))
+            m_views.append(st["m"])
+            v_views.append(st["v"])
+            self._put(i, p, P._view(shape, strides, offset))
+            offset += p.numel()
+        return {"p": P, "m": M, "v": V, "p_views": [self.params[i] for i in idx],
+                "m_views": m_views, "v_views": v_views}
 
     def _put(self, i, old, new):
         new = new.detach()

@@ -1,0 +1,77 @@
+"""The zoo's GPT-2-style model written twice, in DeviceKit and in PyTorch, from
+the same weights and batch: what bench_models.py and bench_gpt_speed.py time.
+
+The DeviceKit side is the model-regression harness's own forward (so the
+benchmark times what the goldens check); the PyTorch side is the same
+computation written as a PyTorch user would (F.scaled_dot_product_attention
+on the permuted q/k/v views, torch.optim.AdamW).
+"""
+
+import devicekit as dk
+from devicekit.models import harness as H
+from devicekit.optim import AdamW
+
+
+class DeviceKitGPT:
+    def __init__(self, model, device="cpu:0", lr=H.LR, weight_decay=H.WEIGHT_DECAY):
+        self.model = model
+        self.master = H.master_params(model, device, "float32")
+        self.inp = H.device_inputs(model, device, "float32")
+        self.opt = AdamW(self.master.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def loss(self):
+        return H.loss_of(H.forward(self.model, self.master, self.inp, "float32"), self.inp)
+
+    def step(self):
+        """One training step: forward, loss, backward, AdamW. Returns the loss tensor."""
+        self.opt.zero_grad()
+        loss = self.loss()
+        loss.backward()
+        self.opt.step()
+        return loss
+
+    def infer(self):
+        with dk.no_grad():
+            return H.forward(self.model, self.master, self.inp, "float32")
+
+
+class TorchGPT:
+    def __init__(self, model, lr=H.LR, weight_decay=H.WEIGHT_DECAY):
+        import torch
+        self.torch, self.F, self.c = torch, torch.nn.functional, model.config
+        self.p = {n: torch.tensor(a, dtype=torch.float32, requires_grad=True)
+                  for n, a in model.init_params().items()}
+        self.data = {k: torch.tensor(v) for k, v in model.make_data().items()}
+        self.opt = torch.optim.AdamW(list(self.p.values()), lr=lr, weight_decay=weight_decay)
+
+    def forward(self):
+        F, tp, data = self.F, self.p, self.data
+        b, n, d, h = self.c.batch, self.c.seq, self.c.dim, self.c.heads
+        x = F.embedding(data["ids"], tp["wte"]) + F.embedding(data["positions"], tp["wpe"])
+        for i in range(self.c.layers):
+            p = lambda s: tp[f"block{i}.{s}"]  # noqa: E731
+            y = F.layer_norm(x, (d,), p("attn.ln.weight"), p("attn.ln.bias"))
+            q, k, v = F.linear(y, p("attn.qkv.weight"), p("attn.qkv.bias")).split(d, -1)
+            q, k, v = (t.reshape(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, n, d)
+            x = x + F.linear(a, p("attn.proj.weight"), p("attn.proj.bias"))
+            y = F.layer_norm(x, (d,), p("mlp.ln.weight"), p("mlp.ln.bias"))
+            y = F.gelu(F.linear(y, p("mlp.fc.weight"), p("mlp.fc.bias")), approximate="tanh")
+            x = x + F.linear(y, p("mlp.proj.weight"), p("mlp.proj.bias"))
+        return F.linear(F.layer_norm(x, (d,), tp["ln_f.weight"], tp["ln_f.bias"]), tp["wte"])
+
+    def loss(self):
+        logits = self.forward()
+        return self.F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                    self.data["targets"].reshape(-1))
+
+    def step(self):
+        self.opt.zero_grad()
+        loss = self.loss()
+        loss.backward()
+        self.opt.step()
+        return loss
+
+    def infer(self):
+        with self.torch.no_grad():
+            return self.forward()
