@@ -12,15 +12,8 @@ from devicekit.models import harness as H
 from devicekit.optim import AdamW
 
 
-class DeviceKitGPT:
-    def __init__(self, model, device="cpu:0", lr=H.LR, weight_decay=H.WEIGHT_DECAY):
-        self.model = model
-        self.master = H.master_params(model, device, "float32")
-        self.inp = H.device_inputs(model, device, "float32")
-        self.opt = AdamW(self.master.parameters(), lr=lr, weight_decay=weight_decay)
-
-    def loss(self):
-        return H.loss_of(H.forward(self.model, self.master, self.inp, "float32"), self.inp)
+class _Trainer:
+    """The training step both sides share; each defines ``loss()`` and ``opt``."""
 
     def step(self):
         """One training step: forward, loss, backward, AdamW. Returns the loss tensor."""
@@ -30,12 +23,23 @@ class DeviceKitGPT:
         self.opt.step()
         return loss
 
+
+class DeviceKitGPT(_Trainer):
+    def __init__(self, model, device="cpu:0", lr=H.LR, weight_decay=H.WEIGHT_DECAY):
+        self.model = model
+        self.master = H.master_params(model, device, "float32")
+        self.inp = H.device_inputs(model, device, "float32")
+        self.opt = AdamW(self.master.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def loss(self):
+        return H.loss_of(H.forward(self.model, self.master, self.inp, "float32"), self.inp)
+
     def infer(self):
         with dk.no_grad():
             return H.forward(self.model, self.master, self.inp, "float32")
 
 
-class TorchGPT:
+class TorchGPT(_Trainer):
     def __init__(self, model, lr=H.LR, weight_decay=H.WEIGHT_DECAY):
         import torch
         self.torch, self.F, self.c = torch, torch.nn.functional, model.config
@@ -64,13 +68,6 @@ class TorchGPT:
         logits = self.forward()
         return self.F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                     self.data["targets"].reshape(-1))
-
-    def step(self):
-        self.opt.zero_grad()
-        loss = self.loss()
-        loss.backward()
-        self.opt.step()
-        return loss
 
     def infer(self):
         with self.torch.no_grad():
