@@ -1,6 +1,6 @@
-"""Whole-model speed against PyTorch CPU eager (issue 15's evidence).
+"""Whole-model speed against PyTorch CPU eager (whole models, not single ops).
 
-The nanoGPT-style model of the issue (vocab 65, 2 layers, 4 heads, d_model 64,
+A nanoGPT-style model (vocab 65, 2 layers, 4 heads, d_model 64,
 block 32; the zoo's GPT-2 architecture) in DeviceKit on cpu:0 and, when torch
 is installed, in PyTorch CPU eager, from identical weights, at the same thread
 count (``--threads``, default 1: DEVICEKIT_CPU_THREADS and

@@ -56,4 +56,4 @@ print(f"PyTorch CPU eager ({torch.get_num_threads()} threads): train step {tt_st
       f"inference {tt_infer * 1e3:.1f} ms")
 print(f"ratio DeviceKit / PyTorch: train step {t_step / tt_step:.2f}x, "
       f"inference {t_infer / tt_infer:.2f}x (lower is better; "
-      f"benchmarks/bench_gpt_speed.py times issue 15's nanoGPT side by side)")
+      f"benchmarks/bench_gpt_speed.py times a nanoGPT side by side)")

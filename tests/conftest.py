@@ -1,6 +1,6 @@
 """Shared fixtures for the SDK's own tests.
 
-What each group of tests needs (STYLE item 7):
+What each group of tests needs, so a missing one is named, not guessed:
 - ``bad_plugins``: a C compiler on PATH (the purpose-built bad plugins in
   tests/plugins are compiled once per session); skipped with the reason if none.
 - ``cpu``: the reference CPU plugin, found through its entry point. It ships with

@@ -1,4 +1,4 @@
-"""Python scalar operands become cached device constants (issue 15): the same
+"""Python scalar operands become cached device constants: the same
 scalar in the same dtype on the same device costs one ``fill`` launch, not
 one per op; the values, dtypes and signs stay exactly what they were."""
 

@@ -1,5 +1,5 @@
 """F.linear without autograd multiplies [N, in] @ [in, out] once instead of a
-batched product that copies the weight per batch row (issue 15); the
+batched product that copies the weight per batch row; the
 results must be bit-identical to the batched product it replaces."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Loading is never fatal (ARCHITECTURE, "Loading is never fatal"): a plugin is
+"""Loading is never fatal (README, "Loading is never fatal"): a plugin is
 probed in a subprocess before it enters the process, so one that crashes,
 hangs or exits while loading becomes its load error and cpu:0 keeps working;
 probe results are cached by the library's identity and content; asking for

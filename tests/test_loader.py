@@ -1,6 +1,6 @@
 """Plugin loading and discovery: every way a plugin can be broken gives its own
 error class and its real cause, never a crash, and never takes a good plugin
-down with it (ARCHITECTURE: "One broken plugin never breaks the others").
+down with it: one broken plugin never breaks the others.
 
 The bad plugins are built from tests/plugins/*.c by the ``bad_plugins`` fixture.
 """

@@ -1,4 +1,4 @@
-"""devicekit.optim.AdamW updates same-dtype parameters together (issue 15):
+"""devicekit.optim.AdamW updates same-dtype parameters together:
 packed end to end, one adamw_step for all of them. The update is
 elementwise, so the results must be bit-identical to the per-parameter
 adamw_step, step after step, and the launches must not grow with the

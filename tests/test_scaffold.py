@@ -1,6 +1,6 @@
 """``devicekit new`` and ``devicekit upgrade-api``: render the plugin templates
 into a temp dir and check the tree, the contents and every bad-input path
-(STYLE item 9: templates are tested by rendering). One project is built with
+(templates are tested by rendering them, not by reading them). One project is built with
 CMake (no devicekit in sight of the build) to check the version it claims and
 to run its generated tests/test_conformance.py; the wheel and the user's side
 are tests/test_plugin_journey.py and tests/test_porting_guide.py.
@@ -104,7 +104,8 @@ def test_pyproject_builds_a_py3_none_wheel_with_entry_point(project):
     assert dep == api_target.devicekit_requirement(latest), dep
     # Building needs scikit-build-core and nothing else: the header is in include/.
     assert data["build-system"]["requires"] == ["scikit-build-core>=0.10"]
-    # STYLE item 8: every scikit-build setting has a comment right above it.
+    # Every scikit-build setting has a comment right above it: a vendor reads
+    # why each is there before changing it.
     lines = text.splitlines()
     start = lines.index("[tool.scikit-build]")
     for i, line in enumerate(lines[start + 1:], start + 1):
