@@ -53,7 +53,7 @@ class TorchGPT(_Trainer):
         b, n, d, h = self.c.batch, self.c.seq, self.c.dim, self.c.heads
         x = F.embedding(data["ids"], tp["wte"]) + F.embedding(data["positions"], tp["wpe"])
         for i in range(self.c.layers):
-            p = lambda s: tp[f"block{i}.{s}"]  # noqa: E731
+            p = lambda s, i=i: tp[f"block{i}.{s}"]  # noqa: E731 (a local shorthand)
             y = F.layer_norm(x, (d,), p("attn.ln.weight"), p("attn.ln.bias"))
             q, k, v = F.linear(y, p("attn.qkv.weight"), p("attn.qkv.bias")).split(d, -1)
             q, k, v = (t.reshape(b, n, h, d // h).transpose(1, 2) for t in (q, k, v))

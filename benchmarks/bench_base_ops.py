@@ -53,13 +53,13 @@ def main():
         sync()
         flops = 2.0 * size ** 3
         reps = max(2, args.repeats // (2 if size > 1024 else 1))
-        g_dk = flops / best_of(lambda: dk.ops.matmul(pa, qa), reps, sync) / 1e9
-        g_np = flops / best_of(lambda: p @ q, reps) / 1e9
+        g_dk = flops / best_of(lambda pa=pa, qa=qa: dk.ops.matmul(pa, qa), reps, sync) / 1e9
+        g_np = flops / best_of(lambda p=p, q=q: p @ q, reps) / 1e9
         line = (f"matmul {size}^3 float32: devicekit {g_dk:.1f} GFLOP/s, numpy {g_np:.1f} GFLOP/s, "
                 f"ratio {g_dk / g_np:.2f}x (target >= 0.7)")
         if torch is not None:
             tp, tq = torch.from_numpy(p), torch.from_numpy(q)
-            g_th = flops / best_of(lambda: tp @ tq, reps) / 1e9
+            g_th = flops / best_of(lambda tp=tp, tq=tq: tp @ tq, reps) / 1e9
             line += f"; torch {g_th:.1f} GFLOP/s, devicekit/torch {g_dk / g_th:.2f}x"
         print(line)
         err = np.max(np.abs(dk.ops.matmul(pa, qa).numpy() - p.astype(np.float64) @ q))

@@ -63,7 +63,8 @@ def launches(fn):
     ops = {op: s["kernel"] for op, s in dk.dispatch_stats().items() if s.get("kernel")}
     stats = dk.composite_stats()
     fused = sum(n for s in stats.values() for n in s["fused"].values())
-    why = {f"{op}: {w}": n for op, s in stats.items() for w, n in s.get("why_decomposed", {}).items()}  # older SDKs: none
+    why = {f"{op}: {w}": n for op, s in stats.items()
+           for w, n in s.get("why_decomposed", {}).items()}  # older SDKs: none
     return sum(ops.values()), ops.get("fill", 0), fused, why
 
 

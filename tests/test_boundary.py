@@ -109,7 +109,7 @@ def test_alignment_must_be_a_power_of_two_of_16_or_more(device_of, name, value):
                 f"alignment={value}; the device API requires a power of two >= 16 "
                 f"(device_api.h, DK_Device_GetProperties_Args.alignment)")
     with pytest.raises(PluginContractError) as excinfo:
-        device.properties
+        _ = device.properties
     assert str(excinfo.value) == expected
     assert isinstance(excinfo.value, DeviceError) and excinfo.value.code is None
     with pytest.raises(PluginContractError) as excinfo:  # nothing is allocated against it

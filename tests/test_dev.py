@@ -100,7 +100,7 @@ def test_dev_build_shadows_the_installed_plugin_and_says_which(tmp_path, capfd):
     installed = os.path.realpath(devicekit_cpu.library_path())
     with open(installed, "rb") as f:
         installed_digest = hashlib.sha256(f.read()).hexdigest()[:16]
-    assert (f"devicekit dev: it shadows the installed devicekit " in err
+    assert ("devicekit dev: it shadows the installed devicekit " in err
             and f": {installed} (sha256 {installed_digest}, built " in err), err
     assert f"DEVICEKIT_PLUGIN_OVERRIDE={lib}" in err
 

@@ -51,7 +51,7 @@ def test_dim_and_keepdim_are_axis_and_keepdims(cpu):
              (F.var(x, dim=1), F.var(x, 1)), (x.softmax(dim=-1), x.softmax(-1))]
     idx = dk.tensor(RNG.integers(0, 4, (3, 2, 5)))
     pairs.append((ops.gather(x, dim=1, index=idx), ops.gather(x, 1, idx)))
-    for i, (by_dim, by_axis) in enumerate(pairs):
+    for by_dim, by_axis in pairs:
         same(by_dim, by_axis.numpy())
     np.testing.assert_allclose(ops.sum(x, dim=1).numpy(), a.sum(1), rtol=1e-6)
 

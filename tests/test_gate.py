@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from devicekit.gate import check as check_mod
-from devicekit.gate import matrix, policy, record
+from devicekit.gate import policy, record
 from devicekit.gate import perf as perf_mod
 from devicekit.gate.errors import BadPolicy
 
@@ -265,8 +265,8 @@ def test_interleaved_ratio_holds_under_load():
         order = []
         plugin, _ = _scripted(p_times)
         ref, _ = _scripted(r_times)
-        m = perf_mod.interleaved(lambda: (order.append("p"), plugin())[1],
-                                 lambda: (order.append("r"), ref())[1], 10, 20, 9)
+        m = perf_mod.interleaved(lambda order=order, plugin=plugin: (order.append("p"), plugin())[1],
+                                 lambda order=order, ref=ref: (order.append("r"), ref())[1], 10, 20, 9)
         assert m["ratio"] == pytest.approx(2.0) and len(m["ratios"]) == 9
         assert m["seconds"] == pytest.approx(2e-3 * sustained)
         assert m["ratios"][1] == pytest.approx(8.0) and m["ratios"][2] == pytest.approx(2 / 3)

@@ -36,8 +36,8 @@ def _text_files():
 
 
 def _resolves(path, ref):
-    """Relative to the file, to an enclosing folder (a header's "CHANGELOG.md"
-    is its device_api/'s), or to docs/ (docs name each other bare)."""
+    """Relative to the file, to an enclosing folder (the changelog a header
+    names is device_api/'s), or to docs/ (docs name each other bare)."""
     folders, here = [], os.path.dirname(path)
     while True:
         folders.append(here)
@@ -80,7 +80,8 @@ def test_tests_readme_maps_every_test_file():
     named = set(re.findall(r"`(test_\w+\.py)`", readme))
     present = {p for p in os.listdir(os.path.join(ROOT, "tests")) if re.fullmatch(r"test_\w+\.py", p)}
     assert present - named == set(), f"test files missing from tests/README.md: {sorted(present - named)}"
-    assert named - present == set(), f"tests/README.md names files that do not exist: {sorted(named - present)}"
+    assert named - present == set(), \
+        f"tests/README.md names files that do not exist: {sorted(named - present)}"
 
 
 def test_line_count_report_covers_every_tracked_file():
@@ -94,6 +95,7 @@ def test_line_count_report_covers_every_tracked_file():
         rows[m[1]] = (int(m[2]), int(m[3]))
     files = rows.pop("total (code and docs)")[0] + rows.pop("data files (*.json)")[0]
     assert files == len(tracked)
-    assert sum(n for n, _ in rows.values()) + sum(1 for p in tracked if p.endswith(".json")) == len(tracked)
+    json_files = sum(1 for p in tracked if p.endswith(".json"))
+    assert sum(n for n, _ in rows.values()) + json_files == len(tracked)
     with open(os.path.join(ROOT, "sdk", "csrc", "tensor.cpp"), "rb") as f:
         assert rows["SDK C++ core"][1] >= f.read().count(b"\n")

@@ -40,7 +40,7 @@ def _run_child(path):
         for d in plugin.devices:
             emit(f"{STEP_PREFIX}Device_GetProperties (device {d.name})")
             try:
-                d.properties
+                _ = d.properties  # reading it runs Device_GetProperties
                 devices.append({"name": d.name, "error": None})
             except DeviceKitError as e:
                 devices.append({"name": d.name, "error": str(e)})

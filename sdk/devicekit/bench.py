@@ -247,7 +247,7 @@ def measure(device_name, ops=None, dtypes=("float32",), sizes=DEFAULT_SIZES,
                 continue
             nbytes = sum(x.numpy().nbytes for x in r.inputs) + out.numpy().nbytes
             xs = r.inputs
-            seconds, calls = _time(lambda: r.call(xs), sync, repeats)
+            seconds, calls = _time(lambda r=r, xs=xs: r.call(xs), sync, repeats)
             results.append({"op": op, "dtype": dt, "size": n, "recipe": r.text,
                             "shapes": [list(x.shape) for x in xs], "seconds": seconds,
                             "calls": calls, "repeats": repeats, "bytes": nbytes,

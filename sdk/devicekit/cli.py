@@ -23,7 +23,9 @@ def _fmt_bytes(n):
 
 def _table(rows, headers):
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
+
+    def line(r):
+        return "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 

@@ -172,5 +172,5 @@ def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None,
         for t in threads:
             t.join(30)
         with lock:
-            raise Interrupted(dict(results))
+            raise Interrupted(dict(results)) from None  # the interrupt itself is no error to show
     return results

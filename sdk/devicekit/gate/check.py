@@ -105,7 +105,7 @@ def _conformance(new, base, policy, v):
                                  "certify at the level the policy requires, without filters"))
     d = compare(bc, nc)
     seen = set()
-    for cid, op, dtype, old, now in d["regressed"]:
+    for cid, _op, _dtype, old, now in d["regressed"]:
         seen.add(cid)
         f = nc.get("failures", {}).get(cid, {})
         detail = ((f.get("message") or "").splitlines() or [""])[0] + (
@@ -134,7 +134,7 @@ def _models(new, base, policy, v):
     nm, bm = new["models"], base["models"]
     d = compare(bm, nm)
     seen = set()
-    for cid, op, dtype, old, now in d["regressed"]:
+    for cid, _op, _dtype, old, now in d["regressed"]:
         seen.add(cid)
         v.refusals.append(Reason("models.regression", cid, old, "missing" if now == "absent"
                                  else now, _first_layer(nm, cid) or "not in the new record"))

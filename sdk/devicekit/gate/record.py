@@ -126,7 +126,7 @@ def models_section(rep):
         for dtype, curves in (info.get("curves") or {}).items():
             if dtype in per_model.get(model, {}) and isinstance(curves, dict):
                 per_model[model][dtype]["loss_curve"] = curves.get("plugin")
-        for dtype, entry in per_model.get(model, {}).items():
+        for entry in per_model.get(model, {}).values():
             entry["passed"] = all(o == "pass" for o in entry["phases"].values())
         per_model.setdefault(model, {})
         if info.get("config_hash"):

@@ -98,7 +98,7 @@ def run(args):
     if args.list:
         for m in models:
             model = get(m)
-            print(f"{m}: {model.title}\n    layers: {', '.join(l.name for l in model.layers())}")
+            print(f"{m}: {model.title}\n    layers: {', '.join(layer.name for layer in model.layers())}")
         return EXIT_OK
     if args.update_goldens:
         return _update_goldens(models, args)
@@ -169,7 +169,7 @@ def _print_outcome(rep, summary_table):
            or (c["outcome"] == "not-implemented" and c["required"])]
     for c in bad[:20]:
         lines = (c["message"] or "").splitlines() or [""]
-        print(f"{c['outcome'].upper()} {c['id']}\n    " + "\n    ".join(l[:400] for l in lines[:4]))
+        print(f"{c['outcome'].upper()} {c['id']}\n    " + "\n    ".join(line[:400] for line in lines[:4]))
         print(f"    replay: {c['replay']}")
     if len(bad) > 20:
         print(f"... and {len(bad) - 20} more (see --report)")
@@ -200,7 +200,7 @@ def _replay_layer(model, target, dtype, layer, inference):
     from . import divergence, reference
     from .harness import _fmt
 
-    layers = [l.name for l in model.layers()] + ["loss"]
+    layers = [layer.name for layer in model.layers()] + ["loss"]
     if layer not in layers:
         return _error(f"model {model.name} has no layer {layer!r}; its layers: {', '.join(layers)}")
     data = reference.fetch(model.name, layers=(dtype, inference))["layers"]

@@ -9,7 +9,8 @@ vendor plugin may wrap or embed the reference CPU plugin (the test suite's
 faulty plugins do), may crash, or may change process-wide state.
 ``DEVICEKIT_PLUGIN_PATH`` and ``DEVICEKIT_PLUGIN_OVERRIDE`` (``devicekit
 dev``'s fresh build, which would shadow an installed plugin of the same name)
-are cleared there: only the installed reference plugin is needed. Results cross as a pickle in a temporary file.
+are cleared there: only the installed reference plugin is needed. Results cross as a
+pickle in a temporary file.
 """
 
 import argparse

@@ -2,10 +2,11 @@
 
 Exit codes of both: 0 the merged run passed, 1 it failed (as the single run
 would exit); 2 usage error, an --out/--report folder that cannot be written
-(``ray``: also a shard that produced no report, or ray not installed); 3 a shard report not found; 4 a truncated or corrupted
-report, or one made without --shard; 5 shards of different plugin binaries
-(sha256); 6 shards of different DeviceKit versions; 7 shards that do not form
-one run (another split or selection, a shard given twice, a shard missing).
+(``ray``: also a shard that produced no report, or ray not installed); 3 a
+shard report not found; 4 a truncated or corrupted report, or one made
+without --shard; 5 shards of different plugin binaries (sha256); 6 shards
+of different DeviceKit versions; 7 shards that do not form one run (another
+split or selection, a shard given twice, a shard missing).
 Nothing is written unless the merge succeeds.
 """
 
