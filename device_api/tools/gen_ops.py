@@ -61,7 +61,7 @@ def bound_text(b):
     if b["kind"] == "ulp":
         floor = f"; or {b['abs_floor_ulps_of_one']} ulp of 1.0" if b.get("abs_floor_ulps_of_one") else ""
         return f"ulps: {ulps}{floor}"
-    return f"ulps(out): {ulps} + {b['lambda']}·√n·u·Σ\|terms\|"
+    return f"ulps(out): {ulps} + {b['lambda']}·√n·u·Σ\\|terms\\|"
 
 
 def _minor(version):
@@ -87,13 +87,12 @@ def _comment(text, indent):
     pad = " " * indent
     if len(lines) == 1:
         return f"{pad}/* {lines[0]} */"
-    body = "\n".join(f"{pad} * {l}" for l in lines[1:])
+    body = "\n".join(f"{pad} * {line}" for line in lines[1:])
     return f"{pad}/* {lines[0]}\n{body} */"
 
 
 def ops_header(spec):
     ops = spec["ops"]
-    major = _major(spec)
     out = ["/* Generated from spec/base_ops.json by tools/gen_ops.py; do not edit.",
            " *",
            " * The op part of the device API: base operators, fused operators, their",
@@ -322,6 +321,12 @@ def sdk_counts(spec):
     return "\n".join(rows) + "\n"
 
 
+def _py_tuple(name, items):
+    body = textwrap.fill(", ".join(repr(i) for i in items) + ",", 96, initial_indent="    ",
+                         subsequent_indent="    ")
+    return f"{name} = (\n{body}\n)\n"
+
+
 def py_facts(spec):
     """The op facts the Python layer needs, as literals (no JSON at import)."""
     def table(name, items, doc):
@@ -335,8 +340,8 @@ def py_facts(spec):
         f"API_MAJOR = {_major(spec)}\n"
         f"LATEST_MINOR = {latest_minor(spec)}  # the newest minor the spec names (DK_OPS_API_MINOR)\n"
         "# Base ops in DK_OpId order, and fused ops in DK_FusedOpId order.\n"
-        f"OPS = {tuple(o['name'] for o in ops)!r}\n"
-        f"FUSED_OPS = {tuple(o['name'] for o in spec['fused_ops'])!r}\n"
+        + _py_tuple("OPS", [o["name"] for o in ops])
+        + _py_tuple("FUSED_OPS", [o["name"] for o in spec["fused_ops"]])
         + table("NUM_INPUTS", [(o["name"], len(o["inputs"])) for o in ops],
                 "Base op -> number of inputs.")
         + table("KIND", [(o["name"], o["kind"]) for o in ops],

@@ -4,8 +4,16 @@ device_api/tools/gen_ops.py; do not edit. The spec is their only source."""
 API_MAJOR = 1
 LATEST_MINOR = 2  # the newest minor the spec names (DK_OPS_API_MINOR)
 # Base ops in DK_OpId order, and fused ops in DK_FusedOpId order.
-OPS = ('copy', 'fill', 'cast', 'add', 'neg', 'abs', 'exp', 'log', 'sqrt', 'rsqrt', 'reciprocal', 'sin', 'cos', 'tanh', 'erf', 'floor', 'sign', 'sub', 'mul', 'div', 'pow', 'maximum', 'minimum', 'eq', 'ne', 'lt', 'le', 'logical_and', 'logical_or', 'logical_xor', 'logical_not', 'where', 'reduce_sum', 'reduce_max', 'reduce_min', 'argmax', 'cumsum', 'iota', 'gather', 'scatter_add', 'matmul', 'random_bits', 'random_uniform')
-FUSED_OPS = ('rms_norm', 'layer_norm', 'softmax', 'scaled_dot_product_attention')
+OPS = (
+    'copy', 'fill', 'cast', 'add', 'neg', 'abs', 'exp', 'log', 'sqrt', 'rsqrt', 'reciprocal',
+    'sin', 'cos', 'tanh', 'erf', 'floor', 'sign', 'sub', 'mul', 'div', 'pow', 'maximum',
+    'minimum', 'eq', 'ne', 'lt', 'le', 'logical_and', 'logical_or', 'logical_xor',
+    'logical_not', 'where', 'reduce_sum', 'reduce_max', 'reduce_min', 'argmax', 'cumsum',
+    'iota', 'gather', 'scatter_add', 'matmul', 'random_bits', 'random_uniform',
+)
+FUSED_OPS = (
+    'rms_norm', 'layer_norm', 'softmax', 'scaled_dot_product_attention',
+)
 # Base op -> number of inputs.
 NUM_INPUTS = {
     'copy': 1,
