@@ -15,7 +15,8 @@ The spec is the only place an op fact is written by hand. From it this writes:
 - sdk/devicekit/_op_facts.py: arity, kind and differentiability per op.
 
 A minor bump that adds ops is: append them to the spec with the new "since",
-run this, add the CHANGELOG line (device_api/README.md, "Bumping the minor").
+run this, set the version, add the CHANGELOG line (the steps are listed under
+"Versioning" in include/devicekit/device_api.h).
 With --check it changes nothing and exits 1 when a generated file is stale
 (the test suite runs that, so spec, header, tables and docs cannot drift).
 """
