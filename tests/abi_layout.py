@@ -33,8 +33,17 @@ def _collapse_braces(body):
         body = new
 
 
+def _read_with_parts(header):
+    """The header's text with the parts it includes by a quoted name from its
+    own folder (device_api_ops.h, generated from the op spec) spliced in."""
+    folder = os.path.dirname(header)
+    return re.sub(r'^#include "([\w.]+)"$',
+                  lambda m: open(os.path.join(folder, m.group(1))).read(),
+                  open(header).read(), flags=re.M)
+
+
 def parse(header=HEADER):
-    text = _strip_comments(open(header).read())
+    text = _strip_comments(_read_with_parts(header))
     structs = {}
     for m in re.finditer(r"typedef struct (\w+) \{(.*?)\} \1;", text, flags=re.S):
         fields = []

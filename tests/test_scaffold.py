@@ -33,6 +33,7 @@ EXPECTED_TREE = {
     "README.md",
     "exports.map",
     "include/devicekit/device_api.h",
+    "include/devicekit/device_api_ops.h",
     "include/devicekit/plugin_helpers.h",
     "pyproject.toml",
     "python/devicekit_acme/__init__.py",
@@ -260,6 +261,8 @@ def _fake_newer_devicekit(root: Path) -> dict:
     package = root / "fake" / "devicekit"
     (package / "include" / "devicekit").mkdir(parents=True)
     (package / "include" / "devicekit" / "device_api.h").write_text(newer)
+    shutil.copyfile(api_target.header_dir() / "devicekit" / "device_api_ops.h",
+                    package / "include" / "devicekit" / "device_api_ops.h")
     (package / "cmake").mkdir()
     (package / "cmake" / "devicekit-config.cmake").write_text(
         f'add_library(devicekit::device_api INTERFACE IMPORTED)\n'

@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
-"""Generate the base-operator parts of the device API from spec/base_ops.json.
+"""Generate every op fact of the device API and the SDK from spec/base_ops.json.
 
-Writes, between the GENERATED markers of include/devicekit/device_api.h, the
-DK_OpId list (in spec order: the order *is* the ABI and only appends), the
-DK_BASE_OPS X-macro, the op-count per minor, the DK_FusedOpId list of the
-composite ops a plugin may register fused kernels for (same append-only
-rules) and the attribute structs; and writes docs/base_ops.md and the SDK's
-per-op tables sdk/csrc/base_ops_table.inc and sdk/csrc/fused_ops_table.inc.
-With --check it changes nothing and exits 1 when a
-generated file is stale (the test suite runs that, so spec, header and docs
-cannot drift).
+The spec is the only place an op fact is written by hand. From it this writes:
+- include/devicekit/device_api_ops.h, which the hand-written device_api.h
+  includes: the DK_OpId list (in spec order: the order *is* the ABI and only
+  appends), the DK_BASE_OPS X-macro, the op count per minor and the latest
+  one (DK_OP_COUNT), the DK_FusedOpId list of the composite ops a plugin may
+  register fused kernels for (same append-only rules, DK_FUSED_OP_COUNT),
+  each op's spec dtype mask (DK_OP_DTYPES_<OP>) and the attribute structs;
+- docs/base_ops.md;
+- the SDK core's tables: sdk/csrc/base_ops_table.inc, fused_ops_table.inc,
+  fused_attrs.inc (the fused ops' attribute structs, as X-macros the Python
+  binding marshals with) and op_counts_by_minor.inc;
+- sdk/devicekit/_op_facts.py: arity, kind and differentiability per op.
+
+A minor bump that adds ops is: append them to the spec with the new "since",
+run this, set the version, add the CHANGELOG line (the steps are listed under
+"Versioning" in include/devicekit/device_api.h).
+With --check it changes nothing and exits 1 when a generated file is stale
+(the test suite runs that, so spec, header, tables and docs cannot drift).
 """
 
 import argparse
@@ -22,12 +31,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 API_DIR = os.path.dirname(HERE)
 REPO = os.path.dirname(API_DIR)
 SPEC = os.path.join(API_DIR, "spec", "base_ops.json")
-HEADER = os.path.join(API_DIR, "include", "devicekit", "device_api.h")
+HEADER = os.path.join(API_DIR, "include", "devicekit", "device_api_ops.h")
 DOCS = os.path.join(REPO, "docs", "base_ops.md")
 SDK_TABLE = os.path.join(REPO, "sdk", "csrc", "base_ops_table.inc")
 SDK_FUSED_TABLE = os.path.join(REPO, "sdk", "csrc", "fused_ops_table.inc")
-BEGIN = "/* ---- BEGIN GENERATED from spec/base_ops.json by tools/gen_ops.py; do not edit ---- */"
-END = "/* ---- END GENERATED ---- */"
+SDK_FUSED_ATTRS = os.path.join(REPO, "sdk", "csrc", "fused_attrs.inc")
+SDK_COUNTS = os.path.join(REPO, "sdk", "csrc", "op_counts_by_minor.inc")
+PY_FACTS = os.path.join(REPO, "sdk", "devicekit", "_op_facts.py")
 
 
 def load_spec(path=SPEC):
@@ -52,11 +62,25 @@ def bound_text(b):
     if b["kind"] == "ulp":
         floor = f"; or {b['abs_floor_ulps_of_one']} ulp of 1.0" if b.get("abs_floor_ulps_of_one") else ""
         return f"ulps: {ulps}{floor}"
-    return f"ulps(out): {ulps} + {b['lambda']}·√n·u·Σ\|terms\|"
+    return f"ulps(out): {ulps} + {b['lambda']}·√n·u·Σ\\|terms\\|"
 
 
 def _minor(version):
     return int(version.split(".")[1])
+
+
+def _major(spec):
+    """The one major the spec describes (every since is <major>.<minor>)."""
+    majors = {o["since"].split(".")[0] for o in spec["ops"] + spec["fused_ops"]}
+    if len(majors) != 1:
+        raise SystemExit(f"spec/base_ops.json: ops of several majors {sorted(majors)}; "
+                         f"a major bump starts a new spec")
+    return int(majors.pop())
+
+
+def latest_minor(spec):
+    """The newest minor the spec names (an op's or a fused op's since)."""
+    return max(_minor(o["since"]) for o in spec["ops"] + spec["fused_ops"])
 
 
 def _comment(text, indent):
@@ -64,13 +88,28 @@ def _comment(text, indent):
     pad = " " * indent
     if len(lines) == 1:
         return f"{pad}/* {lines[0]} */"
-    body = "\n".join(f"{pad} * {l}" for l in lines[1:])
+    body = "\n".join(f"{pad} * {line}" for line in lines[1:])
     return f"{pad}/* {lines[0]}\n{body} */"
 
 
-def header_block(spec):
+def ops_header(spec):
     ops = spec["ops"]
-    out = [BEGIN, "", "/* The base operators. Append-only: a new op takes the next value, in a new",
+    out = ["/* Generated from spec/base_ops.json by tools/gen_ops.py; do not edit.",
+           " *",
+           " * The op part of the device API: base operators, fused operators, their",
+           " * counts, dtype masks and attribute structs. Part of device_api.h, which",
+           " * includes it where the kernels section needs it; never include it alone. */",
+           "#ifndef DEVICEKIT_DEVICE_API_OPS_H_",
+           "#define DEVICEKIT_DEVICE_API_OPS_H_",
+           "",
+           "#ifndef DEVICEKIT_DEVICE_API_H_",
+           "#error \"include <devicekit/device_api.h>; device_api_ops.h is a part of it\"",
+           "#endif",
+           "",
+           "/* The newest minor the op spec names. device_api.h refuses a DK_API_MINOR",
+           " * older than it: ops of a minor ship with the version that has them. */",
+           f"#define DK_OPS_API_MINOR {latest_minor(spec)}",
+           "", "/* The base operators. Append-only: a new op takes the next value, in a new",
            " * minor, and adds a DK_OP_COUNT_<major>_<minor>. Per op: inputs -> outputs,",
            " * the attribute struct (NULL when none), dtypes a kernel may declare, and",
            " * the semantics every backend must reproduce. */", "typedef enum DK_OpId {"]
@@ -87,7 +126,10 @@ def header_block(spec):
     out += [f"  X({o['name'].upper()}, {o['name']}) \\" for o in ops]
     out[-1] = out[-1][:-2]
     out.append("")
+    out += _latest_alias(ops, "DK_OP_COUNT", "base ops")
+    out += dtype_masks(spec)
     out += fused_block(spec["fused_ops"])
+    out += _latest_alias(spec["fused_ops"], "DK_FUSED_OP_COUNT", "fused ops")
     for name, st in spec["attr_structs"].items():
         users = ", ".join(o["name"] for o in ops + spec["fused_ops"] if o["attrs"] == name)
         out.append(f"/* Attributes of {users} (since {st['since']}). */")
@@ -98,8 +140,36 @@ def header_block(spec):
         out.append(f"}} {name};")
         out.append(f"DK_DEFINE_STRUCT_SIZE({name}, {st['fields'][-1]['name']});")
         out.append("")
-    out.append(END)
-    return "\n".join(out)
+    out.append("#endif /* DEVICEKIT_DEVICE_API_OPS_H_ */")
+    return "\n".join(out) + "\n"
+
+
+def _latest_alias(ops, prefix, what):
+    """DK_OP_COUNT / DK_FUSED_OP_COUNT: the count of the newest minor that
+    added any, for code that means "every op this header knows"."""
+    latest = max((o["since"] for o in ops), key=_minor)
+    return [f"/* The number of {what} this header knows: the count of the newest minor",
+            f" * that added any ({latest}). Code that means \"every op\" uses this, never a",
+            " * per-minor count spelled out by hand. */",
+            f"#define {prefix} {prefix}_{latest.replace('.', '_')}", ""]
+
+
+def _dtype_mask(spec, dtypes):
+    """A spec dtype field as a C mask expression."""
+    names = dtype_list(spec, dtypes)
+    if set(names) == set(spec["dtype_groups"]["all"]):
+        return "DK_DTYPE_MASK_ALL_1_0"
+    return " | ".join(f"DK_DTYPE_BIT(DK_DTYPE_{d.upper()})" for d in names)
+
+
+def dtype_masks(spec):
+    out = ["/* The dtypes the spec allows each base op's kernel to declare", " * (DK_KernelTable.dtypes"
+           "; of input 0, or of the output for ops without inputs).",
+           " * A plugin declares these, or a subset where it deliberately supports less. */"]
+    for o in spec["ops"]:
+        out.append(f"#define DK_OP_DTYPES_{o['name'].upper()} ({_dtype_mask(spec, o['dtypes'])})")
+    out.append("")
+    return out
 
 
 def _counts(ops, prefix, what):
@@ -169,13 +239,10 @@ def docs_table(spec):
 def sdk_table(spec):
     """One row per op for the SDK core: what the SDK itself must know of an
     op (arity, the dtypes the spec allows) without reading JSON at run time."""
-    all_dtypes = spec["dtype_groups"]["all"]
     rows = ["// Generated from device_api/spec/base_ops.json by device_api/tools/gen_ops.py;",
             "// do not edit. Row: {op, name, num_inputs, spec dtype mask, output dtype rule}."]
     for o in spec["ops"]:
-        mask = " | ".join(f"DK_DTYPE_BIT(DK_DTYPE_{d.upper()})" for d in dtype_list(spec, o["dtypes"]))
-        if set(dtype_list(spec, o["dtypes"])) == set(all_dtypes):
-            mask = "DK_DTYPE_MASK_ALL_1_0"
+        mask = f"DK_OP_DTYPES_{o['name'].upper()}"
         rule = {"same": "OutDType::Same", "bool": "OutDType::Bool", "int64": "OutDType::Int64",
                 "attr:out": "OutDType::Given"}[o["output_dtype"]]
         rows.append(f"{{DK_OP_{o['name'].upper()}, \"{o['name']}\", {len(o['inputs'])}, {mask}, {rule}}},")
@@ -192,12 +259,106 @@ def sdk_fused_table(spec):
     return "\n".join(rows) + "\n"
 
 
+def _member(struct):
+    """The FusedAttrs member holding an attribute struct: DK_SdpaAttrs -> sdpa."""
+    return struct[len("DK_"):-len("Attrs")].lower()
+
+
+_READ_AS = {"double": "double", "int32_t": "int32_t", "float": "float", "int64_t": "int64_t",
+            "uint32_t": "uint32_t", "uint64_t": "uint64_t"}
+
+
+def sdk_fused_attrs(spec):
+    """X-macros over the fused ops' attribute structs, from which the SDK
+    builds FusedAttrs (fused.h), picks an op's struct (fused.cpp) and fills it
+    from a Python attribute dict (fused_py.cpp): no attribute is named by hand."""
+    fused = spec["fused_ops"]
+    structs = list(dict.fromkeys(o["attrs"] for o in fused))
+    out = ["// Generated from device_api/spec/base_ops.json by device_api/tools/gen_ops.py;",
+           "// do not edit. The attribute structs of the fused ops.", "",
+           "// X(struct type, FusedAttrs member), once per struct.",
+           "#define DK_SDK_FUSED_ATTR_STRUCTS(X) \\"]
+    out += [f"  X({s}, {_member(s)}) \\" for s in structs]
+    out[-1] = out[-1][:-2]
+    out += ["", "// X(OP_SUFFIX, FusedAttrs member), once per fused op.",
+            "#define DK_SDK_FUSED_OP_ATTRS(X) \\"]
+    out += [f"  X({o['name'].upper()}, {_member(o['attrs'])}) \\" for o in fused]
+    out[-1] = out[-1][:-2]
+    out += ["", "// X(OP_SUFFIX, member, field, type read from Python), once per field a",
+            "// caller gives, in struct order (fields the SDK sets itself are left out).",
+            "#define DK_SDK_FUSED_ATTR_FIELDS(X) \\"]
+    for o in fused:
+        for f in spec["attr_structs"][o["attrs"]]["fields"]:
+            how = f.get("marshal")
+            if how == "sdk":
+                continue
+            if how not in (None, "bool"):
+                raise SystemExit(f"spec/base_ops.json: {o['attrs']}.{f['name']}: unknown marshal "
+                                 f"{how!r} (expected bool or sdk)")
+            read = "bool" if how == "bool" else _READ_AS.get(f["type"])
+            if read is None:
+                raise SystemExit(f"spec/base_ops.json: {o['attrs']}.{f['name']}: no Python "
+                                 f"marshalling for C type {f['type']!r}; add it to gen_ops._READ_AS")
+            out.append(f"  X({o['name'].upper()}, {_member(o['attrs'])}, {f['name']}, {read}) \\")
+    out[-1] = out[-1][:-2]
+    return "\n".join(out) + "\n"
+
+
+def _count_at(ops, prefix, major, minor):
+    """The count macro of the newest minor <= ``minor`` that added any op, or 0."""
+    minors = [_minor(o["since"]) for o in ops if _minor(o["since"]) <= minor]
+    return f"{prefix}_{major}_{max(minors)}" if minors else "0"
+
+
+def sdk_counts(spec):
+    """Row m: what a plugin claiming device API <major>.m may have."""
+    major = _major(spec)
+    rows = ["// Generated from device_api/spec/base_ops.json by device_api/tools/gen_ops.py;",
+            f"// do not edit. Row m (0 .. DK_OPS_API_MINOR): the ops of device API {major}.m,",
+            "// {base ops, fused ops}."]
+    for m in range(latest_minor(spec) + 1):
+        rows.append(f"{{{_count_at(spec['ops'], 'DK_OP_COUNT', major, m)}, "
+                    f"{_count_at(spec['fused_ops'], 'DK_FUSED_OP_COUNT', major, m)}}},  // {major}.{m}")
+    return "\n".join(rows) + "\n"
+
+
+def _py_tuple(name, items):
+    body = textwrap.fill(", ".join(repr(i) for i in items) + ",", 96, initial_indent="    ",
+                         subsequent_indent="    ")
+    return f"{name} = (\n{body}\n)\n"
+
+
+def py_facts(spec):
+    """The op facts the Python layer needs, as literals (no JSON at import)."""
+    def table(name, items, doc):
+        body = "".join(f"    {k!r}: {v!r},\n" for k, v in items)
+        return f"# {doc}\n{name} = {{\n{body}}}\n"
+
+    ops = spec["ops"]
+    return (
+        '"""Op facts from device_api/spec/base_ops.json, written by\n'
+        'device_api/tools/gen_ops.py; do not edit. The spec is their only source."""\n\n'
+        f"API_MAJOR = {_major(spec)}\n"
+        f"LATEST_MINOR = {latest_minor(spec)}  # the newest minor the spec names (DK_OPS_API_MINOR)\n"
+        "# Base ops in DK_OpId order, and fused ops in DK_FusedOpId order.\n"
+        + _py_tuple("OPS", [o["name"] for o in ops])
+        + _py_tuple("FUSED_OPS", [o["name"] for o in spec["fused_ops"]])
+        + table("NUM_INPUTS", [(o["name"], len(o["inputs"])) for o in ops],
+                "Base op -> number of inputs.")
+        + table("KIND", [(o["name"], o["kind"]) for o in ops],
+                "Base op -> kind (memory, unary, binary, compare, logical, reduction, ...).")
+        + table("SINCE", [(o["name"], o["since"]) for o in ops + spec["fused_ops"]],
+                "Op -> the device API version that added it.")
+        + "# Base ops autograd tracks (spec field differentiable).\n"
+        + "DIFFERENTIABLE = frozenset({\n"
+        + "".join(f"    {o['name']!r},\n" for o in ops if o["differentiable"])
+        + "})\n")
+
+
 def render(spec):
-    with open(HEADER) as f:
-        header = f.read()
-    a, b = header.index(BEGIN), header.index(END) + len(END)
-    return {HEADER: header[:a] + header_block(spec) + header[b:], DOCS: docs_table(spec),
-            SDK_TABLE: sdk_table(spec), SDK_FUSED_TABLE: sdk_fused_table(spec)}
+    return {HEADER: ops_header(spec), DOCS: docs_table(spec), SDK_TABLE: sdk_table(spec),
+            SDK_FUSED_TABLE: sdk_fused_table(spec), SDK_FUSED_ATTRS: sdk_fused_attrs(spec),
+            SDK_COUNTS: sdk_counts(spec), PY_FACTS: py_facts(spec)}
 
 
 def main(argv=None):

@@ -92,11 +92,12 @@ bool fit(int op, const std::vector<Tensor>& inputs, FusedAttrs* attrs, Call* c) 
 
 const void* attrs_of(int op, const FusedAttrs& a) {
   switch (op) {
-    case DK_FUSED_RMS_NORM:
-    case DK_FUSED_LAYER_NORM: return &a.norm;
-    case DK_FUSED_SOFTMAX: return &a.softmax;
-    default: return &a.sdpa;
+#define DK_X(OP, member) \
+  case DK_FUSED_##OP: return &a.member;
+    DK_SDK_FUSED_OP_ATTRS(DK_X)
+#undef DK_X
   }
+  return nullptr;  // not reached: try_fused checked op
 }
 
 std::string operands(const Call& c, int n, const Tensor& out) {

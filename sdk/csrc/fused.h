@@ -11,7 +11,7 @@
 
 namespace dk {
 
-constexpr int kNumFusedOps = DK_FUSED_OP_COUNT_1_2;
+constexpr int kNumFusedOps = DK_FUSED_OP_COUNT;
 
 // What the SDK knows of each fused op from the spec (fused_ops_table.inc).
 struct FusedOpSpec {
@@ -22,11 +22,16 @@ struct FusedOpSpec {
 const FusedOpSpec& fused_op_spec(int op);
 int fused_op_from_name(const std::string& name);  // -1 when unknown
 
-// The op's attribute struct, one member per struct (the op picks which).
+// The fused ops' attribute structs and which op takes which, generated from
+// the spec (fused_attrs.inc): DK_SDK_FUSED_ATTR_STRUCTS, _OP_ATTRS, _FIELDS.
+#include "fused_attrs.inc"
+
+// The op's attribute struct, one member per struct (the op picks which),
+// each with its struct_size set.
 struct FusedAttrs {
-  DK_NormAttrs norm{};
-  DK_SoftmaxAttrs softmax{};
-  DK_SdpaAttrs sdpa{};
+#define DK_X(type, member) type member{type##_STRUCT_SIZE};
+  DK_SDK_FUSED_ATTR_STRUCTS(DK_X)
+#undef DK_X
 };
 
 struct FusedHit {

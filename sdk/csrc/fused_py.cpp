@@ -17,21 +17,16 @@ T attr(const py::dict& attrs, const char* key, const char* op) {
   return attrs[key].cast<T>();
 }
 
+// The op's attribute struct from its Python attributes, field by field as the
+// spec lists them (fused_attrs.inc); a bool field becomes 1 or 0, and fields
+// the SDK sets itself (the SDPA mask kind: fused.cpp) are not read here.
 FusedAttrs to_attrs(int op, const py::dict& d) {
   FusedAttrs a;
   const char* name = fused_op_spec(op).name;
-  a.norm.struct_size = DK_NormAttrs_STRUCT_SIZE;
-  a.softmax.struct_size = DK_SoftmaxAttrs_STRUCT_SIZE;
-  a.sdpa.struct_size = DK_SdpaAttrs_STRUCT_SIZE;
-  switch (op) {
-    case DK_FUSED_RMS_NORM:
-    case DK_FUSED_LAYER_NORM: a.norm.eps = attr<double>(d, "eps", name); break;
-    case DK_FUSED_SOFTMAX: a.softmax.axis = attr<int32_t>(d, "axis", name); break;
-    case DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION:
-      a.sdpa.scale = attr<double>(d, "scale", name);
-      a.sdpa.is_causal = attr<bool>(d, "is_causal", name) ? 1 : 0;
-      break;
-  }
+#define DK_X(OP, member, field, T) \
+  if (op == DK_FUSED_##OP) a.member.field = static_cast<decltype(a.member.field)>(attr<T>(d, #field, name));
+  DK_SDK_FUSED_ATTR_FIELDS(DK_X)
+#undef DK_X
   return a;
 }
 

@@ -9,7 +9,7 @@ namespace dk {
 
 // Base ops this SDK knows (the latest minor of its header); a plugin built
 // for an older minor has a shorter table and the rest read as not implemented.
-constexpr int kNumOps = DK_OP_COUNT_1_1;
+constexpr int kNumOps = DK_OP_COUNT;
 
 const char* op_name(DK_OpId op);
 

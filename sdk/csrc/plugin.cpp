@@ -165,8 +165,21 @@ std::string checked_name(const std::string& path, const char* name) {
   return std::string(name, n);
 }
 
+// The ops of each minor of major 1, from the spec (op_counts_by_minor.inc);
+// a minor that added none has the previous minor's.
+struct OpCounts {
+  int base, fused;
+};
+constexpr OpCounts kOpCountsByMinor[] = {
+#include "op_counts_by_minor.inc"
+};
+constexpr int kOpMinors = sizeof(kOpCountsByMinor) / sizeof(kOpCountsByMinor[0]);
+static_assert(kOpMinors == DK_OPS_API_MINOR + 1, "regenerate op_counts_by_minor.inc");
+
 // Fused ops per minor of major 1 (a 1.m plugin may only register those).
-int fused_op_count(int minor) { return minor >= 2 ? DK_FUSED_OP_COUNT_1_2 : 0; }
+int fused_op_count(int minor) {
+  return kOpCountsByMinor[minor < kOpMinors ? minor : kOpMinors - 1].fused;
+}
 
 bool valid_kernel_name(const char* s) {
   if (s == nullptr || *s == '\0') return false;
@@ -182,7 +195,7 @@ bool valid_kernel_name(const char* s) {
 // first composite call. Returns the kernels grouped by op, in table order.
 std::vector<std::vector<const DK_FusedKernel*>> check_fused(const std::string& path,
                                                            const DK_Api* api) {
-  std::vector<std::vector<const DK_FusedKernel*>> by_op(DK_FUSED_OP_COUNT_1_2);
+  std::vector<std::vector<const DK_FusedKernel*>> by_op(DK_FUSED_OP_COUNT);
   if (api->api_minor < 2) return by_op;  // the field does not exist in its table
   const DK_FusedKernelTable* t = api->fused_kernels;
   if (t == nullptr) return by_op;

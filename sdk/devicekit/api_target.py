@@ -29,7 +29,9 @@ FIRST_DEVICEKIT = {
     (1, 2): (0, 1),
 }
 
-HEADERS = ("device_api.h", "plugin_helpers.h")  # what a project vendors
+# What a project vendors: the device API (device_api.h and its generated op
+# part, device_api_ops.h) and the plugin helpers.
+HEADERS = ("device_api.h", "device_api_ops.h", "plugin_helpers.h")
 
 
 class ApiTargetError(DeviceKitError):

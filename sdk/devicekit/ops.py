@@ -38,49 +38,50 @@ from .errors import (DTypeError, DuplicateArgumentError, IndexOutOfRangeError, I
                      InvalidArgumentError)
 from .tensor import Tensor, full
 
+from . import _op_facts as _facts  # arity and differentiability, generated from the spec
+
 _ID = {name: i for i, name in enumerate(_core.OP_NAMES)}
 
 add = _core.add  # the C++ binding itself: no Python frame per call
 
 
-def _unary(name, differentiable=True):
+def _elementwise(name):
+    """The elementwise base op ``name``: unary or binary by its number of
+    inputs in the spec, reported to autograd when the spec marks it
+    differentiable (``_op_facts``, generated from device_api/spec/base_ops.json)."""
     op = _ID[name]
+    arity = _facts.NUM_INPUTS[name]
+    if arity == 1:
+        def fn(x):
+            return _core.unary(op, x)
 
-    def fn(x):
-        return _core.unary(op, x)
+        def tracked(x):
+            return _track(name, _core.unary(op, x), (x,))
+        doc = f"Elementwise base op ``{name}`` (see docs/base_ops.md)."
+    elif arity == 2:
+        def fn(a, b):
+            return _core.binary(op, a, b)
 
-    def tracked(x):
-        return _track(name, _core.unary(op, x), (x,))
-    fn = tracked if differentiable else fn
+        def tracked(a, b):
+            return _track(name, _core.binary(op, a, b), (a, b))
+        doc = f"Elementwise base op ``{name}`` with broadcasting and type promotion."
+    else:
+        raise InvalidArgumentError(f"base op {name!r} has {arity} inputs in the spec; "
+                                   f"ops._elementwise makes unary and binary ops only")
+    fn = tracked if name in _facts.DIFFERENTIABLE else fn
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = f"Elementwise base op ``{name}`` (see docs/base_ops.md)."
+    fn.__doc__ = doc
     return fn
 
 
-def _binary(name, doc=None, differentiable=True):
-    op = _ID[name]
-
-    def fn(a, b):
-        return _core.binary(op, a, b)
-
-    def tracked(a, b):
-        return _track(name, _core.binary(op, a, b), (a, b))
-    fn = tracked if differentiable else fn
-    fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = doc or f"Elementwise base op ``{name}`` with broadcasting and type promotion."
-    return fn
-
-
-neg, abs, exp, log, sqrt, rsqrt, reciprocal, sin, cos, tanh, erf = (
-    _unary(n) for n in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos",
-                        "tanh", "erf"))
-floor, sign = (_unary(n, differentiable=False) for n in ("floor", "sign"))  # zero gradient
-sub, mul, div, pow, maximum, minimum = (
-    _binary(n) for n in ("sub", "mul", "div", "pow", "maximum", "minimum"))
-eq, ne, lt, le = (_binary(n, differentiable=False) for n in ("eq", "ne", "lt", "le"))
-logical_and, logical_or, logical_xor = (
-    _binary(n, differentiable=False) for n in ("logical_and", "logical_or", "logical_xor"))
-logical_not = _unary("logical_not", differentiable=False)
+# Not differentiable (the spec says which): floor, sign, the comparisons and
+# the logical ops; their results never require grad.
+(neg, abs, exp, log, sqrt, rsqrt, reciprocal, sin, cos, tanh, erf, floor, sign, logical_not) = (
+    _elementwise(n) for n in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sin",
+                              "cos", "tanh", "erf", "floor", "sign", "logical_not"))
+(sub, mul, div, pow, maximum, minimum, eq, ne, lt, le, logical_and, logical_or, logical_xor) = (
+    _elementwise(n) for n in ("sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt",
+                              "le", "logical_and", "logical_or", "logical_xor"))
 
 
 def gt(a, b):

@@ -14,10 +14,11 @@ Exit codes (also in ``devicekit new --help`` and docs/porting_guide.md):
   3  NAME is not a valid plugin name
   4  the target folder exists and is not empty (use --force)
   5  the target cannot be written (permissions, a file in the way, read-only disk)
-  6  broken devicekit installation: no templates, or a header it cannot read
+  6  broken devicekit installation: no templates, or an op spec it cannot read
   7  --api names a device API version this devicekit cannot target
 """
 
+import json
 import os
 import re
 import shutil
@@ -67,7 +68,7 @@ class InvalidApiError(ScaffoldError):
 
 
 class InstallationError(ScaffoldError):
-    """The templates or the device API header are missing or unreadable."""
+    """The templates or the op spec are missing or unreadable."""
 
     exit_code = 6
 
@@ -78,7 +79,7 @@ EXIT_CODES_HELP = """exit codes:
   3  invalid NAME ({rule})
   4  target folder exists and is not empty (pass --force to replace it)
   5  target not writable (permissions, a file in the way, read-only disk)
-  6  broken devicekit installation (no templates or unreadable header)
+  6  broken devicekit installation (no templates or unreadable op spec)
   7  invalid --api (a device API version this devicekit cannot target)""".format(rule="[a-z][a-z0-9_]{0,31}")
 
 
@@ -102,54 +103,52 @@ def check_name(name: str) -> None:
                                f"pick another name")
 
 
-# One base op in the header's DK_OpId enum, e.g.
-#   /* neg(x) -> out; no attrs; since 1.1. out = -x; ... */ DK_OP_NEG = 4,
-_OP_RE = re.compile(r"/\*\s*(\w+)\(([^)]*)\)\s*->\s*([^;]*);\s*([^;]*);\s*since\s+(\d+\.\d+)\."
-                    r"(?:(?!\*/).)*\*/\s*DK_OP_(\w+)\s*=\s*(\d+),", re.S)
-
-
-def header_path() -> Path:
+def load_spec() -> dict:
+    """The op spec (device_api/spec/base_ops.json) as shipped in devicekit/data,
+    the file conformance reads too; in a source tree, the spec itself."""
     here = Path(__file__).resolve().parent
-    for candidate in (here / "include", here.parent.parent / "device_api" / "include"):
-        if (candidate / "devicekit" / "device_api.h").is_file():
-            return candidate / "devicekit" / "device_api.h"
-    raise InstallationError(f"device API header not found under {here / 'include'}; "
+    for candidate in (here / "data" / "base_ops.json",
+                      here.parent.parent / "device_api" / "spec" / "base_ops.json"):
+        if candidate.is_file():
+            try:
+                return json.loads(candidate.read_text())
+            except (OSError, ValueError) as e:
+                raise InstallationError(f"cannot read the op spec {candidate}: {e}; "
+                                        f"reinstall devicekit") from e
+    raise InstallationError(f"op spec not found at {here / 'data' / 'base_ops.json'}; "
                             f"reinstall devicekit")
 
 
-def base_ops(major: int, minor: int) -> list:
-    """Every base op of API major.minor, from the header's DK_OpId comments: the
-    kernel table the templates generate is exactly as long as the header's."""
-    path = header_path()
-    text = path.read_text()
-    ops = [{"name": m[1], "signature": f"{m[1]}({m[2].strip()}) -> {m[3].strip()}; "
-                                      f"{' '.join(m[4].split())}",
-            "since": m[5], "id": m[6], "value": int(m[7])} for m in _OP_RE.finditer(text)]
-    # The header is the newest one; an older target gets only its own ops.
-    ops = [op for op in ops
-           if tuple(map(int, op["since"].split("."))) <= (major, minor)]
-    # A minor that added no base ops (1.2 added fused ops) has no count of its
-    # own: the op set is the one of the latest minor <= ours that has one.
-    counts = {int(m[1]): int(m[2]) for m in
-              re.finditer(rf"DK_OP_COUNT_{major}_(\d+)\s*=\s*(\d+)", text) if int(m[1]) <= minor}
-    count = counts[max(counts)] if counts else None  # the macro: op_count_macro()
-    if count is None or [op["value"] for op in ops] != list(range(count)):
-        raise InstallationError(
-            f"cannot read the base-op list of device API {major}.{minor} from {path} "
-            f"(found {len(ops)} ops, expected DK_OP_COUNT_{major}_<minor <= {minor}>); "
-            f"reinstall devicekit")
+def _since(op) -> tuple:
+    return tuple(map(int, op["since"].split(".")))
+
+
+def base_ops(major: int, minor: int, spec=None) -> list:
+    """Every base op of API major.minor, in DK_OpId order, from the op spec
+    (``spec``: a loaded spec; default: the shipped one): the kernel table the
+    templates generate is exactly as long as the header's for that version."""
+    spec = load_spec() if spec is None else spec
+    ops = []
+    for value, o in enumerate(spec["ops"]):
+        if _since(o) > (major, minor):
+            break  # append-only: every later op is newer still
+        attrs = f"attrs {o['attrs']}" if o["attrs"] else "no attrs"
+        ops.append({"name": o["name"], "since": o["since"], "id": o["name"].upper(),
+                    "value": value, "signature": f"{o['name']}({', '.join(o['inputs'])}) -> "
+                                                 f"{', '.join(o['outputs'])}; {attrs}"})
     return ops
 
 
-def op_count_macro(major: int, minor: int) -> str:
-    """The header macro counting the base ops of API major.minor (the latest
-    DK_OP_COUNT_<major>_<m> with m <= minor, as base_ops reads it)."""
-    text = header_path().read_text()
-    minors = [int(m[1]) for m in re.finditer(rf"DK_OP_COUNT_{major}_(\d+)\s*=", text)
-              if int(m[1]) <= minor]
-    if not minors:
-        raise InstallationError(f"no DK_OP_COUNT_{major}_* in {header_path()}; reinstall devicekit")
-    return f"DK_OP_COUNT_{major}_{max(minors)}"
+def op_count_macro(major: int, minor: int, spec=None) -> str:
+    """The header macro counting the base ops of API major.minor: the
+    DK_OP_COUNT_<major>_<m> of the newest minor m <= minor that added ops (a
+    minor that added none, like 1.2, has no count of its own)."""
+    ops = base_ops(major, minor, spec)
+    if not ops:
+        raise InstallationError(f"the op spec has no base op of device API {major}.{minor}; "
+                                f"reinstall devicekit")
+    newest = max(_since(op) for op in ops)
+    return f"DK_OP_COUNT_{newest[0]}_{newest[1]}"
 
 
 def _c_string(text: str) -> str:

@@ -13,11 +13,12 @@
  * ---------------------------
  * - Pure C99. No C++ types cross this boundary, no exceptions, no setjmp.
  * - Every call takes one `DK_<Object>_<Verb>_Args*` whose first field is
- *   `struct_size`; fields marked `// out` are written by the callee.
- *   The caller sets struct_size with the matching DK_<name>_STRUCT_SIZE macro.
- *   A callee must read only the fields that fit within the struct_size it was
- *   given, and write only `// out` fields that fit within it, so that an
- *   older caller and a newer callee (or the reverse) still talk.
+ *   `struct_size`; fields whose comment begins with `out:` are written by
+ *   the callee. The caller sets struct_size with the matching
+ *   DK_<name>_STRUCT_SIZE macro. A callee must read only the fields that fit
+ *   within the struct_size it was given, and write only `out:` fields that
+ *   fit within it, so that an older caller and a newer callee (or the
+ *   reverse) still talk.
  * - Every call returns `DK_Error*`: NULL means success; anything else is an
  *   error object owned by the caller, who frees it with DK_Api.Error_Destroy.
  * - Pointers: every pointer field says who owns it, how long it lives,
@@ -67,6 +68,19 @@ extern "C" {
  * 4. Every versioned struct records, per MINOR, the struct_size it had then
  *    (DK_Api_STRUCT_SIZE_1_0, ...), so the SDK can tell a genuinely old
  *    plugin from a corrupt one.
+ *
+ * Operators live in spec/base_ops.json, the only place an op fact is written
+ * by hand; tools/gen_ops.py generates device_api_ops.h (included below), the
+ * docs and the SDK's op tables from it. A MINOR bump that adds operators:
+ * (a) append them to the spec with "since": "1.<new minor>"; (b) run
+ *     python device_api/tools/gen_ops.py;
+ * (c) set DK_API_MINOR (the #error below the include insists), and record
+ *     the version's sizes: DK_Api_STRUCT_SIZE_1_<new minor> (rule 4), its row
+ *     in the SDK's kApiSizeByMinor (sdk/csrc/plugin.cpp, a static_assert
+ *     insists) and in devicekit.api_target.FIRST_DEVICEKIT (a test insists);
+ * (d) add the CHANGELOG.md line.
+ * Nothing else changes by hand: counts (DK_OP_COUNT is the latest), dtype
+ * masks, the SDK's tables and devicekit new's op list follow the spec.
  */
 #define DK_API_MAJOR 1
 #define DK_API_MINOR 2
@@ -492,315 +506,17 @@ typedef struct DK_Scalar {
   } value;
 } DK_Scalar;
 
-/* ---- BEGIN GENERATED from spec/base_ops.json by tools/gen_ops.py; do not edit ---- */
-
-/* The base operators. Append-only: a new op takes the next value, in a new
- * minor, and adds a DK_OP_COUNT_<major>_<minor>. Per op: inputs -> outputs,
- * the attribute struct (NULL when none), dtypes a kernel may declare, and
- * the semantics every backend must reproduce. */
-typedef enum DK_OpId {
-  /* copy(x) -> out; no attrs; since 1.0. out = x elementwise, same shape and
-   * dtype. The SDK's materialiser: accepts strided and broadcast (stride 0)
-   * inputs and strided outputs that write no element twice, whatever its
-   * capability bits. */
-  DK_OP_COPY = 0,
-  /* fill() -> out; attrs DK_FillAttrs; since 1.0. every element of out =
-   * value, converted to out's dtype by the rules of cast. */
-  DK_OP_FILL = 1,
-  /* cast(x) -> out; no attrs; since 1.0. out = x converted to out's dtype.
-   * Float to float rounds to nearest even, NaN stays NaN, overflow gives Inf;
-   * float to integer truncates toward zero (NaN and out-of-range values are
-   * unspecified); anything to bool is x != 0. Declared dtypes are the input's;
-   * any output dtype the device stores is accepted. */
-  DK_OP_CAST = 2,
-  /* add(a, b) -> out; no attrs; since 1.0. out = a + b. Integer overflow
-   * wraps; bool add is logical or. */
-  DK_OP_ADD = 3,
-  /* neg(x) -> out; no attrs; since 1.1. out = -x; integers wrap (-INT_MIN =
-   * INT_MIN). */
-  DK_OP_NEG = 4,
-  /* abs(x) -> out; no attrs; since 1.1. out = |x|; abs(-0.0) = +0.0; integers
-   * wrap (abs(INT_MIN) = INT_MIN). */
-  DK_OP_ABS = 5,
-  /* exp(x) -> out; no attrs; since 1.1. out = e^x; exp(-inf) = +0, exp(+inf) =
-   * +inf. */
-  DK_OP_EXP = 6,
-  /* log(x) -> out; no attrs; since 1.1. out = ln x; log(0) = -inf, log(x<0) =
-   * NaN. */
-  DK_OP_LOG = 7,
-  /* sqrt(x) -> out; no attrs; since 1.1. out = sqrt(x); sqrt(-0.0) = -0.0,
-   * sqrt(x<0) = NaN. */
-  DK_OP_SQRT = 8,
-  /* rsqrt(x) -> out; no attrs; since 1.1. out = 1/sqrt(x); rsqrt(+0) = +inf,
-   * rsqrt(x<0) = NaN. */
-  DK_OP_RSQRT = 9,
-  /* reciprocal(x) -> out; no attrs; since 1.1. out = 1/x; reciprocal(+-0) =
-   * +-inf. */
-  DK_OP_RECIPROCAL = 10,
-  /* sin(x) -> out; no attrs; since 1.1. out = sin(x). */
-  DK_OP_SIN = 11,
-  /* cos(x) -> out; no attrs; since 1.1. out = cos(x). */
-  DK_OP_COS = 12,
-  /* tanh(x) -> out; no attrs; since 1.1. out = tanh(x); saturates to +-1
-   * without NaN for large |x|. */
-  DK_OP_TANH = 13,
-  /* erf(x) -> out; no attrs; since 1.1. out = erf(x). */
-  DK_OP_ERF = 14,
-  /* floor(x) -> out; no attrs; since 1.1. out = largest integer value <= x
-   * (floating); integers unchanged. */
-  DK_OP_FLOOR = 15,
-  /* sign(x) -> out; no attrs; since 1.1. out = -1, 0 or +1 (as x's dtype);
-   * sign(NaN) = NaN; sign(+-0.0) = +0.0. */
-  DK_OP_SIGN = 16,
-  /* sub(a, b) -> out; no attrs; since 1.1. out = a - b; integers wrap. */
-  DK_OP_SUB = 17,
-  /* mul(a, b) -> out; no attrs; since 1.1. out = a * b; integers wrap; bool
-   * mul is logical and. */
-  DK_OP_MUL = 18,
-  /* div(a, b) -> out; no attrs; since 1.1. out = a / b (true division,
-   * floating only; x/0 = +-inf, 0/0 = NaN). */
-  DK_OP_DIV = 19,
-  /* pow(a, b) -> out; no attrs; since 1.1. out = a ** b (C pow semantics:
-   * pow(x, 0) = 1 even for NaN x). */
-  DK_OP_POW = 20,
-  /* maximum(a, b) -> out; no attrs; since 1.1. out = max(a, b); NaN if either
-   * is NaN; -0.0 < +0.0 (IEEE 754-2019 maximum). */
-  DK_OP_MAXIMUM = 21,
-  /* minimum(a, b) -> out; no attrs; since 1.1. out = min(a, b); NaN if either
-   * is NaN; -0.0 < +0.0 (IEEE 754-2019 minimum). */
-  DK_OP_MINIMUM = 22,
-  /* eq(a, b) -> out; no attrs; since 1.1. out = a == b (NaN != NaN; -0.0 ==
-   * +0.0); out is bool, inputs share a dtype. */
-  DK_OP_EQ = 23,
-  /* ne(a, b) -> out; no attrs; since 1.1. out = a != b; out is bool, inputs
-   * share a dtype. */
-  DK_OP_NE = 24,
-  /* lt(a, b) -> out; no attrs; since 1.1. out = a < b; out is bool, inputs
-   * share a dtype. */
-  DK_OP_LT = 25,
-  /* le(a, b) -> out; no attrs; since 1.1. out = a <= b; out is bool, inputs
-   * share a dtype. */
-  DK_OP_LE = 26,
-  /* logical_and(a, b) -> out; no attrs; since 1.1. out = a && b on bool
-   * inputs; out is bool. */
-  DK_OP_LOGICAL_AND = 27,
-  /* logical_or(a, b) -> out; no attrs; since 1.1. out = a || b on bool inputs;
-   * out is bool. */
-  DK_OP_LOGICAL_OR = 28,
-  /* logical_xor(a, b) -> out; no attrs; since 1.1. out = a != b on bool
-   * inputs; out is bool. */
-  DK_OP_LOGICAL_XOR = 29,
-  /* logical_not(x) -> out; no attrs; since 1.1. out = !x on bool input; out is
-   * bool. */
-  DK_OP_LOGICAL_NOT = 30,
-  /* where(cond, a, b) -> out; no attrs; since 1.1. out = cond ? a : b; cond is
-   * bool, a/b/out share a dtype (the declared one). */
-  DK_OP_WHERE = 31,
-  /* reduce_sum(x) -> out; attrs DK_ReduceAttrs; since 1.1. out = sum of x over
-   * the dimensions in axes; out has x's rank with those dimensions of size 1.
-   * float16/bfloat16 accumulate in float32; integers wrap; bool sums are not
-   * allowed. An empty reduction gives 0. */
-  DK_OP_REDUCE_SUM = 32,
-  /* reduce_max(x) -> out; attrs DK_ReduceAttrs; since 1.1. out = maximum over
-   * axes (NaN if any element is NaN); shape as reduce_sum. Empty reductions
-   * are rejected by the SDK. */
-  DK_OP_REDUCE_MAX = 33,
-  /* reduce_min(x) -> out; attrs DK_ReduceAttrs; since 1.1. out = minimum over
-   * axes (NaN if any element is NaN); shape as reduce_sum. */
-  DK_OP_REDUCE_MIN = 34,
-  /* argmax(x) -> out; attrs DK_AxisAttrs; since 1.1. out (int64) = index along
-   * axis of the maximum; the first index on ties; a NaN counts as the maximum
-   * (first NaN wins). out has x's rank with axis of size 1. */
-  DK_OP_ARGMAX = 35,
-  /* cumsum(x) -> out; attrs DK_AxisAttrs; since 1.1. out[..., i, ...] = sum of
-   * x[..., 0..i, ...] along axis (float16/bfloat16 accumulate in float32). */
-  DK_OP_CUMSUM = 36,
-  /* iota() -> out; attrs DK_IotaAttrs; since 1.1. out[i0, ..., ik] = start +
-   * i_axis * step, converted to out's dtype by the rules of cast. */
-  DK_OP_IOTA = 37,
-  /* gather(x, index) -> out; attrs DK_AxisAttrs; since 1.1. out[i][j][k] =
-   * x[index[i][j][k]][j][k] for axis 0 (torch.gather). index is int64 with
-   * out's shape; every index in [0, x.shape[axis]) (the SDK checks nothing on
-   * device: an out-of-range index is an error the kernel reports). */
-  DK_OP_GATHER = 38,
-  /* scatter_add(x, index, src) -> out; attrs DK_AxisAttrs; since 1.1. out = x,
-   * then out[index[i][j][k]][j][k] += src[i][j][k] for axis 0
-   * (torch.scatter_add); index is int64 with src's shape. Floating results may
-   * depend on summation order within the tolerance. */
-  DK_OP_SCATTER_ADD = 39,
-  /* matmul(a, b) -> out; no attrs; since 1.1. batched matrix product: a [B...,
-   * M, K] @ b [B..., K, N] -> out [B..., M, N] with equal batch dims;
-   * accumulates in float32 for float16/bfloat16 (float64 for float64);
-   * integers wrap. */
-  DK_OP_MATMUL = 40,
-  /* random_bits() -> out; attrs DK_RandomAttrs; since 1.1. Philox4x32-10.
-   * Element n (row-major index in out) is word n % 4 of Philox(counter =
-   * {lo32(c), hi32(c), 0, 0}, key = {lo32(seed), hi32(seed)}) with c = offset
-   * + n / 4, reinterpreted as int32. Every backend yields identical bits. */
-  DK_OP_RANDOM_BITS = 41,
-  /* random_uniform() -> out; attrs DK_RandomAttrs; since 1.1. u = (w >> (32 -
-   * p)) * 2^-p with w the uint32 word random_bits gives element n and p the
-   * significand width of out's dtype (24 for float32 and float64, 11 for
-   * float16, 8 for bfloat16): exact, and always in [0, 1). */
-  DK_OP_RANDOM_UNIFORM = 42,
-  DK_OP_COUNT_1_0 = 4, /* number of ops in device API 1.0 */
-  DK_OP_COUNT_1_1 = 43 /* number of ops in device API 1.1 */
-} DK_OpId;
-
-/* X-macro over every base op, in DK_OpId order: X(ID_SUFFIX, name). */
-#define DK_BASE_OPS(X) \
-  X(COPY, copy) \
-  X(FILL, fill) \
-  X(CAST, cast) \
-  X(ADD, add) \
-  X(NEG, neg) \
-  X(ABS, abs) \
-  X(EXP, exp) \
-  X(LOG, log) \
-  X(SQRT, sqrt) \
-  X(RSQRT, rsqrt) \
-  X(RECIPROCAL, reciprocal) \
-  X(SIN, sin) \
-  X(COS, cos) \
-  X(TANH, tanh) \
-  X(ERF, erf) \
-  X(FLOOR, floor) \
-  X(SIGN, sign) \
-  X(SUB, sub) \
-  X(MUL, mul) \
-  X(DIV, div) \
-  X(POW, pow) \
-  X(MAXIMUM, maximum) \
-  X(MINIMUM, minimum) \
-  X(EQ, eq) \
-  X(NE, ne) \
-  X(LT, lt) \
-  X(LE, le) \
-  X(LOGICAL_AND, logical_and) \
-  X(LOGICAL_OR, logical_or) \
-  X(LOGICAL_XOR, logical_xor) \
-  X(LOGICAL_NOT, logical_not) \
-  X(WHERE, where) \
-  X(REDUCE_SUM, reduce_sum) \
-  X(REDUCE_MAX, reduce_max) \
-  X(REDUCE_MIN, reduce_min) \
-  X(ARGMAX, argmax) \
-  X(CUMSUM, cumsum) \
-  X(IOTA, iota) \
-  X(GATHER, gather) \
-  X(SCATTER_ADD, scatter_add) \
-  X(MATMUL, matmul) \
-  X(RANDOM_BITS, random_bits) \
-  X(RANDOM_UNIFORM, random_uniform)
-
-/* The composite ops a plugin may register fused kernels for (DK_FusedKernel.op;
- * see "Fused kernels" below). Append-only, like DK_OpId. Per op: inputs
- * (a trailing ? marks an optional input: when absent, its entry in
- * DK_Kernel_Args.inputs is NULL) -> outputs, the attribute struct, and the
- * semantics a fused kernel must reproduce: the SDK's decomposition into base
- * ops is the definition, and conformance checks the kernel against it. */
-typedef enum DK_FusedOpId {
-  /* rms_norm(x, weight?) -> out; attrs DK_NormAttrs; since 1.2. out = x *
-   * rsqrt(mean(x^2 over the last dim) + eps) * weight. weight, when present,
-   * has shape [x.shape[-1]]. out has x's shape and dtype; accumulate in
-   * float32 or wider. */
-  DK_FUSED_RMS_NORM = 0,
-  /* layer_norm(x, weight?, bias?) -> out; attrs DK_NormAttrs; since 1.2. out =
-   * (x - mean) * rsqrt(var + eps) * weight + bias over the last dim, var the
-   * biased variance computed in two passes (or Welford). weight and bias, when
-   * present, have shape [x.shape[-1]]. out has x's shape and dtype; accumulate
-   * in float32 or wider. */
-  DK_FUSED_LAYER_NORM = 1,
-  /* softmax(x) -> out; attrs DK_SoftmaxAttrs; since 1.2. out = exp(x - max) /
-   * sum(exp(x - max)) along axis (max-subtracted). out has x's shape and
-   * dtype. */
-  DK_FUSED_SOFTMAX = 2,
-  /* scaled_dot_product_attention(q, k, v, mask?) -> out; attrs DK_SdpaAttrs;
-   * since 1.2. q [B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv] -> out
-   * [B,Hq,Lq,Dv] in q's dtype; Hq is a multiple of Hkv and query head h reads
-   * kv head h / (Hq/Hkv). s = (q*scale) k^T; a bool mask (true = attend)
-   * excludes keys, an additive float mask is added to s; the SDK always passes
-   * the mask as a [B,Hq,Lq,Lk] view, broadcast dims with stride 0. is_causal
-   * excludes key j from query i when j > i. out = softmax(s) v over the
-   * visible keys, max-subtracted, accumulated in float32 or wider. A query row
-   * with no visible key gives 0 (not NaN). Masked-out keys get weight 0: a
-   * kernel need not read keys that are masked for every query it computes
-   * together (e.g. tiles in the causal future), but a kernel that multiplies a
-   * weight of 0 by v may let a NaN or inf in v at a masked-out key reach the
-   * output, as the decomposition (p @ v) does. */
-  DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION = 3,
-  DK_FUSED_OP_COUNT_1_2 = 4 /* number of fused ops in device API 1.2 */
-} DK_FusedOpId;
-
-/* X-macro over every fused op, in DK_FusedOpId order: X(ID_SUFFIX, name). */
-#define DK_FUSED_OPS(X) \
-  X(RMS_NORM, rms_norm) \
-  X(LAYER_NORM, layer_norm) \
-  X(SOFTMAX, softmax) \
-  X(SCALED_DOT_PRODUCT_ATTENTION, scaled_dot_product_attention)
-
-/* Attributes of fill (since 1.0). */
-typedef struct DK_FillAttrs {
-  size_t struct_size;
-  DK_Scalar value; /* the value to store */
-} DK_FillAttrs;
-DK_DEFINE_STRUCT_SIZE(DK_FillAttrs, value);
-
-/* Attributes of reduce_sum, reduce_max, reduce_min (since 1.1). */
-typedef struct DK_ReduceAttrs {
-  size_t struct_size;
-  uint32_t axes; /* bit d set: dimension d is reduced (kept with size 1 in out); never 0 */
-} DK_ReduceAttrs;
-DK_DEFINE_STRUCT_SIZE(DK_ReduceAttrs, axes);
-
-/* Attributes of argmax, cumsum, gather, scatter_add (since 1.1). */
-typedef struct DK_AxisAttrs {
-  size_t struct_size;
-  int32_t axis; /* dimension, 0 <= axis < rank */
-} DK_AxisAttrs;
-DK_DEFINE_STRUCT_SIZE(DK_AxisAttrs, axis);
-
-/* Attributes of iota (since 1.1). */
-typedef struct DK_IotaAttrs {
-  size_t struct_size;
-  int32_t axis; /* dimension, 0 <= axis < rank */
-  DK_Scalar start; /* first value */
-  DK_Scalar step; /* increment */
-} DK_IotaAttrs;
-DK_DEFINE_STRUCT_SIZE(DK_IotaAttrs, step);
-
-/* Attributes of random_bits, random_uniform (since 1.1). */
-typedef struct DK_RandomAttrs {
-  size_t struct_size;
-  uint64_t seed; /* Philox key: k0 = low 32 bits, k1 = high 32 bits */
-  uint64_t offset; /* counter of element 0, in 4-word blocks */
-} DK_RandomAttrs;
-DK_DEFINE_STRUCT_SIZE(DK_RandomAttrs, offset);
-
-/* Attributes of rms_norm, layer_norm (since 1.2). */
-typedef struct DK_NormAttrs {
-  size_t struct_size;
-  double eps; /* added to the variance (mean square for rms_norm) before the reciprocal square root */
-} DK_NormAttrs;
-DK_DEFINE_STRUCT_SIZE(DK_NormAttrs, eps);
-
-/* Attributes of softmax (since 1.2). */
-typedef struct DK_SoftmaxAttrs {
-  size_t struct_size;
-  int32_t axis; /* dimension, 0 <= axis < rank */
-} DK_SoftmaxAttrs;
-DK_DEFINE_STRUCT_SIZE(DK_SoftmaxAttrs, axis);
-
-/* Attributes of scaled_dot_product_attention (since 1.2). */
-typedef struct DK_SdpaAttrs {
-  size_t struct_size;
-  double scale; /* multiplies q before QK^T */
-  int32_t is_causal; /* 1: key j is visible to query i only when j <= i (top-left aligned); else 0 */
-  int32_t mask_kind; /* a DK_SdpaMaskKind saying what input 3 (mask) is; DK_SDPA_MASK_NONE exactly when it is absent */
-} DK_SdpaAttrs;
-DK_DEFINE_STRUCT_SIZE(DK_SdpaAttrs, mask_kind);
-
-/* ---- END GENERATED ---- */
+/* The operators: DK_OpId (the base operators, with each op's signature,
+ * attributes and semantics), DK_FusedOpId (the composite ops a plugin may
+ * register fused kernels for), their counts per minor (DK_OP_COUNT_1_1, ...)
+ * and the latest ones (DK_OP_COUNT, DK_FUSED_OP_COUNT), each base op's spec
+ * dtype mask (DK_OP_DTYPES_<OP>) and the attribute structs. They are
+ * generated from spec/base_ops.json by tools/gen_ops.py into a header of
+ * their own, included here: read it as this part of this file. */
+#include "device_api_ops.h"
+#if DK_OPS_API_MINOR > DK_API_MINOR
+#error "spec/base_ops.json has ops of a newer minor than DK_API_MINOR: bump it (see Versioning above)"
+#endif
 
 typedef struct DK_Kernel_Args {
   size_t struct_size;

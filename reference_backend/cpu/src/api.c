@@ -10,8 +10,9 @@
  * ops_*.def, one line per op, so an op's kernel, dtypes and capability bits
  * sit side by side; each array below picks one column. A slot without a row
  * is NULL: "not implemented", which the SDK reports (or decomposes), never
- * silently falls back from. */
-static DK_KernelFn* const kKernels[DK_OP_COUNT_1_1] = {
+ * silently falls back from. DK_OP_COUNT is every op the header knows: this
+ * plugin claims the header's own DK_API_MINOR. */
+static DK_KernelFn* const kKernels[DK_OP_COUNT] = {
 #define DKCPU_OP(id, fn, dtypes, caps) [DK_OP_##id] = fn,
 #include "ops_1_0.def"
 #include "ops_1_1_elementwise.def"
@@ -19,7 +20,7 @@ static DK_KernelFn* const kKernels[DK_OP_COUNT_1_1] = {
 #undef DKCPU_OP
 };
 
-static const uint64_t kDtypes[DK_OP_COUNT_1_1] = {
+static const uint64_t kDtypes[DK_OP_COUNT] = {
 #define DKCPU_OP(id, fn, dtypes, caps) [DK_OP_##id] = (dtypes),
 #include "ops_1_0.def"
 #include "ops_1_1_elementwise.def"
@@ -27,7 +28,7 @@ static const uint64_t kDtypes[DK_OP_COUNT_1_1] = {
 #undef DKCPU_OP
 };
 
-static const uint32_t kCaps[DK_OP_COUNT_1_1] = {
+static const uint32_t kCaps[DK_OP_COUNT] = {
 #define DKCPU_OP(id, fn, dtypes, caps) [DK_OP_##id] = (caps),
 #include "ops_1_0.def"
 #include "ops_1_1_elementwise.def"
@@ -37,7 +38,7 @@ static const uint32_t kCaps[DK_OP_COUNT_1_1] = {
 
 const DK_KernelTable dk_cpu_kernel_table = {
     .struct_size = DK_KernelTable_STRUCT_SIZE,
-    .num_ops = DK_OP_COUNT_1_1,
+    .num_ops = DK_OP_COUNT,
     .kernels = kKernels,
     .dtypes = kDtypes,
     .caps = kCaps,

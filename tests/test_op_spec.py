@@ -1,0 +1,168 @@
+"""device_api/spec/base_ops.json is the only source of op facts.
+
+A minor bump that adds an op is "append it to the spec, run the generator,
+set the version, add the CHANGELOG line" (device_api.h, "Versioning"): these
+tests run the real generator on a copy of device_api/ with a fake op appended
+in a new minor and check that every generated fact follows with no hand edit,
+and that the spec's differentiable flags agree with the gradient rules.
+Needs no device; the compile checks need `cc`.
+"""
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devicekit import scaffold
+
+ROOT = Path(__file__).resolve().parent.parent
+CC = shutil.which("cc") or shutil.which("gcc")
+
+FAKE_OP = {
+    "name": "fake_op", "since": "1.3", "kind": "unary", "inputs": ["x"], "outputs": ["out"],
+    "attrs": None, "dtypes": ["float32", "float64"], "required_dtypes": ["float32"],
+    "output_dtype": "same", "differentiable": True,
+    "semantics": "out = x; an op that exists only in this test.", "error_bound": {"kind": "exact"},
+}
+
+
+def _gen(root: Path, *args):
+    return subprocess.run([sys.executable, str(root / "device_api/tools/gen_ops.py"), *args],
+                          capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def bumped(tmp_path_factory):
+    """A copy of device_api/ whose spec gained FAKE_OP in 1.3, regenerated.
+    Returns (root, spec, output of --check between the spec edit and the run)."""
+    root = tmp_path_factory.mktemp("bump")
+    shutil.copytree(ROOT / "device_api", root / "device_api")
+    first = _gen(root)  # the copy's generated files (docs, SDK tables) from the real spec
+    assert first.returncode == 0, first.stdout + first.stderr
+    spec_path = root / "device_api/spec/base_ops.json"
+    spec = json.loads(spec_path.read_text())
+    spec["ops"].append(FAKE_OP)
+    spec_path.write_text(json.dumps(spec, indent=1) + "\n")
+    stale = _gen(root, "--check")
+    run = _gen(root)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return root, spec, stale
+
+
+def test_check_names_every_file_a_new_op_makes_stale(bumped):
+    root, _, stale = bumped
+    assert stale.returncode == 1
+    for path in ("device_api/include/devicekit/device_api_ops.h", "docs/base_ops.md",
+                 "sdk/csrc/base_ops_table.inc", "sdk/csrc/op_counts_by_minor.inc",
+                 "sdk/devicekit/_op_facts.py"):
+        assert path in stale.stdout, stale.stdout
+    after = _gen(root, "--check")
+    assert after.returncode == 0 and "up to date" in after.stdout, after.stdout
+
+
+def test_header_latest_aliases_follow_the_spec(bumped):
+    root, _, _ = bumped
+    ops_h = (root / "device_api/include/devicekit/device_api_ops.h").read_text()
+    assert "  DK_OP_FAKE_OP = 43,\n" in ops_h
+    assert "DK_OP_COUNT_1_3 = 44 /* number of ops in device API 1.3 */" in ops_h
+    assert "#define DK_OP_COUNT DK_OP_COUNT_1_3\n" in ops_h
+    assert "#define DK_OPS_API_MINOR 3\n" in ops_h
+    assert ("#define DK_OP_DTYPES_FAKE_OP (DK_DTYPE_BIT(DK_DTYPE_FLOAT32) | "
+            "DK_DTYPE_BIT(DK_DTYPE_FLOAT64))") in ops_h
+    assert "#define DK_FUSED_OP_COUNT DK_FUSED_OP_COUNT_1_2\n" in ops_h  # no new fused op
+    counts = (root / "sdk/csrc/op_counts_by_minor.inc").read_text()
+    assert counts.endswith("{DK_OP_COUNT_1_1, DK_FUSED_OP_COUNT_1_2},  // 1.2\n"
+                           "{DK_OP_COUNT_1_3, DK_FUSED_OP_COUNT_1_2},  // 1.3\n")
+    assert '{DK_OP_FAKE_OP, "fake_op", 1, DK_OP_DTYPES_FAKE_OP, OutDType::Same},' in (
+        root / "sdk/csrc/base_ops_table.inc").read_text()
+
+
+@pytest.mark.skipif(CC is None, reason="needs a C compiler (cc)")
+def test_header_compiles_once_the_version_is_set(bumped, tmp_path):
+    # The only hand edit a new op needs in the header is the version itself,
+    # and forgetting it is a build error that says so.
+    root, _, _ = bumped
+    include = root / "device_api/include"
+    probe = tmp_path / "probe.c"
+    probe.write_text("#include <devicekit/device_api.h>\n"
+                     "_Static_assert(DK_OP_COUNT == 44 && DK_OP_FAKE_OP == 43, \"count\");\n"
+                     "int main(void) { return 0; }\n")
+    compile_ = [CC, "-std=c11", "-fsyntax-only", f"-I{include}", str(probe)]
+    r = subprocess.run(compile_, capture_output=True, text=True)
+    assert r.returncode != 0 and "newer minor than DK_API_MINOR" in r.stderr, r.stderr
+    header = include / "devicekit/device_api.h"
+    header.write_text(header.read_text().replace("#define DK_API_MINOR 2\n",
+                                                 "#define DK_API_MINOR 3\n"))
+    r = subprocess.run(compile_, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_python_facts_follow_the_spec(bumped):
+    root, _, _ = bumped
+    spec = importlib.util.spec_from_file_location("bumped_facts", root / "sdk/devicekit/_op_facts.py")
+    facts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(facts)
+    assert facts.OPS[-1] == "fake_op" and len(facts.OPS) == 44
+    assert facts.NUM_INPUTS["fake_op"] == 1 and facts.KIND["fake_op"] == "unary"
+    assert "fake_op" in facts.DIFFERENTIABLE and facts.SINCE["fake_op"] == "1.3"
+    assert facts.LATEST_MINOR == 3
+
+
+def test_scaffold_op_list_follows_the_spec(bumped):
+    _, spec, _ = bumped
+    ops = scaffold.base_ops(1, 3, spec)
+    assert ops[-1] == {"name": "fake_op", "since": "1.3", "id": "FAKE_OP", "value": 43,
+                       "signature": "fake_op(x) -> out; no attrs"}
+    assert scaffold.op_count_macro(1, 3, spec) == "DK_OP_COUNT_1_3"
+    # Older targets keep exactly their own ops.
+    assert scaffold.base_ops(1, 2, spec) == scaffold.base_ops(1, 2)
+    assert scaffold.op_count_macro(1, 2, spec) == "DK_OP_COUNT_1_1"
+
+
+def test_scaffold_reads_the_spec_conformance_reads():
+    from devicekit.conformance import registry
+
+    assert scaffold.load_spec() == registry.spec()
+    assert [op["name"] for op in scaffold.base_ops(1, 1)] == [o["name"] for o in registry.spec()["ops"]]
+    assert scaffold.op_count_macro(1, 0) == "DK_OP_COUNT_1_0"
+
+
+def test_differentiable_ops_are_the_ones_with_gradient_rules():
+    from devicekit import _grad_rules, _op_facts
+
+    # copy is tracked under its view names (contiguous, expand, ...), not as "copy".
+    with_rules = {name for name in _op_facts.OPS if name in _grad_rules.RULES} | {"copy"}
+    assert set(_op_facts.DIFFERENTIABLE) == with_rules
+
+
+def test_elementwise_ops_take_arity_and_tracking_from_the_spec():
+    import devicekit as dk
+    from devicekit import _op_facts, ops
+
+    x = dk.tensor([1.0, 2.0], requires_grad=True)
+    for name in ("neg", "exp", "floor", "sign", "sub", "pow", "maximum", "eq", "lt"):
+        out = getattr(ops, name)(*(x,) * _op_facts.NUM_INPUTS[name])
+        assert out.requires_grad == (name in _op_facts.DIFFERENTIABLE), name
+
+
+def test_fused_attrs_are_read_by_the_names_the_spec_gives():
+    # fused_py.cpp marshals each fused op's attribute dict field by field as
+    # the spec lists the struct (fused_attrs.inc); fields the SDK sets itself
+    # (marshal "sdk": the SDPA mask kind) are never asked for.
+    import devicekit as dk
+    from devicekit import _core
+
+    x = dk.tensor([[1.0, 2.0]])
+    spec = scaffold.load_spec()
+    for op in spec["fused_ops"]:
+        fields = [f["name"] for f in spec["attr_structs"][op["attrs"]]["fields"]
+                  if f.get("marshal") != "sdk"]
+        for i, missing in enumerate(fields):
+            given = {name: 1 for name in fields[:i]}
+            with pytest.raises(dk.DeviceKitError,
+                               match=f"composite op '{op['name']}': attrs has no '{missing}'"):
+                _core.try_fused(op["name"], [x] * len(op["inputs"]), given)
