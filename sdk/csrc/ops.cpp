@@ -1,10 +1,10 @@
-// The SDK side of the 1.1 base ops: everything a plugin is spared. Type
-// promotion and broadcasting happen here once; when a kernel lacks a dtype,
-// the op runs in a dtype the kernel has, between two casts, and that is
-// counted (dispatch_counts) rather than hidden.
-#include <algorithm>
-
+// The base-op front-ends: everything a plugin is spared. Each promotes and
+// broadcasts its operands (promotion.h), and when a kernel lacks a dtype, the
+// op runs in a dtype the kernel has, between two casts, and that is counted
+// (dispatch_counts) rather than hidden.
 #include "ops.h"
+
+#include <algorithm>
 
 namespace dk {
 namespace {
@@ -35,24 +35,6 @@ DK_DType out_dtype(DK_OpId op, DK_DType in) {
   }
 }
 
-bool float_only(DK_OpId op) {
-  const uint64_t floats = DK_DTYPE_BIT(DK_DTYPE_FLOAT32) | DK_DTYPE_BIT(DK_DTYPE_FLOAT16) |
-                          DK_DTYPE_BIT(DK_DTYPE_BFLOAT16) | DK_DTYPE_BIT(DK_DTYPE_FLOAT64);
-  return (op_spec(op).dtypes & ~floats) == 0;
-}
-
-void same_device(const char* op, std::initializer_list<const Tensor*> ts) {
-  const Device* d = &(*ts.begin())->get()->device();
-  for (const Tensor* t : ts) {
-    if (&(*t)->device() != d) {
-      std::string all;
-      for (const Tensor* u : ts) all += (all.empty() ? "" : ", ") + (*u)->describe();
-      invalid_argument(std::string(op) + ": operands are on different devices (" + all +
-                       "); move them with .to(device) first");
-    }
-  }
-}
-
 // Elementwise launch over broadcast inputs already in the compute dtype.
 Tensor elementwise(DK_OpId op, std::vector<Tensor> in, DK_DType result) {
   Dims shape = in[0]->shape();
@@ -80,16 +62,62 @@ Tensor with_dtype_fallback(DK_OpId op, const Device& dev, DK_DType dt, DK_DType 
   return cast(body(c), result);
 }
 
-uint32_t normalise_axis(int axis, int rank, const char* op) {
-  const int a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= std::max(rank, 1)) {
-    invalid_argument(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for rank " +
-                     std::to_string(rank));
+}  // namespace
+
+Tensor full(const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt,
+            const DK_Scalar& value) {
+  Tensor out = TensorImpl::empty(dev, dt, shape);
+  if (out->numel() > 0) {
+    DK_FillAttrs attrs{};
+    attrs.struct_size = DK_FillAttrs_STRUCT_SIZE;
+    attrs.value = value;
+    launch(DK_OP_FILL, {}, {out.get()}, &attrs);
   }
-  return uint32_t(a);
+  return out;
 }
 
-}  // namespace
+Tensor add(const Tensor& a, const Tensor& b) {
+  // Fast path for the common case in models: same device, dtype and shape, a
+  // dtype the kernel declares. Everything else (promotion, broadcasting, dtype
+  // fallback) goes through the generic path that every binary op shares.
+  Plugin* p = a->device().plugin();
+  const bool fast = &a->device() == &b->device() && a->dtype() == b->dtype() &&
+                    a->rank() == b->rank() &&
+                    std::equal(a->shape_data(), a->shape_data() + a->rank(), b->shape_data()) &&
+                    (p->kernel_dtypes(DK_OP_ADD) & DK_DTYPE_BIT(a->dtype()));
+  if (!fast) return binary(DK_OP_ADD, a, b);
+  const bool strided_ok = p->kernel_caps(DK_OP_ADD) & DK_KERNEL_CAP_STRIDED;
+  const Tensor x = strided_ok ? a : contiguous(a), y = strided_ok ? b : contiguous(b);
+  Tensor out = TensorImpl::empty(a->device_ptr(), a->dtype(), a->rank(), a->shape_data());
+  if (out->numel() > 0) launch(DK_OP_ADD, {x.get(), y.get()}, {out.get()});
+  return out;
+}
+
+Tensor pack(const std::vector<Tensor>& ts) {
+  if (ts.empty()) invalid_argument("pack: got no tensors");
+  const Tensor& first = ts.front();
+  int64_t total = 0;
+  for (const Tensor& t : ts) {
+    if (&t->device() != &first->device() || t->dtype() != first->dtype()) {
+      invalid_argument("pack: every tensor must have the device and dtype of tensor 0 (" +
+                       first->describe() + "), got " + t->describe());
+    }
+    total += t->numel();
+  }
+  Tensor out = TensorImpl::empty(first->device_ptr(), first->dtype(), Dims{total});
+  int64_t offset = 0;
+  for (const Tensor& t : ts) {
+    if (t->numel() > 0) {
+      // The piece of `out` that `t` fills, in t's shape: one copy launch,
+      // written before `out` is handed to anybody.
+      const Dims shape = t->shape();
+      const Tensor piece = out->view(shape, contiguous_strides(shape), out->offset() + offset);
+      launch(DK_OP_COPY, {t.get()}, {piece.get()});
+    }
+    offset += t->numel();
+  }
+  return out;
+}
 
 Tensor unary(DK_OpId op, const Tensor& x) {
   // Float-only ops take integers and bools as float32, like PyTorch.
@@ -104,7 +132,7 @@ Tensor unary(DK_OpId op, const Tensor& x) {
 }
 
 Tensor binary(DK_OpId op, const Tensor& a, const Tensor& b) {
-  same_device(op_name(op), {&a, &b});
+  check_same_device(op_name(op), {a.get(), b.get()});
   DK_DType dt = promote_types(a->dtype(), b->dtype());
   if (op == DK_OP_SUB && dt == DK_DTYPE_BOOL) {
     // As in numpy and PyTorch: bool - bool has no boolean meaning.
@@ -122,7 +150,7 @@ Tensor binary(DK_OpId op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  same_device("where", {&cond, &a, &b});
+  check_same_device("where", {cond.get(), a.get(), b.get()});
   const DK_DType dt = promote_types(a->dtype(), b->dtype());
   const Tensor c = cast(cond, DK_DTYPE_BOOL), x = cast(a, dt), y = cast(b, dt);
   return with_dtype_fallback(DK_OP_WHERE, a->device(), dt, dt, [&](DK_DType k) {
@@ -212,7 +240,7 @@ Tensor iota(const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt, 
 }
 
 Tensor gather(const Tensor& x, int axis, const Tensor& index) {
-  same_device("gather", {&x, &index});
+  check_same_device("gather", {x.get(), index.get()});
   const uint32_t a = normalise_axis(axis, x->rank(), "gather");
   if (index->dtype() != DK_DTYPE_INT64 || index->rank() != x->rank()) {
     invalid_argument("gather: index must be int64 with the rank of x; got x " + x->describe() +
@@ -231,7 +259,7 @@ Tensor gather(const Tensor& x, int axis, const Tensor& index) {
 }
 
 Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
-  same_device("scatter_add", {&x, &index, &src});
+  check_same_device("scatter_add", {x.get(), index.get(), src.get()});
   const uint32_t a = normalise_axis(axis, x->rank(), "scatter_add");
   if (index->dtype() != DK_DTYPE_INT64 || index->shape() != src->shape() || index->rank() != x->rank()) {
     invalid_argument("scatter_add: index must be int64 with src's shape and x's rank; got x " +
@@ -259,7 +287,7 @@ Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor&
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  same_device("matmul", {&a, &b});
+  check_same_device("matmul", {a.get(), b.get()});
   const int r = a->rank();
   const Dims as = a->shape(), bs = b->shape();
   if (r < 2 || b->rank() != r || !std::equal(as.begin(), as.end() - 2, bs.begin()) || as[r - 1] != bs[r - 2]) {

@@ -1,4 +1,4 @@
-// Bindings of the generic op paths (ops_generic.cpp). Python's devicekit.ops
+// Bindings of the op front-ends (ops.cpp). Python's devicekit.ops
 // wraps these with the PyTorch-style signatures; ops are passed by DK_OpId.
 #include <pybind11/stl.h>
 
@@ -45,9 +45,9 @@ void bind_ops(py::module_& m) {
   });
   m.def("where", [](const Tensor& c, const py::object& a, const py::object& b) {
     const Tensor x = py::isinstance<TensorImpl>(a) ? a.cast<Tensor>()
-                     : py::isinstance<TensorImpl>(b) ? scalar_like(b.cast<Tensor>(), to_scalar(a), DK_OP_COUNT_1_1)
+                     : py::isinstance<TensorImpl>(b) ? scalar_like(b.cast<Tensor>(), to_scalar(a), kNoOp)
                                                     : constant(c->device_ptr(), DK_DTYPE_FLOAT32, to_scalar(a));
-    return where(c, x, operand(b, x, DK_OP_COUNT_1_1));
+    return where(c, x, operand(b, x, kNoOp));
   });
   m.def("pack", &pack, py::arg("tensors"),
         "The tensors' elements one after another in a new 1-D tensor (one copy launch each; "
