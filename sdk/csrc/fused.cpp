@@ -27,17 +27,6 @@ bool last_dim_vector(const Tensor& t, int64_t n) {
   return !t || (t->rank() == 1 && t->shape_data()[0] == n);
 }
 
-// Right-aligned numpy broadcasting of `t` to `shape`, without throwing.
-bool broadcastable(const Tensor& t, const Dims& shape) {
-  const int r = int(shape.size()), tr = t->rank();
-  if (tr > r) return false;
-  for (int i = 0; i < tr; ++i) {
-    const int64_t have = t->shape_data()[i], want = shape[r - tr + i];
-    if (have != want && have != 1) return false;
-  }
-  return true;
-}
-
 // The signatures of DK_FusedOpId. A call that does not fit is never offered to
 // a kernel, so kernels can trust shapes; the decomposition then reports (or
 // broadcasts) as it always does.
@@ -78,7 +67,7 @@ bool fit(int op, const std::vector<Tensor>& inputs, FusedAttrs* attrs, Call* c) 
       attrs->sdpa.mask_kind = DK_SDPA_MASK_NONE;
       if (mask) {
         const Dims scores = {qs[0], qs[1], qs[2], ks[2]};
-        if (!broadcastable(mask, scores)) return false;
+        if (!broadcasts_to(mask, scores)) return false;
         if (mask->dtype() == DK_DTYPE_BOOL) attrs->sdpa.mask_kind = DK_SDPA_MASK_BOOL;
         else if (dtype_info(mask->dtype()).is_float) attrs->sdpa.mask_kind = DK_SDPA_MASK_ADDITIVE;
         else return false;
@@ -101,9 +90,9 @@ const void* attrs_of(int op, const FusedAttrs& a) {
 }
 
 std::string operands(const Call& c, int n, const Tensor& out) {
-  std::string s = "(";
-  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + (c.in[i] ? c.in[i]->describe() : "None");
-  return s + ") -> (" + (out ? out->describe() : "?") + ")";
+  std::array<const TensorImpl*, kMaxInputs> in{};
+  for (int i = 0; i < n; ++i) in[i] = c.in[i].get();
+  return "(" + describe_tensors(in.data(), size_t(n)) + ") -> (" + out->describe() + ")";
 }
 
 }  // namespace

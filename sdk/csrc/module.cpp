@@ -141,11 +141,16 @@ PYBIND11_MODULE(_core, m) {
   py::register_exception_translator(&translate);
   m.attr("API_MAJOR") = DK_API_MAJOR;
   m.attr("API_MINOR") = DK_API_MINOR;
-  py::list dts;
+  py::list dts, is_float;
   for (int i = 0; i < DK_DTYPE_COUNT_1_0; ++i) {
-    dts.append(py::make_tuple(dtype_name(DK_DType(i)), dtype_info(DK_DType(i)).itemsize));
+    const DTypeInfo& d = dtype_info(DK_DType(i));
+    dts.append(py::make_tuple(d.name, d.itemsize));
+    is_float.append(d.is_float);
   }
-  m.attr("DTYPES") = dts;  // (name, itemsize) indexed by DK_DType
+  // Indexed by DK_DType, for devicekit.dtypes: (name, itemsize), and whether
+  // the dtype is floating point (dtype.is_floating_point).
+  m.attr("DTYPES") = dts;
+  m.attr("DTYPE_IS_FLOAT") = is_float;
 
   py::class_<Plugin, std::shared_ptr<Plugin>>(m, "Plugin")
       .def_property_readonly("name", [](const Plugin& p) { return p.info().name; })

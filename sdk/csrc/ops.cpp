@@ -1,219 +1,68 @@
+// The base-op front-ends: everything a plugin is spared. Each promotes and
+// broadcasts its operands (promotion.h), and when a kernel lacks a dtype, the
+// op runs in a dtype the kernel has, between two casts, and that is counted
+// (dispatch_counts) rather than hidden.
 #include "ops.h"
 
-#include <array>
-#include <atomic>
-#include <cstring>
-#include <deque>
-#include <mutex>
-#include <unordered_map>
-#include <vector>
+#include <algorithm>
 
 namespace dk {
-
-namespace {
-const OpSpec kOpSpecs[] = {
-#include "base_ops_table.inc"
-};
-static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == kNumOps, "regenerate base_ops_table.inc");
-
-struct AtomicCounts {
-  std::atomic<uint64_t> kernel{0}, cast_inserted{0};
-};
-AtomicCounts g_counts[kNumOps];
-}  // namespace
-
-const OpSpec& op_spec(DK_OpId op) { return kOpSpecs[op]; }
-
-const char* op_name(DK_OpId op) {
-  return (op >= 0 && op < kNumOps) ? kOpSpecs[op].name : "unknown-op";
-}
-
-DK_OpId op_from_name(const std::string& name) {
-  for (const OpSpec& s : kOpSpecs) {
-    if (name == s.name) return s.op;
-  }
-  invalid_argument("unknown base op '" + name + "'");
-}
-
-DispatchCounts dispatch_counts(DK_OpId op) {
-  return {g_counts[op].kernel.load(), g_counts[op].cast_inserted.load()};
-}
-
-void reset_dispatch_counts() {
-  for (auto& c : g_counts) {
-    c.kernel = 0;
-    c.cast_inserted = 0;
-  }
-}
-
-void count_cast_inserted(DK_OpId op) { g_counts[op].cast_inserted.fetch_add(1, std::memory_order_relaxed); }
-
 namespace {
 
-std::string operands(std::initializer_list<const TensorImpl*> in,
-                     std::initializer_list<const TensorImpl*> out) {
-  std::string s = "(";
-  for (auto* t : in) s += (s.size() > 1 ? ", " : "") + t->describe();
-  s += ") -> (";
-  bool first = true;
-  for (auto* t : out) {
-    s += (first ? "" : ", ") + t->describe();
-    first = false;
+bool is_float(DK_DType d) { return dtype_info(d).is_float; }
+
+// The dtype `op` actually runs in on this plugin for operands of dtype `want`.
+DK_DType compute_dtype(Plugin* p, DK_OpId op, DK_DType want) {
+  const uint64_t have = p->kernel_dtypes(op);
+  if (p->kernel(op) == nullptr || (have & DK_DTYPE_BIT(want))) return want;
+  // Wider types of the same kind first, so no value is lost.
+  static const DK_DType kFloat[] = {DK_DTYPE_FLOAT32, DK_DTYPE_FLOAT64};
+  static const DK_DType kInt[] = {DK_DTYPE_INT64, DK_DTYPE_INT32, DK_DTYPE_FLOAT64};
+  static const DK_DType kBool[] = {DK_DTYPE_UINT8, DK_DTYPE_INT32, DK_DTYPE_INT64, DK_DTYPE_FLOAT32};
+  const DK_DType* c = is_float(want) ? kFloat : want == DK_DTYPE_BOOL ? kBool : kInt;
+  const int n = is_float(want) ? 2 : want == DK_DTYPE_BOOL ? 4 : 3;
+  for (int i = 0; i < n; ++i) {
+    if (have & DK_DTYPE_BIT(c[i])) return c[i];
   }
-  return s + ")";
+  return want;  // launch() reports what the kernel declares
 }
 
-constexpr int kMaxOperands = 8;
+DK_DType out_dtype(DK_OpId op, DK_DType in) {
+  switch (op_spec(op).out) {
+    case OutDType::Bool: return DK_DTYPE_BOOL;
+    case OutDType::Int64: return DK_DTYPE_INT64;
+    default: return in;
+  }
+}
+
+// Elementwise launch over broadcast inputs already in the compute dtype.
+Tensor elementwise(DK_OpId op, std::vector<Tensor> in, DK_DType result) {
+  Dims shape = in[0]->shape();
+  for (size_t i = 1; i < in.size(); ++i) shape = broadcast_shapes(shape, in[i]->shape());
+  const std::shared_ptr<Device>& dev = in[0]->device_ptr();
+  const uint32_t caps = dev->plugin()->kernel_caps(op);
+  for (Tensor& t : in) t = prepare_input(t, shape, caps);
+  Tensor out = TensorImpl::empty(dev, result, shape);
+  if (out->numel() == 0) return out;
+  switch (in.size()) {
+    case 1: launch(op, {in[0].get()}, {out.get()}); break;
+    case 2: launch(op, {in[0].get(), in[1].get()}, {out.get()}); break;
+    default: launch(op, {in[0].get(), in[1].get(), in[2].get()}, {out.get()}); break;
+  }
+  return out;
+}
+
+// Runs `body(compute dtype)` on operands of dtype `dt`; when the plugin lacks
+// dt for `op`, the operands are cast to what it has and the result back.
+template <class Body>
+Tensor with_dtype_fallback(DK_OpId op, const Device& dev, DK_DType dt, DK_DType result, Body body) {
+  const DK_DType c = compute_dtype(dev.plugin(), op, dt);
+  if (c == dt) return body(dt);
+  count_cast_inserted(op);
+  return cast(body(c), result);
+}
 
 }  // namespace
-
-void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
-            std::initializer_list<const TensorImpl*> out, const void* attrs) {
-  const TensorImpl* first = out.size() ? *out.begin() : *in.begin();
-  Device& dev = first->device();
-  Plugin* plugin = dev.plugin();
-  DK_KernelFn* fn = plugin->kernel(op);
-  // Error text is built only when it is needed: this runs on every op call.
-  auto who = [&] { return "plugin '" + plugin->info().name + "'"; };
-  if (fn == nullptr) {
-    throw Error(ErrorKind::NotImplemented,
-                std::string("op '") + op_name(op) + "' is not implemented by " + who() +
-                    " (its kernel table has no entry) for " + operands(in, out));
-  }
-  // Cast declares its input dtypes, where its value operands', every other op
-  // its first operand's (or, with no inputs, its output's).
-  const DK_DType dt = op == DK_OP_WHERE ? (*(in.begin() + 1))->dtype()
-                      : in.size()       ? (*in.begin())->dtype()
-                                        : first->dtype();
-  const uint64_t declared = plugin->kernel_dtypes(op);
-  if (!(declared & DK_DTYPE_BIT(dt))) {
-    throw Error(ErrorKind::NotImplemented,
-                std::string("op '") + op_name(op) + "' on " + who() + " does not support " +
-                    dtype_name(dt) + " (it declares: " + dtype_mask_names(declared) + ") for " +
-                    operands(in, out));
-  }
-  std::array<DK_TensorView, kMaxOperands> views;
-  std::array<const DK_TensorView*, kMaxOperands> ptrs;
-  int n = 0;
-  const bool failures = dev.has_failures();
-  for (auto* t : in) {
-    if (&t->device() != &dev) {
-      invalid_argument(std::string("op '") + op_name(op) + "': operands are on different devices " +
-                       operands(in, out) + "; move them with .to(device) first");
-    }
-    // An input a failed kernel left behind fails this op with that error.
-    if (failures) dev.check_not_failed(t->storage()->written_epoch.load(std::memory_order_relaxed), t->describe());
-    views[n] = t->as_view();
-    ptrs[n] = &views[n];
-    ++n;
-  }
-  for (auto* t : out) {
-    views[n] = t->as_view();
-    ptrs[n] = &views[n];
-    ++n;
-  }
-  DK_Kernel_Args a{};
-  a.struct_size = DK_Kernel_Args_STRUCT_SIZE;
-  a.device = dev.index();
-  a.stream = dev.default_stream();
-  a.op = op;
-  a.num_inputs = int32_t(in.size());
-  a.inputs = ptrs.data();
-  a.num_outputs = int32_t(out.size());
-  a.outputs = ptrs.data() + in.size();
-  a.attrs = attrs;
-  g_counts[op].kernel.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t epoch = dev.epoch();
-  for (auto* t : out) t->storage()->written_epoch.store(epoch, std::memory_order_relaxed);
-  DK_Error* err = fn(&a);
-  if (err) plugin->check(err, dev.ctx((std::string("kernel '") + op_name(op) + "' " + operands(in, out)).c_str()));
-}
-
-DK_DType promote_types(DK_DType a, DK_DType b) {
-  if (a == b) return a;
-  if (a == DK_DTYPE_BOOL) return b;
-  if (b == DK_DTYPE_BOOL) return a;
-  const auto& ia = dtype_info(a);
-  const auto& ib = dtype_info(b);
-  if (ia.is_float != ib.is_float) return ia.is_float ? a : b;
-  // Rank within a kind; float16 and bfloat16 tie and meet in float32, as do
-  // int8 and uint8 in int32 (the smallest set member holding both; DeviceKit
-  // has no int16).
-  auto rank = [](DK_DType d) {
-    switch (d) {
-      case DK_DTYPE_UINT8: case DK_DTYPE_INT8: return 1;
-      case DK_DTYPE_INT32: return 2;
-      case DK_DTYPE_INT64: return 3;
-      case DK_DTYPE_FLOAT16: case DK_DTYPE_BFLOAT16: return 4;
-      case DK_DTYPE_FLOAT32: return 5;
-      case DK_DTYPE_FLOAT64: return 6;
-      default: return 0;
-    }
-  };
-  const int ra = rank(a), rb = rank(b);
-  if (ra == rb) return ia.is_float ? DK_DTYPE_FLOAT32 : DK_DTYPE_INT32;
-  return ra > rb ? a : b;
-}
-
-Dims broadcast_shapes(const Dims& a, const Dims& b) {
-  const size_t r = std::max(a.size(), b.size());
-  Dims out(r);
-  for (size_t i = 0; i < r; ++i) {
-    const int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
-    const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
-    if (da != db && da != 1 && db != 1) {
-      invalid_argument("shapes " + dims_str(a) + " and " + dims_str(b) +
-                       " cannot be broadcast together (dimension " + std::to_string(i) +
-                       ": " + std::to_string(da) + " vs " + std::to_string(db) + ")");
-    }
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
-}
-
-Tensor expand(const Tensor& t, const Dims& shape) {
-  const int r = int(shape.size()), tr = t->rank();
-  if (tr > r) {
-    invalid_argument("cannot expand " + t->describe() + " to fewer dimensions " + dims_str(shape));
-  }
-  Dims strides(r, 0);
-  for (int i = 0; i < tr; ++i) {
-    const int o = r - tr + i;
-    const int64_t have = t->shape_data()[i];
-    if (have == shape[o]) {
-      strides[o] = t->strides_data()[i];
-    } else if (have != 1) {
-      invalid_argument("cannot expand " + t->describe() + " to " + dims_str(shape) +
-                       ": dimension " + std::to_string(i) + " is " + std::to_string(have) +
-                       ", not 1");
-    }
-  }
-  return t->view(shape, strides, t->offset());
-}
-
-Tensor contiguous(const Tensor& t) {
-  if (t->is_contiguous()) return t;
-  Tensor out = TensorImpl::empty(t->device_ptr(), t->dtype(), t->rank(), t->shape_data());
-  if (out->numel() > 0) launch(DK_OP_COPY, {t.get()}, {out.get()});
-  return out;
-}
-
-Tensor prepare_input(const Tensor& t, const Dims& shape, uint32_t caps) {
-  Tensor v = t;
-  const bool same_shape = t->rank() == int(shape.size()) &&
-                          std::equal(shape.begin(), shape.end(), t->shape_data());
-  if (!same_shape && !(caps & DK_KERNEL_CAP_BROADCAST)) v = expand(t, shape);
-  if (!(caps & DK_KERNEL_CAP_STRIDED)) v = contiguous(v);
-  return v;
-}
-
-Tensor cast(const Tensor& t, DK_DType dt) {
-  if (t->dtype() == dt) return t;
-  Tensor src = contiguous(t);
-  Tensor out = TensorImpl::empty(t->device_ptr(), dt, t->rank(), t->shape_data());
-  if (out->numel() > 0) launch(DK_OP_CAST, {src.get()}, {out.get()});
-  return out;
-}
 
 Tensor full(const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt,
             const DK_Scalar& value) {
@@ -244,134 +93,6 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-namespace {
-
-bool int_fits(int64_t v, DK_DType dt) {
-  switch (dt) {
-    case DK_DTYPE_INT8: return v >= -128 && v <= 127;
-    case DK_DTYPE_UINT8: return v >= 0 && v <= 255;
-    case DK_DTYPE_INT32: return v >= INT32_MIN && v <= INT32_MAX;
-    default: return true;  // int64 (to_scalar refused anything wider), floats
-  }
-}
-
-bool is_comparison(DK_OpId op) {
-  return op == DK_OP_EQ || op == DK_OP_NE || op == DK_OP_LT || op == DK_OP_LE;
-}
-
-}  // namespace
-
-Tensor scalar_like(const Tensor& a, const DK_Scalar& s, DK_OpId op) {
-  const bool s_float = s.dtype == DK_DTYPE_FLOAT64;
-  const DK_DType adt = a->dtype();
-  const bool a_float = dtype_info(adt).is_float;
-  DK_DType dt = adt;
-  if (s_float && !a_float) {
-    dt = DK_DTYPE_FLOAT32;  // int tensor + 2.5
-  } else if (s.dtype == DK_DTYPE_INT64 && adt == DK_DTYPE_BOOL) {
-    dt = DK_DTYPE_INT64;
-  } else if (s.dtype == DK_DTYPE_INT64 && !a_float) {
-    // An int that the tensor's integer dtype cannot hold is never wrapped
-    // into it. An op that computes in floating point (true division, pow)
-    // takes the scalar as float32, which is what it computes in anyway
-    // (uint8 [4, 254] / -2 -> [-2, -127], as in numpy and PyTorch); a
-    // comparison compares exactly in int64; any other op is refused, as in
-    // numpy 2 ("Python integer 300 out of bounds for uint8").
-    const uint64_t float_ops = DK_DTYPE_BIT(DK_DTYPE_FLOAT32) | DK_DTYPE_BIT(DK_DTYPE_FLOAT16) |
-                               DK_DTYPE_BIT(DK_DTYPE_BFLOAT16) | DK_DTYPE_BIT(DK_DTYPE_FLOAT64);
-    if (op != DK_OP_COUNT_1_1 && (op_spec(op).dtypes & ~float_ops) == 0) {
-      dt = DK_DTYPE_FLOAT32;
-    } else if (!int_fits(s.value.i, adt)) {
-      if (op != DK_OP_COUNT_1_1 && is_comparison(op)) {
-        dt = DK_DTYPE_INT64;
-      } else {
-        throw Error(ErrorKind::Overflow,
-                    std::string(op != DK_OP_COUNT_1_1 ? op_name(op) : "scalar operand") +
-                        ": Python int " + std::to_string(s.value.i) + " is out of range for " +
-                        dtype_name(adt) + ", the dtype of the tensor operand " + a->describe() +
-                        "; convert the tensor first (e.g. x.to(devicekit.int64))");
-      }
-    }
-  }
-  return constant(a->device_ptr(), dt, s);
-}
-
-namespace {
-
-// The constants scalar_like made, per (device, dtype, scalar): a model's
-// Python scalars (0.5, 1e-5, an optimizer's betas) recur on every step, and
-// each would otherwise cost an allocation and a `fill` launch. The tensors
-// are never handed to Python and no op writes its inputs, so a cached one
-// keeps its value; holding it keeps its block out of the allocator's reach.
-// Bounded: the oldest entry goes first (an optimizer's bias corrections
-// change every step).
-struct ConstantKey {
-  const Device* device;
-  int32_t dtype, scalar_dtype;
-  uint64_t bits;
-  bool operator==(const ConstantKey& o) const {
-    return device == o.device && dtype == o.dtype && scalar_dtype == o.scalar_dtype && bits == o.bits;
-  }
-};
-
-struct ConstantKeyHash {
-  size_t operator()(const ConstantKey& k) const {
-    size_t h = std::hash<const void*>()(k.device);
-    for (uint64_t v : {uint64_t(k.dtype), uint64_t(k.scalar_dtype), k.bits})
-      h ^= std::hash<uint64_t>()(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h;
-  }
-};
-
-constexpr size_t kMaxConstants = 256;
-
-struct ConstantCache {
-  std::mutex mu;
-  std::unordered_map<ConstantKey, Tensor, ConstantKeyHash> map;
-  std::deque<ConstantKey> order;  // insertion order, for eviction
-};
-
-// Never destroyed: the tensors must not outlive their plugin at exit.
-ConstantCache& constant_cache() {
-  static ConstantCache* cache = new ConstantCache();
-  return *cache;
-}
-
-}  // namespace
-
-Tensor constant(const std::shared_ptr<Device>& dev, DK_DType dt, const DK_Scalar& s) {
-  uint64_t bits = 0;
-  static_assert(sizeof(s.value) == sizeof(bits), "DK_Scalar's value is 8 bytes");
-  std::memcpy(&bits, &s.value, sizeof(bits));
-  const ConstantKey key{dev.get(), int32_t(dt), s.dtype, bits};
-  ConstantCache& c = constant_cache();
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    auto it = c.map.find(key);
-    if (it != c.map.end()) {
-      const Tensor t = it->second;
-      if (!dev->has_failures()) return t;
-      // A fill in an epoch that later failed left undefined contents: make a new one.
-      try {
-        dev->check_not_failed(t->storage()->written_epoch.load(std::memory_order_relaxed), "");
-        return t;
-      } catch (const Error&) {
-        c.map.erase(it);
-      }
-    }
-  }
-  Tensor t = full(dev, {}, dt, s);  // outside the lock: it launches
-  std::lock_guard<std::mutex> lock(c.mu);
-  if (c.map.emplace(key, t).second) {
-    c.order.push_back(key);
-    while (c.order.size() > kMaxConstants) {
-      c.map.erase(c.order.front());
-      c.order.pop_front();
-    }
-  }
-  return t;
-}
-
 Tensor pack(const std::vector<Tensor>& ts) {
   if (ts.empty()) invalid_argument("pack: got no tensors");
   const Tensor& first = ts.front();
@@ -398,63 +119,207 @@ Tensor pack(const std::vector<Tensor>& ts) {
   return out;
 }
 
-void drop_constants(const Device* dev) {
-  ConstantCache& c = constant_cache();
-  std::vector<Tensor> dropped;  // released after the lock
-  std::lock_guard<std::mutex> lock(c.mu);
-  for (auto it = c.map.begin(); it != c.map.end();) {
-    if (it->first.device == dev) {
-      dropped.push_back(std::move(it->second));
-      it = c.map.erase(it);
-    } else {
-      ++it;
-    }
+Tensor unary(DK_OpId op, const Tensor& x) {
+  // Float-only ops take integers and bools as float32, like PyTorch.
+  DK_DType dt = x->dtype();
+  if (float_only(op) && !is_float(dt)) dt = DK_DTYPE_FLOAT32;
+  if (op == DK_OP_LOGICAL_NOT) dt = DK_DTYPE_BOOL;
+  const Tensor src = cast(x, dt);
+  const DK_DType result = out_dtype(op, dt);
+  return with_dtype_fallback(op, x->device(), dt, result, [&](DK_DType c) {
+    return elementwise(op, {cast(src, c)}, out_dtype(op, c));
+  });
+}
+
+Tensor binary(DK_OpId op, const Tensor& a, const Tensor& b) {
+  check_same_device(op_name(op), {a.get(), b.get()});
+  DK_DType dt = promote_types(a->dtype(), b->dtype());
+  if (op == DK_OP_SUB && dt == DK_DTYPE_BOOL) {
+    // As in numpy and PyTorch: bool - bool has no boolean meaning.
+    throw Error(ErrorKind::DTypeMismatch,
+                "sub: subtracting bool tensors is not supported (" + a->describe() + " - " +
+                    b->describe() + "); use logical_xor, or convert an operand to an integer dtype");
   }
-  std::deque<ConstantKey> kept;
-  for (const ConstantKey& k : c.order)
-    if (c.map.count(k)) kept.push_back(k);
-  c.order.swap(kept);
+  if (float_only(op) && !is_float(dt)) dt = DK_DTYPE_FLOAT32;  // true division, pow
+  if (op_spec(op).dtypes == DK_DTYPE_BIT(DK_DTYPE_BOOL)) dt = DK_DTYPE_BOOL;  // logical ops
+  const Tensor x = cast(a, dt), y = cast(b, dt);
+  const DK_DType result = out_dtype(op, dt);
+  return with_dtype_fallback(op, a->device(), dt, result, [&](DK_DType c) {
+    return elementwise(op, {cast(x, c), cast(y, c)}, out_dtype(op, c));
+  });
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_same_device("where", {cond.get(), a.get(), b.get()});
+  const DK_DType dt = promote_types(a->dtype(), b->dtype());
+  const Tensor c = cast(cond, DK_DTYPE_BOOL), x = cast(a, dt), y = cast(b, dt);
+  return with_dtype_fallback(DK_OP_WHERE, a->device(), dt, dt, [&](DK_DType k) {
+    return elementwise(DK_OP_WHERE, {c, cast(x, k), cast(y, k)}, k);
+  });
 }
 
 namespace {
 
-void memcpy_sync(Device& dev, DK_CopyKind kind, void* dst, const void* src, size_t n) {
-  if (n == 0) return;
-  // Enqueued on the default stream so it is ordered after the kernels that
-  // produced (or last used) the device memory; then waited for, because the
-  // host buffer belongs to the caller.
-  dev.memcpy(kind, dst, src, n, dev.default_stream());
-  dev.synchronize(dev.default_stream());
+// Launch an op with one input, one output of `out_shape`, and attributes.
+Tensor single(DK_OpId op, const Tensor& x, const Dims& out_shape, DK_DType out_dt, const void* attrs) {
+  const Tensor src = contiguous(x);  // none of these ops takes strided input from the SDK
+  Tensor out = TensorImpl::empty(x->device_ptr(), out_dt, out_shape);
+  if (out->numel() > 0) launch(op, {src.get()}, {out.get()}, attrs);
+  return out;
 }
 
 }  // namespace
 
-Tensor from_host(const std::shared_ptr<Device>& dev, DK_DType dt, const Dims& shape,
-                 const void* host) {
-  Tensor t = TensorImpl::empty(dev, dt, shape);
-  memcpy_sync(*dev, DK_COPY_HOST_TO_DEVICE, t->data(), host,
-              size_t(t->numel()) * dtype_info(dt).itemsize);
-  return t;
-}
-
-void to_host(const Tensor& t, void* host, size_t nbytes) {
-  Device& dev = t->device();
-  if (dev.has_failures()) dev.check_not_failed(t->storage()->written_epoch.load(), t->describe());
-  Tensor c = contiguous(t);
-  const size_t need = size_t(c->numel()) * dtype_info(c->dtype()).itemsize;
-  if (nbytes != need) {
-    invalid_argument("to_host: host buffer has " + std::to_string(nbytes) + " bytes, " +
-                     t->describe() + " needs " + std::to_string(need));
+Tensor reduce(DK_OpId op, const Tensor& x, uint32_t axes) {
+  const int r = x->rank();
+  Dims shape = x->shape();
+  bool empty_reduction = false;
+  for (int d = 0; d < r; ++d) {
+    if (axes & (1u << d)) {
+      empty_reduction |= shape[d] == 0;
+      shape[d] = 1;
+    }
   }
-  memcpy_sync(c->device(), DK_COPY_DEVICE_TO_HOST, host, c->data(), need);
+  if (empty_reduction && op != DK_OP_REDUCE_SUM) {
+    invalid_argument(std::string(op_name(op)) + " of " + x->describe() +
+                     " reduces over an empty dimension, which has no identity");
+  }
+  // Sums of integers and bools are int64 (as in PyTorch), so they do not wrap early.
+  DK_DType dt = x->dtype();
+  if (op == DK_OP_REDUCE_SUM && !is_float(dt)) dt = DK_DTYPE_INT64;
+  const Tensor src = cast(x, dt);
+  if (r == 0 || axes == 0) return contiguous(src);  // nothing to reduce
+  DK_ReduceAttrs attrs{};
+  attrs.struct_size = DK_ReduceAttrs_STRUCT_SIZE;
+  attrs.axes = axes;
+  return with_dtype_fallback(op, x->device(), dt, dt, [&](DK_DType c) {
+    return single(op, cast(src, c), shape, c, &attrs);
+  });
 }
 
-Tensor to_device(const Tensor& t, const std::shared_ptr<Device>& dev) {
-  if (&t->device() == dev.get()) return t;
-  // Across plugins there is no shared address space: stage through the host.
-  std::vector<char> staging(size_t(t->numel()) * dtype_info(t->dtype()).itemsize);
-  to_host(t, staging.data(), staging.size());
-  return from_host(dev, t->dtype(), t->shape(), staging.data());
+Tensor argmax(const Tensor& x, int axis) {
+  const uint32_t a = normalise_axis(axis, x->rank(), "argmax");
+  if (x->rank() == 0) return full(x->device_ptr(), {}, DK_DTYPE_INT64, DK_Scalar{DK_DTYPE_INT64, {0}});
+  Dims shape = x->shape();
+  if (shape[a] == 0) invalid_argument("argmax of " + x->describe() + " along an empty axis");
+  shape[a] = 1;
+  DK_AxisAttrs attrs{};
+  attrs.struct_size = DK_AxisAttrs_STRUCT_SIZE;
+  attrs.axis = int32_t(a);
+  const DK_DType c = compute_dtype(x->device().plugin(), DK_OP_ARGMAX, x->dtype());
+  if (c != x->dtype()) count_cast_inserted(DK_OP_ARGMAX);
+  return single(DK_OP_ARGMAX, cast(x, c), shape, DK_DTYPE_INT64, &attrs);
+}
+
+Tensor cumsum(const Tensor& x, int axis) {
+  const uint32_t a = normalise_axis(axis, x->rank(), "cumsum");
+  DK_DType dt = is_float(x->dtype()) ? x->dtype() : DK_DTYPE_INT64;
+  if (x->rank() == 0) return cast(x, dt);
+  const Tensor src = cast(x, dt);
+  DK_AxisAttrs attrs{};
+  attrs.struct_size = DK_AxisAttrs_STRUCT_SIZE;
+  attrs.axis = int32_t(a);
+  return with_dtype_fallback(DK_OP_CUMSUM, x->device(), dt, dt, [&](DK_DType c) {
+    return single(DK_OP_CUMSUM, cast(src, c), src->shape(), c, &attrs);
+  });
+}
+
+Tensor iota(const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt, int axis,
+            const DK_Scalar& start, const DK_Scalar& step) {
+  const uint32_t a = normalise_axis(axis, int(shape.size()), "iota");
+  DK_IotaAttrs attrs{};
+  attrs.struct_size = DK_IotaAttrs_STRUCT_SIZE;
+  attrs.axis = int32_t(a);
+  attrs.start = start;
+  attrs.step = step;
+  return with_dtype_fallback(DK_OP_IOTA, *dev, dt, dt, [&](DK_DType c) {
+    Tensor out = TensorImpl::empty(dev, c, shape);
+    if (out->numel() > 0) launch(DK_OP_IOTA, {}, {out.get()}, &attrs);
+    return out;
+  });
+}
+
+Tensor gather(const Tensor& x, int axis, const Tensor& index) {
+  check_same_device("gather", {x.get(), index.get()});
+  const uint32_t a = normalise_axis(axis, x->rank(), "gather");
+  if (index->dtype() != DK_DTYPE_INT64 || index->rank() != x->rank()) {
+    invalid_argument("gather: index must be int64 with the rank of x; got x " + x->describe() +
+                     ", index " + index->describe());
+  }
+  DK_AxisAttrs attrs{};
+  attrs.struct_size = DK_AxisAttrs_STRUCT_SIZE;
+  attrs.axis = int32_t(a);
+  const Tensor idx = contiguous(index);
+  return with_dtype_fallback(DK_OP_GATHER, x->device(), x->dtype(), x->dtype(), [&](DK_DType c) {
+    const Tensor src = contiguous(cast(x, c));
+    Tensor out = TensorImpl::empty(x->device_ptr(), c, index->shape());
+    if (out->numel() > 0) launch(DK_OP_GATHER, {src.get(), idx.get()}, {out.get()}, &attrs);
+    return out;
+  });
+}
+
+Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
+  check_same_device("scatter_add", {x.get(), index.get(), src.get()});
+  const uint32_t a = normalise_axis(axis, x->rank(), "scatter_add");
+  if (index->dtype() != DK_DTYPE_INT64 || index->shape() != src->shape() || index->rank() != x->rank()) {
+    invalid_argument("scatter_add: index must be int64 with src's shape and x's rank; got x " +
+                     x->describe() + ", index " + index->describe() + ", src " + src->describe());
+  }
+  DK_AxisAttrs attrs{};
+  attrs.struct_size = DK_AxisAttrs_STRUCT_SIZE;
+  attrs.axis = int32_t(a);
+  if (x->numel() == 0 && index->numel() > 0) {
+    // No kernel runs for an empty output, so nothing would check the indices:
+    // with x empty, every one of them is out of range.
+    throw Error(ErrorKind::IndexOutOfRange,
+                "scatter_add: x " + x->describe() + " is empty, so all " +
+                    std::to_string(index->numel()) + " indices in " + index->describe() +
+                    " are out of range for axis " + std::to_string(a));
+  }
+  const Tensor idx = contiguous(index);
+  const DK_DType dt = x->dtype();
+  return with_dtype_fallback(DK_OP_SCATTER_ADD, x->device(), dt, dt, [&](DK_DType c) {
+    const Tensor base = contiguous(cast(x, c)), vals = contiguous(cast(src, c));
+    Tensor out = TensorImpl::empty(x->device_ptr(), c, x->shape());
+    if (out->numel() > 0) launch(DK_OP_SCATTER_ADD, {base.get(), idx.get(), vals.get()}, {out.get()}, &attrs);
+    return out;
+  });
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_same_device("matmul", {a.get(), b.get()});
+  const int r = a->rank();
+  const Dims as = a->shape(), bs = b->shape();
+  if (r < 2 || b->rank() != r || !std::equal(as.begin(), as.end() - 2, bs.begin()) || as[r - 1] != bs[r - 2]) {
+    invalid_argument("matmul: expected [B..., M, K] @ [B..., K, N] with equal batch dims, got " +
+                     a->describe() + " @ " + b->describe());
+  }
+  const DK_DType dt = promote_types(a->dtype(), b->dtype());
+  Dims shape = as;
+  shape[r - 1] = bs[r - 1];
+  const Tensor x = cast(a, dt), y = cast(b, dt);
+  return with_dtype_fallback(DK_OP_MATMUL, a->device(), dt, dt, [&](DK_DType c) {
+    const Tensor p = contiguous(cast(x, c)), q = contiguous(cast(y, c));
+    Tensor out = TensorImpl::empty(a->device_ptr(), c, shape);
+    if (out->numel() == 0) return out;
+    if (as[r - 1] == 0) return full(a->device_ptr(), shape, c, DK_Scalar{DK_DTYPE_INT64, {0}});
+    launch(DK_OP_MATMUL, {p.get(), q.get()}, {out.get()});
+    return out;
+  });
+}
+
+Tensor random(DK_OpId op, const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt,
+              uint64_t seed, uint64_t offset) {
+  DK_RandomAttrs attrs{};
+  attrs.struct_size = DK_RandomAttrs_STRUCT_SIZE;
+  attrs.seed = seed;
+  attrs.offset = offset;
+  // No dtype fallback: the bits are specified per output dtype, so computing
+  // in another dtype and casting would give other numbers. A missing dtype is
+  // reported by launch().
+  Tensor out = TensorImpl::empty(dev, dt, shape);
+  if (out->numel() > 0) launch(op, {}, {out.get()}, &attrs);
+  return out;
 }
 
 }  // namespace dk

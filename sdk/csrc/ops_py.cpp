@@ -1,6 +1,9 @@
-// Bindings of the generic op paths (ops_generic.cpp). Python's devicekit.ops
+// Bindings of the op front-ends (ops.cpp). Python's devicekit.ops
 // wraps these with the PyTorch-style signatures; ops are passed by DK_OpId.
 #include <pybind11/stl.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "bindings.h"
 
@@ -21,6 +24,48 @@ DK_DType checked_dt(int dt) {
 Tensor operand(const py::object& v, const Tensor& other, DK_OpId op) {
   if (py::isinstance<TensorImpl>(v)) return v.cast<Tensor>();
   return scalar_like(other, to_scalar(v), op);
+}
+
+// devicekit.ops' `axis` (None for all, an int, or an iterable of ints) as a
+// list of axes counted from the front, by wrap_axis's rule. The errors and
+// their words are those devicekit.ops has always raised; devicekit.nn words
+// its own from IndexOutOfRangeError.
+py::list normalize_axes(const py::object& axis, int ndim, bool scalar_as_1d) {
+  py::list out;
+  if (axis.is_none()) {
+    for (int i = 0; i < ndim; ++i) out.append(i);
+    return out;
+  }
+  // numbers.Integral, as in Python: numpy integers and bool are one axis too.
+  // Kept for the life of the process: a py::object destroyed after the
+  // interpreter shuts down would crash at exit.
+  static const py::handle integral = py::object(py::module_::import("numbers").attr("Integral")).release();
+  std::vector<py::object> items;
+  if (py::isinstance(axis, integral)) {
+    items.push_back(axis);
+  } else {
+    for (py::handle h : py::iter(axis)) items.push_back(py::reinterpret_borrow<py::object>(h));
+  }
+  std::vector<int64_t> seen;
+  for (const py::object& item : items) {
+    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
+    if (!i) throw py::error_already_set();
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+    const int64_t a = overflow ? -1 : wrap_axis(v, ndim, scalar_as_1d);
+    if (a < 0) {
+      throw Error(ErrorKind::IndexOutOfRange, "axis " + std::string(py::str(item)) +
+                                                  " is out of range for a tensor of rank " +
+                                                  std::to_string(ndim));
+    }
+    seen.push_back(a);
+    out.append(a);
+  }
+  std::sort(seen.begin(), seen.end());
+  if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) {
+    invalid_argument("repeated axis in " + std::string(py::str(axis)));
+  }
+  return out;
 }
 
 }  // namespace
@@ -45,10 +90,16 @@ void bind_ops(py::module_& m) {
   });
   m.def("where", [](const Tensor& c, const py::object& a, const py::object& b) {
     const Tensor x = py::isinstance<TensorImpl>(a) ? a.cast<Tensor>()
-                     : py::isinstance<TensorImpl>(b) ? scalar_like(b.cast<Tensor>(), to_scalar(a), DK_OP_COUNT_1_1)
+                     : py::isinstance<TensorImpl>(b) ? scalar_like(b.cast<Tensor>(), to_scalar(a), kNoOp)
                                                     : constant(c->device_ptr(), DK_DTYPE_FLOAT32, to_scalar(a));
-    return where(c, x, operand(b, x, DK_OP_COUNT_1_1));
+    return where(c, x, operand(b, x, kNoOp));
   });
+  m.def("normalize_axes", &normalize_axes, py::arg("axis"), py::arg("ndim"),
+        py::arg("scalar_as_1d") = false,
+        "`axis` (None: all; an int; or an iterable of ints, negative ones counted from the end) "
+        "as a list of axes of a tensor of rank `ndim`. A 0-d tensor has axis 0; scalar_as_1d "
+        "lets -1 name it too (PyTorch's rule). Raises IndexOutOfRangeError for an axis out of "
+        "range, InvalidArgumentError for a repeated one");
   m.def("pack", &pack, py::arg("tensors"),
         "The tensors' elements one after another in a new 1-D tensor (one copy launch each; "
         "no autograd record). devicekit.optim.AdamW packs gradients with it.");

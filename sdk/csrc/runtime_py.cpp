@@ -10,6 +10,20 @@
 namespace dk {
 namespace {
 
+// For the destructors below: a destructor cannot raise, so a failed release
+// is reported on stderr ("devicekit: <what> failed: ...") instead of being
+// swallowed. Nothing is released in a forked child: it does not own the
+// parent's device objects (device.h).
+template <class Release>
+void release_in_destructor(const Device& dev, const char* what, Release release) {
+  if (dev.stale_after_fork()) return;
+  try {
+    release();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "devicekit: %s failed: %s\n", what, e.what());
+  }
+}
+
 struct Buffer {
   std::shared_ptr<Device> dev;
   void* ptr = nullptr;
@@ -20,16 +34,7 @@ struct Buffer {
     live = false;
     dev->raw_free(ptr);
   }
-  ~Buffer() {
-    // A forked child does not own the parent's device memory (device.h).
-    if (dev->stale_after_fork()) return;
-    // A destructor cannot raise; report instead of swallowing.
-    try {
-      free();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "devicekit: freeing a buffer failed: %s\n", e.what());
-    }
-  }
+  ~Buffer() { release_in_destructor(*dev, "freeing a buffer", [&] { free(); }); }
 };
 
 struct Stream {
@@ -37,15 +42,12 @@ struct Stream {
   DK_Stream* s = nullptr;
   py::list keepalive;  // host arrays of pending async copies
   ~Stream() {
-    // In a forked child the stream's worker thread does not exist: leave it.
-    if (dev->stale_after_fork()) return;
-    auto a = DK_ARGS(DK_Stream_Destroy_Args);
-    a.stream = s;
-    try {
+    // In a forked child the stream's worker thread does not exist either.
+    release_in_destructor(*dev, "destroying a stream", [&] {
+      auto a = DK_ARGS(DK_Stream_Destroy_Args);
+      a.stream = s;
       dev->check(dev->api()->Stream_Destroy(&a), "Stream_Destroy");
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "devicekit: destroying a stream failed: %s\n", e.what());
-    }
+    });
   }
   void synchronize() {
     {
@@ -60,14 +62,11 @@ struct Event {
   std::shared_ptr<Device> dev;
   DK_Event* e = nullptr;
   ~Event() {
-    if (dev->stale_after_fork()) return;
-    auto a = DK_ARGS(DK_Event_Destroy_Args);
-    a.event = e;
-    try {
+    release_in_destructor(*dev, "destroying an event", [&] {
+      auto a = DK_ARGS(DK_Event_Destroy_Args);
+      a.event = e;
       dev->check(dev->api()->Event_Destroy(&a), "Event_Destroy");
-    } catch (const std::exception& ex) {
-      std::fprintf(stderr, "devicekit: destroying an event failed: %s\n", ex.what());
-    }
+    });
   }
 };
 

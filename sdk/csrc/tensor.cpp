@@ -1,5 +1,7 @@
 #include "tensor.h"
 
+#include <algorithm>
+
 namespace dk {
 
 namespace {
@@ -62,13 +64,17 @@ int64_t checked_numel(const int64_t* shape, int rank, size_t itemsize, const cha
   return empty ? 0 : span;
 }
 
-Dims contiguous_strides(const Dims& shape) {
-  Dims s(shape.size());
+void contiguous_strides(const int64_t* shape, int rank, int64_t* strides) {
   int64_t acc = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    s[i] = acc;
+  for (int i = rank; i-- > 0;) {
+    strides[i] = acc;
     acc *= shape[i] > 0 ? shape[i] : 1;
   }
+}
+
+Dims contiguous_strides(const Dims& shape) {
+  Dims s(shape.size());
+  contiguous_strides(shape.data(), int(shape.size()), s.data());
   return s;
 }
 
@@ -95,12 +101,8 @@ Tensor TensorImpl::empty(const std::shared_ptr<Device>& dev, DK_DType dt, int ra
   t->storage_ = std::make_shared<Storage>(dev, size_t(n) * dtype_info(dt).itemsize);
   t->dtype_ = dt;
   t->rank_ = rank;
-  int64_t acc = 1;
-  for (int i = rank; i-- > 0;) {
-    t->shape_[i] = shape[i];
-    t->strides_[i] = acc;
-    acc *= shape[i] > 0 ? shape[i] : 1;
-  }
+  std::copy(shape, shape + rank, t->shape_.begin());
+  contiguous_strides(shape, rank, t->strides_.data());
   return t;
 }
 

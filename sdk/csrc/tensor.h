@@ -84,7 +84,9 @@ class TensorImpl {
 using Tensor = std::shared_ptr<TensorImpl>;
 
 // Row-major strides in elements, a zero-size dimension counted as size 1: the
-// rule device_api.h states for views with zero elements.
+// rule device_api.h states for views with zero elements. The pointer form
+// writes `rank` strides without allocating (TensorImpl::empty, the hot path).
+void contiguous_strides(const int64_t* shape, int rank, int64_t* strides);
 Dims contiguous_strides(const Dims& shape);
 // Element count of `shape`, refused with an Overflow error (naming `what`)
 // when the count or the byte size for `itemsize` exceeds int64, zero

@@ -1,5 +1,6 @@
 // Tensor and op bindings: the per-call hot path. Each binding unpacks its
-// arguments and calls straight into ops.cpp; nothing is rebuilt per call.
+// arguments and calls straight into the op layer (ops.h); nothing is rebuilt
+// per call.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 

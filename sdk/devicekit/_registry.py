@@ -210,6 +210,13 @@ class _Discovery:
         if not rec._pending:
             return
         rec._pending = False
+        # Two de-duplications, each doing what the other cannot. This one
+        # refuses a second listing of a file (a hard link, both variables)
+        # before it is probed, so a broken or hanging library costs one probe
+        # and the record says "listed twice". The core's (Plugin::load,
+        # find_loaded_plugin) keys on the loaded library, so every way in
+        # (devicekit.load_plugin, _core.load_plugin, discovery) shares one
+        # Plugin_Initialize; it cannot see a file that is not loaded yet.
         file_id = _file_id(rec.path)
         if file_id is not None:
             first = self.by_file.setdefault(file_id, rec)

@@ -22,14 +22,16 @@ __all__ = ["dtype", "float32", "float16", "bfloat16", "float64", "int8", "int32"
 class dtype:
     """A DeviceKit element type (the DK_DType of the device API)."""
 
-    __slots__ = ("name", "itemsize", "id", "numpy")
+    __slots__ = ("name", "itemsize", "id", "numpy", "_is_float")
 
-    def __init__(self, name, itemsize, id_, np_dtype):
+    def __init__(self, name, itemsize, id_, np_dtype, is_float):
         self.name, self.itemsize, self.id, self.numpy = name, itemsize, id_, np_dtype
+        self._is_float = is_float
 
     @property
     def is_floating_point(self):
-        return self.name in ("float32", "float16", "bfloat16", "float64")
+        """Whether this is a floating-point dtype, as the core's dtype table says."""
+        return self._is_float
 
     def __repr__(self):
         return f"devicekit.{self.name if self.name != 'bool' else 'bool_'}"
@@ -56,8 +58,9 @@ _NUMPY = {
     "bool": np.dtype(np.bool_),
 }
 
-# Built from the core's table so the ids always match the C header.
-_BY_ID = [dtype(name, size, i, _NUMPY[name]) for i, (name, size) in enumerate(_core.DTYPES)]
+# Built from the core's table so the ids and kinds always match the C header.
+_BY_ID = [dtype(name, size, i, _NUMPY[name], _core.DTYPE_IS_FLOAT[i])
+          for i, (name, size) in enumerate(_core.DTYPES)]
 _BY_NAME = {d.name: d for d in _BY_ID}
 _BY_NAME["bool_"] = _BY_NAME["bool"]
 

@@ -34,7 +34,7 @@ from collections import namedtuple
 
 from ._shape_ops import (_UNSET, cat, chunk, clone, flatten, narrow, pick, split, squeeze, stack,
                          unsqueeze, view)
-from .errors import (DTypeError, DuplicateArgumentError, IndexOutOfRangeError, InputOverflowError,
+from .errors import (DTypeError, DuplicateArgumentError, InputOverflowError,
                      InvalidArgumentError)
 from .tensor import Tensor, full
 
@@ -100,19 +100,9 @@ def where(cond, a, b):
 
 
 def _axes(x, axis):
-    nd = x.ndim
-    if axis is None:
-        return list(range(nd))
-    axes = [axis] if isinstance(axis, numbers.Integral) else list(axis)
-    norm = []
-    for a in axes:
-        b = a + nd if a < 0 else a
-        if not 0 <= b < _builtins.max(nd, 1):
-            raise IndexOutOfRangeError(f"axis {a} is out of range for a tensor of rank {nd}")
-        norm.append(b)
-    if len(set(norm)) != len(norm):
-        raise InvalidArgumentError(f"repeated axis in {axis}")
-    return norm
+    """``axis`` (None, an int or a sequence) as a list of axes of ``x``: the
+    core's rule and errors (``_core.normalize_axes``), as every SDK op uses."""
+    return _core.normalize_axes(axis, x.ndim)
 
 
 def _squeeze(t, axes, keepdims):

@@ -5,7 +5,7 @@ import numbers
 
 from .. import _core
 from .. import dtypes as _dt
-from ..errors import DTypeError, InvalidArgumentError
+from ..errors import DTypeError, IndexOutOfRangeError, InvalidArgumentError
 
 _HALF = ("float16", "bfloat16")
 
@@ -49,12 +49,15 @@ def broadcasts_to(t, target):
 
 
 def norm_axis(op, t, axis):
+    """One int axis of ``t``, by the core's rule (``_core.normalize_axes``)
+    with PyTorch's dim wrapping: a 0-d tensor takes axis 0 or -1."""
     if not isinstance(axis, numbers.Integral):
         fail(op, f"axis must be an int, got {axis!r}")
-    nd = max(t.ndim, 1)
-    if not -nd <= axis < nd:
-        fail(op, f"axis {axis} is out of range for shape {shape_of(t)}")
-    return int(axis) % nd
+    try:
+        return _core.normalize_axes(axis, t.ndim, scalar_as_1d=True)[0]
+    except IndexOutOfRangeError:
+        pass  # worded below, naming the op and the shape, outside the except
+    fail(op, f"axis {axis} is out of range for shape {shape_of(t)}")
 
 
 def compute(t):
