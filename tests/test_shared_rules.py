@@ -1,4 +1,4 @@
-"""Rules the SDK keeps in one place (issue 16): axis normalisation, dtype
+"""Rules the SDK keeps in one place (sdk/README.md): axis normalisation, dtype
 kinds, the cross-device check. Every caller must get the same answers and
 the same errors, with the words each caller has always used."""
 
@@ -69,7 +69,8 @@ def test_ops_nn_and_front_ends_word_axis_errors_their_own_way(cpu):
     x = dk.tensor(np.ones((2, 3), np.float32))
     with pytest.raises(IndexOutOfRangeError, match=r"^axis 2 is out of range for a tensor of rank 2$"):
         ops.sum(x, 2)
-    with pytest.raises(InvalidArgumentError, match=r"^softmax: axis 2 is out of range for shape \[2, 3\]$") as e:
+    msg = r"^softmax: axis 2 is out of range for shape \[2, 3\]$"
+    with pytest.raises(InvalidArgumentError, match=msg) as e:
         F.softmax(x, 2)
     assert not isinstance(e.value, IndexOutOfRangeError)
     with pytest.raises(InvalidArgumentError, match=r"^softmax: axis must be an int, got \(0,\)$"):
