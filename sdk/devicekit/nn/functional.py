@@ -15,7 +15,7 @@ applied to q before QK^T. Bad arguments raise ``InvalidArgumentError`` or
 
 import math
 
-from .. import _core, _fused
+from .. import _fused
 from .. import ops
 from .._shape_ops import _UNSET, pick
 from ..autograd import no_grad
