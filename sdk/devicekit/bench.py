@@ -25,6 +25,13 @@ import platform
 import sys
 import time
 
+import numpy as np
+
+import devicekit as dk
+
+from . import __version__, _core
+from .dtypes import as_dtype
+
 SCHEMA = "devicekit.bench/1"
 
 # Every op kind of device_api/spec/base_ops.json has a recipe (_recipe; the
@@ -66,12 +73,6 @@ class _Recipe:
 
 
 def _recipe(spec, dtype, size, device):
-    import numpy as np
-
-    import devicekit as dk
-    from . import _core
-    from .dtypes import as_dtype
-
     name, kind = spec["name"], spec["kind"]
     op = _core.OP_NAMES.index(name)
     rng = np.random.default_rng(0)
@@ -165,8 +166,6 @@ def _time(fn, sync, repeats, budget=0.05):
 
 
 def _plugin_record(device):
-    import devicekit as dk
-
     for r in dk.plugins():
         if r.loaded and any(d.name == device.name for d in r.devices):
             with open(r.path, "rb") as f:
@@ -203,17 +202,12 @@ def plan(kernels, specs, ops, dtypes):
 
 
 def _kernel_calls(name):
-    from . import _core
-
     return _core.dispatch_stats()[name]["kernel"]
 
 
 def measure(device_name, ops=None, dtypes=("float32",), sizes=DEFAULT_SIZES,
             matmul_sizes=DEFAULT_MATMUL_SIZES, repeats=5, progress=None):
     """Runs the benchmark; returns the JSON document (docs/bench.md)."""
-    import devicekit as dk
-    from . import __version__
-
     device = dk.device(device_name)
     plugin = next(r.plugin for r in dk.plugins()
                   if r.loaded and any(d.name == device.name for d in r.devices))

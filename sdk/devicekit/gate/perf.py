@@ -29,6 +29,11 @@ between trials on a loaded 2-core machine, the ratio of bests 1.3-1.8x
 
 import time
 
+import numpy as np
+
+import devicekit as dk
+from devicekit import ops
+
 SOURCE = "devicekit.gate.perf/2"
 REFERENCE = "numpy"
 BENCH_SCHEMA = "devicekit.bench/1"
@@ -47,11 +52,6 @@ def _case(op, kind, size, device):
     allocator. Single-threaded numpy against the two-threaded reference
     plugin: splitting the reference over one thread per core was tried and
     was no steadier (thread dispatch costs as much as a 1M-element add)."""
-    import numpy as np
-
-    import devicekit as dk
-    from devicekit import ops
-
     rng = np.random.default_rng(0)
     host = []
 
@@ -138,8 +138,6 @@ ROUNDS = 31
 def measure(device, kernels, machine, repeats=ROUNDS, progress=None):
     """The performance section of a record, measured on ``device``;
     ``repeats`` is the number of interleaved rounds per figure."""
-    import devicekit as dk
-
     implemented = {k["op"] for k in kernels if k.get("implemented") and "float32" in k["dtypes"]}
     results, skipped = [], []
     sync = lambda: dk.synchronize(device)  # noqa: E731
