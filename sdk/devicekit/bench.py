@@ -24,12 +24,14 @@ import math
 import platform
 import sys
 import time
+from importlib import resources
 
 import numpy as np
 
 import devicekit as dk
 
 from . import __version__, _core
+from .cli import _table
 from .dtypes import as_dtype
 
 SCHEMA = "devicekit.bench/1"
@@ -47,8 +49,6 @@ ROW = 1024  # reductions, scans and index ops run along the last axis of [size /
 
 def _op_specs():
     """op name -> its entry in the op spec shipped in devicekit/data."""
-    from importlib import resources
-
     text = resources.files("devicekit").joinpath("data/base_ops.json").read_text()
     return {op["name"]: op for op in json.loads(text)["ops"]}
 
@@ -256,7 +256,6 @@ def measure(device_name, ops=None, dtypes=("float32",), sizes=DEFAULT_SIZES,
 
 
 def table(doc):
-    from .cli import _table
 
     rows = [(r["op"], r["dtype"], r["size"], f"{r['seconds'] * 1e6:.1f}", f"{r['gbps']:.2f}",
              f"{r['gflops']:.2f}" if r["flops"] else "-") for r in doc["results"]]

@@ -34,6 +34,8 @@ import numpy as np
 import devicekit as dk
 from devicekit import ops
 
+from .errors import BadRecord
+
 SOURCE = "devicekit.gate.perf/2"
 REFERENCE = "numpy"
 BENCH_SCHEMA = "devicekit.bench/1"
@@ -172,8 +174,6 @@ def not_measured(machine, reason):
 
 def from_bench(doc, machine, path):
     """The performance section from a ``devicekit bench --json`` document."""
-    from .errors import BadRecord
-
     if not isinstance(doc, dict) or doc.get("schema") != BENCH_SCHEMA:
         raise BadRecord(path, f"not a {BENCH_SCHEMA} document (see docs/bench.md)")
     keep = ("op", "dtype", "size", "shapes", "seconds", "calls", "repeats", "bytes", "flops",
