@@ -18,12 +18,16 @@ from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, in
 from ._registry import PluginRecord, device, devices, load_plugin, plugins, reload_plugins
 from ._registry import device as _resolve_device
 from .tensor import Tensor, empty, full, ones, tensor, zeros
+from .tensor import install_surface as _install_tensor_surface
 from . import ops
-from . import autograd
+from . import autograd  # noqa: F401  (devicekit.autograd is public)
+from . import _grad_rules  # noqa: F401  (importing it registers the gradient rules with autograd)
 from . import nn
 from . import optim
 from .autograd import enable_grad, is_grad_enabled, no_grad
 from ._fused import composite_stats, fused_kernels, reset_composite_stats
+
+_install_tensor_surface()  # every Tensor method, bound once (the table is in tensor.py)
 
 try:
     __version__ = _metadata.version("devicekit")
@@ -71,7 +75,8 @@ def memory_stats(device=None):
 __all__ = [
     "API_VERSION", "Device", "Plugin", "PluginRecord", "Tensor", "bfloat16", "bool_", "device",
     "composite_stats", "devices", "dispatch_stats", "dtype", "enable_grad", "fused_kernels",
-    "is_grad_enabled", "no_grad", "reset_composite_stats", "empty", "empty_cache", "float16", "float32", "float64", "full", "int8",
+    "is_grad_enabled", "no_grad", "reset_composite_stats", "empty", "empty_cache", "float16",
+    "float32", "float64", "full", "int8",
     "int32", "int64", "load_plugin", "memory_stats", "nn", "ones", "ops", "optim", "plugins",
     "reload_plugins",
     "reset_dispatch_stats", "synchronize", "tensor", "uint8", "zeros", *_errors_all,

@@ -29,6 +29,7 @@ import contextlib
 import threading
 
 from . import _core
+from .autograd import is_grad_enabled
 
 _state = threading.local()
 _stats_lock = threading.Lock()
@@ -96,8 +97,7 @@ def _try_fused(op, inputs, attrs):
 
 
 def _needs_grad(inputs):
-    from . import autograd  # local: autograd imports ops, which import this module
-    return autograd.is_grad_enabled() and any(
+    return is_grad_enabled() and any(
         t is not None and getattr(t, "requires_grad", False) for t in inputs)
 
 

@@ -5,6 +5,8 @@
 ``node.out`` is the op's output, ``node.saved`` its attributes. The engine
 (``autograd.backward``) sums each gradient back to its input's shape and casts
 it to its dtype, so a rule may return a broadcast-shaped or promoted result.
+Importing this module registers every rule with the engine
+(``autograd.register_rule``); the package's ``__init__`` does so once.
 
 Tie rules (also in docs of ``ops.maximum``/``ops.max``):
 
@@ -18,6 +20,7 @@ Tie rules (also in docs of ``ops.maximum``/``ops.max``):
 import math
 
 from . import ops
+from .autograd import register_rule
 from .tensor import Tensor, full
 
 
@@ -177,3 +180,6 @@ RULES = {
     "cat": _cat,
     "to_device": _only(0, 1, lambda node, g: g.to(node.inputs[0].device)),
 }
+
+for _name, _rule in RULES.items():
+    register_rule(_name, _rule)

@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
+from . import errors
+
 
 TIMEOUT_ENV = "DEVICEKIT_PROBE_TIMEOUT"
 # Generous: a real driver's initialisation (device enumeration, firmware) can
@@ -52,8 +54,6 @@ class ProbeResult:
     code: Optional[str] = None
 
     def exception(self):
-        from . import errors
-
         cls = getattr(errors, self.error_type or "", None)
         if not (isinstance(cls, type) and issubclass(cls, errors.DeviceKitError)):
             cls = errors.PluginLoadError

@@ -26,6 +26,7 @@ probe per process that needs it, never a stale error.
 
 import functools
 import os
+import tempfile
 
 # hashlib, json and tempfile are imported where needed (a changed library, a
 # new entry): a warm start-up pays for a stat and a small read, nothing more.
@@ -49,6 +50,7 @@ def cache_dir():
 def _sdk_identity():
     """A probe is only as good as the SDK that ran it: its version and the
     exact build of the core extension (whose checks the probe applied)."""
+    # devicekit/__init__ imports this module (via _registry) before it sets __version__
     from . import __version__, _core
 
     st = os.stat(_core.__file__)
@@ -60,7 +62,7 @@ def _identity(st):
 
 
 def file_sha256(path):
-    import hashlib
+    import hashlib  # only once a plugin is probed: kept out of import devicekit's start-up
 
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -123,7 +125,7 @@ def store(path, info):
     """Record a successful probe of ``path`` (``info``: the probe's result,
     with the plugin's "name"). Returns None, or why the cache could not be
     written (the load itself goes on)."""
-    import json
+    import json  # only once a plugin is probed: kept out of import devicekit's start-up
 
     folder = cache_dir()
     if folder is None:
@@ -144,8 +146,6 @@ def store(path, info):
 def _write(folder, real, entry):
     # Write-then-rename: a concurrent reader sees the old entry or the new
     # one, never half of one.
-    import tempfile
-
     text = "\n".join([_HEADER, *(f"{k}\t{v}" for k, v in entry.items())]) + "\n"
     try:
         os.makedirs(folder, exist_ok=True)

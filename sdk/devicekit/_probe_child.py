@@ -15,6 +15,9 @@ import sys
 
 from devicekit._probe import RESULT_PREFIX, STEP_PREFIX
 
+from . import _core
+from .errors import DeviceKitError
+
 
 def _write_all(fd, data):
     while data:
@@ -29,9 +32,6 @@ def _run_child(path):
 
     def emit(line):
         _write_all(report, (line + "\n").encode("utf-8", "replace"))
-
-    from . import _core
-    from .errors import DeviceKitError
 
     _core._set_probe_trace_fd(report)
     try:

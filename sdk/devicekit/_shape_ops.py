@@ -19,7 +19,7 @@ from . import _core
 from . import dtypes as _dt
 from .autograd import track as _track
 from .errors import DTypeError, DuplicateArgumentError, InvalidArgumentError
-from .tensor import Tensor, _dim, _raw_contiguous, _shape_arg, full
+from .tensor import Tensor, _dim, _raw_contiguous, _shape_arg
 
 _UNSET = object()
 

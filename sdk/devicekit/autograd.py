@@ -4,9 +4,11 @@ Every differentiable base op (and view) reports its result to :func:`track`.
 When grad mode is on and an input requires grad, the result gets a
 ``grad_fn`` node naming the op, its inputs and what the rule needs; the tape is
 the graph of these nodes. ``loss.backward()`` walks it once in reverse
-topological order; each node's rule (``devicekit._grad_rules``) turns the
-output gradient into input gradients *written in base ops*, so training runs on
-any conformant plugin. The engine then sums each input gradient back to the
+topological order; each node's rule turns the output gradient into input
+gradients *written in base ops*, so training runs on any conformant plugin.
+The rules live in ``devicekit._grad_rules``, which registers them here
+(:func:`register_rule`) when the package is imported: the engine imports
+nothing above ``_core``. The engine then sums each input gradient back to the
 input's shape (broadcasting), casts it to the input's dtype (type promotion)
 and accumulates it; leaves accumulate into ``.grad``.
 
@@ -31,6 +33,22 @@ from .errors import DTypeError, InvalidArgumentError
 Tensor = _core.Tensor
 _state = threading.local()
 _ADD = _core.OP_NAMES.index("add")
+_REDUCE_SUM = _core.OP_NAMES.index("reduce_sum")
+_RULES = {}  # op name (Node.name) -> gradient rule; filled by register_rule
+
+
+def register_rule(name, rule):
+    """Makes ``rule(node, g, needs)`` the gradient rule of the nodes named
+    ``name`` (see ``_grad_rules`` for the contract). Returns ``rule``."""
+    if name in _RULES:
+        raise InvalidArgumentError(f"register_rule: op {name!r} already has a gradient rule")
+    _RULES[name] = rule
+    return rule
+
+
+def rule_names():
+    """The op and view names that have a gradient rule, sorted."""
+    return sorted(_RULES)
 
 
 def is_grad_enabled():
@@ -126,13 +144,13 @@ def _topological(root):
 
 
 def _sum_to(g, shape):
-    """``g`` summed over the dimensions broadcasting added or stretched."""
-    from . import ops
+    """``g`` summed over the dimensions broadcasting added or stretched
+    (untracked: the engine runs under no_grad)."""
     lead = g.ndim - len(shape)
     axes = list(range(lead)) + [lead + i for i, s in enumerate(shape)
                                 if s == 1 and g.shape[lead + i] != 1]
     if axes:
-        g = ops.sum(g, axes, keepdims=True)
+        g = _core.reduce(_REDUCE_SUM, g, sum(1 << a for a in axes))  # keeps dims
     return g.reshape(shape) if tuple(g.shape) != tuple(shape) else g
 
 
@@ -152,8 +170,6 @@ def backward(tensor, gradient=None):
     """Accumulates d(tensor)/d(leaf) into ``leaf.grad`` for every leaf that
     requires grad. ``gradient`` (same shape as ``tensor``) is the vector of the
     vector-Jacobian product; implied as 1 for a one-element tensor."""
-    from ._grad_rules import RULES
-    from .tensor import full
     if not _is_tracked(tensor):
         raise InvalidArgumentError(
             f"backward: tensor {tensor.dtype}{list(tensor.shape)} does not require grad: no input "
@@ -163,7 +179,7 @@ def backward(tensor, gradient=None):
             raise InvalidArgumentError(
                 f"backward: a gradient can be implied only for a one-element output; this one has "
                 f"shape {list(tensor.shape)}: pass gradient= of that shape")
-        gradient = full(list(tensor.shape), 1, dtype=tensor.dtype, device=tensor.device)
+        gradient = _core.full(tensor.device, list(tensor.shape), tensor._dtype_id, 1)
     elif tuple(gradient.shape) != tuple(tensor.shape):
         raise InvalidArgumentError(
             f"backward: gradient has shape {list(gradient.shape)}, the output has shape "
@@ -179,7 +195,7 @@ def backward(tensor, gradient=None):
             if g is None:
                 continue
             needs = [_is_tracked(t) for t in node.inputs]
-            for t, need, gi in zip(node.inputs, needs, RULES[node.name](node, g, needs)):
+            for t, need, gi in zip(node.inputs, needs, _RULES[node.name](node, g, needs)):
                 if not need or gi is None:
                     continue
                 gi = _fit(gi, t)
@@ -193,7 +209,11 @@ def _accumulate_leaf(t, g):
     t.grad = g if t.grad is None else t.grad + g
 
 
-# ---- Tensor attributes ------------------------------------------------------
+# ---- Tensor attributes (bound on Tensor by tensor.py, the Tensor surface) ----
+
+def _get_requires_grad(self):
+    return self._requires_grad
+
 
 def _set_requires_grad(self, value):
     value = bool(value)
@@ -212,16 +232,13 @@ def _requires_grad_(self, requires_grad=True):
     return self
 
 
+def _is_leaf(self):
+    return self.grad_fn is None
+
+
 def _detach(self):
     """A view of the same storage that is not tracked (no grad_fn, no requires_grad)."""
     return _alias(self)
 
 
-Tensor.grad = None     # class defaults; instances set their own in __dict__
-Tensor.grad_fn = None
-Tensor.requires_grad = property(lambda self: self._requires_grad, _set_requires_grad)
-Tensor.is_leaf = property(lambda self: self.grad_fn is None)
-Tensor.requires_grad_ = _requires_grad_
-Tensor.detach = _detach
-Tensor.backward = backward
 _core._set_autograd_add_hook(_add)

@@ -24,6 +24,15 @@ import math
 import platform
 import sys
 import time
+from importlib import resources
+
+import numpy as np
+
+import devicekit as dk
+
+from . import __version__, _core
+from .cli import _table
+from .dtypes import as_dtype
 
 SCHEMA = "devicekit.bench/1"
 
@@ -40,8 +49,6 @@ ROW = 1024  # reductions, scans and index ops run along the last axis of [size /
 
 def _op_specs():
     """op name -> its entry in the op spec shipped in devicekit/data."""
-    from importlib import resources
-
     text = resources.files("devicekit").joinpath("data/base_ops.json").read_text()
     return {op["name"]: op for op in json.loads(text)["ops"]}
 
@@ -66,12 +73,6 @@ class _Recipe:
 
 
 def _recipe(spec, dtype, size, device):
-    import numpy as np
-
-    import devicekit as dk
-    from . import _core
-    from .dtypes import as_dtype
-
     name, kind = spec["name"], spec["kind"]
     op = _core.OP_NAMES.index(name)
     rng = np.random.default_rng(0)
@@ -165,8 +166,6 @@ def _time(fn, sync, repeats, budget=0.05):
 
 
 def _plugin_record(device):
-    import devicekit as dk
-
     for r in dk.plugins():
         if r.loaded and any(d.name == device.name for d in r.devices):
             with open(r.path, "rb") as f:
@@ -203,17 +202,12 @@ def plan(kernels, specs, ops, dtypes):
 
 
 def _kernel_calls(name):
-    from . import _core
-
     return _core.dispatch_stats()[name]["kernel"]
 
 
 def measure(device_name, ops=None, dtypes=("float32",), sizes=DEFAULT_SIZES,
             matmul_sizes=DEFAULT_MATMUL_SIZES, repeats=5, progress=None):
     """Runs the benchmark; returns the JSON document (docs/bench.md)."""
-    import devicekit as dk
-    from . import __version__
-
     device = dk.device(device_name)
     plugin = next(r.plugin for r in dk.plugins()
                   if r.loaded and any(d.name == device.name for d in r.devices))
@@ -262,7 +256,6 @@ def measure(device_name, ops=None, dtypes=("float32",), sizes=DEFAULT_SIZES,
 
 
 def table(doc):
-    from .cli import _table
 
     rows = [(r["op"], r["dtype"], r["size"], f"{r['seconds'] * 1e6:.1f}", f"{r['gbps']:.2f}",
              f"{r['gflops']:.2f}" if r["flops"] else "-") for r in doc["results"]]

@@ -436,34 +436,9 @@ def contiguous(x):
     return x.contiguous()
 
 
-def _install_tensor_methods():
-    """Python operators and methods on Tensor, mapped onto the ops above."""
-    def rev(fn):
-        return lambda self, other: fn(other, self)
-    methods = {
-        "__sub__": sub, "__rsub__": rev(sub), "__mul__": mul, "__rmul__": mul,
-        "__truediv__": div, "__rtruediv__": rev(div), "__pow__": pow, "__rpow__": rev(pow),
-        "__matmul__": matmul, "__rmatmul__": rev(matmul), "__neg__": neg, "__abs__": abs,
-        "__eq__": eq, "__ne__": ne, "__lt__": lt, "__le__": le, "__gt__": gt, "__ge__": ge,
-        "__and__": logical_and, "__or__": logical_or, "__xor__": logical_xor,
-        "__invert__": logical_not,
-        "sum": sum, "mean": mean, "argmax": argmax, "argmin": argmin, "cumsum": cumsum,
-        "amax": amax, "amin": amin, "max": _extremum_method("max", max, argmax),
-        "min": _extremum_method("min", min, argmin),
-        "matmul": matmul, "maximum": maximum, "minimum": minimum, "clamp": clamp, "clip": clamp,
-        "masked_fill": masked_fill, "tril": tril, "triu": triu, "gather": gather,
-        "split": split, "chunk": chunk, "narrow": narrow, "squeeze": squeeze,
-        "unsqueeze": unsqueeze, "flatten": flatten, "view": view, "clone": clone,
-    }  # cat and stack take a list: functions only, as in PyTorch
-    for name in ("exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "erf",
-                 "floor", "sign", "abs", "neg"):
-        methods[name] = globals()[name]
-    for name, fn in methods.items():
-        setattr(Tensor, name, fn)
-    Tensor.__hash__ = object.__hash__  # __eq__ is elementwise; keep tensors usable as keys by identity
-
-
-_install_tensor_methods()
+# PyTorch's Tensor.max/Tensor.min, bound as methods by tensor.py (the Tensor surface)
+_max_method = _extremum_method("max", max, argmax)
+_min_method = _extremum_method("min", min, argmin)
 
 
 def _shape(shape):

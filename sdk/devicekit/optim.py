@@ -80,7 +80,7 @@ class AdamW:
                 key = (p.device.name, str(p.dtype), st["step"]) if flat_ok else ("one", i)
                 groups.setdefault(key, []).append(i)
             flats = {}
-            for key, idx in groups.items():
+            for idx in groups.values():
                 if len(idx) == 1:
                     self._step_one(idx[0])
                 else:

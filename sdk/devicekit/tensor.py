@@ -1,8 +1,11 @@
-"""Tensor creation and the Python-side Tensor methods.
+"""Tensor: its creation functions and its whole surface.
 
 ``Tensor`` is the C++ class ``devicekit._core.Tensor``; the per-call paths
-(``+``, ``ops.add``, casts, copies) are bound in C++. The methods added here
-parse Python-level arguments (shapes, indices) into one C++ view call.
+(``+``, ``ops.add``, casts, copies) are bound in C++. Every method, operator
+and property a Tensor has is listed at the end of this file ("The Tensor
+surface"), with the module that implements it: the C++ binding, this module
+(conversions, and views that parse Python-level arguments such as shapes and
+indices into one C++ view call), ``autograd``, ``ops`` or ``nn.functional``.
 Views, ``contiguous`` and ``to`` report to ``autograd.track`` so gradients
 flow through them.
 """
@@ -21,7 +24,7 @@ from .errors import (DTypeError, DeviceNotFoundError, IndexOutOfRangeError, Inpu
 _INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 
 Tensor = _core.Tensor
-_raw_contiguous = Tensor.contiguous  # the C++ method; the tracked one replaces it below
+_raw_contiguous = Tensor.contiguous  # the C++ method; install_surface binds the tracked one
 
 # Same-size unsigned views let bytes cross the C++ boundary for every dtype,
 # bfloat16 included, without depending on buffer-protocol format codes.
@@ -267,18 +270,108 @@ def _bool(self):
     return bool(self.item())
 
 
+def _tolist(self):
+    return self.numpy().tolist()
+
+
+def _t(self):
+    return _permute(self, *reversed(range(self.ndim)))
+
+
+def _contiguous(self):
+    return _track("contiguous", _raw_contiguous(self), (self,))
+
+
 def _array(self, dtype=None, copy=None):
     a = self.numpy()
     return a.astype(dtype) if dtype is not None else a
 
 
-for _name, _fn in {
-    "numpy": _numpy, "to": _to, "reshape": _reshape, "permute": _permute,
-    "transpose": _transpose, "expand": _expand, "__getitem__": _getitem,
-    "__repr__": _repr, "__len__": _len, "item": _item, "tolist": lambda self: self.numpy().tolist(),
-    "__array__": _array, "__bool__": _bool,
-    "contiguous": lambda self: _track("contiguous", _raw_contiguous(self), (self,)),
-}.items():
-    setattr(Tensor, _name, _fn)
-Tensor.dtype = property(_dtype)
-Tensor.T = property(lambda self: _permute(self, *reversed(range(self.ndim))))
+# ---- The Tensor surface -----------------------------------------------------
+#
+# Every attribute a Tensor has is named in this section, once: the names the
+# C++ binding defines (``_CPP_ATTRIBUTES``) and the table ``_surface()`` that
+# ``install_surface()`` binds, which says for each name the module that
+# implements it. No other module adds attributes to Tensor; the package's
+# ``__init__`` calls ``install_surface()`` once, after importing the modules
+# the table names (tests/test_tensor_surface.py checks both).
+#
+# Functions are bound as they are, never wrapped: ``a * b`` calls ``ops.mul``
+# with no extra Python frame, and ``a + b`` stays the C++ ``__add__``.
+
+_CPP_ATTRIBUTES = (  # sdk/csrc/tensor_py.cpp
+    "shape", "strides", "device", "ndim",                  # read-only properties
+    "numel", "dim", "is_contiguous",                       # methods
+    "__add__", "__radd__",  # the fast path: Python (autograd._add) only for a tracked operand
+    # internals the Python side builds on
+    "_dtype_id", "_offset", "_storage_id", "_requires_grad", "_view", "_expand", "_cast",
+    "_to_device", "_copy_to_host",
+)
+# ("contiguous" is also a C++ method; the table replaces it with a tracked one.)
+
+
+def _rev(fn):
+    return lambda self, other: fn(other, self)
+
+
+def _surface():
+    """name -> what ``install_surface`` binds on Tensor."""
+    # These modules import this one (for Tensor and full) at module level, so
+    # this one reaches them at call time: install_surface runs once, after the
+    # package has loaded them.
+    from . import autograd, ops
+    from .nn import functional as F
+    return {
+        # -- data, conversion and Python protocols (this module)
+        "dtype": property(_dtype), "numpy": _numpy, "item": _item, "tolist": _tolist,
+        "to": _to, "__array__": _array, "__repr__": _repr, "__len__": _len, "__bool__": _bool,
+        "__hash__": object.__hash__,  # __eq__ is elementwise; hash tensors by identity
+        # -- views and layout (this module; reported to autograd.track)
+        "reshape": _reshape, "permute": _permute, "transpose": _transpose, "expand": _expand,
+        "T": property(_t), "__getitem__": _getitem, "contiguous": _contiguous,
+        # -- autograd (autograd.py); grad and grad_fn are class defaults that
+        #    instances set in their own __dict__
+        "grad": None, "grad_fn": None,
+        "requires_grad": property(autograd._get_requires_grad, autograd._set_requires_grad),
+        "is_leaf": property(autograd._is_leaf), "requires_grad_": autograd._requires_grad_,
+        "detach": autograd._detach, "backward": autograd.backward,
+        # -- arithmetic operators (ops.py; __add__/__radd__ are C++, above)
+        "__sub__": ops.sub, "__rsub__": _rev(ops.sub), "__mul__": ops.mul, "__rmul__": ops.mul,
+        "__truediv__": ops.div, "__rtruediv__": _rev(ops.div), "__pow__": ops.pow,
+        "__rpow__": _rev(ops.pow), "__matmul__": ops.matmul, "__rmatmul__": _rev(ops.matmul),
+        "__neg__": ops.neg, "__abs__": ops.abs,
+        # -- comparison and logical operators (ops.py; elementwise, not differentiable)
+        "__eq__": ops.eq, "__ne__": ops.ne, "__lt__": ops.lt, "__le__": ops.le, "__gt__": ops.gt,
+        "__ge__": ops.ge, "__and__": ops.logical_and, "__or__": ops.logical_or,
+        "__xor__": ops.logical_xor, "__invert__": ops.logical_not,
+        # -- elementwise (ops.py)
+        "exp": ops.exp, "log": ops.log, "sqrt": ops.sqrt, "rsqrt": ops.rsqrt,
+        "reciprocal": ops.reciprocal, "sin": ops.sin, "cos": ops.cos, "tanh": ops.tanh,
+        "erf": ops.erf, "floor": ops.floor, "sign": ops.sign, "abs": ops.abs, "neg": ops.neg,
+        "maximum": ops.maximum, "minimum": ops.minimum, "clamp": ops.clamp, "clip": ops.clamp,
+        "masked_fill": ops.masked_fill, "tril": ops.tril, "triu": ops.triu,
+        # -- reductions and indexing (ops.py); max/min are PyTorch's (values, indices)
+        "sum": ops.sum, "mean": ops.mean, "amax": ops.amax, "amin": ops.amin,
+        "max": ops._max_method, "min": ops._min_method, "argmax": ops.argmax,
+        "argmin": ops.argmin, "cumsum": ops.cumsum, "gather": ops.gather, "matmul": ops.matmul,
+        # -- shape ops (_shape_ops.py, re-exported by ops); cat and stack take a
+        #    list, so they are functions only, as in PyTorch
+        "split": ops.split, "chunk": ops.chunk, "narrow": ops.narrow, "squeeze": ops.squeeze,
+        "unsqueeze": ops.unsqueeze, "flatten": ops.flatten, "view": ops.view,
+        "clone": ops.clone,
+        # -- composites PyTorch also has as methods (nn/functional.py)
+        "softmax": F.softmax, "log_softmax": F.log_softmax, "relu": F.relu,
+        "sigmoid": F.sigmoid, "var": F.var, "logsumexp": F.logsumexp,
+    }
+
+
+_installed = {}  # what install_surface bound: name -> the very object (the surface test reads it)
+
+
+def install_surface():
+    """Binds the table of ``_surface()`` on Tensor (once, from ``devicekit/__init__``)."""
+    table = _surface()
+    for name, value in table.items():
+        setattr(Tensor, name, value)
+    _installed.clear()
+    _installed.update(table)

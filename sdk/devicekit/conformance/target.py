@@ -3,6 +3,8 @@
 import hashlib
 import os
 
+import devicekit as dk
+
 from .case import Target
 
 
@@ -10,8 +12,6 @@ def open_target(device=None, plugin=None, level="full"):
     """``device`` ("acme:0") through discovery, or the plugin library at
     ``plugin`` (its device named ``device``, else its first). Raises the
     DeviceKit error that says why it cannot (load error, unknown device)."""
-    import devicekit as dk
-
     if plugin:
         lib = dk.load_plugin(os.path.abspath(plugin))
         devs = list(lib.devices)
@@ -42,8 +42,6 @@ def sha256(path):
 
 def describe(target):
     """Plugin and device facts for the report."""
-    import devicekit as dk
-
     dev, p = target.device, target.device.plugin
     return {
         "devicekit_version": dk.__version__,

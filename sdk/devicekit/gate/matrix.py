@@ -13,6 +13,7 @@ policy's required rules apply to it. Without ``--policy`` there is no verdict.
 
 import datetime
 
+from ..cli import _table
 from .check import check
 from .reports import _env, template
 
@@ -119,7 +120,6 @@ def _verdict_word(e):
 
 
 def text(doc):
-    from ..cli import _table
     rows = [(e["plugin"], e["plugin_version"], e["devicekit_version"], e["device"],
              f"{e['conformance']['pass']}/{e['conformance']['total']}",
              " ".join(f"{dt}:{d['passed']}/{d['total']}"

@@ -29,6 +29,13 @@ between trials on a loaded 2-core machine, the ratio of bests 1.3-1.8x
 
 import time
 
+import numpy as np
+
+import devicekit as dk
+from devicekit import ops
+
+from .errors import BadRecord
+
 SOURCE = "devicekit.gate.perf/2"
 REFERENCE = "numpy"
 BENCH_SCHEMA = "devicekit.bench/1"
@@ -47,11 +54,6 @@ def _case(op, kind, size, device):
     allocator. Single-threaded numpy against the two-threaded reference
     plugin: splitting the reference over one thread per core was tried and
     was no steadier (thread dispatch costs as much as a 1M-element add)."""
-    import numpy as np
-
-    import devicekit as dk
-    from devicekit import ops
-
     rng = np.random.default_rng(0)
     host = []
 
@@ -138,8 +140,6 @@ ROUNDS = 31
 def measure(device, kernels, machine, repeats=ROUNDS, progress=None):
     """The performance section of a record, measured on ``device``;
     ``repeats`` is the number of interleaved rounds per figure."""
-    import devicekit as dk
-
     implemented = {k["op"] for k in kernels if k.get("implemented") and "float32" in k["dtypes"]}
     results, skipped = [], []
     sync = lambda: dk.synchronize(device)  # noqa: E731
@@ -174,8 +174,6 @@ def not_measured(machine, reason):
 
 def from_bench(doc, machine, path):
     """The performance section from a ``devicekit bench --json`` document."""
-    from .errors import BadRecord
-
     if not isinstance(doc, dict) or doc.get("schema") != BENCH_SCHEMA:
         raise BadRecord(path, f"not a {BENCH_SCHEMA} document (see docs/bench.md)")
     keep = ("op", "dtype", "size", "shapes", "seconds", "calls", "repeats", "bytes", "flops",

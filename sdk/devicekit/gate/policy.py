@@ -12,6 +12,7 @@ import datetime
 import fnmatch
 import os
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import List, Optional
 
 try:
@@ -167,7 +168,6 @@ RELEASE = "release"  # --policy release: the policy shipped in the package (ci/p
 
 
 def release_policy_path():
-    from importlib import resources
     return str(resources.files("devicekit.gate").joinpath("policy.toml"))
 
 

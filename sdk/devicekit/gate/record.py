@@ -17,6 +17,7 @@ import os
 import platform
 import socket
 import tempfile
+import zipfile
 
 from .errors import BadRecord, MissingInput, SchemaTooNew
 
@@ -141,8 +142,6 @@ def models_section(rep):
 def wheel_info(wheel, library_sha256):
     """The wheel's identity, and which of its members is the certified library
     (``library_member``: None when no file in it has the library's sha256)."""
-    import zipfile
-
     member = None
     try:
         with zipfile.ZipFile(wheel) as z:

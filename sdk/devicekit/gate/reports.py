@@ -13,12 +13,9 @@ from importlib import resources
 
 import jinja2
 
+from ..cli import _table
+
 GROUPS = ("binary.sha256", "conformance", "models", "performance")
-
-
-def _table(rows, headers):
-    from ..cli import _table as table
-    return table(rows, headers)
 
 
 def _cut(s, n=90):

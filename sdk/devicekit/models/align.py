@@ -16,6 +16,8 @@ import contextlib
 import math
 import time
 
+import devicekit as dk
+
 from .. import ops
 from ..autograd import no_grad
 from ..tensor import ones
@@ -70,8 +72,6 @@ def device_timer(device, repeats=7, min_time=2e-3):
     keeps its best round: load that comes and goes on a shared machine then
     hits every candidate alike instead of favouring whichever ran in a quiet
     moment."""
-    import devicekit as dk
-
     def timer(shapes):
         pairs = [(ones(*a, device=device), ones(*b, device=device)) for a, b in shapes]
 

@@ -15,7 +15,7 @@ applied to q before QK^T. Bad arguments raise ``InvalidArgumentError`` or
 
 import math
 
-from .. import _core, _fused
+from .. import _fused
 from .. import ops
 from .._shape_ops import _UNSET, pick
 from ..autograd import no_grad
@@ -408,16 +408,6 @@ def adamw_step(param, grad, m, v, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, we
         p = p * (1.0 - lr * weight_decay) - m_new / denom * (lr / (1.0 - beta1 ** step))
         return result(p, param.dtype), result(m_new, m.dtype), result(v_new, v.dtype)
 
-
-def _install_tensor_methods():
-    """The composites PyTorch also has as Tensor methods (axis as in ops)."""
-    methods = {"softmax": softmax, "log_softmax": log_softmax, "relu": relu, "sigmoid": sigmoid,
-               "var": var, "logsumexp": logsumexp}
-    for name, fn in methods.items():
-        setattr(_core.Tensor, name, fn)
-
-
-_install_tensor_methods()
 
 __all__ = ["adamw_step", "avg_pool2d", "conv2d", "cross_entropy", "dropout", "embedding", "gelu",
            "layer_norm", "linear", "log_softmax", "logsumexp", "max_pool2d", "mean", "relu",

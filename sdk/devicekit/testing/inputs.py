@@ -11,6 +11,8 @@ import zlib
 import ml_dtypes
 import numpy as np
 
+import devicekit as dk
+
 from .oracle import np_dtype
 
 __all__ = ["edges", "rand", "seed_of", "place"]
@@ -57,8 +59,6 @@ def rand(dtype, shape, rng, kind="normal"):
 def place(arr, layout="dense", device="cpu:0"):
     """A device tensor equal to ``arr``: dense, a transpose ("T", 2-d) or a
     step slice ("step", 2-d) of a larger tensor."""
-    import devicekit as dk
-
     if layout == "T":
         return dk.tensor(np.ascontiguousarray(arr.T), device=device).T
     if layout == "step":
