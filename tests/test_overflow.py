@@ -217,3 +217,35 @@ def test_to_an_unknown_dtype_says_dtype(cpu):
     assert "nor is it a device" in str(e.value)
     with pytest.raises(dk.DeviceNotFoundError):
         t.to("acme:0")  # has a ':': a device name
+
+
+# --------------------------------------------------------------------------
+# None where a tensor belongs: a TypeError, never a crashed process
+# --------------------------------------------------------------------------
+
+NONE_FOR_A_TENSOR = {  # call: the exception it raises today
+    "gather": ("ops.gather(x, 0, None)", "TypeError"),
+    "scatter_add without src": ("ops.scatter_add(x, 0, idx)", "TypeError"),
+    "scatter_add, None index": ("ops.scatter_add(x, 0, None, x)", "TypeError"),
+    "exp": ("ops.exp(None)", "TypeError"),
+    "where": ("ops.where(None, x, x)", "TypeError"),
+    # These Python front-ends read x.ndim before the core sees the argument.
+    "matmul": ("ops.matmul(x, None)", "AttributeError"),
+    "sum": ("ops.sum(None)", "AttributeError"),
+}
+
+
+@pytest.mark.parametrize("call,raises", NONE_FOR_A_TENSOR.values(), ids=list(NONE_FOR_A_TENSOR))
+def test_none_for_a_tensor_is_refused_without_a_crash(call, raises):
+    # In a child process: before the core's Tensor arguments refused None,
+    # the core calls dereferenced an empty pointer and killed the interpreter.
+    import subprocess
+    import sys
+    code = ("import numpy as np, devicekit as dk\nfrom devicekit import ops\n"
+            "x = dk.tensor(np.ones((2, 3), np.float32))\n"
+            "idx = dk.tensor(np.zeros((2, 3), np.int64))\n"
+            f"try:\n    {call}\nexcept Exception as e:\n"
+            "    print('refused', type(e).__name__)\nelse:\n    print('accepted')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{call} ended the process (exit {proc.returncode}): {proc.stderr[-400:]}"
+    assert proc.stdout.strip() == f"refused {raises}", proc.stdout + proc.stderr

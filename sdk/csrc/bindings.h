@@ -5,6 +5,22 @@
 
 #include "ops.h"
 
+// A Tensor argument never accepts None. pybind11 turns None into an empty
+// holder for any shared_ptr argument, and every front-end dereferences its
+// tensors, so `ops.gather(x, 0, None)` used to crash the process. With this
+// caster None fails overload resolution like any other non-tensor: a
+// TypeError naming the call and the argument types it takes. (Optional
+// tensors are taken as py::object and checked where they are used.)
+namespace pybind11::detail {
+template <>
+class type_caster<dk::Tensor> : public copyable_holder_caster<dk::TensorImpl, dk::Tensor> {
+ public:
+  bool load(handle src, bool convert) {
+    return !src.is_none() && copyable_holder_caster<dk::TensorImpl, dk::Tensor>::load(src, convert);
+  }
+};
+}  // namespace pybind11::detail
+
 namespace dk {
 namespace py = pybind11;
 
