@@ -14,7 +14,8 @@
 //
 // With the fast paths built (DKCPU_FAST) a launch runs fast/attention.cpp
 // instead: the flash-style kernel (key tiles, register-tiled GEMMs, online
-// softmax), the same rules, about 3x faster at 1024 x 64 than this one.
+// softmax), the same rules, about 7x faster than this one at 8 heads of
+// 1024 x 64, causal.
 #include <algorithm>
 #include <cmath>
 #include <vector>

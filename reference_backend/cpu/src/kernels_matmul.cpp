@@ -8,8 +8,8 @@
 // undefined behaviour.
 //
 // With the fast paths built (DKCPU_FAST), the floating dtypes run
-// fast/gemm.cpp's cache-blocked GEMM instead (about 40x faster at 512^3);
-// integers always run the plain kernel.
+// fast/gemm.cpp's cache-blocked GEMM instead (88 against 7 GFLOP/s at
+// 512^3 on a shared 2-core machine); integers always run the plain kernel.
 #include <algorithm>
 #include <type_traits>
 #include <vector>
