@@ -31,7 +31,8 @@ namespace {
 
 // Query rows [r0, r1) of all B * Hq * Lq; s and acc are scratch of Lk and Dv
 // floats. (Unused with DKCPU_FAST: fast::sdpa.)
-[[maybe_unused]] void attend_rows(const SdpaLaunch& L, int64_t r0, int64_t r1, float* s, float* acc) {
+[[maybe_unused]] void attend_rows(const SdpaLaunch& L, int64_t r0, int64_t r1, float* s,
+                                  float* acc) {
   const int64_t mask_esize = L.mask_kind == DK_SDPA_MASK_BOOL ? 1 : 4;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t i = r % L.lq, h = (r / L.lq) % L.hq, b = r / (L.lq * L.hq);
