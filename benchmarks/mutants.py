@@ -1,5 +1,6 @@
-"""Single-bug variants of the reference CPU plugin (reference_backend/cpu/src),
-for the mutation run (benchmarks/mutation_run.py) and its CI subset
+"""Single-bug variants of the reference CPU plugin (reference_backend/cpu/src;
+files named relative to it, e.g. "fast/gemm.cpp"), in its default build (the
+fast paths included), for the mutation run (benchmarks/mutation_run.py) and its CI subset
 (tests/test_conformance_catches.py).
 
 Each mutant is (name, file, old text, new text, kind): ``old`` must occur
@@ -131,14 +132,14 @@ MUTANTS = [
     ("scatter_add_ignores_x", "kernels_index.cpp",
      "for (int64_t e = 0; e < x_numel; ++e) acc[e] = A(widen_exact(x[e]));",
      "for (int64_t e = 0; e < x_numel; ++e) acc[e] = A(0);", "index"),
-    # ---- GEMM blocking ----
-    ("gemm_second_k_block_overwrites", "kernels_matmul.cpp",
+    # ---- GEMM blocking (fast/gemm.cpp) and the plain integer matmul ----
+    ("gemm_second_k_block_overwrites", "fast/gemm.cpp",
      "mk.fn(mc, nc, kc, pa, pb, g.c + i * g.n + j0, g.n, k0 > 0);",
      "mk.fn(mc, nc, kc, pa, pb, g.c + i * g.n + j0, g.n, k0 > kKC);", "gemm"),
-    ("gemm_k_block_drops_one", "kernels_matmul.cpp",
+    ("gemm_k_block_drops_one", "fast/gemm.cpp",
      "const int64_t kc = std::min(kKC, g.k - k0);",
      "const int64_t kc = std::min(kKC, g.k - k0 - (k0 > 0));", "gemm"),
-    ("gemm_cols_skips_row_block_edge", "kernels_matmul.cpp",
+    ("gemm_cols_skips_row_block_edge", "fast/gemm.cpp",
      "  for (int64_t i = 0; i < g.m; i += kMC) {\n    const int64_t mc = std::min(kMC, g.m - i);",
      "  for (int64_t i = 0; i < g.m; i += kMC) {\n    const int64_t mc = std::min(kMC - (i > 0), g.m - i);",
      "gemm"),
@@ -157,21 +158,21 @@ MUTANTS = [
      "devicekit_block(l.seed, l.offset + uint64_t(b))",
      "devicekit_block(l.seed, uint64_t(uint32_t(l.offset + uint64_t(b))))", "rng"),
     # ---- fused kernels ----
-    ("norm_eps_outside_sqrt", "kernels_fused.cpp",
+    ("norm_eps_outside_sqrt", "fused_common.h",
      "const float rstd = 1.0f / std::sqrt(var + l.eps);",
      "const float rstd = 1.0f / (std::sqrt(var) + l.eps);", "fused"),
-    ("layer_norm_unbiased_variance", "kernels_fused.cpp",
+    ("layer_norm_unbiased_variance", "fused_common.h",
      "const float var = sum_sq_centered(x, l.d, mean) / float(l.d);",
      "const float var = sum_sq_centered(x, l.d, mean) / float(l.d - 1);", "fused"),
     ("softmax_max_from_first_lanes", "kernels_fused.cpp",
      "for (int k = 0; i < l.d; ++i, ++k) acc[k] = max_nan(acc[k], x[i]);",
      "for (int k = 0; i < l.d; ++i, ++k) acc[k] = acc[k];", "fused"),
-    ("attention_no_online_rescale", "kernels_attention.cpp", "l = l * alpha + sum[0];",
+    ("attention_no_online_rescale", "fast/attention.cpp", "l = l * alpha + sum[0];",
      "l = l + sum[0];", "fused"),
-    ("attention_causal_strict", "kernels_attention.cpp",
+    ("attention_causal_strict", "fast/attention.cpp",
      "std::min(nk, std::max<int64_t>(0, qi + 1 - j0))", "std::min(nk, std::max<int64_t>(0, qi - j0))",
      "fused"),
-    ("attention_causal_kend_short", "kernels_attention.cpp",
+    ("attention_causal_kend_short", "fast/attention.cpp",
      "const int64_t kend = L.causal ? std::min(L.lk, i0 + nq) : L.lk;",
      "const int64_t kend = L.causal ? std::min(L.lk, i0 + std::min<int64_t>(nq, 32)) : L.lk;",
      "fused"),

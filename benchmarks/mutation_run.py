@@ -49,16 +49,27 @@ def apply(text, old, new, name):
     return text.replace(old, new)
 
 
-def units(src):
-    return sorted(f for f in os.listdir(src) if f.endswith((".c", ".cpp")))
+def files(src):
+    """Every file under src, as a path relative to it ('fast/gemm.cpp')."""
+    return sorted(os.path.relpath(os.path.join(d, f), src).replace(os.sep, "/")
+                  for d, _, names in os.walk(src) for f in names)
+
+
+def units(src, fast=True):
+    """The translation units; without the fast paths (src/fast/) when fast is False."""
+    return [f for f in files(src) if f.endswith((".c", ".cpp"))
+            and (fast or not f.startswith("fast/"))]
 
 
 def includes(src):
-    """{file: set of files it includes transitively} for the files in src."""
+    """{file: set of files it includes transitively} for the files in src,
+    each include resolved against the including file's folder."""
     direct = {}
-    for f in os.listdir(src):
+    for f in files(src):
         with open(os.path.join(src, f), errors="replace") as fh:
-            direct[f] = set(re.findall(r'#include "([^"]+)"', fh.read()))
+            found = re.findall(r'#include "([^"]+)"', fh.read())
+        direct[f] = {os.path.normpath(os.path.join(os.path.dirname(f), g)).replace(os.sep, "/")
+                     for g in found}
     closure = {}
 
     def walk(f, seen):
@@ -72,10 +83,11 @@ def includes(src):
     return closure
 
 
-def compile_unit(src, unit, obj):
+def compile_unit(src, unit, obj, fast=True):
     is_c = unit.endswith(".c")
     cmd = ["cc", "-std=c11"] if is_c else ["c++", "-std=c++17", "-fvisibility-inlines-hidden"]
-    cmd += [*COMMON, "-c", os.path.join(src, unit), "-o", obj]
+    # DKCPU_FAST as CMakeLists.txt's DEVICEKIT_CPU_FAST sets it
+    cmd += [*COMMON, f"-DDKCPU_FAST={int(fast)}", "-c", os.path.join(src, unit), "-o", obj]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(f"compiling {unit} failed:\n{r.stderr[-3000:]}")
@@ -91,15 +103,17 @@ def link(objs, lib):
     return lib
 
 
-def build(src, objdir, libpath, only=None, base_objs=None, pool=None):
-    """Compiles `only` units (all when None) into objdir, links with base_objs for the rest."""
+def build(src, objdir, libpath, only=None, base_objs=None, pool=None, fast=True):
+    """Compiles `only` units (all when None) into objdir, links with base_objs for the rest.
+    fast=False builds the plain core alone (no src/fast/, DKCPU_FAST=0)."""
     os.makedirs(objdir, exist_ok=True)
-    todo = units(src) if only is None else sorted(only)
+    todo = units(src, fast) if only is None else sorted(only)
     objs = dict(base_objs or {})
-    jobs = {u: pool.submit(compile_unit, src, u, os.path.join(objdir, u + ".o")) for u in todo}
+    jobs = {u: pool.submit(compile_unit, src, u,
+                           os.path.join(objdir, u.replace("/", "_") + ".o"), fast) for u in todo}
     for u, fut in jobs.items():
         objs[u] = fut.result()
-    return link([objs[u] for u in units(src)], libpath), objs
+    return link([objs[u] for u in units(src, fast)], libpath), objs
 
 
 def conformance(lib, report, jobs, exitfirst=True, timeout=900):

@@ -308,6 +308,38 @@ def test_mutants_of_the_cpu_plugin_are_killed(tmp_path):
     assert f"kill rate: {len(mutants.CI_SUBSET)}/{len(mutants.CI_SUBSET)}" in proc.stdout
 
 
+@pytest.mark.slow
+def test_cpu_plugin_core_alone_passes_core_conformance(tmp_path):
+    """The reference plugin's plain core builds and links without src/fast/
+    (DKCPU_FAST=0, as CMake's DEVICEKIT_CPU_FAST=OFF) and passes the core
+    level: its plain matmul, norms and attention are real kernels, not a
+    fallback that only the fast paths make correct."""
+    import concurrent.futures
+    import shutil
+    if not (shutil.which("cc") and shutil.which("c++")):
+        pytest.skip("needs cc and c++ to build the plugin")
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import mutation_run
+    finally:
+        sys.path.pop(0)
+    src = tmp_path / "src"
+    shutil.copytree(mutation_run.SRC, src)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        lib, objs = mutation_run.build(str(src), str(tmp_path / "obj"),
+                                       str(tmp_path / "libdevicekit_cpu.so"), pool=pool, fast=False)
+    assert "kernels_matmul.cpp" in objs and not [u for u in objs if u.startswith("fast/")]
+    proc, report, _ = run_report(tmp_path, "--plugin", lib, "--jobs", "2", "--level", "core")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert report["plugin"]["library_path"] == lib
+    ran = outcomes(report)
+    # the kernels whose fast paths were left out ran, and passed
+    for prefix in ("ops/matmul/float32/", "ops/matmul/bfloat16/", "fused/cpu.rms_norm_f32/",
+                   "fused/cpu.sdpa_flash_f32/"):
+        mine = [o for i, o in ran.items() if i.startswith(prefix)]
+        assert mine and "pass" in mine and set(mine) <= {"pass", "skipped"}, (prefix, mine)
+
+
 def test_a_missing_mutant_target_fails_loudly():
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
     try:

@@ -1,7 +1,8 @@
 // What the fused kernels (kernels_fused.cpp, kernels_attention.cpp) share:
 // the cheap checks their `supports` predicates make, the full validation
-// their launches make, an exp the compiler can vectorise, and the run-time
-// pick of an ISA level for loops compiled once per level.
+// their launches make, an exp the compiler can vectorise, and the launch
+// records and row math that their fast paths (src/fast/) reuse, so a fast
+// path computes a norm row with the very same arithmetic.
 //
 // supports() must be pure, fast and allocation-free, so it reads the raw
 // views and never builds an error. launch() first runs the kernel's own
@@ -117,5 +118,87 @@ inline float exp_nonpositive(float x) {
 
 // NaN-propagating maximum (std::max would keep whichever side came first).
 inline float max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+
+// Reductions keep kLanes independent partial sums: the compiler may not
+// reorder a single float sum (no -ffast-math here), but it vectorises
+// kLanes-wide independent lanes, and the lanes are then added pairwise.
+constexpr int kLanes = 16;
+
+inline float sum_lanes(float* acc) {
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+
+// sum over i of (x[i] - c)^2, in float32 (the header's accumulation minimum).
+DKCPU_INLINE float sum_sq_centered(const float* __restrict x, int64_t n, float c) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += (x[i + l] - c) * (x[i + l] - c);
+  for (int l = 0; i < n; ++i, ++l) acc[l] += (x[i] - c) * (x[i] - c);
+  return sum_lanes(acc);
+}
+
+DKCPU_INLINE float sum(const float* __restrict x, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += x[i + l];
+  for (int l = 0; i < n; ++i, ++l) acc[l] += x[i];
+  return sum_lanes(acc);
+}
+
+// ---- rms_norm / layer_norm rows (kernels_fused.cpp; fast/norm.cpp) ------------
+
+struct NormLaunch {
+  const float* x;
+  const float* weight;  // NULL: 1
+  const float* bias;    // NULL: 0 (layer_norm only)
+  float* out;
+  int64_t rows, d;
+  float eps;
+  bool centered;  // layer_norm subtracts the mean; rms_norm does not
+};
+
+struct NormStats {
+  float mean, rstd;
+};
+
+// One row's mean (0 for rms_norm) and 1 / sqrt(variance + eps).
+DKCPU_INLINE NormStats norm_stats(const NormLaunch& l, const float* __restrict x) {
+  const float mean = l.centered ? sum(x, l.d) / float(l.d) : 0.0f;
+  // Two passes for layer_norm (the header prescribes a two-pass variance).
+  const float var = sum_sq_centered(x, l.d, mean) / float(l.d);
+  const float rstd = 1.0f / std::sqrt(var + l.eps);
+  return {mean, rstd};
+}
+
+// y[i] = (x[i] - mean) * rstd * w[i] + b[i] (w, b NULL: skipped) over [i0, i1).
+DKCPU_INLINE void norm_span(const float* __restrict x, const float* __restrict w,
+                      const float* __restrict b, float* __restrict y, int64_t i0, int64_t i1,
+                      float mean, float rstd) {
+  if (w && b) for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+  else if (w) for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd * w[i];
+  else if (b) for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd + b[i];
+  else for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd;
+}
+
+// ---- Attention (kernels_attention.cpp; fast/attention.cpp) ----------------------
+
+// What an attention launch copies out of its views: q [B,Hq,Lq,D],
+// k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv], out [B,Hq,Lq,Dv], all dense; the mask
+// [B,Hq,Lq,Lk] with any strides.
+struct SdpaLaunch {
+  const float* q;
+  const float* k;
+  const float* v;
+  const char* mask;  // bool bytes or float32, strides in elements below
+  float* out;
+  int64_t mask_strides[4];
+  int32_t mask_kind, causal;
+  int64_t b, hq, hkv, lq, lk, d, dv;
+  float scale;
+};
 
 }  // namespace dkcpu

@@ -179,25 +179,18 @@ inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const
                    "(the rank of %s %s)", call, axis, v.rank, what, dims(v).c_str());
 }
 
-// ---- ISA levels -----------------------------------------------------------------
+// ---- The fast paths (src/fast/) ------------------------------------------------
 
-// matmul, attention and the norms compile their hot loops once per ISA level
-// (target attributes on a force-inlined body) and pick one at run time with
-// this, so one library runs on any x86-64 yet uses AVX2+FMA or AVX-512.
-#define DKCPU_INLINE inline __attribute__((always_inline))
-
-enum class Isa { kBase, kAvx2, kAvx512 };
-
-inline Isa cpu_isa() {
-  static const Isa isa = [] {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return Isa::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+// DKCPU_FAST 1 (the default; CMake option DEVICEKIT_CPU_FAST) hands float
+// matmul, the norms and attention to src/fast/ (fast/fast.h); 0 builds the
+// plain core alone, whose loops then run. Every `#if DKCPU_FAST` is at a call
+// site, next to the plain loop it replaces.
+#ifndef DKCPU_FAST
+#define DKCPU_FAST 1
 #endif
-    return Isa::kBase;
-  }();
-  return isa;
-}
+
+// Force-inlined, so that src/fast/ can compile a core loop inside a function
+// with a target("avx2,...") attribute and get that ISA's code for it.
+#define DKCPU_INLINE inline __attribute__((always_inline))
 
 }  // namespace dkcpu

@@ -5,8 +5,10 @@
 #ifndef DEVICEKIT_CPU_PARALLEL_H_
 #define DEVICEKIT_CPU_PARALLEL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <new>
 
 namespace dkcpu {
 
@@ -23,6 +25,23 @@ void parallel_for(int64_t n, int64_t grain,
 
 // The number of threads parallel_for may use, the calling one included.
 int parallel_threads();
+
+// parallel_for for an fn that may throw std::bad_alloc (scratch buffers):
+// fn may run on a pool thread, so an allocation failure is carried out of the
+// chunks and rethrown here, on the stream worker, which turns it into the
+// stream's asynchronous error.
+template <class F>
+void parallel_for_may_throw(int64_t n, int64_t grain, const F& fn) {
+  std::atomic<bool> out_of_memory{false};
+  parallel_for(n, grain, [&](int64_t begin, int64_t end) {
+    try {
+      fn(begin, end);
+    } catch (...) {
+      out_of_memory = true;
+    }
+  });
+  if (out_of_memory) throw std::bad_alloc();
+}
 
 }  // namespace dkcpu
 

@@ -1,0 +1,214 @@
+// Fast path of fused scaled_dot_product_attention (kernels_attention.cpp,
+// which validates the call and holds the plain kernel this replaces),
+// flash-attention style: never materialises the Lq x Lk score matrix.
+//
+// Work item = (batch, query head, block of kBq query rows); items are split
+// across cores. Each item walks the keys in tiles of kBk and does two small
+// GEMMs per tile, with the same register tile as matmul's micro-kernel
+// (`tile_gemm`: GCC vector extensions, an MR x NR block of the result held in
+// registers):
+//   S = (q*scale) K_tile^T       [kBq x kBk]  (K_tile packed transposed, so a
+//                                              row of it is NR contiguous keys)
+//   per query row (`softmax_row`): mask (causal / bool / additive: -inf for an
+//   excluded key), then the online-softmax step: running max m and sum l,
+//   P = exp(S - m_new), and alpha = exp(m_old - m_new)
+//   O = O * alpha + P V_tile     [kBq x Dv]   (V rows are contiguous: read in
+//                                              place; the rescale of O by
+//                                              alpha rides on the tile's store)
+// and finally out = O / l, or 0 for a row that saw no visible key (l == 0).
+// Under is_causal, key tiles past the block's last query are never read (the
+// spec lets a kernel skip keys masked for all the queries it computes
+// together). Inside a visited tile an excluded key has p = 0, and 0 * v still
+// reads v: a NaN or inf in v at a masked key may propagate, as in the
+// decomposition (the spec allows that too).
+//
+// Sizes: a score tile is 64 x 128 floats (32 KiB), the packed key tile D x 128,
+// the accumulator 64 x Dv: with D = Dv = 64 an item's working set (~100 KiB)
+// stays in L2 while the GEMMs run. 64 query rows amortise packing a key tile
+// (32 rows: ~15% slower at 1024 x 64); 128 keys beat 64 by ~5%. Like matmul,
+// the loops are compiled once per ISA level (target attributes) and picked at
+// run time.
+#include <algorithm>
+#include <vector>
+
+#include "../parallel.h"
+#include "fast.h"
+
+namespace dkcpu {
+namespace {
+
+constexpr int64_t kBq = 64, kBk = 128;  // multiples of every MR / NR below
+constexpr int64_t kDvAlign = 32;       // the widest NR: accumulator rows are padded to it
+
+inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// c[MR x NR] = a[MR x k] b[k x NR], both row-major with leading dims lda, ldb;
+// with row_scale, c = c * row_scale[i] + a b instead (O's online rescale).
+// `vector_size` is in bytes; VB is the ISA's register width.
+template <int MR, int NR, int VB>
+DKCPU_INLINE void tile_gemm(int64_t k, const float* __restrict a, int64_t lda,
+                            const float* __restrict b, int64_t ldb, float* __restrict c,
+                            int64_t ldc, const float* row_scale) {
+  typedef float V __attribute__((vector_size(VB)));
+  constexpr int kW = VB / int(sizeof(float)), kNV = NR / kW;
+  static_assert(NR % kW == 0, "NR is a whole number of vectors");
+  V acc[MR][kNV];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < kNV; ++v) acc[i][v] = V{};
+  for (int64_t p = 0; p < k; ++p) {  // the hot loop: kNV loads, MR broadcasts, MR*kNV FMAs
+    V bv[kNV];
+    for (int v = 0; v < kNV; ++v) std::memcpy(&bv[v], b + p * ldb + v * kW, sizeof(V));
+    for (int i = 0; i < MR; ++i) {
+      const float ai = a[i * lda + p];
+      for (int v = 0; v < kNV; ++v) acc[i][v] += ai * bv[v];
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int v = 0; v < kNV; ++v) {
+      float* dst = c + i * ldc + v * kW;
+      V r = acc[i][v];
+      if (row_scale) {
+        V old;
+        std::memcpy(&old, dst, sizeof(V));
+        r += old * row_scale[i];
+      }
+      std::memcpy(dst, &r, sizeof(V));
+    }
+  }
+}
+
+// One query row of a score tile: exclude keys, then the online-softmax step.
+// s (kBk scores) becomes p = exp(s - m_new) in place; m and l are updated and
+// the factor O's row must be rescaled by, exp(m_old - m_new), is returned.
+DKCPU_INLINE float softmax_row(const SdpaLaunch& L, float* __restrict s, const char* mrow,
+                               int64_t qi, int64_t j0, int64_t nk, float& m, float& l) {
+  // Keys [visible, kBk) of the tile are excluded: past Lk, or the causal future.
+  const int64_t visible = L.causal ? std::min(nk, std::max<int64_t>(0, qi + 1 - j0)) : nk;
+  if (L.mask_kind == DK_SDPA_MASK_BOOL) {
+    for (int64_t jj = 0; jj < visible; ++jj)
+      if (!mrow[(j0 + jj) * L.mask_strides[3]]) s[jj] = -INFINITY;
+  } else if (L.mask_kind == DK_SDPA_MASK_ADDITIVE) {
+    const float* f = reinterpret_cast<const float*>(mrow);
+    for (int64_t jj = 0; jj < visible; ++jj) s[jj] += f[(j0 + jj) * L.mask_strides[3]];
+  }
+  for (int64_t jj = 0; jj < kBk; ++jj) s[jj] = jj < visible ? s[jj] : -INFINITY;
+  // The row maximum in 16 independent lanes (a plain compare-select, which
+  // vectorises to max instructions). It may skip a NaN score: that is fine,
+  // the NaN's p = exp(NaN - m) still makes l, O and so the row NaN.
+  constexpr int kLanes = 16;
+  float mx[kLanes];
+  for (int t = 0; t < kLanes; ++t) mx[t] = -INFINITY;
+  for (int64_t jj = 0; jj < kBk; jj += kLanes)
+    for (int t = 0; t < kLanes; ++t) mx[t] = s[jj + t] > mx[t] ? s[jj + t] : mx[t];
+  float m_new = m;
+  for (int t = 0; t < kLanes; ++t) m_new = mx[t] > m_new ? mx[t] : m_new;
+  // No visible key so far: every p and alpha is exp(-inf) = 0, not exp(-inf - -inf).
+  const float shift = m_new == -INFINITY ? 0.0f : m_new;
+  for (int64_t jj = 0; jj < kBk; ++jj) s[jj] = exp_nonpositive(s[jj] - shift);
+  float sum[kLanes] = {};  // independent partial sums, so the sum vectorises
+  for (int64_t jj = 0; jj < kBk; jj += kLanes)
+    for (int t = 0; t < kLanes; ++t) sum[t] += s[jj + t];
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int t = 0; t < w; ++t) sum[t] += sum[t + w];
+  const float alpha = exp_nonpositive(m - shift);
+  l = l * alpha + sum[0];
+  m = m_new;
+  return alpha;
+}
+
+// One work item. `scratch` holds kBq*d + d*kBk + kBq*kBk + (kBq + kBk)*dvp
+// floats, dvp = dv rounded up to kDvAlign.
+template <int MR, int NR, int VB>
+DKCPU_INLINE void attend_block(const SdpaLaunch& L, int64_t item, float* scratch) {
+  const int64_t qblocks = (L.lq + kBq - 1) / kBq;
+  const int64_t bh = item / qblocks, i0 = (item % qblocks) * kBq;
+  const int64_t nq = std::min(kBq, L.lq - i0), nqp = round_up(nq, MR);
+  const int64_t b = bh / L.hq, h = bh % L.hq, hk = h / (L.hq / L.hkv);
+  const int64_t d = L.d, dv = L.dv, dvp = round_up(dv, NR);
+  const float* q = L.q + ((b * L.hq + h) * L.lq + i0) * d;
+  const float* k = L.k + (b * L.hkv + hk) * L.lk * d;
+  const float* v = L.v + (b * L.hkv + hk) * L.lk * dv;
+  float* out = L.out + ((b * L.hq + h) * L.lq + i0) * dv;
+  const int64_t mask_esize = L.mask_kind == DK_SDPA_MASK_BOOL ? 1 : 4;
+  const char* mask = L.mask + (b * L.mask_strides[0] + h * L.mask_strides[1]) * mask_esize;
+  float* __restrict qs = scratch;                // [kBq][d], q * scale; rows >= nq are 0
+  float* __restrict kt = qs + kBq * d;           // [d][kBk], the key tile transposed
+  float* __restrict s = kt + d * kBk;            // [kBq][kBk], scores, then p
+  float* __restrict o = s + kBq * kBk;           // [kBq][dvp], the accumulator
+  float* __restrict vt = o + kBq * round_up(dv, kDvAlign);  // [kBk][dvp], V tile padded to NR
+  const bool pack_v = dvp != dv;                 // else V_tile is read in place
+  float m[kBq], l[kBq], alpha[kBq];
+  for (int64_t i = 0; i < nqp; ++i) {
+    for (int64_t c = 0; c < d; ++c) qs[i * d + c] = i < nq ? q[i * d + c] * L.scale : 0.0f;
+    for (int64_t c = 0; c < dvp; ++c) o[i * dvp + c] = 0.0f;
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+    alpha[i] = 1.0f;  // rows >= nq: padding, p stays 0
+  }
+  const int64_t kend = L.causal ? std::min(L.lk, i0 + nq) : L.lk;  // later keys: all masked
+  for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
+    const int64_t nk = std::min(kBk, kend - j0);
+    for (int64_t jj = 0; jj < nk; ++jj)
+      for (int64_t c = 0; c < d; ++c) kt[c * kBk + jj] = k[(j0 + jj) * d + c];
+    for (int64_t c = 0; c < d; ++c)
+      for (int64_t jj = nk; jj < kBk; ++jj) kt[c * kBk + jj] = 0.0f;  // keys past Lk
+    for (int64_t i = 0; i < nqp; i += MR)
+      for (int64_t j = 0; j < kBk; j += NR)
+        tile_gemm<MR, NR, VB>(d, qs + i * d, d, kt + j, kBk, s + i * kBk + j, kBk, nullptr);
+    for (int64_t i = 0; i < nq; ++i)
+      alpha[i] = softmax_row(L, s + i * kBk, mask + (i0 + i) * L.mask_strides[2] * mask_esize,
+                             i0 + i, j0, nk, m[i], l[i]);
+    for (int64_t i = nq; i < nqp; ++i)
+      for (int64_t jj = 0; jj < kBk; ++jj) s[i * kBk + jj] = 0.0f;
+    const float* vtile = v + j0 * dv;
+    int64_t ldv = dv;
+    if (pack_v) {
+      for (int64_t jj = 0; jj < nk; ++jj)
+        for (int64_t c = 0; c < dvp; ++c) vt[jj * dvp + c] = c < dv ? vtile[jj * dv + c] : 0.0f;
+      vtile = vt;
+      ldv = dvp;
+    }
+    for (int64_t i = 0; i < nqp; i += MR)
+      for (int64_t c = 0; c < dvp; c += NR)
+        tile_gemm<MR, NR, VB>(nk, s + i * kBk, kBk, vtile + c, ldv, o + i * dvp + c, dvp, alpha + i);
+  }
+  for (int64_t i = 0; i < nq; ++i) {
+    // l == 0 only when no key was visible: the header's 0 output, not 0/0.
+    const float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
+    for (int64_t c = 0; c < dv; ++c) out[i * dv + c] = o[i * dvp + c] * inv;
+  }
+}
+
+// One instantiation per ISA level; the tile shapes leave registers for the
+// loaded b vectors and a broadcast: AVX-512 8x32 (16 accumulators of 32),
+// AVX2 4x16 and SSE2 / NEON 4x8 (8 of 16).
+#define DKCPU_ATTEND_RANGE(name, attr, MR, NR, VB)                                          \
+  attr void name(const SdpaLaunch& L, int64_t begin, int64_t end, float* scratch) {         \
+    for (int64_t it = begin; it < end; ++it) attend_block<MR, NR, VB>(L, it, scratch);      \
+  }
+#if defined(__x86_64__)
+DKCPU_ATTEND_RANGE(attend_range_avx512,
+                   __attribute__((target("avx512f,avx512vl,avx2,fma,prefer-vector-width=512"))),
+                   8, 32, 64)
+DKCPU_ATTEND_RANGE(attend_range_avx2, __attribute__((target("avx2,fma"))), 4, 16, 32)
+#endif
+DKCPU_ATTEND_RANGE(attend_range_base, , 4, 8, 16)
+
+}  // namespace
+
+void fast::sdpa(const SdpaLaunch& L) {
+  const Isa isa = cpu_isa();
+  const int64_t items = L.b * L.hq * ((L.lq + kBq - 1) / kBq);
+  const int64_t dvp = round_up(L.dv, kDvAlign);
+  parallel_for(items, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scratch;  // grows once per thread, then reused
+    scratch.resize(size_t(kBq * L.d + L.d * kBk + kBq * kBk + (kBq + kBk) * dvp));
+#if defined(__x86_64__)
+    if (isa == Isa::kAvx512) return attend_range_avx512(L, begin, end, scratch.data());
+    if (isa == Isa::kAvx2) return attend_range_avx2(L, begin, end, scratch.data());
+#endif
+    attend_range_base(L, begin, end, scratch.data());
+  });
+}
+
+}  // namespace dkcpu

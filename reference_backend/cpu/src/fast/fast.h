@@ -1,0 +1,55 @@
+// The fast paths: what the plain core (src/*) hands over to src/fast/ when
+// the plugin is built with them (DKCPU_FAST, the default; see
+// kernel_common.h). Each entry computes exactly what the core's plain loop
+// beside its call site computes, only faster; the README's "Fast paths"
+// section says why each exists and what it costs. A vendor reading the
+// plugin as a model can stop at this header.
+//
+// The hot loops here are compiled once per ISA level (target attributes on a
+// force-inlined body, DKCPU_INLINE) and one is picked at run time (cpu_isa),
+// so one library runs on any x86-64 yet uses AVX2+FMA or AVX-512 where the CPU
+// has them; no -march=native anywhere.
+#pragma once
+
+#include <cstdint>
+
+#include "../fused_common.h"
+
+namespace dkcpu {
+
+// ---- ISA levels -----------------------------------------------------------------
+
+enum class Isa { kBase, kAvx2, kAvx512 };
+
+inline Isa cpu_isa() {
+  static const Isa isa = [] {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return Isa::kAvx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+#endif
+    return Isa::kBase;
+  }();
+  return isa;
+}
+
+namespace fast {
+
+// fast/gemm.cpp: c[m, n] = a[m, k] @ b[k, n], row-major, one batch element;
+// float and double (a cache-blocked GEMM with a register-tiled micro-kernel),
+// f16 and bf16 (widened to float32 buffers for it, rounded once). Splits the
+// work over parallel_for; throws std::bad_alloc when scratch runs out.
+template <class T>
+void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n);
+
+// fast/norm.cpp: rows [r0, r1) of an rms_norm / layer_norm launch, as the
+// core's norm_rows, in an AVX2 build and with streaming stores when the whole
+// output is larger than the caches.
+void norm_rows(const NormLaunch& l, int64_t r0, int64_t r1);
+
+// fast/attention.cpp: a whole attention launch, flash-style (key tiles, two
+// register-tiled GEMMs per tile, online softmax), split over parallel_for.
+void sdpa(const SdpaLaunch& l);
+
+}  // namespace fast
+}  // namespace dkcpu
