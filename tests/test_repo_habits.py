@@ -99,3 +99,21 @@ def test_line_count_report_covers_every_tracked_file():
     assert sum(n for n, _ in rows.values()) + json_files == len(tracked)
     with open(os.path.join(ROOT, "sdk", "csrc", "tensor.cpp"), "rb") as f:
         assert rows["SDK C++ core"][1] >= f.read().count(b"\n")
+
+
+@pytest.mark.parametrize("readme", ["sdk/README.md", "reference_backend/cpu/README.md"])
+def test_mechanism_maps_name_files_that_exist(readme):
+    # The mechanism -> symbol -> file tables are how a newcomer finds code;
+    # a file renamed or split without updating them sends the reader nowhere.
+    base = os.path.dirname(os.path.join(ROOT, readme))
+    with open(os.path.join(ROOT, readme)) as f:
+        text = f.read()
+    paths = set(re.findall(r"`((?:[\w.-]+/)*[\w.-]+\.(?:cpp|c|h|inc|def|py|txt))`", text))
+    assert paths, f"{readme} names no files"
+    names = {os.path.basename(p) for p in _tracked()}
+    # A path with folders resolves from the README's folder (or its src/) or
+    # the root; a bare file name must name some tracked file.
+    missing = [p for p in sorted(paths) if not (
+        any(os.path.isfile(os.path.join(d, p)) for d in (base, os.path.join(base, "src"), ROOT))
+        if "/" in p else p in names)]
+    assert not missing, f"{readme} names files that do not exist: {missing}"
