@@ -1,11 +1,12 @@
 """device_api/spec/base_ops.json is the only source of op facts.
 
-A minor bump that adds an op is "append it to the spec, run the generator,
-set the version, add the CHANGELOG line" (device_api.h, "Versioning"): these
-tests run the real generator on a copy of device_api/ with a fake op appended
-in a new minor and check that every generated fact follows with no hand edit,
+A minor bump that adds an op is "edit the spec (the op and the version's
+entry), run the generator, add the CHANGELOG line" (device_api.h,
+"Versioning"): these tests run the real generator on a copy of device_api/
+with a fake op appended in a new minor 1.3 and check that every generated fact
+follows with no hand edit (the version itself and its DK_Api size included),
 and that the spec's differentiable flags agree with the gradient rules.
-Needs no device; the compile checks need `cc`.
+Needs no device; the compile checks need `cc` (and `c++`).
 """
 
 import importlib.util
@@ -21,6 +22,7 @@ from devicekit import scaffold
 
 ROOT = Path(__file__).resolve().parent.parent
 CC = shutil.which("cc") or shutil.which("gcc")
+CXX = shutil.which("c++") or shutil.which("g++")
 
 FAKE_OP = {
     "name": "fake_op", "since": "1.3", "kind": "unary", "inputs": ["x"], "outputs": ["out"],
@@ -28,6 +30,8 @@ FAKE_OP = {
     "output_dtype": "same", "differentiable": True,
     "semantics": "out = x; an op that exists only in this test.", "error_bound": {"kind": "exact"},
 }
+FAKE_VERSION = {"version": "1.3", "api_struct_ends_at": "fused_kernels", "first_devicekit": "0.2",
+                "note": "a version that exists only in this test"}
 
 
 def _gen(root: Path, *args):
@@ -37,8 +41,9 @@ def _gen(root: Path, *args):
 
 @pytest.fixture(scope="module")
 def bumped(tmp_path_factory):
-    """A copy of device_api/ whose spec gained FAKE_OP in 1.3, regenerated.
-    Returns (root, spec, output of --check between the spec edit and the run)."""
+    """A copy of device_api/ whose spec gained FAKE_OP and FAKE_VERSION (1.3),
+    regenerated. Returns (root, spec, output of --check between the spec edit
+    and the run, output of the run refused while 1.3 had no versions entry)."""
     root = tmp_path_factory.mktemp("bump")
     shutil.copytree(ROOT / "device_api", root / "device_api")
     first = _gen(root)  # the copy's generated files (docs, SDK tables) from the real spec
@@ -47,16 +52,26 @@ def bumped(tmp_path_factory):
     spec = json.loads(spec_path.read_text())
     spec["ops"].append(FAKE_OP)
     spec_path.write_text(json.dumps(spec, indent=1) + "\n")
+    refused = _gen(root)  # an op of a minor the versions list lacks
+    spec["versions"].append(FAKE_VERSION)
+    spec_path.write_text(json.dumps(spec, indent=1) + "\n")
     stale = _gen(root, "--check")
     run = _gen(root)
     assert run.returncode == 0, run.stdout + run.stderr
-    return root, spec, stale
+    return root, spec, stale, refused
+
+
+def test_generator_refuses_an_op_of_a_minor_without_a_version_entry(bumped):
+    refused = bumped[3]
+    assert refused.returncode != 0
+    assert "fake_op is since 1.3, which has no entry in versions" in refused.stderr, refused.stderr
 
 
 def test_check_names_every_file_a_new_op_makes_stale(bumped):
-    root, _, stale = bumped
+    root, _, stale, _ = bumped
     assert stale.returncode == 1
     for path in ("device_api/include/devicekit/device_api_ops.h", "docs/base_ops.md",
+                 "device_api/include/devicekit/device_api.h", "sdk/csrc/api_size_by_minor.inc",
                  "sdk/csrc/base_ops_table.inc", "sdk/csrc/op_counts_by_minor.inc",
                  "sdk/devicekit/_op_facts.py"):
         assert path in stale.stdout, stale.stdout
@@ -65,7 +80,7 @@ def test_check_names_every_file_a_new_op_makes_stale(bumped):
 
 
 def test_header_latest_aliases_follow_the_spec(bumped):
-    root, _, _ = bumped
+    root, _, _, _ = bumped
     ops_h = (root / "device_api/include/devicekit/device_api_ops.h").read_text()
     assert "  DK_OP_FAKE_OP = 43,\n" in ops_h
     assert "DK_OP_COUNT_1_3 = 44 /* number of ops in device API 1.3 */" in ops_h
@@ -79,30 +94,53 @@ def test_header_latest_aliases_follow_the_spec(bumped):
                            "{DK_OP_COUNT_1_3, DK_FUSED_OP_COUNT_1_2},  // 1.3\n")
     assert '{DK_OP_FAKE_OP, "fake_op", 1, DK_OP_DTYPES_FAKE_OP, OutDType::Same},' in (
         root / "sdk/csrc/base_ops_table.inc").read_text()
+    api_h = (root / "device_api/include/devicekit/device_api.h").read_text()
+    assert "\n#define DK_API_MINOR 3\n" in api_h and "#define DK_API_MINOR 2" not in api_h
+    assert "#define DK_Api_STRUCT_SIZE_1_3 DK_STRUCT_SIZE(DK_Api, fused_kernels)\n" in ops_h
+    assert "#define DK_Api_STRUCT_SIZE_LATEST DK_Api_STRUCT_SIZE_1_3\n" in ops_h
 
 
 @pytest.mark.skipif(CC is None, reason="needs a C compiler (cc)")
-def test_header_compiles_once_the_version_is_set(bumped, tmp_path):
-    # The only hand edit a new op needs in the header is the version itself,
-    # and forgetting it is a build error that says so.
-    root, _, _ = bumped
+def test_bumped_header_compiles_as_the_new_version(bumped, tmp_path):
+    # No hand edit: the generator set the version and the new minor's DK_Api size.
+    root = bumped[0]
     include = root / "device_api/include"
     probe = tmp_path / "probe.c"
     probe.write_text("#include <devicekit/device_api.h>\n"
                      "_Static_assert(DK_OP_COUNT == 44 && DK_OP_FAKE_OP == 43, \"count\");\n"
+                     "_Static_assert(DK_API_MAJOR == 1 && DK_API_MINOR == 3, \"version\");\n"
+                     "_Static_assert(DK_Api_STRUCT_SIZE_1_3 == DK_Api_STRUCT_SIZE_1_2, \"size\");\n"
+                     "_Static_assert(DK_Api_STRUCT_SIZE_1_2 == DK_Api_STRUCT_SIZE, \"latest\");\n"
                      "int main(void) { return 0; }\n")
-    compile_ = [CC, "-std=c11", "-fsyntax-only", f"-I{include}", str(probe)]
-    r = subprocess.run(compile_, capture_output=True, text=True)
-    assert r.returncode != 0 and "newer minor than DK_API_MINOR" in r.stderr, r.stderr
-    header = include / "devicekit/device_api.h"
-    header.write_text(header.read_text().replace("#define DK_API_MINOR 2\n",
-                                                 "#define DK_API_MINOR 3\n"))
-    r = subprocess.run(compile_, capture_output=True, text=True)
+    r = subprocess.run([CC, "-std=c11", "-fsyntax-only", f"-I{include}", str(probe)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(CXX is None, reason="needs a C++ compiler (c++)")
+def test_bumped_loader_size_table_has_the_new_row(bumped, tmp_path):
+    # plugin.cpp's kApiSizeByMinor, built from the regenerated .inc as the SDK
+    # builds it, has a row per minor 1.0 .. 1.3 (its static_assert included).
+    root = bumped[0]
+    probe = tmp_path / "sizes.cpp"
+    probe.write_text("#include <devicekit/device_api.h>\n"
+                     "constexpr size_t kApiSizeByMinor[] = {\n"
+                     "#include \"api_size_by_minor.inc\"\n"
+                     "};\n"
+                     "constexpr int kKnownMinors =\n"
+                     "    sizeof(kApiSizeByMinor) / sizeof(kApiSizeByMinor[0]);\n"
+                     "static_assert(kKnownMinors == 4, \"rows\");\n"
+                     "static_assert(kKnownMinors == DK_API_MINOR + 1, \"rows\");\n"
+                     "static_assert(kApiSizeByMinor[3] == DK_Api_STRUCT_SIZE_1_3, \"1.3\");\n"
+                     "static_assert(kApiSizeByMinor[0] == DK_Api_STRUCT_SIZE_1_0, \"1.0\");\n"
+                     "int main() { return 0; }\n")
+    r = subprocess.run([CXX, "-std=c++17", "-fsyntax-only", f"-I{root / 'device_api/include'}",
+                        f"-I{root / 'sdk/csrc'}", str(probe)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
 
 def test_python_facts_follow_the_spec(bumped):
-    root, _, _ = bumped
+    root = bumped[0]
     spec = importlib.util.spec_from_file_location("bumped_facts", root / "sdk/devicekit/_op_facts.py")
     facts = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(facts)
@@ -110,10 +148,12 @@ def test_python_facts_follow_the_spec(bumped):
     assert facts.NUM_INPUTS["fake_op"] == 1 and facts.KIND["fake_op"] == "unary"
     assert "fake_op" in facts.DIFFERENTIABLE and facts.SINCE["fake_op"] == "1.3"
     assert facts.LATEST_MINOR == 3
+    assert facts.FIRST_DEVICEKIT[(1, 3)] == (0, 2)
+    assert facts.FIRST_DEVICEKIT[(1, 2)] == (0, 1) and len(facts.FIRST_DEVICEKIT) == 4
 
 
 def test_scaffold_op_list_follows_the_spec(bumped):
-    _, spec, _ = bumped
+    spec = bumped[1]
     ops = scaffold.base_ops(1, 3, spec)
     assert ops[-1] == {"name": "fake_op", "since": "1.3", "id": "FAKE_OP", "value": 43,
                        "signature": "fake_op(x) -> out; no attrs"}

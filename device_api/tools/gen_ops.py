@@ -12,11 +12,18 @@ The spec is the only place an op fact is written by hand. From it this writes:
 - the SDK core's tables: sdk/csrc/base_ops_table.inc, fused_ops_table.inc,
   fused_attrs.inc (the fused ops' attribute structs, as X-macros the Python
   binding marshals with) and op_counts_by_minor.inc;
-- sdk/devicekit/_op_facts.py: arity, kind and differentiability per op.
+- sdk/devicekit/_op_facts.py: arity, kind and differentiability per op;
+and from the spec's "versions" list (one entry per minor) the version facts:
+- the "#define DK_API_MINOR" line of include/devicekit/device_api.h (the one
+  line of that hand-written file this rewrites; DK_API_MAJOR is checked);
+- DK_Api_STRUCT_SIZE_<major>_<minor> in device_api_ops.h (macros, so they may
+  name DK_Api's fields before device_api.h declares the struct);
+- sdk/csrc/api_size_by_minor.inc (the loader's kApiSizeByMinor rows);
+- FIRST_DEVICEKIT in sdk/devicekit/_op_facts.py (devicekit.api_target).
 
-A minor bump that adds ops is: append them to the spec with the new "since",
-run this, set the version, add the CHANGELOG line (the steps are listed under
-"Versioning" in include/devicekit/device_api.h).
+A minor bump is: edit the spec (its ops with the new "since" and its
+"versions" entry), run this, add the CHANGELOG line (the steps are listed
+under "Versioning" in include/devicekit/device_api.h).
 With --check it changes nothing and exits 1 when a generated file is stale
 (the test suite runs that, so spec, header, tables and docs cannot drift).
 """
@@ -24,6 +31,7 @@ With --check it changes nothing and exits 1 when a generated file is stale
 import argparse
 import json
 import os
+import re
 import sys
 import textwrap
 
@@ -37,6 +45,8 @@ SDK_TABLE = os.path.join(REPO, "sdk", "csrc", "base_ops_table.inc")
 SDK_FUSED_TABLE = os.path.join(REPO, "sdk", "csrc", "fused_ops_table.inc")
 SDK_FUSED_ATTRS = os.path.join(REPO, "sdk", "csrc", "fused_attrs.inc")
 SDK_COUNTS = os.path.join(REPO, "sdk", "csrc", "op_counts_by_minor.inc")
+SDK_API_SIZES = os.path.join(REPO, "sdk", "csrc", "api_size_by_minor.inc")
+API_HEADER = os.path.join(API_DIR, "include", "devicekit", "device_api.h")
 PY_FACTS = os.path.join(REPO, "sdk", "devicekit", "_op_facts.py")
 
 
@@ -81,6 +91,73 @@ def _major(spec):
 def latest_minor(spec):
     """The newest minor the spec names (an op's or a fused op's since)."""
     return max(_minor(o["since"]) for o in spec["ops"] + spec["fused_ops"])
+
+
+def versions(spec):
+    """The spec's versions list, checked: <major>.0, <major>.1, ... in order,
+    each with the DK_Api field it ended at and a first DeviceKit release, and
+    every op's since naming one of them (an op of a minor with no entry would
+    ship in a header that does not claim that minor)."""
+    major = _major(spec)
+    vs = spec.get("versions") or []
+    for m, v in enumerate(vs):
+        if v.get("version") != f"{major}.{m}":
+            raise SystemExit(f"spec/base_ops.json: versions[{m}] is {v.get('version')!r}, "
+                             f"expected '{major}.{m}' (one entry per minor, in order)")
+        for key in ("api_struct_ends_at", "first_devicekit"):
+            if not isinstance(v.get(key), str):
+                raise SystemExit(f"spec/base_ops.json: version {v['version']}: {key} is missing")
+        if not re.fullmatch(r"\d+\.\d+", v["first_devicekit"]):
+            raise SystemExit(f"spec/base_ops.json: version {v['version']}: first_devicekit "
+                             f"{v['first_devicekit']!r} is not MAJOR.MINOR")
+    for o in spec["ops"] + spec["fused_ops"]:
+        if _minor(o["since"]) >= len(vs):
+            raise SystemExit(f"spec/base_ops.json: op {o['name']} is since {o['since']}, which has "
+                             f"no entry in versions: add it (version, api_struct_ends_at, "
+                             f"first_devicekit)")
+    return vs
+
+
+def api_header(spec, old):
+    """device_api.h with its DK_API_MINOR line set from the spec: the one line
+    of the hand-written header the generator owns."""
+    vs = versions(spec)
+    m = re.search(r"^#define DK_API_MAJOR (\d+)$", old, re.M)
+    if not m or int(m[1]) != _major(spec):
+        raise SystemExit(f"device_api.h: DK_API_MAJOR is not {_major(spec)}, the spec's major "
+                         f"(a major bump starts a new spec and header)")
+    new, n = re.subn(r"^#define DK_API_MINOR \d+$", f"#define DK_API_MINOR {len(vs) - 1}", old,
+                     flags=re.M)
+    if n != 1:
+        raise SystemExit("device_api.h: expected exactly one '#define DK_API_MINOR <n>' line")
+    return new
+
+
+def struct_sizes(spec):
+    """DK_Api_STRUCT_SIZE_<major>_<minor>, one per version (rule 4)."""
+    major = _major(spec)
+    out = ["/* The size DK_Api had at each minor of this major (rule 4 of \"Versioning\" in",
+           " * device_api.h), named by the last field of that minor so the value never",
+           " * moves when fields are appended. Macros, expanded where they are used, after",
+           " * device_api.h has declared DK_Api. */"]
+    for v in versions(spec):
+        out.append(f"#define DK_Api_STRUCT_SIZE_{major}_{_minor(v['version'])} "
+                   f"DK_STRUCT_SIZE(DK_Api, {v['api_struct_ends_at']})")
+    out += ["/* The newest of them: device_api.h checks it is DK_Api's whole size, so a",
+            " * field appended to DK_Api needs the version entry that ends at it. */",
+            f"#define DK_Api_STRUCT_SIZE_LATEST "
+            f"DK_Api_STRUCT_SIZE_{major}_{len(versions(spec)) - 1}",
+            ""]
+    return out
+
+
+def sdk_api_sizes(spec):
+    """Row m: DK_Api's size at device API <major>.m (the loader's kApiSizeByMinor)."""
+    major = _major(spec)
+    rows = ["// Generated from device_api/spec/base_ops.json by device_api/tools/gen_ops.py;",
+            f"// do not edit. Row m (0 .. DK_API_MINOR): DK_Api's size at device API {major}.m."]
+    rows += [f"DK_Api_STRUCT_SIZE_{major}_{m}," for m in range(len(versions(spec)))]
+    return "\n".join(rows) + "\n"
 
 
 def _comment(text, indent):
@@ -130,6 +207,7 @@ def ops_header(spec):
     out += dtype_masks(spec)
     out += fused_block(spec["fused_ops"])
     out += _latest_alias(spec["fused_ops"], "DK_FUSED_OP_COUNT", "fused ops")
+    out += struct_sizes(spec)
     for name, st in spec["attr_structs"].items():
         users = ", ".join(o["name"] for o in ops + spec["fused_ops"] if o["attrs"] == name)
         out.append(f"/* Attributes of {users} (since {st['since']}). */")
@@ -352,11 +430,22 @@ def py_facts(spec):
         + "# Base ops autograd tracks (spec field differentiable).\n"
         + "DIFFERENTIABLE = frozenset({\n"
         + "".join(f"    {o['name']!r},\n" for o in ops if o["differentiable"])
-        + "})\n")
+        + "})\n"
+        + "# Device API (major, minor) -> the first DeviceKit release (major, minor) whose\n"
+        + "# loader accepts plugins of that version (spec versions[].first_devicekit).\n"
+        + "FIRST_DEVICEKIT = {\n"
+        + "".join(f"    ({_major(spec)}, {_minor(v['version'])}): "
+                  f"({', '.join(v['first_devicekit'].split('.'))}),"
+                  + (f"  # {v['note']}" if v.get("note") else "") + "\n"
+                  for v in versions(spec))
+        + "}\n")
 
 
 def render(spec):
-    return {HEADER: ops_header(spec), DOCS: docs_table(spec), SDK_TABLE: sdk_table(spec),
+    with open(API_HEADER) as f:
+        api_h = f.read()
+    return {API_HEADER: api_header(spec, api_h), SDK_API_SIZES: sdk_api_sizes(spec),
+            HEADER: ops_header(spec), DOCS: docs_table(spec), SDK_TABLE: sdk_table(spec),
             SDK_FUSED_TABLE: sdk_fused_table(spec), SDK_FUSED_ATTRS: sdk_fused_attrs(spec),
             SDK_COUNTS: sdk_counts(spec), PY_FACTS: py_facts(spec)}
 

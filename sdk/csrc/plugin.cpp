@@ -52,9 +52,11 @@ std::string file_system_path(const std::string& path) {
 }
 
 // DK_Api's size at each minor of major 1 (rule 4 in device_api.h). A plugin
-// claiming 1.m must be at least kApiSizeByMinor[m] bytes.
-constexpr size_t kApiSizeByMinor[] = {DK_Api_STRUCT_SIZE_1_0, DK_Api_STRUCT_SIZE_1_1,
-                                      DK_Api_STRUCT_SIZE_1_2};
+// claiming 1.m must be at least kApiSizeByMinor[m] bytes. The rows come from
+// the spec's "versions" (device_api/tools/gen_ops.py).
+constexpr size_t kApiSizeByMinor[] = {
+#include "api_size_by_minor.inc"
+};
 constexpr int kKnownMinors = sizeof(kApiSizeByMinor) / sizeof(kApiSizeByMinor[0]);
 static_assert(kKnownMinors == DK_API_MINOR + 1, "add the new minor's DK_Api size");
 

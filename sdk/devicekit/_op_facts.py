@@ -187,3 +187,10 @@ DIFFERENTIABLE = frozenset({
     'scatter_add',
     'matmul',
 })
+# Device API (major, minor) -> the first DeviceKit release (major, minor) whose
+# loader accepts plugins of that version (spec versions[].first_devicekit).
+FIRST_DEVICEKIT = {
+    (1, 0): (0, 1),  # 0.1.0 was the first release; it already spoke 1.2
+    (1, 1): (0, 1),  # 1.1 added ops only
+    (1, 2): (0, 1),  # DK_Api.fused_kernels and the fused ops
+}

@@ -17,17 +17,14 @@ import shutil
 import sys
 from pathlib import Path
 
+from . import _op_facts
 from .errors import DeviceKitError
 
 # Device API (major, minor) -> the first DeviceKit release (major, minor) that
-# loads plugins of that version. Every DK_API_MINOR bump adds a row here in the
-# same change (tests/test_scaffold.py fails until it does): the row is the
-# DeviceKit version that ships the new header.
-FIRST_DEVICEKIT = {
-    (1, 0): (0, 1),  # 0.1.0 was the first release; it already spoke 1.2
-    (1, 1): (0, 1),
-    (1, 2): (0, 1),
-}
+# loads plugins of that version: the row is the DeviceKit version that ships the
+# header. Generated from the spec's "versions" (first_devicekit), so a minor bump
+# adds its row there (tests/test_scaffold.py fails if a minor has none).
+FIRST_DEVICEKIT = _op_facts.FIRST_DEVICEKIT
 
 # What a project vendors: the device API (device_api.h and its generated op
 # part, device_api_ops.h) and the plugin helpers.

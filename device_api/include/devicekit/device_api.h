@@ -69,20 +69,26 @@ extern "C" {
  *    (DK_Api_STRUCT_SIZE_1_0, ...), so the SDK can tell a genuinely old
  *    plugin from a corrupt one.
  *
- * Operators live in spec/base_ops.json, the only place an op fact is written
- * by hand; tools/gen_ops.py generates device_api_ops.h (included below), the
- * docs and the SDK's op tables from it. A MINOR bump that adds operators:
- * (a) append them to the spec with "since": "1.<new minor>"; (b) run
- *     python device_api/tools/gen_ops.py;
- * (c) set DK_API_MINOR (the #error below the include insists), and record
- *     the version's sizes: DK_Api_STRUCT_SIZE_1_<new minor> (rule 4), its row
- *     in the SDK's kApiSizeByMinor (sdk/csrc/plugin.cpp, a static_assert
- *     insists) and in devicekit.api_target.FIRST_DEVICEKIT (a test insists);
- * (d) add the CHANGELOG.md line.
- * Nothing else changes by hand: counts (DK_OP_COUNT is the latest), dtype
- * masks, the SDK's tables and devicekit new's op list follow the spec.
+ * Operators and versions live in spec/base_ops.json, the only place an op
+ * or version fact is written by hand; tools/gen_ops.py generates from it
+ * device_api_ops.h (included below), the DK_API_MINOR line just below (the
+ * last entry of the spec's "versions"), the per-minor DK_Api sizes
+ * DK_Api_STRUCT_SIZE_1_<minor> (rule 4; in device_api_ops.h), the docs and
+ * the SDK's tables (op tables, the loader's kApiSizeByMinor, FIRST_DEVICEKIT).
+ * A MINOR bump is:
+ * (a) edit the spec: append the new ops with "since": "1.<new minor>" and
+ *     the version's entry to "versions" (api_struct_ends_at: DK_Api's last
+ *     field at that minor; first_devicekit: the DeviceKit release that ships
+ *     it), after appending any new DK_Api field to the struct below;
+ * (b) run python device_api/tools/gen_ops.py;
+ * (c) add the CHANGELOG.md line.
+ * Nothing else changes by hand: the version, counts (DK_OP_COUNT is the
+ * latest), struct sizes, dtype masks, the SDK's tables and devicekit new's
+ * op list follow the spec, and the generator refuses an op whose minor has
+ * no "versions" entry.
  */
 #define DK_API_MAJOR 1
+/* Written by tools/gen_ops.py from spec/base_ops.json's "versions"; edit the spec. */
 #define DK_API_MINOR 2
 
 /* Size of a struct up to and including `last_field`. Used instead of sizeof so
@@ -515,7 +521,7 @@ typedef struct DK_Scalar {
  * their own, included here: read it as this part of this file. */
 #include "device_api_ops.h"
 #if DK_OPS_API_MINOR > DK_API_MINOR
-#error "spec/base_ops.json has ops of a newer minor than DK_API_MINOR: bump it (see Versioning above)"
+#error "spec/base_ops.json has ops of a newer minor than DK_API_MINOR: run tools/gen_ops.py (see Versioning above)"
 #endif
 
 typedef struct DK_Kernel_Args {
@@ -697,12 +703,13 @@ typedef struct DK_Api {
 } DK_Api;
 DK_DEFINE_STRUCT_SIZE(DK_Api, fused_kernels);
 
-/* The size DK_Api had at each minor of this major (rule 4 above), named by
- * the last field of that minor so the value never moves when fields are
+/* The size DK_Api had at each minor of this major (rule 4 above),
+ * DK_Api_STRUCT_SIZE_1_0 .. DK_Api_STRUCT_SIZE_1_<DK_API_MINOR>, are defined
+ * in device_api_ops.h from the spec's "versions" (api_struct_ends_at), named
+ * by the last field of that minor so the value never moves when fields are
  * appended. */
-#define DK_Api_STRUCT_SIZE_1_0 DK_STRUCT_SIZE(DK_Api, kernels)
-#define DK_Api_STRUCT_SIZE_1_1 DK_STRUCT_SIZE(DK_Api, kernels) /* 1.1 added ops only */
-#define DK_Api_STRUCT_SIZE_1_2 DK_STRUCT_SIZE(DK_Api, fused_kernels)
+DK_STATIC_ASSERT(DK_Api_STRUCT_SIZE_LATEST == DK_Api_STRUCT_SIZE,
+                 "DK_Api's last field is not the newest spec version's api_struct_ends_at");
 
 /* ========================================================================== */
 /*  Entry point                                                               */

@@ -316,6 +316,17 @@ typedef enum DK_FusedOpId {
  * per-minor count spelled out by hand. */
 #define DK_FUSED_OP_COUNT DK_FUSED_OP_COUNT_1_2
 
+/* The size DK_Api had at each minor of this major (rule 4 of "Versioning" in
+ * device_api.h), named by the last field of that minor so the value never
+ * moves when fields are appended. Macros, expanded where they are used, after
+ * device_api.h has declared DK_Api. */
+#define DK_Api_STRUCT_SIZE_1_0 DK_STRUCT_SIZE(DK_Api, kernels)
+#define DK_Api_STRUCT_SIZE_1_1 DK_STRUCT_SIZE(DK_Api, kernels)
+#define DK_Api_STRUCT_SIZE_1_2 DK_STRUCT_SIZE(DK_Api, fused_kernels)
+/* The newest of them: device_api.h checks it is DK_Api's whole size, so a
+ * field appended to DK_Api needs the version entry that ends at it. */
+#define DK_Api_STRUCT_SIZE_LATEST DK_Api_STRUCT_SIZE_1_2
+
 /* Attributes of fill (since 1.0). */
 typedef struct DK_FillAttrs {
   size_t struct_size;
