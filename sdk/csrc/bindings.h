@@ -12,8 +12,8 @@
 // TypeError naming the call and the argument types it takes. (Optional
 // tensors are taken as py::object and checked where they are used.)
 namespace pybind11::detail {
-template <>
-class type_caster<dk::Tensor> : public copyable_holder_caster<dk::TensorImpl, dk::Tensor> {
+template <> class type_caster<dk::Tensor>
+    : public copyable_holder_caster<dk::TensorImpl, dk::Tensor> {
  public:
   bool load(handle src, bool convert) {
     return !src.is_none() && copyable_holder_caster<dk::TensorImpl, dk::Tensor>::load(src, convert);

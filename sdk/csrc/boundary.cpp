@@ -16,14 +16,26 @@ void utf8_lead(unsigned char b, int* len, unsigned char* lo, unsigned char* hi) 
   *hi = 0xBF;
   if (b < 0x80) *len = 1;
   else if (b >= 0xC2 && b <= 0xDF) *len = 2;
-  else if (b == 0xE0) { *len = 3; *lo = 0xA0; }
-  else if (b >= 0xE1 && b <= 0xEC) *len = 3;
-  else if (b == 0xED) { *len = 3; *hi = 0x9F; }  // no UTF-16 surrogates
-  else if (b >= 0xEE && b <= 0xEF) *len = 3;
-  else if (b == 0xF0) { *len = 4; *lo = 0x90; }
-  else if (b >= 0xF1 && b <= 0xF3) *len = 4;
-  else if (b == 0xF4) { *len = 4; *hi = 0x8F; }  // nothing above U+10FFFF
-  else *len = 0;
+  else if (b == 0xE0) {
+    *len = 3;
+    *lo = 0xA0;
+  } else if (b >= 0xE1 && b <= 0xEC) *len = 3;
+  else if (b == 0xED) {
+    *len = 3;
+    *hi = 0x9F;
+  }  // no UTF-16 surrogates
+  else if (b >= 0xEE && b <= 0xEF)
+    *len = 3;
+  else if (b == 0xF0) {
+    *len = 4;
+    *lo = 0x90;
+  } else if (b >= 0xF1 && b <= 0xF3) *len = 4;
+  else if (b == 0xF4) {
+    *len = 4;
+    *hi = 0x8F;
+  }  // nothing above U+10FFFF
+  else
+    *len = 0;
 }
 
 }  // namespace
@@ -48,8 +60,8 @@ std::string utf8_with_replacement(const char* s, size_t n) {
     size_t end = i + 1;
     bool ok = len > 0;
     for (int k = 1; ok && k < len; ++k) {
-      const bool in_range = end < n && (k == 1 ? (p[end] >= lo && p[end] <= hi)
-                                               : (p[end] >= 0x80 && p[end] <= 0xBF));
+      const bool in_range =
+          end < n && (k == 1 ? (p[end] >= lo && p[end] <= hi) : (p[end] >= 0x80 && p[end] <= 0xBF));
       if (in_range) ++end;
       else ok = false;
     }
@@ -107,11 +119,10 @@ std::string error_code_label(int32_t code) {
 }
 
 void contract_error(const std::string& who, const std::string& call, const std::string& field,
-                    const std::string& value, const std::string& rule,
-                    const std::string& where) {
-  throw Error(ErrorKind::PluginContract,
-              "plugin '" + who + "' " + call + " returned " + field + "=" + value +
-                  "; the device API requires " + rule + " (device_api.h, " + where + ")");
+                    const std::string& value, const std::string& rule, const std::string& where) {
+  throw Error(ErrorKind::PluginContract, "plugin '" + who + "' " + call + " returned " + field +
+                                             "=" + value + "; the device API requires " + rule +
+                                             " (device_api.h, " + where + ")");
 }
 
 PluginErrorText take_plugin_error(const DK_Api* api, DK_Error* err) {
@@ -136,14 +147,15 @@ PluginErrorText take_plugin_error(const DK_Api* api, DK_Error* err) {
   m.error = err;
   api->Error_Message(&m);
   if (m.message == nullptr) {
-    out.message = "(the plugin's Error_Message returned message=NULL, which the device API "
-                  "forbids)";
+    out.message =
+        "(the plugin's Error_Message returned message=NULL, which the device API "
+        "forbids)";
     return out;
   }
   // message_size is a claim about the string, not a bound we may read to:
   // stop at the real NUL, and at the cap.
-  const size_t limit = m.message_size < kMaxErrorMessageBytes ? m.message_size
-                                                              : kMaxErrorMessageBytes;
+  const size_t limit =
+      m.message_size < kMaxErrorMessageBytes ? m.message_size : kMaxErrorMessageBytes;
   const size_t n = strnlen(m.message, limit);
   out.message = utf8_with_replacement(m.message, n);
   if (n == kMaxErrorMessageBytes && m.message[n] != '\0') {

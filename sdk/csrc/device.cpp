@@ -27,8 +27,7 @@ void Device::forked_error() const {
                   "'spawn')), or fork before the parent first uses the device");
 }
 
-template <class Call>
-void Device::synchronizing(Call call) {
+template <class Call> void Device::synchronizing(Call call) {
   // Work enqueued from here on belongs to the next epoch.
   const uint64_t e = epoch_.fetch_add(1);
   try {
@@ -166,11 +165,11 @@ void* Device::raw_alloc(size_t nbytes) {
     }
     char hex[32];
     std::snprintf(hex, sizeof hex, "%#llx", static_cast<unsigned long long>(addr));
-    contract_error(plugin_->who(), ctx("Memory_Allocate"), "ptr",
-                   std::string(hex) + " (size=" + std::to_string(nbytes) + ")",
-                   "a pointer aligned to the device's alignment (" +
-                       std::to_string(alignment) + " bytes)",
-                   "DK_Memory_Allocate_Args.ptr");
+    contract_error(
+        plugin_->who(), ctx("Memory_Allocate"), "ptr",
+        std::string(hex) + " (size=" + std::to_string(nbytes) + ")",
+        "a pointer aligned to the device's alignment (" + std::to_string(alignment) + " bytes)",
+        "DK_Memory_Allocate_Args.ptr");
   }
   return a.ptr;
 }

@@ -113,8 +113,7 @@ class Device {
   }
   [[noreturn]] void forked_error() const;
   // Runs a synchronizing plugin call; an error it returns fails the epoch.
-  template <class Call>
-  void synchronizing(Call call);
+  template <class Call> void synchronizing(Call call);
 
   std::atomic<uint64_t> used_in_generation_{kUnused};
   std::atomic<uint64_t> epoch_{1};  // 0: a storage no kernel has written

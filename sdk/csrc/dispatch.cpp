@@ -16,9 +16,7 @@ const OpSpec kOpSpecs[] = {
 };
 static_assert(sizeof(kOpSpecs) / sizeof(kOpSpecs[0]) == kNumOps, "regenerate base_ops_table.inc");
 
-struct AtomicCounts {
-  std::atomic<uint64_t> kernel{0}, cast_inserted{0};
-};
+struct AtomicCounts { std::atomic<uint64_t> kernel{0}, cast_inserted{0}; };
 AtomicCounts g_counts[kNumOps];
 }  // namespace
 
@@ -52,7 +50,9 @@ bool float_only(DK_OpId op) {
   return (op_spec(op).dtypes & ~floats) == 0;
 }
 
-void count_cast_inserted(DK_OpId op) { g_counts[op].cast_inserted.fetch_add(1, std::memory_order_relaxed); }
+void count_cast_inserted(DK_OpId op) {
+  g_counts[op].cast_inserted.fetch_add(1, std::memory_order_relaxed);
+}
 
 std::string describe_tensors(const TensorImpl* const* ts, size_t n) {
   std::string s;
@@ -99,10 +99,10 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
                                         : first->dtype();
   const uint64_t declared = plugin->kernel_dtypes(op);
   if (!(declared & DK_DTYPE_BIT(dt))) {
-    throw Error(ErrorKind::NotImplemented,
-                std::string("op '") + op_name(op) + "' on " + who() + " does not support " +
-                    dtype_name(dt) + " (it declares: " + dtype_mask_names(declared) + ") for " +
-                    describe_call(in, out));
+    throw Error(ErrorKind::NotImplemented, std::string("op '") + op_name(op) + "' on " + who() +
+                                               " does not support " + dtype_name(dt) +
+                                               " (it declares: " + dtype_mask_names(declared) +
+                                               ") for " + describe_call(in, out));
   }
   std::array<DK_TensorView, kMaxOperands> views;
   std::array<const DK_TensorView*, kMaxOperands> ptrs;
@@ -119,7 +119,9 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
       check_same_device(op_name(op), all.data(), count);  // throws
     }
     // An input a failed kernel left behind fails this op with that error.
-    if (failures) dev.check_not_failed(t->storage()->written_epoch.load(std::memory_order_relaxed), t->describe());
+    if (failures)
+      dev.check_not_failed(t->storage()->written_epoch.load(std::memory_order_relaxed),
+                           t->describe());
     views[n] = t->as_view();
     ptrs[n] = &views[n];
     ++n;
@@ -143,7 +145,10 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
   const uint64_t epoch = dev.epoch();
   for (auto* t : out) t->storage()->written_epoch.store(epoch, std::memory_order_relaxed);
   DK_Error* err = fn(&a);
-  if (err) plugin->check(err, dev.ctx((std::string("kernel '") + op_name(op) + "' " + describe_call(in, out)).c_str()));
+  if (err)
+    plugin->check(
+        err,
+        dev.ctx((std::string("kernel '") + op_name(op) + "' " + describe_call(in, out)).c_str()));
 }
 
 }  // namespace dk

@@ -36,9 +36,7 @@ extern const DK_OpId kNoOp;
 
 // Dispatch counters, per op: kernel launches, and the calls for which the SDK
 // inserted casts because the plugin did not declare the dtype (never silent).
-struct DispatchCounts {
-  uint64_t kernel = 0, cast_inserted = 0;
-};
+struct DispatchCounts { uint64_t kernel = 0, cast_inserted = 0; };
 DispatchCounts dispatch_counts(DK_OpId op);
 void reset_dispatch_counts();
 void count_cast_inserted(DK_OpId op);

@@ -9,8 +9,7 @@
 namespace dk {
 namespace {
 
-template <class T>
-T attr(const py::dict& attrs, const char* key, const char* op) {
+template <class T> T attr(const py::dict& attrs, const char* key, const char* op) {
   if (!attrs.contains(key)) {
     invalid_argument(std::string("composite op '") + op + "': attrs has no '" + key + "'");
   }
@@ -24,7 +23,8 @@ FusedAttrs to_attrs(int op, const py::dict& d) {
   FusedAttrs a;
   const char* name = fused_op_spec(op).name;
 #define DK_X(OP, member, field, T) \
-  if (op == DK_FUSED_##OP) a.member.field = static_cast<decltype(a.member.field)>(attr<T>(d, #field, name));
+  if (op == DK_FUSED_##OP)         \
+    a.member.field = static_cast<decltype(a.member.field)>(attr<T>(d, #field, name));
   DK_SDK_FUSED_ATTR_FIELDS(DK_X)
 #undef DK_X
   return a;
@@ -50,29 +50,35 @@ void bind_fused(py::module_& m) {
   for (int i = 0; i < kNumFusedOps; ++i) names.append(fused_op_spec(i).name);
   m.attr("FUSED_OP_NAMES") = names;  // indexed by DK_FusedOpId
 
-  m.def("try_fused", [](const std::string& op_name, const py::sequence& inputs,
-                        const py::dict& attrs) -> py::object {
-    const int op = fused_op_from_name(op_name);
-    if (op < 0) return py::str("not a fused op of the device API");  // no plugin can register one
-    std::vector<Tensor> in;
-    in.reserve(inputs.size());
-    for (const py::handle& h : inputs) {
-      if (h.is_none()) in.emplace_back();
-      else if (py::isinstance<TensorImpl>(h)) in.push_back(h.cast<Tensor>());
-      else return py::str("an operand is not a tensor");  // a Python scalar: the decomposition handles it
-    }
-    const FusedAttrs a = to_attrs(op, attrs);
-    FusedHit hit;
-    bool ok;
-    {
-      py::gil_scoped_release nogil;
-      ok = try_fused(op, in, a, &hit);
-    }
-    if (!ok) return py::str(hit.declined);
-    return py::make_tuple(hit.out, std::string(hit.kernel));
-  }, py::arg("op"), py::arg("inputs"), py::arg("attrs"),
-     "Run the first registered fused kernel that accepts the call: (output, kernel name), "
-     "or a str saying why none ran (the operands do not fit the op, no kernel accepts, ...)");
+  m.def(
+      "try_fused",
+      [](const std::string& op_name, const py::sequence& inputs,
+         const py::dict& attrs) -> py::object {
+        const int op = fused_op_from_name(op_name);
+        if (op < 0)
+          return py::str("not a fused op of the device API");  // no plugin can register one
+        std::vector<Tensor> in;
+        in.reserve(inputs.size());
+        for (const py::handle& h : inputs) {
+          if (h.is_none()) in.emplace_back();
+          else if (py::isinstance<TensorImpl>(h)) in.push_back(h.cast<Tensor>());
+          else
+            return py::str(
+                "an operand is not a tensor");  // a Python scalar: the decomposition handles it
+        }
+        const FusedAttrs a = to_attrs(op, attrs);
+        FusedHit hit;
+        bool ok;
+        {
+          py::gil_scoped_release nogil;
+          ok = try_fused(op, in, a, &hit);
+        }
+        if (!ok) return py::str(hit.declined);
+        return py::make_tuple(hit.out, std::string(hit.kernel));
+      },
+      py::arg("op"), py::arg("inputs"), py::arg("attrs"),
+      "Run the first registered fused kernel that accepts the call: (output, kernel name), "
+      "or a str saying why none ran (the operands do not fit the op, no kernel accepts, ...)");
 }
 
 }  // namespace dk

@@ -13,7 +13,8 @@ const char* exception_name(ErrorKind k, int code) {
   switch (k) {
     case ErrorKind::PluginLoad: return "PluginLoadError";
     case ErrorKind::PluginVersion: return "PluginVersionError";
-    case ErrorKind::Device: return code == DK_ERROR_OUT_OF_MEMORY ? "OutOfMemoryError" : "DeviceError";
+    case ErrorKind::Device:
+      return code == DK_ERROR_OUT_OF_MEMORY ? "OutOfMemoryError" : "DeviceError";
     case ErrorKind::NotImplemented: return "NotImplementedByPlugin";
     case ErrorKind::InvalidArgument: return "InvalidArgumentError";
     case ErrorKind::DTypeMismatch: return "DTypeError";
@@ -30,7 +31,8 @@ void translate(std::exception_ptr p) {
   try {
     if (p) std::rethrow_exception(p);
   } catch (const Error& e) {
-    py::object cls = py::module_::import("devicekit.errors").attr(exception_name(e.kind(), e.code()));
+    py::object cls =
+        py::module_::import("devicekit.errors").attr(exception_name(e.kind(), e.code()));
     py::object code = e.kind() == ErrorKind::Device ? py::str(error_code_label(e.code()))
                                                     : py::object(py::none());
     // Plugin messages are not guaranteed UTF-8; never fail while reporting a failure.
@@ -157,9 +159,11 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("vendor", [](const Plugin& p) { return p.info().vendor; })
       .def_property_readonly("version", [](const Plugin& p) { return p.info().version; })
       .def_property_readonly("attributes", [](const Plugin& p) { return p.info().attributes; })
-      .def_property_readonly("api_version", [](const Plugin& p) {
-        return std::to_string(p.api_major()) + "." + std::to_string(p.api_minor());
-      })
+      .def_property_readonly("api_version",
+                             [](const Plugin& p) {
+                               return std::to_string(p.api_major()) + "." +
+                                      std::to_string(p.api_minor());
+                             })
       .def_property_readonly("path", &Plugin::path)
       .def_property_readonly("devices", &Plugin::devices)
       .def("kernels", &kernel_info, "Per base op: implemented?, declared dtypes, capability bits")
@@ -173,8 +177,7 @@ PYBIND11_MODULE(_core, m) {
       });
 
   DeviceClass device_cls(m, "Device");
-  device_cls
-      .def_property_readonly("name", &Device::name)
+  device_cls.def_property_readonly("name", &Device::name)
       .def_property_readonly("type", [](const Device& d) { return d.plugin()->info().name; })
       .def_property_readonly("index", &Device::index)
       .def_property_readonly("plugin", [](const Device& d) { return Plugin::owner_of(d.plugin()); })
@@ -182,7 +185,9 @@ PYBIND11_MODULE(_core, m) {
       .def("memory_stats", &memory_stats,
            "SDK cache (allocated/cached/reserved bytes, plugin call counts) and the plugin's own "
            "exact figures (bytes_in_use, peak_bytes_in_use, num_allocs)")
-      .def("synchronize", [](Device& d) { d.synchronize(); }, py::call_guard<py::gil_scoped_release>())
+      .def(
+          "synchronize", [](Device& d) { d.synchronize(); },
+          py::call_guard<py::gil_scoped_release>())
       .def("empty_cache", &Device::empty_cache, py::call_guard<py::gil_scoped_release>())
       .def("__repr__", [](const Device& d) { return "device('" + d.name() + "')"; })
       .def("__str__", &Device::name);

@@ -18,7 +18,8 @@ DK_DType compute_dtype(Plugin* p, DK_OpId op, DK_DType want) {
   // Wider types of the same kind first, so no value is lost.
   static const DK_DType kFloat[] = {DK_DTYPE_FLOAT32, DK_DTYPE_FLOAT64};
   static const DK_DType kInt[] = {DK_DTYPE_INT64, DK_DTYPE_INT32, DK_DTYPE_FLOAT64};
-  static const DK_DType kBool[] = {DK_DTYPE_UINT8, DK_DTYPE_INT32, DK_DTYPE_INT64, DK_DTYPE_FLOAT32};
+  static const DK_DType kBool[] = {DK_DTYPE_UINT8, DK_DTYPE_INT32, DK_DTYPE_INT64,
+                                   DK_DTYPE_FLOAT32};
   const DK_DType* c = is_float(want) ? kFloat : want == DK_DTYPE_BOOL ? kBool : kInt;
   const int n = is_float(want) ? 2 : want == DK_DTYPE_BOOL ? 4 : 3;
   for (int i = 0; i < n; ++i) {
@@ -138,7 +139,8 @@ Tensor binary(DK_OpId op, const Tensor& a, const Tensor& b) {
     // As in numpy and PyTorch: bool - bool has no boolean meaning.
     throw Error(ErrorKind::DTypeMismatch,
                 "sub: subtracting bool tensors is not supported (" + a->describe() + " - " +
-                    b->describe() + "); use logical_xor, or convert an operand to an integer dtype");
+                    b->describe() +
+                    "); use logical_xor, or convert an operand to an integer dtype");
   }
   if (float_only(op) && !is_float(dt)) dt = DK_DTYPE_FLOAT32;  // true division, pow
   if (op_spec(op).dtypes == DK_DTYPE_BIT(DK_DTYPE_BOOL)) dt = DK_DTYPE_BOOL;  // logical ops
@@ -161,7 +163,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 namespace {
 
 // Launch an op with one input, one output of `out_shape`, and attributes.
-Tensor single(DK_OpId op, const Tensor& x, const Dims& out_shape, DK_DType out_dt, const void* attrs) {
+Tensor single(DK_OpId op, const Tensor& x, const Dims& out_shape, DK_DType out_dt,
+              const void* attrs) {
   const Tensor src = contiguous(x);  // none of these ops takes strided input from the SDK
   Tensor out = TensorImpl::empty(x->device_ptr(), out_dt, out_shape);
   if (out->numel() > 0) launch(op, {src.get()}, {out.get()}, attrs);
@@ -199,7 +202,8 @@ Tensor reduce(DK_OpId op, const Tensor& x, uint32_t axes) {
 
 Tensor argmax(const Tensor& x, int axis) {
   const uint32_t a = normalise_axis(axis, x->rank(), "argmax");
-  if (x->rank() == 0) return full(x->device_ptr(), {}, DK_DTYPE_INT64, DK_Scalar{DK_DTYPE_INT64, {0}});
+  if (x->rank() == 0)
+    return full(x->device_ptr(), {}, DK_DTYPE_INT64, DK_Scalar{DK_DTYPE_INT64, {0}});
   Dims shape = x->shape();
   if (shape[a] == 0) invalid_argument("argmax of " + x->describe() + " along an empty axis");
   shape[a] = 1;
@@ -261,7 +265,8 @@ Tensor gather(const Tensor& x, int axis, const Tensor& index) {
 Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
   check_same_device("scatter_add", {x.get(), index.get(), src.get()});
   const uint32_t a = normalise_axis(axis, x->rank(), "scatter_add");
-  if (index->dtype() != DK_DTYPE_INT64 || index->shape() != src->shape() || index->rank() != x->rank()) {
+  if (index->dtype() != DK_DTYPE_INT64 || index->shape() != src->shape() ||
+      index->rank() != x->rank()) {
     invalid_argument("scatter_add: index must be int64 with src's shape and x's rank; got x " +
                      x->describe() + ", index " + index->describe() + ", src " + src->describe());
   }
@@ -281,7 +286,8 @@ Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor&
   return with_dtype_fallback(DK_OP_SCATTER_ADD, x->device(), dt, dt, [&](DK_DType c) {
     const Tensor base = contiguous(cast(x, c)), vals = contiguous(cast(src, c));
     Tensor out = TensorImpl::empty(x->device_ptr(), c, x->shape());
-    if (out->numel() > 0) launch(DK_OP_SCATTER_ADD, {base.get(), idx.get(), vals.get()}, {out.get()}, &attrs);
+    if (out->numel() > 0)
+      launch(DK_OP_SCATTER_ADD, {base.get(), idx.get(), vals.get()}, {out.get()}, &attrs);
     return out;
   });
 }
@@ -290,7 +296,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   check_same_device("matmul", {a.get(), b.get()});
   const int r = a->rank();
   const Dims as = a->shape(), bs = b->shape();
-  if (r < 2 || b->rank() != r || !std::equal(as.begin(), as.end() - 2, bs.begin()) || as[r - 1] != bs[r - 2]) {
+  if (r < 2 || b->rank() != r || !std::equal(as.begin(), as.end() - 2, bs.begin()) ||
+      as[r - 1] != bs[r - 2]) {
     invalid_argument("matmul: expected [B..., M, K] @ [B..., K, N] with equal batch dims, got " +
                      a->describe() + " @ " + b->describe());
   }

@@ -16,7 +16,8 @@ DK_OpId checked_op(int op) {
 }
 
 DK_DType checked_dt(int dt) {
-  if (dt < 0 || dt >= DK_DTYPE_COUNT_1_0) invalid_argument("unknown dtype id " + std::to_string(dt));
+  if (dt < 0 || dt >= DK_DTYPE_COUNT_1_0)
+    invalid_argument("unknown dtype id " + std::to_string(dt));
   return DK_DType(dt);
 }
 
@@ -39,7 +40,8 @@ py::list normalize_axes(const py::object& axis, int ndim, bool scalar_as_1d) {
   // numbers.Integral, as in Python: numpy integers and bool are one axis too.
   // Kept for the life of the process: a py::object destroyed after the
   // interpreter shuts down would crash at exit.
-  static const py::handle integral = py::object(py::module_::import("numbers").attr("Integral")).release();
+  static const py::handle integral =
+      py::object(py::module_::import("numbers").attr("Integral")).release();
   std::vector<py::object> items;
   if (py::isinstance(axis, integral)) {
     items.push_back(axis);
@@ -90,8 +92,9 @@ void bind_ops(py::module_& m) {
   });
   m.def("where", [](const Tensor& c, const py::object& a, const py::object& b) {
     const Tensor x = py::isinstance<TensorImpl>(a) ? a.cast<Tensor>()
-                     : py::isinstance<TensorImpl>(b) ? scalar_like(b.cast<Tensor>(), to_scalar(a), kNoOp)
-                                                    : constant(c->device_ptr(), DK_DTYPE_FLOAT32, to_scalar(a));
+                     : py::isinstance<TensorImpl>(b)
+                         ? scalar_like(b.cast<Tensor>(), to_scalar(a), kNoOp)
+                         : constant(c->device_ptr(), DK_DTYPE_FLOAT32, to_scalar(a));
     return where(c, x, operand(b, x, kNoOp));
   });
   m.def("normalize_axes", &normalize_axes, py::arg("axis"), py::arg("ndim"),
@@ -103,14 +106,16 @@ void bind_ops(py::module_& m) {
   m.def("pack", &pack, py::arg("tensors"),
         "The tensors' elements one after another in a new 1-D tensor (one copy launch each; "
         "no autograd record). devicekit.optim.AdamW packs gradients with it.");
-  m.def("reduce", [](int op, const Tensor& x, uint32_t axes) { return reduce(checked_op(op), x, axes); });
+  m.def("reduce",
+        [](int op, const Tensor& x, uint32_t axes) { return reduce(checked_op(op), x, axes); });
   m.def("argmax", [](const Tensor& x, int axis) { return argmax(x, axis); });
   m.def("cumsum", [](const Tensor& x, int axis) { return cumsum(x, axis); });
   m.def("iota", [](const std::shared_ptr<Device>& dev, const Dims& shape, int dt, int axis,
                    const py::object& start, const py::object& step) {
     return iota(dev, shape, checked_dt(dt), axis, to_scalar(start), to_scalar(step));
   });
-  m.def("gather", [](const Tensor& x, int axis, const Tensor& index) { return gather(x, axis, index); });
+  m.def("gather",
+        [](const Tensor& x, int axis, const Tensor& index) { return gather(x, axis, index); });
   m.def("scatter_add", [](const Tensor& x, int axis, const Tensor& index, const Tensor& src) {
     return scatter_add(x, axis, index, src);
   });

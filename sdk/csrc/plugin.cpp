@@ -89,22 +89,25 @@ void check_version(const std::string& path, const DK_Api* api) {
     version_error(path, "it was built for device API " + theirs +
                             ", which is newer than this DeviceKit's device API " + sdk +
                             "; install a devicekit release that supports device API " +
-                            std::to_string(major) + ".x, or rebuild the plugin against "
-                            "device API " + std::to_string(DK_API_MAJOR) + ".x");
+                            std::to_string(major) +
+                            ".x, or rebuild the plugin against "
+                            "device API " +
+                            std::to_string(DK_API_MAJOR) + ".x");
   }
   if (major < DK_API_MAJOR || major < 1 || minor < 0) {
     version_error(path, "it was built for device API " + theirs +
                             ", which is older than this DeviceKit's device API " + sdk +
                             " (a major version apart); rebuild the plugin against the "
-                            "device API " + std::to_string(DK_API_MAJOR) +
+                            "device API " +
+                            std::to_string(DK_API_MAJOR) +
                             ".x header that devicekit ships (devicekit --include-dir), "
                             "or install an older devicekit");
   }
   if (minor > DK_API_MINOR) {
     version_error(path, "it was built for device API " + theirs +
                             ", which is newer than this DeviceKit's device API " + sdk +
-                            "; upgrade devicekit to a release that supports device API " +
-                            theirs + " (pip install -U devicekit)");
+                            "; upgrade devicekit to a release that supports device API " + theirs +
+                            " (pip install -U devicekit)");
   }
   const size_t need = kApiSizeByMinor[minor];
   if (api->struct_size < need) {
@@ -113,13 +116,15 @@ void check_version(const std::string& path, const DK_Api* api) {
                             std::to_string(need) +
                             " bytes (struct_size mismatch: the plugin was compiled against "
                             "a header that does not match the version it claims); rebuild "
-                            "it against the device API " + theirs + " header");
+                            "it against the device API " +
+                            theirs + " header");
   }
 }
 
 // Every function of API 1.0 is mandatory: a NULL entry is refused at load
 // rather than discovered as a crash later.
 void check_functions(const std::string& path, const DK_Api* api) {
+  // clang-format off: a table of the required entries, one row per line
 #define DK_REQUIRE(fn) \
   if (api->fn == nullptr) load_error(path, "DK_Api." #fn " is NULL; every device API 1.0 function is required");
   DK_REQUIRE(Error_Destroy) DK_REQUIRE(Error_Message) DK_REQUIRE(Error_GetCode)
@@ -131,8 +136,10 @@ void check_functions(const std::string& path, const DK_Api* api) {
   DK_REQUIRE(Event_Create) DK_REQUIRE(Event_Destroy) DK_REQUIRE(Event_Record)
   DK_REQUIRE(Event_Query) DK_REQUIRE(Event_Synchronize) DK_REQUIRE(Event_ElapsedTime)
 #undef DK_REQUIRE
-  const DK_KernelTable* kt = api->kernels;
-  if (kt == nullptr) load_error(path, "DK_Api.kernels is NULL; pass a table with num_ops = 0 instead");
+      // clang-format on
+      const DK_KernelTable* kt = api->kernels;
+  if (kt == nullptr)
+    load_error(path, "DK_Api.kernels is NULL; pass a table with num_ops = 0 instead");
   if (kt->struct_size < DK_KernelTable_STRUCT_SIZE) {
     version_error(path, "its DK_KernelTable is " + std::to_string(kt->struct_size) +
                             " bytes, expected at least " +
@@ -162,16 +169,15 @@ std::string checked_name(const std::string& path, const char* name) {
   if (!is_identifier(name, n)) {
     contract_error(path, "Plugin_GetInfo", "name", printable(name, n),
                    "a non-empty [a-z][a-z0-9_]* identifier (devices are addressed as "
-                   "'<name>:<index>')", "DK_Plugin_GetInfo_Args.name");
+                   "'<name>:<index>')",
+                   "DK_Plugin_GetInfo_Args.name");
   }
   return std::string(name, n);
 }
 
 // The ops of each minor of major 1, from the spec (op_counts_by_minor.inc);
 // a minor that added none has the previous minor's.
-struct OpCounts {
-  int base, fused;
-};
+struct OpCounts { int base, fused; };
 constexpr OpCounts kOpCountsByMinor[] = {
 #include "op_counts_by_minor.inc"
 };
@@ -196,7 +202,7 @@ bool valid_kernel_name(const char* s) {
 // malformed table is a load error naming the entry, never a crash at the
 // first composite call. Returns the kernels grouped by op, in table order.
 std::vector<std::vector<const DK_FusedKernel*>> check_fused(const std::string& path,
-                                                           const DK_Api* api) {
+                                                            const DK_Api* api) {
   std::vector<std::vector<const DK_FusedKernel*>> by_op(DK_FUSED_OP_COUNT);
   if (api->api_minor < 2) return by_op;  // the field does not exist in its table
   const DK_FusedKernelTable* t = api->fused_kernels;
@@ -223,7 +229,8 @@ std::vector<std::vector<const DK_FusedKernel*>> check_fused(const std::string& p
                               " (DK_FusedKernel_STRUCT_SIZE); set it with that macro");
     }
     if (!valid_kernel_name(k->name)) {
-      load_error(path, where + " has name " + (k->name ? "'" + std::string(k->name) + "'" : "NULL") +
+      load_error(path, where + " has name " +
+                           (k->name ? "'" + std::string(k->name) + "'" : "NULL") +
                            "; expected a non-empty [a-z0-9_.]+ name");
     }
     const std::string named = where + " ('" + k->name + "')";
@@ -278,7 +285,8 @@ std::shared_ptr<Plugin> Plugin::load(const std::string& given_path) {
     dlclose(handle);
     load_error(path, "it does not export the entry symbol " DK_ENTRY_SYMBOL
                      " (is it a DeviceKit plugin? is the symbol hidden by a version "
-                     "script?): " + why);
+                     "script?): " +
+                         why);
   }
   trace(DK_ENTRY_SYMBOL);
   const DK_Api* api = reinterpret_cast<DK_GetApi_Fn*>(sym)();
@@ -328,9 +336,7 @@ void Plugin::initialize_and_describe() {
                    "0 <= count <= " + std::to_string(kMaxDevicesPerPlugin),
                    "DK_Device_Count_Args.count");
   }
-  for (int i = 0; i < count.count; ++i) {
-    devices_.push_back(std::make_shared<Device>(this, i));
-  }
+  for (int i = 0; i < count.count; ++i) { devices_.push_back(std::make_shared<Device>(this, i)); }
 }
 
 std::shared_ptr<Plugin> Plugin::find_loaded(const std::string& given_path) {

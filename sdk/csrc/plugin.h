@@ -15,9 +15,7 @@ namespace dk {
 
 class Device;
 
-struct PluginInfo {
-  std::string name, vendor, version, attributes;
-};
+struct PluginInfo { std::string name, vendor, version, attributes; };
 
 class Plugin {
  public:
@@ -77,8 +75,7 @@ class Plugin {
 
 // Fill the struct_size field of an args struct declared with
 // DK_DEFINE_STRUCT_SIZE: `auto a = args<DK_Memcpy_Args>(DK_Memcpy_Args_STRUCT_SIZE);`
-template <typename T>
-inline T make_args(size_t struct_size) {
+template <typename T> inline T make_args(size_t struct_size) {
   T a{};
   a.struct_size = struct_size;
   return a;

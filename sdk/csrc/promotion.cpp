@@ -17,10 +17,12 @@ DK_DType promote_types(DK_DType a, DK_DType b) {
   // has no int16).
   auto rank = [](DK_DType d) {
     switch (d) {
-      case DK_DTYPE_UINT8: case DK_DTYPE_INT8: return 1;
+      case DK_DTYPE_UINT8:
+      case DK_DTYPE_INT8: return 1;
       case DK_DTYPE_INT32: return 2;
       case DK_DTYPE_INT64: return 3;
-      case DK_DTYPE_FLOAT16: case DK_DTYPE_BFLOAT16: return 4;
+      case DK_DTYPE_FLOAT16:
+      case DK_DTYPE_BFLOAT16: return 4;
       case DK_DTYPE_FLOAT32: return 5;
       case DK_DTYPE_FLOAT64: return 6;
       default: return 0;
@@ -39,8 +41,8 @@ Dims broadcast_shapes(const Dims& a, const Dims& b) {
     const int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
     if (da != db && da != 1 && db != 1) {
       invalid_argument("shapes " + dims_str(a) + " and " + dims_str(b) +
-                       " cannot be broadcast together (dimension " + std::to_string(i) +
-                       ": " + std::to_string(da) + " vs " + std::to_string(db) + ")");
+                       " cannot be broadcast together (dimension " + std::to_string(i) + ": " +
+                       std::to_string(da) + " vs " + std::to_string(db) + ")");
     }
     out[i] = da == 1 ? db : da;
   }
@@ -72,9 +74,9 @@ Tensor expand(const Tensor& t, const Dims& shape) {
     invalid_argument("cannot expand " + t->describe() + " to fewer dimensions " + dims_str(shape));
   }
   if (bad >= 0) {
-    invalid_argument("cannot expand " + t->describe() + " to " + dims_str(shape) +
-                     ": dimension " + std::to_string(bad) + " is " +
-                     std::to_string(t->shape_data()[bad]) + ", not 1");
+    invalid_argument("cannot expand " + t->describe() + " to " + dims_str(shape) + ": dimension " +
+                     std::to_string(bad) + " is " + std::to_string(t->shape_data()[bad]) +
+                     ", not 1");
   }
   Dims strides(r, 0);  // 0 for the new and the stretched dimensions
   for (int i = 0; i < tr; ++i) {
@@ -93,8 +95,8 @@ int64_t wrap_axis(int64_t axis, int rank, bool scalar_as_1d) {
 uint32_t normalise_axis(int axis, int rank, const char* op) {
   const int64_t a = wrap_axis(axis, rank);
   if (a < 0) {
-    invalid_argument(std::string(op) + ": axis " + std::to_string(axis) + " is out of range for rank " +
-                     std::to_string(rank));
+    invalid_argument(std::string(op) + ": axis " + std::to_string(axis) +
+                     " is out of range for rank " + std::to_string(rank));
   }
   return uint32_t(a);
 }
@@ -108,8 +110,8 @@ Tensor contiguous(const Tensor& t) {
 
 Tensor prepare_input(const Tensor& t, const Dims& shape, uint32_t caps) {
   Tensor v = t;
-  const bool same_shape = t->rank() == int(shape.size()) &&
-                          std::equal(shape.begin(), shape.end(), t->shape_data());
+  const bool same_shape =
+      t->rank() == int(shape.size()) && std::equal(shape.begin(), shape.end(), t->shape_data());
   if (!same_shape && !(caps & DK_KERNEL_CAP_BROADCAST)) v = expand(t, shape);
   if (!(caps & DK_KERNEL_CAP_STRIDED)) v = contiguous(v);
   return v;

@@ -22,9 +22,7 @@ using Outcome = std::pair<int, std::string>;  // (DK_ErrorCode, 0 = ok; message)
 Outcome outcome_of(const std::function<void()>& call) {
   try {
     call();
-  } catch (const Error& e) {
-    return {e.code() ? e.code() : -1, e.what()};
-  }
+  } catch (const Error& e) { return {e.code() ? e.code() : -1, e.what()}; }
   return {0, ""};
 }
 
@@ -52,43 +50,45 @@ struct Views {
 }  // namespace
 
 void bind_raw(py::module_& m) {
-  m.def("raw_kernel_call", [](const std::shared_ptr<Device>& dev, int op,
-                              const std::vector<ViewSpec>& inputs,
-                              const std::vector<ViewSpec>& outputs, py::object attrs,
-                              int op_field, int64_t args_struct_size) {
-    if (op < 0 || op >= kNumOps) invalid_argument("raw_kernel_call: op id out of range");
-    DK_KernelFn* fn = dev->plugin()->kernel(DK_OpId(op));
-    if (fn == nullptr) {
-      throw Error(ErrorKind::NotImplemented, std::string("op '") + op_name(DK_OpId(op)) +
-                                                 "' has no kernel in plugin '" +
-                                                 dev->plugin()->info().name + "'");
-    }
-    std::string attr_bytes = attrs.is_none() ? std::string() : attrs.cast<std::string>();
-    Views in(inputs), out(outputs);
-    auto a = DK_ARGS(DK_Kernel_Args);
-    if (args_struct_size >= 0) a.struct_size = size_t(args_struct_size);  // a malformed call
-    a.device = dev->index();
-    a.stream = dev->default_stream();
-    a.op = op_field >= -1000000 ? op_field : op;  // default: the op whose kernel is called
-    a.num_inputs = int32_t(in.ptrs.size());
-    a.inputs = in.ptrs.empty() ? nullptr : in.ptrs.data();
-    a.num_outputs = int32_t(out.ptrs.size());
-    a.outputs = out.ptrs.empty() ? nullptr : out.ptrs.data();
-    a.attrs = attr_bytes.empty() ? nullptr : attr_bytes.data();
-    py::gil_scoped_release nogil;
-    Outcome launched = outcome_of([&] { dev->check(fn(&a), op_name(DK_OpId(op))); });
-    // Whatever was enqueued finishes (or fails) here, on the kernel's own stream.
-    Outcome synced = outcome_of([&] { dev->synchronize(dev->default_stream()); });
-    return std::make_tuple(launched.first, launched.second, synced.first, synced.second);
-  }, py::arg("device"), py::arg("op"), py::arg("inputs"), py::arg("outputs"),
-     py::arg("attrs") = py::none(), py::arg("op_field") = -2000000,
-     py::arg("args_struct_size") = -1,
-     "Calls base op `op`'s kernel directly on the device's default stream with views "
-     "[(address, dtype id, shape, strides in elements)] and raw attribute bytes (or None), "
-     "then synchronises that stream. `op_field` / `args_struct_size`: other values for "
-     "DK_Kernel_Args.op / .struct_size (malformed calls). Returns (launch code, launch "
-     "message, sync code, sync message); code 0 is success. Conformance use only: nothing "
-     "is checked.");
+  m.def(
+      "raw_kernel_call",
+      [](const std::shared_ptr<Device>& dev, int op, const std::vector<ViewSpec>& inputs,
+         const std::vector<ViewSpec>& outputs, py::object attrs, int op_field,
+         int64_t args_struct_size) {
+        if (op < 0 || op >= kNumOps) invalid_argument("raw_kernel_call: op id out of range");
+        DK_KernelFn* fn = dev->plugin()->kernel(DK_OpId(op));
+        if (fn == nullptr) {
+          throw Error(ErrorKind::NotImplemented, std::string("op '") + op_name(DK_OpId(op)) +
+                                                     "' has no kernel in plugin '" +
+                                                     dev->plugin()->info().name + "'");
+        }
+        std::string attr_bytes = attrs.is_none() ? std::string() : attrs.cast<std::string>();
+        Views in(inputs), out(outputs);
+        auto a = DK_ARGS(DK_Kernel_Args);
+        if (args_struct_size >= 0) a.struct_size = size_t(args_struct_size);  // a malformed call
+        a.device = dev->index();
+        a.stream = dev->default_stream();
+        a.op = op_field >= -1000000 ? op_field : op;  // default: the op whose kernel is called
+        a.num_inputs = int32_t(in.ptrs.size());
+        a.inputs = in.ptrs.empty() ? nullptr : in.ptrs.data();
+        a.num_outputs = int32_t(out.ptrs.size());
+        a.outputs = out.ptrs.empty() ? nullptr : out.ptrs.data();
+        a.attrs = attr_bytes.empty() ? nullptr : attr_bytes.data();
+        py::gil_scoped_release nogil;
+        Outcome launched = outcome_of([&] { dev->check(fn(&a), op_name(DK_OpId(op))); });
+        // Whatever was enqueued finishes (or fails) here, on the kernel's own stream.
+        Outcome synced = outcome_of([&] { dev->synchronize(dev->default_stream()); });
+        return std::make_tuple(launched.first, launched.second, synced.first, synced.second);
+      },
+      py::arg("device"), py::arg("op"), py::arg("inputs"), py::arg("outputs"),
+      py::arg("attrs") = py::none(), py::arg("op_field") = -2000000,
+      py::arg("args_struct_size") = -1,
+      "Calls base op `op`'s kernel directly on the device's default stream with views "
+      "[(address, dtype id, shape, strides in elements)] and raw attribute bytes (or None), "
+      "then synchronises that stream. `op_field` / `args_struct_size`: other values for "
+      "DK_Kernel_Args.op / .struct_size (malformed calls). Returns (launch code, launch "
+      "message, sync code, sync message); code 0 is success. Conformance use only: nothing "
+      "is checked.");
 }
 
 }  // namespace dk

@@ -34,7 +34,9 @@ struct Buffer {
     live = false;
     dev->raw_free(ptr);
   }
-  ~Buffer() { release_in_destructor(*dev, "freeing a buffer", [&] { free(); }); }
+  ~Buffer() {
+    release_in_destructor(*dev, "freeing a buffer", [&] { free(); });
+  }
 };
 
 struct Stream {
@@ -74,8 +76,8 @@ char* buffer_at(Buffer& b, size_t offset, size_t n, const char* what) {
   if (!b.live) invalid_argument(std::string(what) + ": buffer was freed");
   if (offset > b.nbytes || n > b.nbytes - offset) {
     invalid_argument(std::string(what) + ": range [" + std::to_string(offset) + ", " +
-                     std::to_string(offset + n) + ") is outside the " +
-                     std::to_string(b.nbytes) + "-byte buffer");
+                     std::to_string(offset + n) + ") is outside the " + std::to_string(b.nbytes) +
+                     "-byte buffer");
   }
   return static_cast<char*>(b.ptr) + offset;
 }
@@ -94,7 +96,8 @@ py::buffer_info host_bytes(const py::array& a, bool writable) {
 
 void bind_runtime(py::module_& m, DeviceClass& D) {
   py::class_<Buffer, std::shared_ptr<Buffer>>(m, "Buffer")
-      .def_property_readonly("ptr", [](const Buffer& b) { return reinterpret_cast<uintptr_t>(b.ptr); })
+      .def_property_readonly("ptr",
+                             [](const Buffer& b) { return reinterpret_cast<uintptr_t>(b.ptr); })
       .def_property_readonly("nbytes", [](const Buffer& b) { return b.nbytes; })
       .def_property_readonly("device", [](const Buffer& b) { return b.dev; })
       .def("free", &Buffer::free);
@@ -102,12 +105,13 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
   py::class_<Stream, std::shared_ptr<Stream>>(m, "Stream")
       .def_property_readonly("device", [](const Stream& s) { return s.dev; })
       .def("synchronize", &Stream::synchronize)
-      .def("query", [](Stream& s) {
-        auto a = DK_ARGS(DK_Stream_Query_Args);
-        a.stream = s.s;
-        s.dev->check(s.dev->api()->Stream_Query(&a), "Stream_Query");
-        return a.idle != 0;
-      })
+      .def("query",
+           [](Stream& s) {
+             auto a = DK_ARGS(DK_Stream_Query_Args);
+             a.stream = s.s;
+             s.dev->check(s.dev->api()->Stream_Query(&a), "Stream_Query");
+             return a.idle != 0;
+           })
       .def("wait_event", [](Stream& s, Event& e) {
         auto a = DK_ARGS(DK_Stream_WaitEvent_Args);
         a.stream = s.s;
@@ -117,90 +121,110 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
       });
 
   py::class_<Event, std::shared_ptr<Event>>(m, "Event")
-      .def("record", [](Event& e, Stream& s) {
-        auto a = DK_ARGS(DK_Event_Record_Args);
-        a.event = e.e;
-        a.stream = s.s;
-        e.dev->check_fork();
-        e.dev->check(e.dev->api()->Event_Record(&a), "Event_Record");
-      })
-      .def("query", [](Event& e) {
-        auto a = DK_ARGS(DK_Event_Query_Args);
-        a.event = e.e;
-        e.dev->check(e.dev->api()->Event_Query(&a), "Event_Query");
-        return a.reached != 0;
-      })
-      .def("synchronize", [](Event& e) {
-        auto a = DK_ARGS(DK_Event_Synchronize_Args);
-        a.event = e.e;
-        e.dev->check_fork();
-        py::gil_scoped_release nogil;
-        e.dev->check(e.dev->api()->Event_Synchronize(&a), "Event_Synchronize");
-      })
-      .def("elapsed_ms", [](Event& start, Event& end) {
-        auto a = DK_ARGS(DK_Event_ElapsedTime_Args);
-        a.start = start.e;
-        a.end = end.e;
-        start.dev->check(start.dev->api()->Event_ElapsedTime(&a), "Event_ElapsedTime");
-        return a.milliseconds;
-      }, py::arg("end"));
+      .def("record",
+           [](Event& e, Stream& s) {
+             auto a = DK_ARGS(DK_Event_Record_Args);
+             a.event = e.e;
+             a.stream = s.s;
+             e.dev->check_fork();
+             e.dev->check(e.dev->api()->Event_Record(&a), "Event_Record");
+           })
+      .def("query",
+           [](Event& e) {
+             auto a = DK_ARGS(DK_Event_Query_Args);
+             a.event = e.e;
+             e.dev->check(e.dev->api()->Event_Query(&a), "Event_Query");
+             return a.reached != 0;
+           })
+      .def("synchronize",
+           [](Event& e) {
+             auto a = DK_ARGS(DK_Event_Synchronize_Args);
+             a.event = e.e;
+             e.dev->check_fork();
+             py::gil_scoped_release nogil;
+             e.dev->check(e.dev->api()->Event_Synchronize(&a), "Event_Synchronize");
+           })
+      .def(
+          "elapsed_ms",
+          [](Event& start, Event& end) {
+            auto a = DK_ARGS(DK_Event_ElapsedTime_Args);
+            a.start = start.e;
+            a.end = end.e;
+            start.dev->check(start.dev->api()->Event_ElapsedTime(&a), "Event_ElapsedTime");
+            return a.milliseconds;
+          },
+          py::arg("end"));
 
   // Device methods that create runtime objects or move raw bytes.
-  D.def("alloc", [](const std::shared_ptr<Device>& d, size_t nbytes) {
-     auto b = std::make_shared<Buffer>();
-     b->dev = d;
-     b->nbytes = nbytes;
-     b->ptr = d->raw_alloc(nbytes);
-     b->live = true;
-     return b;
-   }, py::arg("nbytes"), "Raw device allocation straight from the plugin (no cache)")
+  D.def(
+       "alloc",
+       [](const std::shared_ptr<Device>& d, size_t nbytes) {
+         auto b = std::make_shared<Buffer>();
+         b->dev = d;
+         b->nbytes = nbytes;
+         b->ptr = d->raw_alloc(nbytes);
+         b->live = true;
+         return b;
+       },
+       py::arg("nbytes"), "Raw device allocation straight from the plugin (no cache)")
       // The wrapper exists only once the plugin produced a valid object, so
       // its destructor never hands the plugin a NULL to destroy.
-      .def("stream", [](const std::shared_ptr<Device>& d) {
-        d->begin_use();  // streams may own threads: fork() makes them unusable in a child
-        auto a = DK_ARGS(DK_Stream_Create_Args);
-        a.device = d->index();
-        d->check(d->api()->Stream_Create(&a), "Stream_Create");
-        d->check_created(a.stream, "Stream_Create", "stream", "DK_Stream_Create_Args.stream");
-        auto s = std::make_shared<Stream>();
-        s->dev = d;
-        s->s = a.stream;
-        return s;
-      })
-      .def("event", [](const std::shared_ptr<Device>& d) {
-        d->begin_use();
-        auto a = DK_ARGS(DK_Event_Create_Args);
-        a.device = d->index();
-        d->check(d->api()->Event_Create(&a), "Event_Create");
-        d->check_created(a.event, "Event_Create", "event", "DK_Event_Create_Args.event");
-        auto e = std::make_shared<Event>();
-        e->dev = d;
-        e->e = a.event;
-        return e;
-      })
-      .def("copy_h2d", [](Device& d, Buffer& dst, py::array src, size_t dst_offset, Stream* stream) {
-        py::buffer_info b = host_bytes(src, false);
-        const size_t n = size_t(b.size) * size_t(b.itemsize);
-        char* p = buffer_at(dst, dst_offset, n, "copy_h2d");
-        if (stream) stream->keepalive.append(src);
-        do_copy(d, DK_COPY_HOST_TO_DEVICE, p, b.ptr, n, stream);
-      }, py::arg("dst"), py::arg("src"), py::kw_only(), py::arg("dst_offset") = 0,
-         py::arg("stream") = nullptr)
-      .def("copy_d2h", [](Device& d, py::array dst, Buffer& src, size_t src_offset, Stream* stream) {
-        py::buffer_info b = host_bytes(dst, true);
-        const size_t n = size_t(b.size) * size_t(b.itemsize);
-        char* p = buffer_at(src, src_offset, n, "copy_d2h");
-        if (stream) stream->keepalive.append(dst);
-        do_copy(d, DK_COPY_DEVICE_TO_HOST, b.ptr, p, n, stream);
-      }, py::arg("dst"), py::arg("src"), py::kw_only(), py::arg("src_offset") = 0,
-         py::arg("stream") = nullptr)
-      .def("copy_d2d", [](Device& d, Buffer& dst, Buffer& src, size_t nbytes, size_t dst_offset,
-                          size_t src_offset, Stream* stream) {
-        char* q = buffer_at(dst, dst_offset, nbytes, "copy_d2d");
-        char* p = buffer_at(src, src_offset, nbytes, "copy_d2d");
-        do_copy(d, DK_COPY_DEVICE_TO_DEVICE, q, p, nbytes, stream);
-      }, py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::kw_only(), py::arg("dst_offset") = 0,
-         py::arg("src_offset") = 0, py::arg("stream") = nullptr);
+      .def("stream",
+           [](const std::shared_ptr<Device>& d) {
+             d->begin_use();  // streams may own threads: fork() makes them unusable in a child
+             auto a = DK_ARGS(DK_Stream_Create_Args);
+             a.device = d->index();
+             d->check(d->api()->Stream_Create(&a), "Stream_Create");
+             d->check_created(a.stream, "Stream_Create", "stream", "DK_Stream_Create_Args.stream");
+             auto s = std::make_shared<Stream>();
+             s->dev = d;
+             s->s = a.stream;
+             return s;
+           })
+      .def("event",
+           [](const std::shared_ptr<Device>& d) {
+             d->begin_use();
+             auto a = DK_ARGS(DK_Event_Create_Args);
+             a.device = d->index();
+             d->check(d->api()->Event_Create(&a), "Event_Create");
+             d->check_created(a.event, "Event_Create", "event", "DK_Event_Create_Args.event");
+             auto e = std::make_shared<Event>();
+             e->dev = d;
+             e->e = a.event;
+             return e;
+           })
+      .def(
+          "copy_h2d",
+          [](Device& d, Buffer& dst, py::array src, size_t dst_offset, Stream* stream) {
+            py::buffer_info b = host_bytes(src, false);
+            const size_t n = size_t(b.size) * size_t(b.itemsize);
+            char* p = buffer_at(dst, dst_offset, n, "copy_h2d");
+            if (stream) stream->keepalive.append(src);
+            do_copy(d, DK_COPY_HOST_TO_DEVICE, p, b.ptr, n, stream);
+          },
+          py::arg("dst"), py::arg("src"), py::kw_only(), py::arg("dst_offset") = 0,
+          py::arg("stream") = nullptr)
+      .def(
+          "copy_d2h",
+          [](Device& d, py::array dst, Buffer& src, size_t src_offset, Stream* stream) {
+            py::buffer_info b = host_bytes(dst, true);
+            const size_t n = size_t(b.size) * size_t(b.itemsize);
+            char* p = buffer_at(src, src_offset, n, "copy_d2h");
+            if (stream) stream->keepalive.append(dst);
+            do_copy(d, DK_COPY_DEVICE_TO_HOST, b.ptr, p, n, stream);
+          },
+          py::arg("dst"), py::arg("src"), py::kw_only(), py::arg("src_offset") = 0,
+          py::arg("stream") = nullptr)
+      .def(
+          "copy_d2d",
+          [](Device& d, Buffer& dst, Buffer& src, size_t nbytes, size_t dst_offset,
+             size_t src_offset, Stream* stream) {
+            char* q = buffer_at(dst, dst_offset, nbytes, "copy_d2d");
+            char* p = buffer_at(src, src_offset, nbytes, "copy_d2d");
+            do_copy(d, DK_COPY_DEVICE_TO_DEVICE, q, p, nbytes, stream);
+          },
+          py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::kw_only(),
+          py::arg("dst_offset") = 0, py::arg("src_offset") = 0, py::arg("stream") = nullptr);
 }
 
 }  // namespace dk

@@ -51,9 +51,9 @@ Tensor scalar_like(const Tensor& a, const DK_Scalar& s, DK_OpId op) {
         dt = DK_DTYPE_INT64;
       } else {
         throw Error(ErrorKind::Overflow,
-                    std::string(op != kNoOp ? op_name(op) : "scalar operand") +
-                        ": Python int " + std::to_string(s.value.i) + " is out of range for " +
-                        dtype_name(adt) + ", the dtype of the tensor operand " + a->describe() +
+                    std::string(op != kNoOp ? op_name(op) : "scalar operand") + ": Python int " +
+                        std::to_string(s.value.i) + " is out of range for " + dtype_name(adt) +
+                        ", the dtype of the tensor operand " + a->describe() +
                         "; convert the tensor first (e.g. x.to(devicekit.int64))");
       }
     }
@@ -75,7 +75,8 @@ struct ConstantKey {
   int32_t dtype, scalar_dtype;
   uint64_t bits;
   bool operator==(const ConstantKey& o) const {
-    return device == o.device && dtype == o.dtype && scalar_dtype == o.scalar_dtype && bits == o.bits;
+    return device == o.device && dtype == o.dtype && scalar_dtype == o.scalar_dtype &&
+           bits == o.bits;
   }
 };
 
@@ -120,9 +121,7 @@ Tensor constant(const std::shared_ptr<Device>& dev, DK_DType dt, const DK_Scalar
       try {
         dev->check_not_failed(t->storage()->written_epoch.load(std::memory_order_relaxed), "");
         return t;
-      } catch (const Error&) {
-        c.map.erase(it);
-      }
+      } catch (const Error&) { c.map.erase(it); }
     }
   }
   Tensor t = full(dev, {}, dt, s);  // outside the lock: it launches
@@ -154,6 +153,5 @@ void drop_constants(const Device* dev) {
     if (c.map.count(k)) kept.push_back(k);
   c.order.swap(kept);
 }
-
 
 }  // namespace dk

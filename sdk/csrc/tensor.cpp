@@ -7,9 +7,9 @@ namespace dk {
 namespace {
 // Indexed by DK_DType; order fixed by the header (append-only).
 const DTypeInfo kDTypes[DK_DTYPE_COUNT_1_0] = {
-    {"float32", 4, true, true},  {"float16", 2, true, true}, {"bfloat16", 2, true, true},
-    {"float64", 8, true, true},  {"int8", 1, false, true},   {"int32", 4, false, true},
-    {"int64", 8, false, true},   {"uint8", 1, false, false}, {"bool", 1, false, false},
+    {"float32", 4, true, true}, {"float16", 2, true, true}, {"bfloat16", 2, true, true},
+    {"float64", 8, true, true}, {"int8", 1, false, true},   {"int32", 4, false, true},
+    {"int64", 8, false, true},  {"uint8", 1, false, false}, {"bool", 1, false, false},
 };
 }  // namespace
 
@@ -24,9 +24,8 @@ DK_DType dtype_from_name(const std::string& name) {
   for (int i = 0; i < DK_DTYPE_COUNT_1_0; ++i) {
     if (name == kDTypes[i].name) return DK_DType(i);
   }
-  throw Error(ErrorKind::DTypeMismatch,
-              "unsupported dtype '" + name + "'; DeviceKit supports " +
-                  dtype_mask_names(DK_DTYPE_MASK_ALL_1_0));
+  throw Error(ErrorKind::DTypeMismatch, "unsupported dtype '" + name + "'; DeviceKit supports " +
+                                            dtype_mask_names(DK_DTYPE_MASK_ALL_1_0));
 }
 
 std::string dtype_mask_names(uint64_t mask) {
@@ -50,7 +49,9 @@ int64_t checked_numel(const int64_t* shape, int rank, size_t itemsize, const cha
   int64_t span = 1, bytes = 0;
   bool overflow = false, empty = false;
   for (int i = 0; i < rank; ++i) {
-    if (shape[i] < 0) invalid_argument(std::string(what) + ": negative dimension in shape " + dims_str(Dims(shape, shape + rank)));
+    if (shape[i] < 0)
+      invalid_argument(std::string(what) + ": negative dimension in shape " +
+                       dims_str(Dims(shape, shape + rank)));
     empty |= shape[i] == 0;
     overflow |= __builtin_mul_overflow(span, shape[i] > 0 ? shape[i] : 1, &span);
   }

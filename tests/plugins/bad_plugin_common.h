@@ -42,8 +42,8 @@
 #define BP_STATIC static __attribute__((unused))
 
 #define BP_ALIGNMENT 64
-#define BP_TOTAL_MEMORY ((uint64_t)1 << 40) /* fictional; the test plugins only
-                                               ever hold a few KiB */
+/* fictional; the test plugins only ever hold a few KiB */
+#define BP_TOTAL_MEMORY ((uint64_t)1 << 40)
 
 /* ---- errors and argument checks: plugin_helpers.h's ---------------------- */
 
@@ -51,10 +51,10 @@
 #define BP_REQUIRE_ARGS(args, type) DKH_CHECK_STRUCT(BP_PLUGIN_NAME, args, type)
 
 /* One device: ordinal 0. */
-#define BP_REQUIRE_DEVICE(args)                                                   \
-  do {                                                                            \
+#define BP_REQUIRE_DEVICE(args)                                                            \
+  do {                                                                                     \
     DK_Error* bp_e_ = dkh_check_device(BP_PLUGIN_NAME, BP_PLUGIN_NAME, (args)->device, 1); \
-    if (bp_e_ != NULL) return bp_e_;                                              \
+    if (bp_e_ != NULL) return bp_e_;                                                       \
   } while (0)
 
 /* ---- plugin and device --------------------------------------------------- */
@@ -125,8 +125,7 @@ BP_STATIC DK_Error* bp_memory_allocate(DK_Memory_Allocate_Args* a) {
   memcpy(base, &a->size, sizeof(a->size));
   uint64_t now = atomic_fetch_add(&bp_bytes_in_use, a->size) + a->size;
   uint64_t peak = atomic_load(&bp_peak_bytes_in_use);
-  while (now > peak && !atomic_compare_exchange_weak(&bp_peak_bytes_in_use, &peak, now)) {
-  }
+  while (now > peak && !atomic_compare_exchange_weak(&bp_peak_bytes_in_use, &peak, now)) {}
   atomic_fetch_add(&bp_num_allocs, 1);
   a->ptr = base + BP_ALIGNMENT;
   return NULL;
@@ -154,9 +153,7 @@ BP_STATIC DK_Error* bp_memcpy(DK_Memcpy_Args* a) {
 
 /* ---- streams and events: nothing is ever pending ------------------------- */
 
-struct DK_Stream {
-  int unused;
-};
+struct DK_Stream { int unused; };
 struct DK_Event {
   int recorded;
   struct timespec when;
@@ -166,8 +163,9 @@ BP_STATIC DK_Error* bp_stream_create(DK_Stream_Create_Args* a) {
   BP_REQUIRE_ARGS(a, DK_Stream_Create_Args);
   BP_REQUIRE_DEVICE(a);
   a->stream = calloc(1, sizeof(DK_Stream));
-  return a->stream ? NULL
-                   : dkh_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Stream_Create: calloc failed");
+  return a->stream
+             ? NULL
+             : dkh_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Stream_Create: calloc failed");
 }
 
 BP_STATIC DK_Error* bp_stream_destroy(DK_Stream_Destroy_Args* a) {
@@ -196,8 +194,9 @@ BP_STATIC DK_Error* bp_event_create(DK_Event_Create_Args* a) {
   BP_REQUIRE_ARGS(a, DK_Event_Create_Args);
   BP_REQUIRE_DEVICE(a);
   a->event = calloc(1, sizeof(DK_Event));
-  return a->event ? NULL
-                  : dkh_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Event_Create: calloc failed");
+  return a->event
+             ? NULL
+             : dkh_error(DK_ERROR_OUT_OF_MEMORY, BP_PLUGIN_NAME ".Event_Create: calloc failed");
 }
 
 BP_STATIC DK_Error* bp_event_destroy(DK_Event_Destroy_Args* a) {
@@ -252,39 +251,24 @@ BP_STATIC const DK_KernelTable bp_empty_kernel_table = {
  * the bad plugins turn. Every other entry is a valid function from this
  * header, and fused_kernels is NULL. A plugin that needs another field (a
  * fused-kernel table) writes `{BP_API_FIELDS(...), .fused_kernels = ...}`. */
-#define BP_API_FIELDS(size, major, minor, initialize, allocate, kernel_table) \
-    .struct_size = (size),                                             \
-    .extension_start = NULL,                                           \
-    .api_major = (major),                                              \
-    .api_minor = (minor),                                              \
-    .Error_Destroy = dkh_Error_Destroy,                                \
-    .Error_Message = dkh_Error_Message,                                \
-    .Error_GetCode = dkh_Error_GetCode,                                \
-    .Plugin_Initialize = (initialize),                                 \
-    .Plugin_GetInfo = bp_plugin_get_info,                              \
-    .Device_Count = bp_device_count,                                   \
-    .Device_GetProperties = bp_device_get_properties,                  \
-    .Device_MemoryStats = bp_device_memory_stats,                      \
-    .Device_Synchronize = bp_device_synchronize,                       \
-    .Memory_Allocate = (allocate),                                     \
-    .Memory_Free = bp_memory_free,                                     \
-    .Memcpy = bp_memcpy,                                               \
-    .Stream_Create = bp_stream_create,                                 \
-    .Stream_Destroy = bp_stream_destroy,                               \
-    .Stream_Synchronize = bp_stream_synchronize,                       \
-    .Stream_Query = bp_stream_query,                                   \
-    .Stream_WaitEvent = bp_stream_wait_event,                          \
-    .Event_Create = bp_event_create,                                   \
-    .Event_Destroy = bp_event_destroy,                                 \
-    .Event_Record = bp_event_record,                                   \
-    .Event_Query = bp_event_query,                                     \
-    .Event_Synchronize = bp_event_synchronize,                         \
-    .Event_ElapsedTime = bp_event_elapsed_time,                        \
-    .kernels = (kernel_table)
+#define BP_API_FIELDS(size, major, minor, initialize, allocate, kernel_table)                     \
+  .struct_size = (size), .extension_start = NULL, .api_major = (major), .api_minor = (minor),     \
+  .Error_Destroy = dkh_Error_Destroy, .Error_Message = dkh_Error_Message,                         \
+  .Error_GetCode = dkh_Error_GetCode, .Plugin_Initialize = (initialize),                          \
+  .Plugin_GetInfo = bp_plugin_get_info, .Device_Count = bp_device_count,                          \
+  .Device_GetProperties = bp_device_get_properties, .Device_MemoryStats = bp_device_memory_stats, \
+  .Device_Synchronize = bp_device_synchronize, .Memory_Allocate = (allocate),                     \
+  .Memory_Free = bp_memory_free, .Memcpy = bp_memcpy, .Stream_Create = bp_stream_create,          \
+  .Stream_Destroy = bp_stream_destroy, .Stream_Synchronize = bp_stream_synchronize,               \
+  .Stream_Query = bp_stream_query, .Stream_WaitEvent = bp_stream_wait_event,                      \
+  .Event_Create = bp_event_create, .Event_Destroy = bp_event_destroy,                             \
+  .Event_Record = bp_event_record, .Event_Query = bp_event_query,                                 \
+  .Event_Synchronize = bp_event_synchronize, .Event_ElapsedTime = bp_event_elapsed_time,          \
+  .kernels = (kernel_table)
 
 /* A complete DK_Api initializer (see BP_API_FIELDS). */
 #define BP_API(size, major, minor, initialize, allocate, kernel_table) \
-  { BP_API_FIELDS(size, major, minor, initialize, allocate, kernel_table) }
+  {BP_API_FIELDS(size, major, minor, initialize, allocate, kernel_table)}
 
 /* The usual case: a correct 1.0 table with the default pieces. */
 #define BP_API_DEFAULT(size, major, minor) \

@@ -14,8 +14,9 @@
 #define ERRORS_PLUGIN_OOM_LIMIT ((size_t)1 << 30)
 
 /* Keep these two strings in sync with tests/test_loader.py. */
-#define ERRORS_PLUGIN_OOM_MESSAGE \
-  "errors_plugin.Memory_Allocate: deliberate out-of-memory (requests of 1 GiB or more always fail)"
+#define ERRORS_PLUGIN_OOM_MESSAGE                                                              \
+  "errors_plugin.Memory_Allocate: deliberate out-of-memory (requests of 1 GiB or more always " \
+  "fail)"
 #define ERRORS_PLUGIN_ADD_MESSAGE "errors_plugin.add: deliberate failure"
 #define ERRORS_PLUGIN_FUSED_MESSAGE "errors_plugin.rms_norm: deliberate failure"
 

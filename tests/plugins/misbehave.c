@@ -193,8 +193,8 @@ DK_EXPORT const DK_Api* DK_GetApi(void) {
   *nowhere = 1;
 #endif
   static DK_Api api;
-  static const DK_Api base = BP_API(DK_Api_STRUCT_SIZE, DK_API_MAJOR, DK_API_MINOR,
-                                    mb_initialize, mb_allocate, &bp_empty_kernel_table);
+  static const DK_Api base = BP_API(DK_Api_STRUCT_SIZE, DK_API_MAJOR, DK_API_MINOR, mb_initialize,
+                                    mb_allocate, &bp_empty_kernel_table);
   api = base;
   api.Error_Destroy = mb_error_destroy;
   api.Error_Message = mb_error_message;

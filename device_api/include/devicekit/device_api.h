@@ -103,9 +103,9 @@ extern "C" {
 #else
 #define DK_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
 #endif
-#define DK_DEFINE_STRUCT_SIZE(type, last_field)                         \
-  enum { type##_STRUCT_SIZE = DK_STRUCT_SIZE(type, last_field) };      \
-  DK_STATIC_ASSERT(sizeof(type) - type##_STRUCT_SIZE < 8,              \
+#define DK_DEFINE_STRUCT_SIZE(type, last_field)                   \
+  enum { type##_STRUCT_SIZE = DK_STRUCT_SIZE(type, last_field) }; \
+  DK_STATIC_ASSERT(sizeof(type) - type##_STRUCT_SIZE < 8,         \
                    #type " gained a field: update DK_DEFINE_STRUCT_SIZE")
 /* (A field appended into existing tail padding is not caught by sizeof; the
  * frozen-layout test in tests/ compares every field's offset with 1.0's.) */
@@ -241,8 +241,8 @@ typedef DK_Error* DK_Device_Count(DK_Device_Count_Args* args);
 
 /* Device capability flags (DK_Device_GetProperties_Args.capabilities). */
 #define DK_DEVICE_CAP_ASYNC_COPY ((uint64_t)1 << 0)  /* copies overlap kernels */
-#define DK_DEVICE_CAP_HOST_MEMORY ((uint64_t)1 << 1) /* device memory is host-addressable
-                                                        (still never touched by the SDK) */
+/* Device memory is host-addressable (still never touched by the SDK). */
+#define DK_DEVICE_CAP_HOST_MEMORY ((uint64_t)1 << 1)
 #define DK_DEVICE_CAP_TIMING_EVENTS ((uint64_t)1 << 2) /* Event_ElapsedTime works */
 
 typedef struct DK_Device_GetProperties_Args {
@@ -521,7 +521,8 @@ typedef struct DK_Scalar {
  * their own, included here: read it as this part of this file. */
 #include "device_api_ops.h"
 #if DK_OPS_API_MINOR > DK_API_MINOR
-#error "spec/base_ops.json has ops of a newer minor than DK_API_MINOR: run tools/gen_ops.py (see Versioning above)"
+/* spec/base_ops.json has ops of a newer minor than DK_API_MINOR. */
+#error "the spec is newer than DK_API_MINOR: run tools/gen_ops.py (see Versioning above)"
 #endif
 
 typedef struct DK_Kernel_Args {
@@ -545,13 +546,12 @@ typedef DK_Error* DK_KernelFn(const DK_Kernel_Args* args);
 
 /* Per-op capability bits (DK_KernelTable.caps). The SDK materialises (with
  * DK_OP_COPY) whatever a kernel did not declare it can take. */
-#define DK_KERNEL_CAP_STRIDED ((uint32_t)1 << 0)   /* inputs may be any
-                                                      non-negative strides */
-#define DK_KERNEL_CAP_BROADCAST ((uint32_t)1 << 1) /* inputs may have size-1 or
-                                                      missing leading dims to be
-                                                      broadcast to out's shape */
-#define DK_KERNEL_CAP_INPLACE ((uint32_t)1 << 2)   /* out[0] may alias in[0]
-                                                      exactly */
+/* inputs may be any non-negative strides */
+#define DK_KERNEL_CAP_STRIDED ((uint32_t)1 << 0)
+/* inputs may have size-1 or missing leading dims to be broadcast to out's shape */
+#define DK_KERNEL_CAP_BROADCAST ((uint32_t)1 << 1)
+/* out[0] may alias in[0] exactly */
+#define DK_KERNEL_CAP_INPLACE ((uint32_t)1 << 2)
 
 typedef struct DK_KernelTable {
   size_t struct_size;

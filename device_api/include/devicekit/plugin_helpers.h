@@ -124,16 +124,14 @@ static inline void dkh_Error_Destroy(DK_Error_Destroy_Args* args) {
 }
 
 static inline void dkh_Error_Message(DK_Error_Message_Args* args) {
-  if (args == NULL || args->struct_size < DK_Error_Message_Args_STRUCT_SIZE ||
-      args->error == NULL)
+  if (args == NULL || args->struct_size < DK_Error_Message_Args_STRUCT_SIZE || args->error == NULL)
     return;
   args->message = args->error->message;
   args->message_size = strlen(args->error->message);
 }
 
 static inline void dkh_Error_GetCode(DK_Error_GetCode_Args* args) {
-  if (args == NULL || args->struct_size < DK_Error_GetCode_Args_STRUCT_SIZE ||
-      args->error == NULL)
+  if (args == NULL || args->struct_size < DK_Error_GetCode_Args_STRUCT_SIZE || args->error == NULL)
     return;
   args->code = args->error->code;
 }
@@ -152,18 +150,19 @@ static inline DK_Error* dkh_check_struct(const char* call, const void* args, siz
   if (given < needed)
     return dkh_error(DK_ERROR_INVALID_ARGUMENT,
                      "%s: %s.struct_size is %zu, expected at least %zu. Hint: set it with "
-                     "%s_STRUCT_SIZE.", call, type, given, needed, type);
+                     "%s_STRUCT_SIZE.",
+                     call, type, given, needed, type);
   return NULL;
 }
 
 /* Returns the error from the enclosing function when `args` (a pointer to a
  * `Type`) is NULL or too small. */
-#define DKH_CHECK_STRUCT(call, args, Type)                                               \
-  do {                                                                                   \
-    const Type* dkh_a_ = (args); /* a variable: no "&x is never NULL" warning */         \
-    DK_Error* dkh_e_ = dkh_check_struct(call, dkh_a_, dkh_a_ ? dkh_a_->struct_size : 0,  \
-                                        Type##_STRUCT_SIZE, #Type);                      \
-    if (dkh_e_ != NULL) return dkh_e_;                                                   \
+#define DKH_CHECK_STRUCT(call, args, Type)                                              \
+  do {                                                                                  \
+    const Type* dkh_a_ = (args); /* a variable: no "&x is never NULL" warning */        \
+    DK_Error* dkh_e_ = dkh_check_struct(call, dkh_a_, dkh_a_ ? dkh_a_->struct_size : 0, \
+                                        Type##_STRUCT_SIZE, #Type);                     \
+    if (dkh_e_ != NULL) return dkh_e_;                                                  \
   } while (0)
 
 /* A device ordinal in [0, count): DK_ERROR_OUT_OF_RANGE otherwise. `plugin`
@@ -173,25 +172,30 @@ static inline DK_Error* dkh_check_device(const char* call, const char* plugin, i
   if (device < 0 || device >= count)
     return dkh_error(DK_ERROR_OUT_OF_RANGE,
                      "%s: device ordinal %d is out of range; this plugin has %d device(s), "
-                     "%s:0..%s:%d", call, (int)device, (int)count, plugin, plugin,
-                     (int)count - 1);
+                     "%s:0..%s:%d",
+                     call, (int)device, (int)count, plugin, plugin, (int)count - 1);
   return NULL;
 }
 
 /* The shape of a kernel call: op, input/output counts, arrays not NULL. */
 static inline DK_Error* dkh_check_kernel_call(const char* call, const DK_Kernel_Args* args,
-                                              int32_t op, int32_t num_inputs,
-                                              int32_t num_outputs) {
+                                              int32_t op, int32_t num_inputs, int32_t num_outputs) {
   if (args->op != op)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: args->op is %d; expected %d. Hint: the "
-                     "kernel table is indexed by DK_OpId.", call, (int)args->op, (int)op);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: args->op is %d; expected %d. Hint: the "
+                     "kernel table is indexed by DK_OpId.",
+                     call, (int)args->op, (int)op);
   if (args->num_inputs != num_inputs || args->num_outputs != num_outputs)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: got %d input(s) and %d output(s); "
-                     "expected %d and %d", call, (int)args->num_inputs,
-                     (int)args->num_outputs, (int)num_inputs, (int)num_outputs);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: got %d input(s) and %d output(s); "
+                     "expected %d and %d",
+                     call, (int)args->num_inputs, (int)args->num_outputs, (int)num_inputs,
+                     (int)num_outputs);
   if ((num_inputs > 0 && args->inputs == NULL) || (num_outputs > 0 && args->outputs == NULL))
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: args->%s is NULL; expected an array of "
-                     "views", call, args->outputs == NULL ? "outputs" : "inputs");
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: args->%s is NULL; expected an array of "
+                     "views",
+                     call, args->outputs == NULL ? "outputs" : "inputs");
   return NULL;
 }
 
@@ -202,10 +206,15 @@ static inline DK_Error* dkh_check_kernel_call(const char* call, const DK_Kernel_
 /* Bytes per element of a DK_DType; 0 for a value this header does not know. */
 static inline size_t dkh_dtype_size(int32_t dtype) {
   switch (dtype) {
-    case DK_DTYPE_FLOAT32: case DK_DTYPE_INT32: return 4;
-    case DK_DTYPE_FLOAT16: case DK_DTYPE_BFLOAT16: return 2;
-    case DK_DTYPE_FLOAT64: case DK_DTYPE_INT64: return 8;
-    case DK_DTYPE_INT8: case DK_DTYPE_UINT8: case DK_DTYPE_BOOL: return 1;
+    case DK_DTYPE_FLOAT32:
+    case DK_DTYPE_INT32: return 4;
+    case DK_DTYPE_FLOAT16:
+    case DK_DTYPE_BFLOAT16: return 2;
+    case DK_DTYPE_FLOAT64:
+    case DK_DTYPE_INT64: return 8;
+    case DK_DTYPE_INT8:
+    case DK_DTYPE_UINT8:
+    case DK_DTYPE_BOOL: return 1;
     default: return 0;
   }
 }
@@ -260,27 +269,32 @@ static inline int dkh_same_shape(const DK_TensorView* a, const DK_TensorView* b)
  * kernel declared: struct_size, a dtype in `dtype_mask` (DK_DTYPE_BIT bits),
  * rank and arrays, and, unless the op declared DK_KERNEL_CAP_STRIDED, dense
  * layout. `what` names it in the message ("input 0", "out"). */
-static inline DK_Error* dkh_check_view(const char* call, const char* what,
-                                       const DK_TensorView* v, uint64_t dtype_mask,
-                                       uint32_t caps) {
+static inline DK_Error* dkh_check_view(const char* call, const char* what, const DK_TensorView* v,
+                                       uint64_t dtype_mask, uint32_t caps) {
   if (v == NULL || v->struct_size < DK_TensorView_STRUCT_SIZE)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL or its struct_size is %zu; "
-                     "expected at least %zu", call, what, v ? v->struct_size : (size_t)0,
-                     (size_t)DK_TensorView_STRUCT_SIZE);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: %s is NULL or its struct_size is %zu; "
+                     "expected at least %zu",
+                     call, what, v ? v->struct_size : (size_t)0, (size_t)DK_TensorView_STRUCT_SIZE);
   if (v->dtype < 0 || v->dtype >= 64 || !(dtype_mask & DK_DTYPE_BIT(v->dtype)))
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has dtype %s (%d); this kernel "
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: %s has dtype %s (%d); this kernel "
                      "declared the dtype mask 0x%llx. Hint: the SDK only sends declared "
-                     "dtypes, so this is an SDK bug or a stale kernel table.", call, what,
-                     dkh_dtype_name(v->dtype), (int)v->dtype, (unsigned long long)dtype_mask);
+                     "dtypes, so this is an SDK bug or a stale kernel table.",
+                     call, what, dkh_dtype_name(v->dtype), (int)v->dtype,
+                     (unsigned long long)dtype_mask);
   if (v->rank < 0 || v->rank > DK_MAX_RANK || (v->rank > 0 && (!v->shape || !v->strides)))
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has rank %d (shape %p, strides %p); "
-                     "expected rank 0..%d with both arrays set when rank > 0", call, what,
-                     (int)v->rank, (const void*)v->shape, (const void*)v->strides,
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: %s has rank %d (shape %p, strides %p); "
+                     "expected rank 0..%d with both arrays set when rank > 0",
+                     call, what, (int)v->rank, (const void*)v->shape, (const void*)v->strides,
                      DK_MAX_RANK);
   if (!(caps & DK_KERNEL_CAP_STRIDED) && !dkh_is_dense(v))
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is not dense row-major; this kernel "
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: %s is not dense row-major; this kernel "
                      "declared no DK_KERNEL_CAP_STRIDED, so the SDK must materialise it "
-                     "first", call, what);
+                     "first",
+                     call, what);
   return NULL;
 }
 

@@ -46,13 +46,13 @@ const DK_KernelTable dk_cpu_kernel_table = {
 
 /* The fused-kernel registry (since 1.2): one DK_FusedKernel per row of
  * fused_1_2.def, and the array of pointers to them that the table holds. */
-#define DKCPU_FUSED(id, kname, supports_fn, launch_fn)   \
-  static const DK_FusedKernel kFused_##launch_fn = {    \
-      .struct_size = DK_FusedKernel_STRUCT_SIZE,        \
-      .op = DK_FUSED_##id,                              \
-      .name = kname,                                    \
-      .supports = supports_fn,                          \
-      .launch = launch_fn,                              \
+#define DKCPU_FUSED(id, kname, supports_fn, launch_fn) \
+  static const DK_FusedKernel kFused_##launch_fn = {   \
+      .struct_size = DK_FusedKernel_STRUCT_SIZE,       \
+      .op = DK_FUSED_##id,                             \
+      .name = kname,                                   \
+      .supports = supports_fn,                         \
+      .launch = launch_fn,                             \
   };
 #include "fused_1_2.def"
 #undef DKCPU_FUSED

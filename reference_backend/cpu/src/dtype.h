@@ -24,8 +24,7 @@ struct bf16 { uint16_t bits; };
 struct boolean { uint8_t value; };
 
 // Calls f(T{}) with T the storage type of dt; dt must be valid (< 9).
-template <class F>
-void dispatch(DK_DType dt, F&& f) {
+template <class F> void dispatch(DK_DType dt, F&& f) {
   switch (dt) {
     case DK_DTYPE_FLOAT32: return f(float{});
     case DK_DTYPE_FLOAT16: return f(f16{});
@@ -39,13 +38,11 @@ void dispatch(DK_DType dt, F&& f) {
   }
 }
 
-template <class T>
-constexpr bool kIsFloat = std::is_floating_point<T>::value || std::is_same<T, f16>::value ||
-                          std::is_same<T, bf16>::value;
+template <class T> constexpr bool kIsFloat =
+    std::is_floating_point<T>::value || std::is_same<T, f16>::value || std::is_same<T, bf16>::value;
 
 // Every floating value widened to double, exactly.
-template <class T>
-double widen(T x) {
+template <class T> double widen(T x) {
   if constexpr (std::is_same<T, f16>::value) return half_to_float(x.bits);
   else if constexpr (std::is_same<T, bf16>::value) return bfloat16_to_float(x.bits);
   else return double(x);
@@ -53,22 +50,18 @@ double widen(T x) {
 
 // What reductions and scatter_add compute in: float32 for float16/bfloat16,
 // else the type itself.
-template <class T>
-using Wide = std::conditional_t<std::is_same<T, f16>::value || std::is_same<T, bf16>::value,
-                                 float, T>;
+template <class T> using Wide =
+    std::conditional_t<std::is_same<T, f16>::value || std::is_same<T, bf16>::value, float, T>;
 
-template <class T>
-Wide<T> widen_exact(T x) {  // a float, double or integer that compares like x
+template <class T> Wide<T> widen_exact(T x) {  // a float, double or integer that compares like x
   if constexpr (std::is_same<Wide<T>, T>::value) return x;
   else return float(widen(x));
 }
 
 inline int64_t int_value(boolean x) { return x.value != 0; }
-template <class T>
-int64_t int_value(T x) { return int64_t(x); }
+template <class T> int64_t int_value(T x) { return int64_t(x); }
 
-template <class T>
-bool is_nonzero(T x) {
+template <class T> bool is_nonzero(T x) {
   if constexpr (kIsFloat<T>) return widen(x) != 0.0;  // NaN != 0: true, -0.0: false
   else return int_value(x) != 0;
 }
@@ -76,8 +69,7 @@ bool is_nonzero(T x) {
 // Float to integer truncates toward zero. The header leaves NaN and
 // out-of-range values unspecified; in C++ they are undefined behaviour, so
 // this plugin defines them: NaN -> 0, out of range saturates to min / max.
-template <class D>
-D float_to_int(double v) {
+template <class D> D float_to_int(double v) {
   using L = std::numeric_limits<D>;
   if (std::isnan(v)) return D(0);
   v = std::trunc(v);
@@ -91,8 +83,7 @@ D float_to_int(double v) {
 // signed overflow happens (the final narrowing is modular on GCC and Clang,
 // and by definition since C++20); anything -> bool is x != 0.
 // Known limit: int64 beyond 2^53 to float16/bfloat16 rounds twice (via double).
-template <class D, class S>
-D convert(S x) {
+template <class D, class S> D convert(S x) {
   if constexpr (std::is_same<D, boolean>::value) {
     return boolean{uint8_t(is_nonzero(x))};
   } else if constexpr (kIsFloat<S>) {

@@ -32,9 +32,8 @@ inline bool dense_f32(const DK_TensorView* v) {
 }
 
 // The args' frame: the right op, arity and attribute struct. NULL when not.
-template <class Attrs>
-inline const Attrs* fused_frame(const DK_Kernel_Args* a, DK_FusedOpId op, int32_t num_inputs,
-                                size_t attrs_size) {
+template <class Attrs> inline const Attrs* fused_frame(const DK_Kernel_Args* a, DK_FusedOpId op,
+                                                       int32_t num_inputs, size_t attrs_size) {
   if (a == nullptr || a->struct_size < DK_Kernel_Args_STRUCT_SIZE || a->op != op ||
       a->num_inputs != num_inputs || a->num_outputs != 1 || !a->inputs || !a->outputs) {
     return nullptr;
@@ -60,14 +59,17 @@ inline DK_Error* load_fused(const char* call, const DK_Kernel_Args* a, DK_FusedO
   if (DK_Error* e = check_device(call, a->device)) return e;
   if (DK_Error* e = check_stream(call, a->stream, a->device)) return e;
   if (a->op != op || a->num_inputs != num_inputs || a->num_outputs != 1) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: args has op %d with %d input(s) and %d "
-                     "output(s); expected DK_FusedOpId %d with %d and 1", call, int(a->op),
-                     a->num_inputs, a->num_outputs, int(op), num_inputs);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: args has op %d with %d input(s) and %d "
+                     "output(s); expected DK_FusedOpId %d with %d and 1",
+                     call, int(a->op), a->num_inputs, a->num_outputs, int(op), num_inputs);
   }
   if (!supports(a)) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: called with arguments its supports() "
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: called with arguments its supports() "
                      "declines (dtype, layout, rank, attrs or sizes). Hint: the SDK must launch a "
-                     "fused kernel only after its supports() returned 1.", call);
+                     "fused kernel only after its supports() returned 1.",
+                     call);
   }
   int64_t n = 0;
   char what[32];
@@ -82,8 +84,10 @@ inline DK_Error* load_fused(const char* call, const DK_Kernel_Args* a, DK_FusedO
     const View& in = v->in[i];
     if (!v->present[i] || v->out_numel == 0 || in.span_begin == in.span_end) continue;
     if (v->out.span_begin < in.span_end && in.span_begin < v->out.span_end) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 overlaps input %d in memory; "
-                       "expected disjoint views (fused kernels never run in place)", call, int(i));
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: output 0 overlaps input %d in memory; "
+                       "expected disjoint views (fused kernels never run in place)",
+                       call, int(i));
     }
   }
   return nullptr;
@@ -161,9 +165,7 @@ struct NormLaunch {
   bool centered;  // layer_norm subtracts the mean; rms_norm does not
 };
 
-struct NormStats {
-  float mean, rstd;
-};
+struct NormStats { float mean, rstd; };
 
 // One row's mean (0 for rms_norm) and 1 / sqrt(variance + eps).
 DKCPU_INLINE NormStats norm_stats(const NormLaunch& l, const float* __restrict x) {
@@ -176,12 +178,16 @@ DKCPU_INLINE NormStats norm_stats(const NormLaunch& l, const float* __restrict x
 
 // y[i] = (x[i] - mean) * rstd * w[i] + b[i] (w, b NULL: skipped) over [i0, i1).
 DKCPU_INLINE void norm_span(const float* __restrict x, const float* __restrict w,
-                      const float* __restrict b, float* __restrict y, int64_t i0, int64_t i1,
-                      float mean, float rstd) {
-  if (w && b) for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
-  else if (w) for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd * w[i];
-  else if (b) for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd + b[i];
-  else for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd;
+                            const float* __restrict b, float* __restrict y, int64_t i0, int64_t i1,
+                            float mean, float rstd) {
+  if (w && b)
+    for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+  else if (w)
+    for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd * w[i];
+  else if (b)
+    for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd + b[i];
+  else
+    for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd;
 }
 
 // ---- Attention (kernels_attention.cpp; fast/attention.cpp) ----------------------

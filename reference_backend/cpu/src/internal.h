@@ -27,13 +27,10 @@ namespace dkcpu {
 DK_Error* error_from_exception(const char* call) noexcept;  // inside a catch block
 
 // Runs an API call's body so that no exception ever crosses the C boundary.
-template <class Body>
-DK_Error* guarded(const char* call, Body&& body) noexcept {
+template <class Body> DK_Error* guarded(const char* call, Body&& body) noexcept {
   try {
     return body();
-  } catch (...) {
-    return error_from_exception(call);
-  }
+  } catch (...) { return error_from_exception(call); }
 }
 
 // ---- Argument checks (one helper each, used by every call) ----------------
@@ -44,10 +41,10 @@ DK_Error* check_initialized(const char* call);
 // Plugin initialised, then DKH_CHECK_STRUCT: args not NULL, struct_size at
 // least the size this plugin was built with (a larger one is a newer caller
 // and is fine: we read only our fields).
-#define DKCPU_CHECK_ARGS(call, args, Type)                                  \
-  do {                                                                      \
-    if (DK_Error* e_ = ::dkcpu::check_initialized(call)) return e_;         \
-    DKH_CHECK_STRUCT(call, args, Type);                                     \
+#define DKCPU_CHECK_ARGS(call, args, Type)                          \
+  do {                                                              \
+    if (DK_Error* e_ = ::dkcpu::check_initialized(call)) return e_; \
+    DKH_CHECK_STRUCT(call, args, Type);                             \
   } while (0)
 
 DK_Error* check_device(const char* call, int32_t device);  // DK_ERROR_OUT_OF_RANGE
@@ -55,8 +52,8 @@ DK_Error* check_device(const char* call, int32_t device);  // DK_ERROR_OUT_OF_RA
 // [p, p + bytes) must lie inside one live allocation of `device`: the strict
 // simulation that catches host pointers, freed buffers, wrong devices and
 // views running past their buffer when the SDK passes them, not later.
-DK_Error* check_device_memory(const char* call, const char* what, int32_t device,
-                              const void* p, uint64_t bytes);
+DK_Error* check_device_memory(const char* call, const char* what, int32_t device, const void* p,
+                              uint64_t bytes);
 
 // ---- Plugin and device state ----------------------------------------------
 
@@ -95,8 +92,7 @@ DK_Error* check_stream(const char* call, const DK_Stream* stream, int32_t device
 // allocation and, in steady state, no system call.
 void enqueue_raw(DK_Stream* stream, WorkFn fn, const void* payload, size_t bytes);
 
-template <class Payload>
-void enqueue(DK_Stream* stream, WorkFn fn, const Payload& payload) {
+template <class Payload> void enqueue(DK_Stream* stream, WorkFn fn, const Payload& payload) {
   static_assert(std::is_trivially_copyable<Payload>::value, "payload is copied bytewise");
   static_assert(sizeof(Payload) <= kMaxPayloadBytes, "raise kMaxPayloadBytes");
   static_assert(alignof(Payload) <= 16, "queue slots are 16-byte aligned");

@@ -24,7 +24,6 @@ struct View {
   uint64_t span_begin, span_end;  // addresses of the bytes it may touch
 };
 
-
 inline std::string dims(const View& v) {
   std::string s = "[";
   for (int32_t d = 0; d < v.rank; ++d) s += (d ? "," : "") + std::to_string(v.shape[d]);
@@ -37,8 +36,8 @@ inline bool is_contiguous(const View& v) { return dkh_is_contiguous(v.rank, v.sh
 
 inline uint32_t declared_caps(DK_OpId op) { return dk_cpu_kernel_table.caps[op]; }
 
-inline DK_Error* check_call(const char* call, const DK_Kernel_Args* a, DK_OpId op, int32_t num_inputs,
-                     int32_t num_outputs) {
+inline DK_Error* check_call(const char* call, const DK_Kernel_Args* a, DK_OpId op,
+                            int32_t num_inputs, int32_t num_outputs) {
   DKCPU_CHECK_ARGS(call, a, DK_Kernel_Args);
   // op, input / output counts, arrays not NULL (every op has an output)
   if (DK_Error* e = dkh_check_kernel_call(call, a, op, num_inputs, num_outputs)) return e;
@@ -48,7 +47,7 @@ inline DK_Error* check_call(const char* call, const DK_Kernel_Args* a, DK_OpId o
 
 // Checks one view against the header's rules and copies it into `out`.
 inline DK_Error* load_view(const char* call, const char* what, const DK_Kernel_Args* a,
-                    const DK_TensorView* v, View* out, int64_t* numel) {
+                           const DK_TensorView* v, View* out, int64_t* numel) {
   // struct_size, a DK_DType this header defines, rank and arrays. Layout and
   // the op's own dtype mask are checked per kernel (check_layout,
   // check_dtype_declared): not every view of a call follows the op's mask.
@@ -61,9 +60,10 @@ inline DK_Error* load_view(const char* call, const char* what, const DK_Kernel_A
   int64_t n = 1, last = 0;  // `last`: offset of the last element, in elements
   for (int32_t d = 0; d < v->rank; ++d) {
     if (v->shape[d] < 0 || v->strides[d] < 0) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %lld and stride %lld in "
-                       "dim %d; expected both >= 0", call, what, (long long)v->shape[d],
-                       (long long)v->strides[d], d);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: %s has shape %lld and stride %lld in "
+                       "dim %d; expected both >= 0",
+                       call, what, (long long)v->shape[d], (long long)v->strides[d], d);
     }
     out->shape[d] = v->shape[d];
     out->strides[d] = v->strides[d];
@@ -71,13 +71,16 @@ inline DK_Error* load_view(const char* call, const char* what, const DK_Kernel_A
     if (__builtin_mul_overflow(n, v->shape[d], &n) ||
         (v->shape[d] > 0 && (__builtin_mul_overflow(v->shape[d] - 1, v->strides[d], &reach) ||
                              __builtin_add_overflow(last, reach, &last)))) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has a shape or strides whose extent "
-                       "overflows 64 bits at dim %d", call, what, d);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: %s has a shape or strides whose extent "
+                       "overflows 64 bits at dim %d",
+                       call, what, d);
     }
   }
   *numel = n;
   uint64_t bytes = 0;
-  if (n > 0 && __builtin_mul_overflow(uint64_t(last) + 1, dkh_dtype_size(DK_DType(v->dtype)), &bytes)) {
+  if (n > 0 &&
+      __builtin_mul_overflow(uint64_t(last) + 1, dkh_dtype_size(DK_DType(v->dtype)), &bytes)) {
     return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s spans more than 2^64 bytes", call, what);
   }
   out->span_begin = uintptr_t(v->data);
@@ -86,22 +89,24 @@ inline DK_Error* load_view(const char* call, const char* what, const DK_Kernel_A
   return check_device_memory(call, what, a->device, v->data, bytes);
 }
 
-inline DK_Error* check_dtype_declared(const char* call, const char* what, DK_OpId op, const View& v) {
+inline DK_Error* check_dtype_declared(const char* call, const char* what, DK_OpId op,
+                                      const View& v) {
   if ((dk_cpu_kernel_table.dtypes[op] >> v.dtype) & 1) return nullptr;
-  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s, which this kernel did not declare "
-                   "in its dtype mask. Hint: the SDK should cast first.", call, what,
-                   dkh_dtype_name(v.dtype));
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                   "%s: %s is %s, which this kernel did not declare "
+                   "in its dtype mask. Hint: the SDK should cast first.",
+                   call, what, dkh_dtype_name(v.dtype));
 }
 
-inline DK_Error* check_same_dtype(const char* call, const char* what, const View& v, const View& ref,
-                           const char* ref_what) {
+inline DK_Error* check_same_dtype(const char* call, const char* what, const View& v,
+                                  const View& ref, const char* ref_what) {
   if (v.dtype == ref.dtype) return nullptr;
   return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s; expected %s like %s", call, what,
                    dkh_dtype_name(v.dtype), dkh_dtype_name(ref.dtype), ref_what);
 }
 
-inline DK_Error* check_same_shape(const char* call, const char* what, const View& v, const View& ref,
-                           const char* ref_what) {
+inline DK_Error* check_same_shape(const char* call, const char* what, const View& v,
+                                  const View& ref, const char* ref_what) {
   bool same = v.rank == ref.rank;
   for (int32_t d = 0; same && d < v.rank; ++d) same = v.shape[d] == ref.shape[d];
   if (same) return nullptr;
@@ -114,21 +119,24 @@ inline DK_Error* check_layout(const char* call, const char* what, DK_OpId op, co
   if ((declared_caps(op) & DK_KERNEL_CAP_STRIDED) || is_contiguous(v)) return nullptr;
   std::string strides = "[";
   for (int32_t d = 0; d < v.rank; ++d) strides += (d ? "," : "") + std::to_string(v.strides[d]);
-  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s and strides %s]; expected "
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                   "%s: %s has shape %s and strides %s]; expected "
                    "contiguous row-major, since the kernel did not declare "
-                   "DK_KERNEL_CAP_STRIDED. Hint: the SDK must materialise it with copy.", call,
-                   what, dims(v).c_str(), strides.c_str());
+                   "DK_KERNEL_CAP_STRIDED. Hint: the SDK must materialise it with copy.",
+                   call, what, dims(v).c_str(), strides.c_str());
 }
 
 // Without DK_KERNEL_CAP_INPLACE no output may share memory with an input.
 // Checked on byte spans, which is conservative for interleaved views.
 inline DK_Error* check_no_alias(const char* call, DK_OpId op, const View& out, const View& in,
-                         const char* in_what) {
+                                const char* in_what) {
   if (declared_caps(op) & DK_KERNEL_CAP_INPLACE) return nullptr;
   if (out.span_begin >= in.span_end || in.span_begin >= out.span_end) return nullptr;
-  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 overlaps %s in memory; expected "
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                   "%s: output 0 overlaps %s in memory; expected "
                    "disjoint views, since the kernel did not declare DK_KERNEL_CAP_INPLACE. "
-                   "Hint: the SDK must write to a fresh buffer.", call, in_what);
+                   "Hint: the SDK must write to a fresh buffer.",
+                   call, in_what);
 }
 
 // DK_KERNEL_CAP_BROADCAST: right-aligns in's dims with out's; a missing or
@@ -149,14 +157,15 @@ inline bool broadcast_to(View* in, const View& out) {
 }
 
 // An op's attribute struct: present and at least as large as this plugin needs.
-template <class Attrs>
-inline DK_Error* load_attrs(const char* call, const DK_Kernel_Args* a, size_t needed, const char* type,
-                     const Attrs** out) {
+template <class Attrs> inline DK_Error* load_attrs(const char* call, const DK_Kernel_Args* a,
+                                                   size_t needed, const char* type,
+                                                   const Attrs** out) {
   *out = static_cast<const Attrs*>(a->attrs);
   if (*out != nullptr && (*out)->struct_size >= needed) return nullptr;
-  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs is NULL or its struct_size is %zu; "
-                   "expected a %s of at least %zu bytes", call,
-                   *out ? (*out)->struct_size : size_t(0), type, needed);
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                   "%s: attrs is NULL or its struct_size is %zu; "
+                   "expected a %s of at least %zu bytes",
+                   call, *out ? (*out)->struct_size : size_t(0), type, needed);
 }
 
 // A DK_Scalar attribute (attrs-><name>): float64 in value.f, or int64 or
@@ -167,16 +176,19 @@ inline DK_Error* check_scalar(const char* call, const char* name, const DK_Scala
       (dt != DK_DTYPE_BOOL || s.value.i == 0 || s.value.i == 1)) {
     return nullptr;
   }
-  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->%s has dtype %d (%s) and value.i %lld; "
-                   "expected float64 (value.f), int64 (value.i) or bool (value.i 0 or 1)", call,
-                   name, dt, dkh_dtype_name(dt), (long long)s.value.i);
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                   "%s: attrs->%s has dtype %d (%s) and value.i %lld; "
+                   "expected float64 (value.f), int64 (value.i) or bool (value.i 0 or 1)",
+                   call, name, dt, dkh_dtype_name(dt), (long long)s.value.i);
 }
 
 // attrs->axis names a dimension of v.
 inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {
   if (axis >= 0 && axis < v.rank) return nullptr;
-  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->axis is %d; expected 0 <= axis < %d "
-                   "(the rank of %s %s)", call, axis, v.rank, what, dims(v).c_str());
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                   "%s: attrs->axis is %d; expected 0 <= axis < %d "
+                   "(the rank of %s %s)",
+                   call, axis, v.rank, what, dims(v).c_str());
 }
 
 // ---- The fast paths (src/fast/) ------------------------------------------------

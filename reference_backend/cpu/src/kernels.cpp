@@ -20,8 +20,7 @@ struct Launch {
 
 // ---- Work run by the stream's worker ----------------------------------------
 
-template <size_t kBytes>
-void copy_strided(const Launch& l) {
+template <size_t kBytes> void copy_strided(const Launch& l) {
   const View &in = l.in[0], &out = l.out;
   const int32_t r = out.rank;  // rank 0: one element, no outer dims
   const int64_t inner = r > 0 ? out.shape[r - 1] : 1;
@@ -60,8 +59,7 @@ DK_Error* run_memcpy(const void* payload) {
   return nullptr;
 }
 
-template <class T>
-void fill_as(const Launch& l) {
+template <class T> void fill_as(const Launch& l) {
   T value;
   std::memcpy(&value, l.fill_value, sizeof value);
   T* out = reinterpret_cast<T*>(l.out.data);
@@ -93,8 +91,7 @@ DK_Error* run_cast(const void* payload) {
   return nullptr;
 }
 
-template <class T>
-T add_one(T a, T b) {
+template <class T> T add_one(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) {
     return a + b;
   } else if constexpr (std::is_same<T, f16>::value) {
@@ -150,15 +147,17 @@ DK_Error* dk_cpu_kernel_copy(const DK_Kernel_Args* args) {
     if (DK_Error* e = check_dtype_declared(kCall, "input 0", DK_OP_COPY, in)) return e;
     if (DK_Error* e = check_same_dtype(kCall, "output 0", l.out, in, "input 0")) return e;
     if (!broadcast_to(&in, l.out)) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 0 has shape %s, which does not "
-                       "broadcast to output 0's shape %s", kCall, dims(in).c_str(),
-                       dims(l.out).c_str());
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: input 0 has shape %s, which does not "
+                       "broadcast to output 0's shape %s",
+                       kCall, dims(in).c_str(), dims(l.out).c_str());
     }
     for (int32_t d = 0; d < l.out.rank; ++d) {
       if (l.out.shape[d] > 1 && l.out.strides[d] == 0) {
-        return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 has stride 0 in dim %d of "
-                         "size %lld; expected a non-overlapping output", kCall, d,
-                         (long long)l.out.shape[d]);
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                         "%s: output 0 has stride 0 in dim %d of "
+                         "size %lld; expected a non-overlapping output",
+                         kCall, d, (long long)l.out.shape[d]);
       }
     }
     if (DK_Error* e = check_no_alias(kCall, DK_OP_COPY, l.out, in, "input 0")) return e;

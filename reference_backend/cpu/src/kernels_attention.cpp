@@ -40,8 +40,9 @@ namespace {
     const float* q = L.q + r * L.d;
     const float* k = L.k + (b * L.hkv + hk) * L.lk * L.d;
     const float* v = L.v + (b * L.hkv + hk) * L.lk * L.dv;
-    const char* mrow = L.mask + (b * L.mask_strides[0] + h * L.mask_strides[1] +
-                                 i * L.mask_strides[2]) * mask_esize;
+    const char* mrow =
+        L.mask +
+        (b * L.mask_strides[0] + h * L.mask_strides[1] + i * L.mask_strides[2]) * mask_esize;
     const int64_t nk = L.causal ? std::min(L.lk, i + 1) : L.lk;  // later keys: masked
     float m = -INFINITY;
     for (int64_t j = 0; j < nk; ++j) {
@@ -105,10 +106,11 @@ int32_t sdpa_supports(const DK_Kernel_Args* a) {
 }
 
 DK_Error* bad_shape(const char* call, const FusedViews& v) {
-  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: shapes q %s, k %s, v %s, mask %s, out %s do not "
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                   "%s: shapes q %s, k %s, v %s, mask %s, out %s do not "
                    "fit q [B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv], mask [B,Hq,Lq,Lk], out "
-                   "[B,Hq,Lq,Dv] with Hq a multiple of Hkv", call, dims(v.in[0]).c_str(),
-                   dims(v.in[1]).c_str(), dims(v.in[2]).c_str(),
+                   "[B,Hq,Lq,Dv] with Hq a multiple of Hkv",
+                   call, dims(v.in[0]).c_str(), dims(v.in[1]).c_str(), dims(v.in[2]).c_str(),
                    v.present[3] ? dims(v.in[3]).c_str() : "none", dims(v.out).c_str());
 }
 
@@ -125,7 +127,8 @@ DK_Error* dk_cpu_fused_sdpa(const DK_Kernel_Args* a) {
   const char* call = "cpu.Fused(scaled_dot_product_attention)";
   return guarded(call, [&]() -> DK_Error* {
     FusedViews v;
-    if (DK_Error* e = load_fused(call, a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION, 4, sdpa_supports, &v))
+    if (DK_Error* e =
+            load_fused(call, a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION, 4, sdpa_supports, &v))
       return e;
     const int64_t* q = v.in[0].shape;
     const int64_t* k = v.in[1].shape;
@@ -135,7 +138,8 @@ DK_Error* dk_cpu_fused_sdpa(const DK_Kernel_Args* a) {
                       val[1] == k[1] && val[2] == k[2] && k[3] == q[3] && o[0] == q[0] &&
                       o[1] == q[1] && o[2] == q[2] && o[3] == val[3];
     const int64_t* ms = v.in[3].shape;
-    if (!fits || (v.present[3] && (ms[0] != q[0] || ms[1] != q[1] || ms[2] != q[2] || ms[3] != k[2])))
+    if (!fits ||
+        (v.present[3] && (ms[0] != q[0] || ms[1] != q[1] || ms[2] != q[2] || ms[3] != k[2])))
       return bad_shape(call, v);
     if (v.out_numel == 0) return nullptr;
     const auto* attrs = static_cast<const DK_SdpaAttrs*>(a->attrs);
@@ -148,7 +152,13 @@ DK_Error* dk_cpu_fused_sdpa(const DK_Kernel_Args* a) {
     l.out = reinterpret_cast<float*>(v.out.data);
     l.mask_kind = attrs->mask_kind;
     l.causal = attrs->is_causal;
-    l.b = q[0]; l.hq = q[1]; l.hkv = k[1]; l.lq = q[2]; l.lk = k[2]; l.d = q[3]; l.dv = val[3];
+    l.b = q[0];
+    l.hq = q[1];
+    l.hkv = k[1];
+    l.lq = q[2];
+    l.lk = k[2];
+    l.d = q[3];
+    l.dv = val[3];
     l.scale = float(attrs->scale);
     enqueue(a->stream, run_sdpa, l);
     return nullptr;

@@ -63,11 +63,9 @@ struct Select : Unary {
 // Compute types: float for float32/float16/bfloat16, double, the integer
 // types, bool. Only the dtypes an op's row declares are instantiated.
 
-template <class C>
-using Bits = std::make_unsigned_t<C>;  // wrapping integer arithmetic without UB
+template <class C> using Bits = std::make_unsigned_t<C>;  // wrapping integer arithmetic without UB
 
-template <class C>
-constexpr bool kInt = std::is_integral<C>::value;
+template <class C> constexpr bool kInt = std::is_integral<C>::value;
 
 namespace op {
 
@@ -87,10 +85,10 @@ struct ABS : Unary {
   }
 };
 // The transcendental ops: one line each over the <cmath> overloads.
-#define DKCPU_MATH(ID, name, expr)                                  \
-  struct ID : Unary {                                               \
-    static constexpr const char* kCall = "cpu.Kernel(" name ")";    \
-    template <class C> C operator()(C x) const { return expr; }     \
+#define DKCPU_MATH(ID, name, expr)                               \
+  struct ID : Unary {                                            \
+    static constexpr const char* kCall = "cpu.Kernel(" name ")"; \
+    template <class C> C operator()(C x) const { return expr; }  \
   };
 DKCPU_MATH(EXP, "exp", std::exp(x))
 DKCPU_MATH(LOG, "log", std::log(x))
@@ -145,8 +143,7 @@ struct POW : Binary {
 // maximum/minimum: NaN if either is NaN (std::fmax would drop it), and
 // IEEE 754-2019's order of zeros, -0.0 < +0.0, so the result does not depend
 // on the argument order. Written as selects, not branches, to vectorise.
-template <bool kMax>
-struct Extremum : Binary {
+template <bool kMax> struct Extremum : Binary {
   template <class C> C operator()(C a, C b) const {
     const bool beyond = kMax ? a > b : a < b;
     if constexpr (kInt<C>) return beyond ? a : b;
@@ -162,16 +159,16 @@ struct MINIMUM : Extremum<false> { static constexpr const char* kCall = "cpu.Ker
 
 // Comparisons and the logical ops return bool; NaN compares unequal and
 // unordered, -0.0 == +0.0, all by C++'s own operators.
-#define DKCPU_PREDICATE(ID, Base, name, expr)                          \
-  struct ID : Base {                                                   \
-    static constexpr const char* kCall = "cpu.Kernel(" name ")";       \
+#define DKCPU_PREDICATE(ID, Base, name, expr)                           \
+  struct ID : Base {                                                    \
+    static constexpr const char* kCall = "cpu.Kernel(" name ")";        \
     template <class C> bool operator()(C a, C b) const { return expr; } \
   };
 DKCPU_PREDICATE(EQ, Compare, "eq", a == b)
 DKCPU_PREDICATE(NE, Compare, "ne", a != b)
 DKCPU_PREDICATE(LT, Compare, "lt", a < b)
 DKCPU_PREDICATE(LE, Compare, "le", a <= b)
-DKCPU_PREDICATE(LOGICAL_AND, Logical, "logical_and", a && b)
+DKCPU_PREDICATE(LOGICAL_AND, Logical, "logical_and", a&& b)
 DKCPU_PREDICATE(LOGICAL_OR, Logical, "logical_or", a || b)
 DKCPU_PREDICATE(LOGICAL_XOR, Logical, "logical_xor", a != b)
 #undef DKCPU_PREDICATE
@@ -194,8 +191,7 @@ inline float load(bf16 x) { return bfloat16_to_float(x.bits); }
 inline bool load(boolean x) { return x.value != 0; }
 template <class T> T load(T x) { return x; }
 
-template <class T, class C>
-T store(C x) {
+template <class T, class C> T store(C x) {
   if constexpr (std::is_same<T, f16>::value) return f16{float_to_half(x)};
   else if constexpr (std::is_same<T, bf16>::value) return bf16{float_to_bfloat16(x)};
   else if constexpr (std::is_same<T, boolean>::value) return boolean{uint8_t(x ? 1 : 0)};
@@ -218,7 +214,8 @@ template <class T> constexpr DK_DType dtype_of() {
 // not declare gets no loop (and never arrives: check_dtype_declared).
 constexpr uint64_t row_dtypes(DK_OpId id) {
   switch (id) {
-#define DKCPU_OP(ID, fn, dtypes, caps) case DK_OP_##ID: return (dtypes);
+#define DKCPU_OP(ID, fn, dtypes, caps) \
+  case DK_OP_##ID: return (dtypes);
 #include "ops_1_1_elementwise.def"
 #undef DKCPU_OP
     default: return 0;
@@ -240,8 +237,7 @@ void row_loop(O* __restrict out, const A* __restrict a, const B* __restrict b,
 
 // Calls g(integral_constant<mask>) for the runtime mask, instantiating only
 // the masks in which the inputs an op lacks are (always) stride 0.
-template <int kArity, unsigned kMask = 0, class G>
-void with_mask(unsigned mask, G&& g) {
+template <int kArity, unsigned kMask = 0, class G> void with_mask(unsigned mask, G&& g) {
   if constexpr (kMask < (1u << kMaxInputs)) {
     constexpr unsigned kUnused = ((1u << kMaxInputs) - 1) & ~((1u << kArity) - 1);
     if constexpr ((kMask & kUnused) == kUnused) {
@@ -253,8 +249,7 @@ void with_mask(unsigned mask, G&& g) {
 
 // Calls row(out_offset, in_offsets, length) for the row segments covering
 // output elements [begin, end), walking the outer dims like an odometer.
-template <class Row>
-void for_each_row(const Plan& p, int64_t begin, int64_t end, Row&& row) {
+template <class Row> void for_each_row(const Plan& p, int64_t begin, int64_t end, Row&& row) {
   const int32_t r = p.rank;
   int64_t idx[DK_MAX_RANK], off[kMaxInputs] = {};
   int64_t rest = begin;
@@ -279,11 +274,10 @@ void for_each_row(const Plan& p, int64_t begin, int64_t end, Row&& row) {
   }
 }
 
-template <class Op, class T, int k>
-using InputType = std::conditional_t<(Op::kBoolInputs >> k) & 1, boolean, T>;
+template <class Op, class T, int k> using InputType =
+    std::conditional_t<(Op::kBoolInputs >> k) & 1, boolean, T>;
 
-template <class Op, class T>
-void run_typed(const Plan& p) {
+template <class Op, class T> void run_typed(const Plan& p) {
   using O = std::conditional_t<Op::kOutBool, boolean, T>;
   using A = InputType<Op, T, 0>;
   using B = std::conditional_t<(Op::kArity > 1), InputType<Op, T, 1>, A>;
@@ -307,8 +301,7 @@ void run_typed(const Plan& p) {
   });
 }
 
-template <class Op, DK_OpId kOp>
-DK_Error* run(const void* payload) {
+template <class Op, DK_OpId kOp> DK_Error* run(const void* payload) {
   const Plan& p = *static_cast<const Plan*>(payload);
   dispatch(p.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -340,8 +333,8 @@ DK_Error* prepare(const char* call, const DK_Kernel_Args* a, DK_OpId id, const S
   for (int k = 0; k < sig.arity; ++k) {
     if ((sig.bool_inputs >> k) & 1) {
       if (in[k].dtype != DK_DTYPE_BOOL) {
-        return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s; expected bool (the condition)", call, kIn[k],
-                         dkh_dtype_name(in[k].dtype));
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is %s; expected bool (the condition)",
+                         call, kIn[k], dkh_dtype_name(in[k].dtype));
       }
     } else if (DK_Error* e = check_same_dtype(call, kIn[k], in[k], typed, kIn[sig.typed])) {
       return e;
@@ -362,9 +355,10 @@ DK_Error* prepare(const char* call, const DK_Kernel_Args* a, DK_OpId id, const S
       if (DK_Error* e = check_same_shape(call, kIn[k], in[k], out, "output 0")) return e;
     }
     if (!broadcast_to(&in[k], out)) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s, which does not "
-                       "broadcast to output 0's shape %s", call, kIn[k], dims(in[k]).c_str(),
-                       dims(out).c_str());
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: %s has shape %s, which does not "
+                       "broadcast to output 0's shape %s",
+                       call, kIn[k], dims(in[k]).c_str(), dims(out).c_str());
     }
     if (DK_Error* e = check_no_alias(call, id, out, in[k], kIn[k])) return e;
   }
@@ -394,8 +388,7 @@ DK_Error* prepare(const char* call, const DK_Kernel_Args* a, DK_OpId id, const S
   return nullptr;
 }
 
-template <class Op, DK_OpId kOp>
-DK_Error* launch(const DK_Kernel_Args* args) {
+template <class Op, DK_OpId kOp> DK_Error* launch(const DK_Kernel_Args* args) {
   if (DK_Error* e = check_call(Op::kCall, args, kOp, Op::kArity, 1)) return e;
   return guarded(Op::kCall, [&]() -> DK_Error* {
     static constexpr Signature kSig{Op::kArity, Op::kTyped, Op::kOutBool, Op::kBoolInputs};
@@ -411,8 +404,10 @@ DK_Error* launch(const DK_Kernel_Args* args) {
 
 // The kernel functions, one per row of ops_1_1_elementwise.def.
 extern "C" {
-#define DKCPU_OP(ID, fn, dtypes, caps) \
-  DK_Error* fn(const DK_Kernel_Args* args) { return dkcpu::launch<dkcpu::op::ID, DK_OP_##ID>(args); }
+#define DKCPU_OP(ID, fn, dtypes, caps)                     \
+  DK_Error* fn(const DK_Kernel_Args* args) {               \
+    return dkcpu::launch<dkcpu::op::ID, DK_OP_##ID>(args); \
+  }
 #include "ops_1_1_elementwise.def"
 #undef DKCPU_OP
 }  // extern "C"

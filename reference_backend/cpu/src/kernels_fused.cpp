@@ -22,7 +22,9 @@ namespace dkcpu {
 namespace {
 
 // Rows per parallel chunk: about 32 Ki elements, so tiny rows still batch up.
-inline int64_t row_grain(int64_t d) { return std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(d, 1)); }
+inline int64_t row_grain(int64_t d) {
+  return std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(d, 1));
+}
 
 // ---- rms_norm and layer_norm ---------------------------------------------------
 
@@ -58,11 +60,15 @@ int32_t norm_supports(const DK_Kernel_Args* a, DK_FusedOpId op, int32_t num_inpu
   return 1;
 }
 
-int32_t rms_norm_supports(const DK_Kernel_Args* a) { return norm_supports(a, DK_FUSED_RMS_NORM, 2); }
-int32_t layer_norm_supports(const DK_Kernel_Args* a) { return norm_supports(a, DK_FUSED_LAYER_NORM, 3); }
+int32_t rms_norm_supports(const DK_Kernel_Args* a) {
+  return norm_supports(a, DK_FUSED_RMS_NORM, 2);
+}
+int32_t layer_norm_supports(const DK_Kernel_Args* a) {
+  return norm_supports(a, DK_FUSED_LAYER_NORM, 3);
+}
 
-DK_Error* launch_norm(const char* call, const DK_Kernel_Args* a, DK_FusedOpId op, int32_t num_inputs,
-                      DK_FusedSupportsFn* supports) {
+DK_Error* launch_norm(const char* call, const DK_Kernel_Args* a, DK_FusedOpId op,
+                      int32_t num_inputs, DK_FusedSupportsFn* supports) {
   return guarded(call, [&]() -> DK_Error* {
     FusedViews v;
     if (DK_Error* e = load_fused(call, a, op, num_inputs, supports, &v)) return e;
@@ -70,17 +76,23 @@ DK_Error* launch_norm(const char* call, const DK_Kernel_Args* a, DK_FusedOpId op
     const int64_t d = v.in[0].shape[v.in[0].rank - 1];
     for (int32_t i = 1; i < num_inputs; ++i) {
       if (v.present[i] && (v.in[i].rank != 1 || v.in[i].shape[0] != d)) {
-        return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: input %d has shape %s; expected [%lld] "
-                         "(the last dim of input 0)", call, int(i), dims(v.in[i]).c_str(), (long long)d);
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                         "%s: input %d has shape %s; expected [%lld] "
+                         "(the last dim of input 0)",
+                         call, int(i), dims(v.in[i]).c_str(), (long long)d);
       }
     }
     if (v.out_numel == 0) return nullptr;
     const auto* attrs = static_cast<const DK_NormAttrs*>(a->attrs);
-    NormLaunch l{reinterpret_cast<const float*>(v.in[0].data),
-                 v.present[1] ? reinterpret_cast<const float*>(v.in[1].data) : nullptr,
-                 num_inputs > 2 && v.present[2] ? reinterpret_cast<const float*>(v.in[2].data) : nullptr,
-                 reinterpret_cast<float*>(v.out.data), v.out_numel / d, d, float(attrs->eps),
-                 op == DK_FUSED_LAYER_NORM};
+    NormLaunch l{
+        reinterpret_cast<const float*>(v.in[0].data),
+        v.present[1] ? reinterpret_cast<const float*>(v.in[1].data) : nullptr,
+        num_inputs > 2 && v.present[2] ? reinterpret_cast<const float*>(v.in[2].data) : nullptr,
+        reinterpret_cast<float*>(v.out.data),
+        v.out_numel / d,
+        d,
+        float(attrs->eps),
+        op == DK_FUSED_LAYER_NORM};
     enqueue(a->stream, run_norm, l);
     return nullptr;
   });
@@ -121,7 +133,8 @@ DK_Error* run_softmax(const void* payload) {
 // Last axis only: another axis would need strided rows; the decomposition
 // covers it.
 int32_t softmax_supports(const DK_Kernel_Args* a) {
-  const auto* attrs = fused_frame<DK_SoftmaxAttrs>(a, DK_FUSED_SOFTMAX, 1, DK_SoftmaxAttrs_STRUCT_SIZE);
+  const auto* attrs =
+      fused_frame<DK_SoftmaxAttrs>(a, DK_FUSED_SOFTMAX, 1, DK_SoftmaxAttrs_STRUCT_SIZE);
   return attrs && dense_f32(a->inputs[0]) && dense_f32(a->outputs[0]) && a->inputs[0]->rank >= 1 &&
          attrs->axis == a->inputs[0]->rank - 1;
 }

@@ -36,9 +36,10 @@ DK_Error* run_iota(const void* payload) {
         const int64_t i = r % l.length;
         // Integer start and step: exact int64 arithmetic (wrapping), then one
         // conversion; otherwise in double, then one conversion.
-        const T v = l.exact_int
-            ? convert<T>(int64_t(uint64_t(l.start_i) + uint64_t(i) * uint64_t(l.step_i)))
-            : convert<T>(l.start_f + double(i) * l.step_f);
+        const T v =
+            l.exact_int
+                ? convert<T>(int64_t(uint64_t(l.start_i) + uint64_t(i) * uint64_t(l.step_i)))
+                : convert<T>(l.start_f + double(i) * l.step_f);
         std::fill(out + r * l.inner, out + (r + 1) * l.inner, v);
       }
     });
@@ -83,7 +84,8 @@ DK_Error* out_of_range(const char* call, const IndexLaunch& l, int64_t pos, int6
     where.insert(1, std::to_string(pos % l.idx_shape[d]) + (p ? "," : ""));
     pos /= l.idx_shape[d];
   }
-  return dkh_error(DK_ERROR_OUT_OF_RANGE, "%s: index%s] is %lld, out of range for dim %d of x "
+  return dkh_error(DK_ERROR_OUT_OF_RANGE,
+                   "%s: index%s] is %lld, out of range for dim %d of x "
                    "(size %lld); expected 0 <= index < %lld. Output 0 is left unspecified.",
                    call, where.c_str(), (long long)value, l.axis, (long long)l.x_shape[l.axis],
                    (long long)l.x_shape[l.axis]);
@@ -152,9 +154,10 @@ DK_Error* check_index_shape(const char* call, const char* what, const View& v, c
   bool ok = v.rank == x.rank;
   for (int32_t d = 0; ok && d < v.rank; ++d) ok = d == axis || v.shape[d] <= x.shape[d];
   if (ok) return nullptr;
-  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s has shape %s; expected rank %d and a size "
-                   "<= x's in every dim but axis %d (x is %s)", call, what, dims(v).c_str(),
-                   x.rank, axis, dims(x).c_str());
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                   "%s: %s has shape %s; expected rank %d and a size "
+                   "<= x's in every dim but axis %d (x is %s)",
+                   call, what, dims(v).c_str(), x.rank, axis, dims(x).c_str());
 }
 
 }  // namespace
@@ -222,8 +225,8 @@ static DK_Error* launch_index(const char* call, DK_OpId op, const DK_Kernel_Args
       if (DK_Error* e = check_same_dtype(call, "input 2 (src)", src, x, "input 0 (x)")) return e;
     }
     if (index.dtype != DK_DTYPE_INT64) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 1 (index) is %s; expected int64",
-                       call, dkh_dtype_name(index.dtype));
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 1 (index) is %s; expected int64", call,
+                       dkh_dtype_name(index.dtype));
     }
     if (DK_Error* e = load_attrs(call, args, DK_AxisAttrs_STRUCT_SIZE, "DK_AxisAttrs", &attrs))
       return e;
@@ -246,8 +249,11 @@ static DK_Error* launch_index(const char* call, DK_OpId op, const DK_Kernel_Args
     // (An empty out with a non-empty index still runs: every index is then
     // out of range, and that must be reported.)
     if (out_numel == 0 && index_numel == 0) return nullptr;
-    IndexLaunch l{x.data, reinterpret_cast<const int64_t*>(index.data), src.data, out.data,
-                  x.dtype, x.rank, attrs->axis, {}, {}};
+    IndexLaunch l{x.data,      reinterpret_cast<const int64_t*>(index.data),
+                  src.data,    out.data,
+                  x.dtype,     x.rank,
+                  attrs->axis, {},
+                  {}};
     std::copy(x.shape, x.shape + x.rank, l.x_shape);
     std::copy(index.shape, index.shape + index.rank, l.idx_shape);
     enqueue(args->stream, scatter ? run_scatter_add : run_gather, l);
@@ -264,4 +270,3 @@ DK_Error* dk_cpu_kernel_scatter_add(const DK_Kernel_Args* args) {
 }
 
 }  // extern "C"
-

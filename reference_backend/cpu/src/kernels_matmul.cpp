@@ -99,9 +99,11 @@ extern "C" DK_Error* dk_cpu_kernel_matmul(const DK_Kernel_Args* args) {
     if (DK_Error* e = check_same_dtype(kCall, "output 0", out, a, "input 0 (a)")) return e;
     const int32_t r = a.rank;
     if (r < 2 || b.rank != r || out.rank != r) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: a, b and out have ranks %d, %d and %d; "
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: a, b and out have ranks %d, %d and %d; "
                        "expected one rank >= 2 for all three (a [B..., M, K], b [B..., K, N], "
-                       "out [B..., M, N])", kCall, a.rank, b.rank, out.rank);
+                       "out [B..., M, N])",
+                       kCall, a.rank, b.rank, out.rank);
     }
     const int64_t m = a.shape[r - 2], k = a.shape[r - 1], n = b.shape[r - 1];
     bool ok = b.shape[r - 2] == k && out.shape[r - 2] == m && out.shape[r - 1] == n;
@@ -111,10 +113,11 @@ extern "C" DK_Error* dk_cpu_kernel_matmul(const DK_Kernel_Args* args) {
       batch *= a.shape[d];
     }
     if (!ok) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: a %s, b %s, out %s; expected a [B..., M, "
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: a %s, b %s, out %s; expected a [B..., M, "
                        "K], b [B..., K, N], out [B..., M, N] with equal batch dims B (no "
-                       "broadcasting: the SDK expands them)", kCall, dims(a).c_str(),
-                       dims(b).c_str(), dims(out).c_str());
+                       "broadcasting: the SDK expands them)",
+                       kCall, dims(a).c_str(), dims(b).c_str(), dims(out).c_str());
     }
     if (DK_Error* e = check_layout(kCall, "input 0 (a)", DK_OP_MATMUL, a)) return e;
     if (DK_Error* e = check_layout(kCall, "input 1 (b)", DK_OP_MATMUL, b)) return e;

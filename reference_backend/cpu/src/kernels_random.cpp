@@ -20,15 +20,14 @@ struct RandomLaunch {
 // random_uniform: the top p bits of the word as a multiple of 2^-p, where p
 // is the significand width of the output type (24 for float32 and float64,
 // 11 for float16, 8 for bfloat16): exact in that type and always < 1.
-template <class T>
-T uniform_from_bits(uint32_t w) {
+template <class T> T uniform_from_bits(uint32_t w) {
   if constexpr (std::is_same<T, f16>::value) return f16{float_to_half(float(w >> 21) * 0x1p-11f)};
-  else if constexpr (std::is_same<T, bf16>::value) return bf16{float_to_bfloat16(float(w >> 24) * 0x1p-8f)};
+  else if constexpr (std::is_same<T, bf16>::value)
+    return bf16{float_to_bfloat16(float(w >> 24) * 0x1p-8f)};
   else return T(float(w >> 8) * 0x1p-24f);
 }
 
-template <class T, bool kBits>
-void generate(const RandomLaunch& l) {
+template <class T, bool kBits> void generate(const RandomLaunch& l) {
   T* out = reinterpret_cast<T*>(l.out);
   const int64_t blocks = (l.numel + 3) / 4;
   parallel_for(blocks, 1024, [&](int64_t b0, int64_t b1) {

@@ -17,8 +17,7 @@ namespace {
 
 // What a sum accumulates in: float for the 16-bit floats, uint64 for integers
 // (sums modulo 2^64 reduce to the right value modulo 2^bits).
-template <class T>
-using SumAcc = std::conditional_t<kIsFloat<T>, Wide<T>, uint64_t>;
+template <class T> using SumAcc = std::conditional_t<kIsFloat<T>, Wide<T>, uint64_t>;
 
 template <class T>
 T narrow(Wide<T> x) {  // back to storage; exact for max/min, rounds once for sums
@@ -28,8 +27,7 @@ T narrow(Wide<T> x) {  // back to storage; exact for max/min, rounds once for su
 
 enum ReduceKind : int32_t { kSum, kMax, kMin };
 
-template <class T, int kKind>
-struct Reducer {
+template <class T, int kKind> struct Reducer {
   using A = std::conditional_t<kKind == kSum, SumAcc<T>, Wide<T>>;
   static A identity() {
     using L = std::numeric_limits<A>;
@@ -136,8 +134,7 @@ void pairwise(int64_t r0, int64_t r1, int64_t leaf, typename R::A* acc, const Le
 
 // One contiguous run: eight interleaved partial results (the loop vectorises
 // and the additions do not wait on each other), pairwise above 128 elements.
-template <class R, class T>
-typename R::A reduce_run(const T* p, int64_t n) {
+template <class R, class T> typename R::A reduce_run(const T* p, int64_t n) {
   using A = typename R::A;
   if (n > 128) {
     const int64_t half = n / 2 / 8 * 8;
@@ -168,8 +165,7 @@ typename R::A reduce_run(const T* p, int64_t n) {
 
 // The innermost dim is reduced: every output is a pairwise combination of
 // contiguous runs of length `run` (one per index of the other reduced dims).
-template <class R, class T>
-void reduce_inner(const ReduceLaunch& l) {
+template <class R, class T> void reduce_inner(const ReduceLaunch& l) {
   const T* x = reinterpret_cast<const T*>(l.x);
   T* out = reinterpret_cast<T*>(l.out);
   Dims outer = l.reduced;  // the reduced dims but the innermost
@@ -178,17 +174,18 @@ void reduce_inner(const ReduceLaunch& l) {
   const int64_t runs_per_leaf = std::max<int64_t>(1, 128 / std::max<int64_t>(run, 1));
   parallel_for(outputs, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, runs * run)),
                [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      const T* base = x + l.kept.offset(o);
-      typename R::A acc = R::identity();
-      pairwise<R, 1>(0, runs, runs_per_leaf, &acc, [&](int64_t r0, int64_t r1, typename R::A* a) {
-        Odometer it(outer, r0);
-        for (int64_t r = r0; r < r1; ++r, it.next())
-          *a = R::combine(*a, reduce_run<R>(base + it.off, run));
-      });
-      out[o] = R::finish(acc);
-    }
-  });
+                 for (int64_t o = o0; o < o1; ++o) {
+                   const T* base = x + l.kept.offset(o);
+                   typename R::A acc = R::identity();
+                   pairwise<R, 1>(0, runs, runs_per_leaf, &acc,
+                                  [&](int64_t r0, int64_t r1, typename R::A* a) {
+                                    Odometer it(outer, r0);
+                                    for (int64_t r = r0; r < r1; ++r, it.next())
+                                      *a = R::combine(*a, reduce_run<R>(base + it.off, run));
+                                  });
+                   out[o] = R::finish(acc);
+                 }
+               });
 }
 
 // The innermost dim is kept: outputs adjacent along it are reduced together,
@@ -210,8 +207,7 @@ void reduce_tile(const T* base, const Dims& reduced, typename R::A* acc) {
   });
 }
 
-template <class R, class T>
-void reduce_outer(const ReduceLaunch& l) {
+template <class R, class T> void reduce_outer(const ReduceLaunch& l) {
   constexpr int kLanes = 16;
   const T* x = reinterpret_cast<const T*>(l.x);
   T* out = reinterpret_cast<T*>(l.out);
@@ -221,22 +217,22 @@ void reduce_outer(const ReduceLaunch& l) {
   const int64_t tiles = rows.numel() * tiles_per_row, depth = l.reduced.numel();
   parallel_for(tiles, std::max<int64_t>(1, 2048 / std::max<int64_t>(1, depth)),
                [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t row = t / tiles_per_row, col = t % tiles_per_row * kLanes;
-      const T* base = x + rows.offset(row) + col;
-      T* dst = out + row * width + col;
-      typename R::A acc[kLanes];
-      if (col + kLanes <= width) {
-        reduce_tile<R, T, kLanes>(base, l.reduced, acc);
-        for (int w = 0; w < kLanes; ++w) dst[w] = R::finish(acc[w]);
-      } else {  // the ragged end of a row, one output at a time
-        for (int64_t w = 0; col + w < width; ++w) {
-          reduce_tile<R, T, 1>(base + w, l.reduced, acc);
-          dst[w] = R::finish(acc[0]);
-        }
-      }
-    }
-  });
+                 for (int64_t t = t0; t < t1; ++t) {
+                   const int64_t row = t / tiles_per_row, col = t % tiles_per_row * kLanes;
+                   const T* base = x + rows.offset(row) + col;
+                   T* dst = out + row * width + col;
+                   typename R::A acc[kLanes];
+                   if (col + kLanes <= width) {
+                     reduce_tile<R, T, kLanes>(base, l.reduced, acc);
+                     for (int w = 0; w < kLanes; ++w) dst[w] = R::finish(acc[w]);
+                   } else {  // the ragged end of a row, one output at a time
+                     for (int64_t w = 0; col + w < width; ++w) {
+                       reduce_tile<R, T, 1>(base + w, l.reduced, acc);
+                       dst[w] = R::finish(acc[0]);
+                     }
+                   }
+                 }
+               });
 }
 
 DK_Error* run_reduce(const void* payload) {
@@ -278,16 +274,15 @@ inline void split_at_axis(const View& v, int32_t axis, AxisLaunch* l) {
 constexpr int64_t kTile = 64;
 
 // Calls fn(o, c0, c1) for each outer index and tile of inner columns, in parallel.
-template <class F>
-void for_each_column_tile(const AxisLaunch& l, const F& fn) {
+template <class F> void for_each_column_tile(const AxisLaunch& l, const F& fn) {
   const int64_t tiles = (l.inner + kTile - 1) / kTile;
   parallel_for(l.outer * tiles, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, l.length)),
                [&](int64_t u0, int64_t u1) {
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t c0 = u % tiles * kTile;
-      fn(u / tiles, c0, std::min(l.inner, c0 + kTile));
-    }
-  });
+                 for (int64_t u = u0; u < u1; ++u) {
+                   const int64_t c0 = u % tiles * kTile;
+                   fn(u / tiles, c0, std::min(l.inner, c0 + kTile));
+                 }
+               });
 }
 
 DK_Error* run_argmax(const void* payload) {
@@ -356,9 +351,10 @@ DK_Error* check_reduced_shape(const char* call, const View& x, const View& out, 
     expected += (d ? "," : "") + std::to_string(want);
   }
   if (ok) return nullptr;
-  return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: output 0 has shape %s; expected %s] (input 0 "
-                   "%s with the reduced dims kept as size 1)", call, dims(out).c_str(),
-                   expected.c_str(), dims(x).c_str());
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                   "%s: output 0 has shape %s; expected %s] (input 0 "
+                   "%s with the reduced dims kept as size 1)",
+                   call, dims(out).c_str(), expected.c_str(), dims(x).c_str());
 }
 
 // Loads input 0 (if any) and output 0, checks dtype, layout and aliasing.
@@ -387,9 +383,10 @@ DK_Error* launch_reduce(const char* call, DK_OpId op, ReduceKind kind, const DK_
       return e;
     const uint32_t valid = x.rank >= 32 ? ~0u : (1u << x.rank) - 1;
     if (attrs->axes == 0 || (attrs->axes & ~valid) != 0) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: attrs->axes is 0x%x; expected a non-zero "
-                       "mask of dims below the rank %d of input 0 %s", call, attrs->axes, x.rank,
-                       dims(x).c_str());
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: attrs->axes is 0x%x; expected a non-zero "
+                       "mask of dims below the rank %d of input 0 %s",
+                       call, attrs->axes, x.rank, dims(x).c_str());
     }
     if (DK_Error* e = check_reduced_shape(call, x, out, attrs->axes)) return e;
     ReduceLaunch l{x.data, out.data, x.dtype, kind, false, {}, {}};
@@ -408,9 +405,11 @@ DK_Error* launch_reduce(const char* call, DK_OpId op, ReduceKind kind, const DK_
       }
     }
     if (kind != kSum && reduced_numel == 0 && out_numel > 0) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 0 %s is empty along the reduced dims "
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: input 0 %s is empty along the reduced dims "
                        "(axes 0x%x); expected at least one element per output, since a max or "
-                       "min of nothing is undefined", call, dims(x).c_str(), attrs->axes);
+                       "min of nothing is undefined",
+                       call, dims(x).c_str(), attrs->axes);
     }
     if (out_numel == 0) return nullptr;
     int64_t stride = 1;  // x is contiguous, so merged dims are too
@@ -453,9 +452,10 @@ DK_Error* launch_axis(const char* call, DK_OpId op, WorkFn fn, const DK_Kernel_A
       }
       if (DK_Error* e = check_reduced_shape(call, x, out, 1u << attrs->axis)) return e;
       if (x.shape[attrs->axis] == 0 && out_numel > 0) {
-        return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: input 0 %s has size 0 along axis %d; "
-                         "expected at least one element to take the argmax of", call,
-                         dims(x).c_str(), attrs->axis);
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                         "%s: input 0 %s has size 0 along axis %d; "
+                         "expected at least one element to take the argmax of",
+                         call, dims(x).c_str(), attrs->axis);
       }
     } else if (DK_Error* e = check_same_shape(call, "output 0", out, x, "input 0")) {
       return e;

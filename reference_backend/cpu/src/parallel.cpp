@@ -35,8 +35,7 @@ class Pool {
   }
 
   // False if another caller holds the pool: the caller then runs inline.
-  bool try_run(int64_t n, int64_t chunk,
-               const std::function<void(int64_t, int64_t)>& fn) {
+  bool try_run(int64_t n, int64_t chunk, const std::function<void(int64_t, int64_t)>& fn) {
     std::unique_lock<std::mutex> job(job_mu_, std::try_to_lock);
     if (!job.owns_lock()) return false;
     const int64_t chunks = (n + chunk - 1) / chunk;

@@ -30,15 +30,12 @@ int parallel_threads();
 // fn may run on a pool thread, so an allocation failure is carried out of the
 // chunks and rethrown here, on the stream worker, which turns it into the
 // stream's asynchronous error.
-template <class F>
-void parallel_for_may_throw(int64_t n, int64_t grain, const F& fn) {
+template <class F> void parallel_for_may_throw(int64_t n, int64_t grain, const F& fn) {
   std::atomic<bool> out_of_memory{false};
   parallel_for(n, grain, [&](int64_t begin, int64_t end) {
     try {
       fn(begin, end);
-    } catch (...) {
-      out_of_memory = true;
-    }
+    } catch (...) { out_of_memory = true; }
   });
   if (out_of_memory) throw std::bad_alloc();
 }

@@ -14,9 +14,7 @@
 
 namespace dkcpu {
 
-struct Philox4x32 {
-  uint32_t w[4];
-};
+struct Philox4x32 { uint32_t w[4]; };
 
 // One round: two 32x32->64 multiplies, their halves mixed with the other two
 // words and the round key.

@@ -79,8 +79,7 @@ DK_Error* error_from_exception(const char* call) noexcept {
   } catch (const std::system_error& e) {  // e.g. std::thread could not start a worker
     return dkh_error(DK_ERROR_UNAVAILABLE, "%s: the system refused: %s", call, e.what());
   } catch (const std::exception& e) {
-    return dkh_error(DK_ERROR_INTERNAL, "%s: internal error in the cpu plugin: %s", call,
-                     e.what());
+    return dkh_error(DK_ERROR_INTERNAL, "%s: internal error in the cpu plugin: %s", call, e.what());
   } catch (...) {
     return dkh_error(DK_ERROR_INTERNAL, "%s: internal error in the cpu plugin", call);
   }
@@ -141,8 +140,8 @@ DK_Error* dk_cpu_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
       return dkh_error(DK_ERROR_FAILED_PRECONDITION,
                        "%s: the SDK speaks device API %d.%d, this plugin was built for %d.%d; "
                        "majors must match. Hint: install a devicekit %d.x release.",
-                       kCall, args->sdk_api_major, args->sdk_api_minor, DK_API_MAJOR,
-                       DK_API_MINOR, DK_API_MAJOR);
+                       kCall, args->sdk_api_major, args->sdk_api_minor, DK_API_MAJOR, DK_API_MINOR,
+                       DK_API_MAJOR);
     }
 
     uint64_t devices = 1;

@@ -112,8 +112,8 @@ DK_Error* run_copy(const void* payload) {
 
 }  // namespace
 
-DK_Error* check_device_memory(const char* call, const char* what, int32_t device,
-                              const void* p, uint64_t bytes) {
+DK_Error* check_device_memory(const char* call, const char* what, int32_t device, const void* p,
+                              uint64_t bytes) {
   Device& d = plugin().devices[device];
   uintptr_t base = 0;
   size_t size = 0;
@@ -264,7 +264,8 @@ DK_Error* dk_cpu_Memcpy(DK_Memcpy_Args* args) {
     } else if (is_device_memory(args->device, args->dst)) {
       return dkh_error(DK_ERROR_INVALID_ARGUMENT,
                        "%s: kind is DEVICE_TO_HOST but dst %p is device memory of cpu:%d. "
-                       "Hint: use DK_COPY_DEVICE_TO_DEVICE.", kCall, args->dst, args->device);
+                       "Hint: use DK_COPY_DEVICE_TO_DEVICE.",
+                       kCall, args->dst, args->device);
     }
     if (src_dev) {
       if (DK_Error* e = check_device_memory(kCall, "src", args->device, args->src, args->size))
@@ -272,7 +273,8 @@ DK_Error* dk_cpu_Memcpy(DK_Memcpy_Args* args) {
     } else if (is_device_memory(args->device, args->src)) {
       return dkh_error(DK_ERROR_INVALID_ARGUMENT,
                        "%s: kind is HOST_TO_DEVICE but src %p is device memory of cpu:%d. "
-                       "Hint: use DK_COPY_DEVICE_TO_DEVICE.", kCall, args->src, args->device);
+                       "Hint: use DK_COPY_DEVICE_TO_DEVICE.",
+                       kCall, args->src, args->device);
     }
     const auto d = uintptr_t(args->dst), s = uintptr_t(args->src);
     if (d < s + args->size && s < d + args->size) {

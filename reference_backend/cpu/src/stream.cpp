@@ -47,8 +47,7 @@ inline void cpu_relax() {
 // sleeper's re-check under the mutex sees the condition. No wake-up is lost.
 class Waiter {
  public:
-  template <class Ready>
-  void wait(Ready ready) {
+  template <class Ready> void wait(Ready ready) {
     const auto deadline = Clock::now() + kSpinTime;
     for (unsigned i = 1; !ready(); ++i) {
       cpu_relax();
@@ -66,8 +65,7 @@ class Waiter {
   }
 
  private:
-  template <class Ready>
-  void sleep(Ready ready) {
+  template <class Ready> void sleep(Ready ready) {
     sleepers_.fetch_add(1);
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -172,8 +170,7 @@ void worker_main(DK_Stream* s) {
 }
 
 // Appends one item; `fill` writes the slot. Items are ordered by enqueue_mu.
-template <class Fill>
-void push(DK_Stream* s, Fill fill) {
+template <class Fill> void push(DK_Stream* s, Fill fill) {
   std::lock_guard<std::mutex> lock(s->enqueue_mu);
   const uint64_t t = s->tail.load(std::memory_order_relaxed);
   s->progress.wait([&] { return t - s->head.load() < kQueueSlots; });
@@ -204,12 +201,16 @@ DK_Error* take_error(DK_Stream* s) {
 
 DK_Error* check_event(const char* call, const char* what, const DK_Event* e) {
   if (e == nullptr) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL; expected an event from "
-                     "Event_Create", call, what);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: %s is NULL; expected an event from "
+                     "Event_Create",
+                     call, what);
   }
   if (e->magic.load() != kLiveEvent) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s %p is not a live event. Hint: was it "
-                     "already passed to Event_Destroy?", call, what, static_cast<const void*>(e));
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: %s %p is not a live event. Hint: was it "
+                     "already passed to Event_Destroy?",
+                     call, what, static_cast<const void*>(e));
   }
   return nullptr;
 }
@@ -223,16 +224,22 @@ std::shared_ptr<EventPoint> current_point(DK_Event* e) {
 
 DK_Error* check_stream(const char* call, const DK_Stream* s, int32_t device) {
   if (s == nullptr) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream is NULL; expected a stream from "
-                     "Stream_Create", call);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: stream is NULL; expected a stream from "
+                     "Stream_Create",
+                     call);
   }
   if (s->magic.load() != kLiveStream) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p is not a live stream. Hint: was "
-                     "it already passed to Stream_Destroy?", call, static_cast<const void*>(s));
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: stream %p is not a live stream. Hint: was "
+                     "it already passed to Stream_Destroy?",
+                     call, static_cast<const void*>(s));
   }
   if (device >= 0 && s->device != device) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p belongs to cpu:%d; expected a "
-                     "stream of cpu:%d", call, static_cast<const void*>(s), s->device, device);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: stream %p belongs to cpu:%d; expected a "
+                     "stream of cpu:%d",
+                     call, static_cast<const void*>(s), s->device, device);
   }
   return nullptr;
 }

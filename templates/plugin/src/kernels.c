@@ -54,9 +54,11 @@ DK_Error* plugin_kernel_add(const DK_Kernel_Args* args) {
   if (e != NULL) return e;
   const DK_TensorView *a = args->inputs[0], *b = args->inputs[1], *out = args->outputs[0];
   if (!dkh_same_shape(a, out) || !dkh_same_shape(b, out))
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: an input's shape differs from out's; "
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: an input's shape differs from out's; "
                      "this kernel declared no DK_KERNEL_CAP_BROADCAST (ops.def), so the SDK "
-                     "must broadcast first", kCall);
+                     "must broadcast first",
+                     kCall);
 
   const float* x = a->data;
   const float* y = b->data;
@@ -77,9 +79,11 @@ DK_Error* plugin_kernel_copy(const DK_Kernel_Args* args) {
   if (e != NULL) return e;
   const DK_TensorView *x = args->inputs[0], *out = args->outputs[0];
   if (!dkh_same_shape(x, out) || x->dtype != out->dtype)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: x is %s of rank %d, out is %s of rank "
-                     "%d; expected the same dtype and shape", kCall, dkh_dtype_name(x->dtype),
-                     (int)x->rank, dkh_dtype_name(out->dtype), (int)out->rank);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: x is %s of rank %d, out is %s of rank "
+                     "%d; expected the same dtype and shape",
+                     kCall, dkh_dtype_name(x->dtype), (int)x->rank, dkh_dtype_name(out->dtype),
+                     (int)out->rank);
   const int64_t n = dkh_numel(out);
   const size_t size = dkh_dtype_size(out->dtype);
   if (n == 0) return NULL;
@@ -91,8 +95,8 @@ DK_Error* plugin_kernel_copy(const DK_Kernel_Args* args) {
   }
   int64_t index[DK_MAX_RANK] = {0};
   do {
-    memcpy(dst + dkh_offset(out, index) * (int64_t)size,
-           src + dkh_offset(x, index) * (int64_t)size, size);
+    memcpy(dst + dkh_offset(out, index) * (int64_t)size, src + dkh_offset(x, index) * (int64_t)size,
+           size);
   } while (dkh_next_index(index, out->shape, out->rank));
   return NULL;
 }

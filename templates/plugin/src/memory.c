@@ -23,9 +23,7 @@ typedef struct BlockHeader {
 } BlockHeader;
 _Static_assert(sizeof(BlockHeader) <= PLUGIN_ALIGNMENT, "header must fit in front");
 
-typedef struct DeviceMemory {
-  uint64_t bytes_in_use, peak_bytes_in_use, num_allocs;
-} DeviceMemory;
+typedef struct DeviceMemory { uint64_t bytes_in_use, peak_bytes_in_use, num_allocs; } DeviceMemory;
 
 /* One lock for every device's counters: allocation is not a hot path (the
  * SDK caches blocks), and readers get one consistent snapshot. */
@@ -70,23 +68,27 @@ DK_Error* plugin_Memory_Allocate(DK_Memory_Allocate_Args* args) {
   }
   pthread_mutex_unlock(&mu);
   if (!fits)
-    return dkh_error(DK_ERROR_OUT_OF_MEMORY,
-                     "%s: cannot allocate %zu bytes on " PLUGIN_NAME ":%d; %llu of %llu "
-                     "bytes are free. Hint: free tensors, empty the SDK's cache, or raise "
-                     PLUGIN_MEMORY_ENV ".", kCall, args->size, args->device,
-                     (unsigned long long)available, (unsigned long long)plugin_total_memory);
+    return dkh_error(
+        DK_ERROR_OUT_OF_MEMORY,
+        "%s: cannot allocate %zu bytes on " PLUGIN_NAME
+        ":%d; %llu of %llu "
+        "bytes are free. Hint: free tensors, empty the SDK's cache, or raise " PLUGIN_MEMORY_ENV
+        ".",
+        kCall, args->size, args->device, (unsigned long long)available,
+        (unsigned long long)plugin_total_memory);
 
   /* aligned_alloc wants a multiple of the alignment. */
   const size_t body = (args->size + PLUGIN_ALIGNMENT - 1) / PLUGIN_ALIGNMENT * PLUGIN_ALIGNMENT;
-  unsigned char* base = body < args->size ? NULL : aligned_alloc(PLUGIN_ALIGNMENT,
-                                                                 PLUGIN_ALIGNMENT + body);
+  unsigned char* base =
+      body < args->size ? NULL : aligned_alloc(PLUGIN_ALIGNMENT, PLUGIN_ALIGNMENT + body);
   if (base == NULL) {
     pthread_mutex_lock(&mu);
     m->bytes_in_use -= args->size;
     m->num_allocs -= 1;
     pthread_mutex_unlock(&mu);
-    return dkh_error(DK_ERROR_OUT_OF_MEMORY, "%s: the host refused %zu bytes for "
-                     PLUGIN_NAME ":%d", kCall, args->size, args->device);
+    return dkh_error(DK_ERROR_OUT_OF_MEMORY,
+                     "%s: the host refused %zu bytes for " PLUGIN_NAME ":%d", kCall, args->size,
+                     args->device);
   }
   BlockHeader* h = (BlockHeader*)base;
   h->magic = LIVE_MAGIC;
@@ -108,10 +110,11 @@ DK_Error* plugin_Memory_Free(DK_Memory_Free_Args* args) {
   if (((uintptr_t)args->ptr % PLUGIN_ALIGNMENT) != 0 || h->magic != LIVE_MAGIC ||
       h->device != args->device)
     return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: %p is not a live allocation of " PLUGIN_NAME ":%d; expected a "
+                     "%s: %p is not a live allocation of " PLUGIN_NAME
+                     ":%d; expected a "
                      "pointer from Memory_Allocate on that device, not yet freed. Hint: "
-                     "look for a double free or a view offset into a buffer.", kCall,
-                     args->ptr, args->device);
+                     "look for a double free or a view offset into a buffer.",
+                     kCall, args->ptr, args->device);
   DeviceMemory* m = &memory[args->device];
   pthread_mutex_lock(&mu);
   m->bytes_in_use -= h->size;
@@ -129,16 +132,18 @@ DK_Error* plugin_Memcpy(DK_Memcpy_Args* args) {
   if (e != NULL) return e;
   if (args->kind != DK_COPY_HOST_TO_DEVICE && args->kind != DK_COPY_DEVICE_TO_HOST &&
       args->kind != DK_COPY_DEVICE_TO_DEVICE)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: kind is %d; expected 0 (host to "
-                     "device), 1 (device to host) or 2 (device to device)", kCall,
-                     (int)args->kind);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: kind is %d; expected 0 (host to "
+                     "device), 1 (device to host) or 2 (device to device)",
+                     kCall, (int)args->kind);
   if (args->stream != NULL && (e = plugin_check_stream(kCall, args->stream, args->device)))
     return e;
   if (args->size == 0) return NULL;
   if (args->dst == NULL || args->src == NULL)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL with size %zu; NULL is "
-                     "allowed only when size is 0", kCall, args->dst ? "src" : "dst",
-                     args->size);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: %s is NULL with size %zu; NULL is "
+                     "allowed only when size is 0",
+                     kCall, args->dst ? "src" : "dst", args->size);
   /* With or without a stream the copy is done before we return: streams run
    * synchronously (stream.c), so "enqueued and ordered" holds trivially. An
    * asynchronous device enqueues a DMA here when args->stream != NULL. */

@@ -15,7 +15,8 @@ DK_Error* plugin_check_initialized(const char* call) {
   if (!atomic_load(&initialized))
     return dkh_error(DK_ERROR_FAILED_PRECONDITION,
                      "%s: called before Plugin_Initialize. Hint: the SDK calls "
-                     "Plugin_Initialize once, right after checking the version.", call);
+                     "Plugin_Initialize once, right after checking the version.",
+                     call);
   return NULL;
 }
 
@@ -24,11 +25,15 @@ DK_Error* plugin_check_initialized(const char* call) {
 DK_Error* plugin_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
   static const char* const kCall = PLUGIN_NAME ".Plugin_Initialize";
   if (args == NULL || args->struct_size < DK_Plugin_Initialize_Args_STRUCT_SIZE)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: args is NULL or struct_size too "
-                     "small. Hint: set it with DK_Plugin_Initialize_Args_STRUCT_SIZE.", kCall);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: args is NULL or struct_size too "
+                     "small. Hint: set it with DK_Plugin_Initialize_Args_STRUCT_SIZE.",
+                     kCall);
   if (atomic_load(&initialized))
-    return dkh_error(DK_ERROR_FAILED_PRECONDITION, "%s: called a second time; expected "
-                     "exactly once per process", kCall);
+    return dkh_error(DK_ERROR_FAILED_PRECONDITION,
+                     "%s: called a second time; expected "
+                     "exactly once per process",
+                     kCall);
   if (args->sdk_api_major != PLUGIN_API_MAJOR)
     return dkh_error(DK_ERROR_FAILED_PRECONDITION,
                      "%s: the SDK speaks device API %d.%d, this plugin was built for %d.%d; "
@@ -45,9 +50,10 @@ DK_Error* plugin_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
     errno = 0;
     const unsigned long long v = strtoull(env, &end, 10);
     if (errno != 0 || end == env || *end != '\0' || v == 0 || env[0] == '-')
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s='%s'; expected a positive number "
-                       "of bytes. Hint: unset it for the default.", kCall, PLUGIN_MEMORY_ENV,
-                       env);
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: %s='%s'; expected a positive number "
+                       "of bytes. Hint: unset it for the default.",
+                       kCall, PLUGIN_MEMORY_ENV, env);
     plugin_total_memory = v;
   }
   atomic_store(&initialized, 1);

@@ -34,11 +34,11 @@ DK_Error* plugin_check_initialized(const char* call);
 
 /* Initialised, args not NULL, struct_size at least what this header defines
  * (dkh_check_struct: a larger struct_size is a newer SDK and fine). */
-#define PLUGIN_CHECK_ARGS(call, args, Type)          \
-  do {                                               \
+#define PLUGIN_CHECK_ARGS(call, args, Type)             \
+  do {                                                  \
     DK_Error* init_e_ = plugin_check_initialized(call); \
-    if (init_e_ != NULL) return init_e_;             \
-    DKH_CHECK_STRUCT(call, args, Type);              \
+    if (init_e_ != NULL) return init_e_;                \
+    DKH_CHECK_STRUCT(call, args, Type);                 \
   } while (0)
 
 /* OUT_OF_RANGE unless 0 <= device < PLUGIN_NUM_DEVICES. */

@@ -41,20 +41,24 @@ static int64_t now_ns(void) {
 
 DK_Error* plugin_check_stream(const char* call, const DK_Stream* s, int32_t device) {
   if (s == NULL || s->magic != LIVE_STREAM)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p is not a live stream; "
-                     "expected one from Stream_Create, not yet destroyed", call,
-                     (const void*)s);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: stream %p is not a live stream; "
+                     "expected one from Stream_Create, not yet destroyed",
+                     call, (const void*)s);
   if (device >= 0 && s->device != device)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: stream %p belongs to " PLUGIN_NAME
-                     ":%d; expected a stream of " PLUGIN_NAME ":%d", call, (const void*)s,
-                     s->device, device);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: stream %p belongs to " PLUGIN_NAME
+                     ":%d; expected a stream of " PLUGIN_NAME ":%d",
+                     call, (const void*)s, s->device, device);
   return NULL;
 }
 
 static DK_Error* check_event(const char* call, const char* what, const DK_Event* e) {
   if (e == NULL || e->magic != LIVE_EVENT)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s %p is not a live event; expected "
-                     "one from Event_Create, not yet destroyed", call, what, (const void*)e);
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: %s %p is not a live event; expected "
+                     "one from Event_Create, not yet destroyed",
+                     call, what, (const void*)e);
   return NULL;
 }
 
@@ -168,9 +172,10 @@ DK_Error* plugin_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args) {
   if (e == NULL) e = check_event(kCall, "end", args->end);
   if (e != NULL) return e;
   if (!atomic_load(&args->start->recorded) || !atomic_load(&args->end->recorded))
-    return dkh_error(DK_ERROR_FAILED_PRECONDITION, "%s: event '%s' was never recorded; "
-                     "expected both events recorded. Hint: Event_Record both first.", kCall,
-                     atomic_load(&args->start->recorded) ? "end" : "start");
+    return dkh_error(DK_ERROR_FAILED_PRECONDITION,
+                     "%s: event '%s' was never recorded; "
+                     "expected both events recorded. Hint: Event_Record both first.",
+                     kCall, atomic_load(&args->start->recorded) ? "end" : "start");
   args->milliseconds =
       (double)(atomic_load(&args->end->when_ns) - atomic_load(&args->start->when_ns)) / 1e6;
   return NULL;

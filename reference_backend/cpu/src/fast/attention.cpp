@@ -170,7 +170,8 @@ DKCPU_INLINE void attend_block(const SdpaLaunch& L, int64_t item, float* scratch
     }
     for (int64_t i = 0; i < nqp; i += MR)
       for (int64_t c = 0; c < dvp; c += NR)
-        tile_gemm<MR, NR, VB>(nk, s + i * kBk, kBk, vtile + c, ldv, o + i * dvp + c, dvp, alpha + i);
+        tile_gemm<MR, NR, VB>(nk, s + i * kBk, kBk, vtile + c, ldv, o + i * dvp + c, dvp,
+                              alpha + i);
   }
   for (int64_t i = 0; i < nq; ++i) {
     // l == 0 only when no key was visible: the header's 0 output, not 0/0.
@@ -182,14 +183,14 @@ DKCPU_INLINE void attend_block(const SdpaLaunch& L, int64_t item, float* scratch
 // One instantiation per ISA level; the tile shapes leave registers for the
 // loaded b vectors and a broadcast: AVX-512 8x32 (16 accumulators of 32),
 // AVX2 4x16 and SSE2 / NEON 4x8 (8 of 16).
-#define DKCPU_ATTEND_RANGE(name, attr, MR, NR, VB)                                          \
-  attr void name(const SdpaLaunch& L, int64_t begin, int64_t end, float* scratch) {         \
-    for (int64_t it = begin; it < end; ++it) attend_block<MR, NR, VB>(L, it, scratch);      \
+#define DKCPU_ATTEND_RANGE(name, attr, MR, NR, VB)                                     \
+  attr void name(const SdpaLaunch& L, int64_t begin, int64_t end, float* scratch) {    \
+    for (int64_t it = begin; it < end; ++it) attend_block<MR, NR, VB>(L, it, scratch); \
   }
 #if defined(__x86_64__)
 DKCPU_ATTEND_RANGE(attend_range_avx512,
-                   __attribute__((target("avx512f,avx512vl,avx2,fma,prefer-vector-width=512"))),
-                   8, 32, 64)
+                   __attribute__((target("avx512f,avx512vl,avx2,fma,prefer-vector-width=512"))), 8,
+                   32, 64)
 DKCPU_ATTEND_RANGE(attend_range_avx2, __attribute__((target("avx2,fma"))), 4, 16, 32)
 #endif
 DKCPU_ATTEND_RANGE(attend_range_base, , 4, 8, 16)

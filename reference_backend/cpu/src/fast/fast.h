@@ -25,7 +25,8 @@ inline Isa cpu_isa() {
   static const Isa isa = [] {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return Isa::kAvx512;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
+      return Isa::kAvx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
 #endif
     return Isa::kBase;
@@ -39,8 +40,7 @@ namespace fast {
 // float and double (a cache-blocked GEMM with a register-tiled micro-kernel),
 // f16 and bf16 (widened to float32 buffers for it, rounded once). Splits the
 // work over parallel_for; throws std::bad_alloc when scratch runs out.
-template <class T>
-void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n);
+template <class T> void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n);
 
 // fast/norm.cpp: rows [r0, r1) of an rms_norm / layer_norm launch, as the
 // core's norm_rows, in an AVX2 build and with streaming stores when the whole

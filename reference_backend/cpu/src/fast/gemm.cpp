@@ -34,8 +34,7 @@ namespace {
 constexpr int64_t kKC = 256, kMC = 144, kNC = 4096;
 
 // Views of one batch element, row-major: C[M, N] = A[M, K] @ B[K, N].
-template <class T>
-struct Gemm {
+template <class T> struct Gemm {
   const T* a;
   const T* b;
   T* c;
@@ -97,10 +96,10 @@ DKCPU_INLINE void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const T* pa, 
 // compiled with the attribute's instruction set. Tile shapes use most of the
 // vector registers for accumulators: AVX-512 has 32 (12x2 accumulators + 2 b
 // vectors + a broadcast), AVX2 and SSE2 have 16 (6x2 + 2 + 1).
-#define DKCPU_MACRO_KERNEL(name, attr, T, MR, NR, VB)                                      \
-  attr void name(int64_t mc, int64_t nc, int64_t kc, const T* pa, const T* pb, T* c,       \
-                 int64_t ldc, bool accumulate) {                                           \
-    macro_kernel<T, MR, NR, VB>(mc, nc, kc, pa, pb, c, ldc, accumulate);                   \
+#define DKCPU_MACRO_KERNEL(name, attr, T, MR, NR, VB)                                             \
+  attr void name(int64_t mc, int64_t nc, int64_t kc, const T* pa, const T* pb, T* c, int64_t ldc, \
+                 bool accumulate) {                                                               \
+    macro_kernel<T, MR, NR, VB>(mc, nc, kc, pa, pb, c, ldc, accumulate);                          \
   }
 #if defined(__x86_64__)
 #define DKCPU_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
@@ -113,14 +112,12 @@ DKCPU_MACRO_KERNEL(macro_f64_avx2, DKCPU_AVX2, double, 6, 8, 32)
 DKCPU_MACRO_KERNEL(macro_f32_base, , float, 6, 8, 16)  // SSE2 / NEON: 128-bit vectors
 DKCPU_MACRO_KERNEL(macro_f64_base, , double, 6, 4, 16)
 
-template <class T>
-struct MacroKernel {
+template <class T> struct MacroKernel {
   int64_t mr, nr;  // the tile shape the packing must match
   void (*fn)(int64_t, int64_t, int64_t, const T*, const T*, T*, int64_t, bool);
 };
 
-template <class T>
-MacroKernel<T> pick_kernel() {
+template <class T> MacroKernel<T> pick_kernel() {
   const Isa isa = cpu_isa();
   if constexpr (std::is_same<T, float>::value) {
 #if defined(__x86_64__)
@@ -142,8 +139,7 @@ MacroKernel<T> pick_kernel() {
 // and page-faulting 4 MiB per call cost a few percent at 1024^3. Slot 0 holds
 // the packed b panel (stream worker only), slot 1 a packed a block.
 // Throws std::bad_alloc, so callers inside parallel_for catch it (see below).
-template <class T>
-T* scratch(int slot, int64_t count) {
+template <class T> T* scratch(int slot, int64_t count) {
   struct Buffer {
     void* p = nullptr;
     size_t bytes = 0;
@@ -163,9 +159,8 @@ T* scratch(int slot, int64_t count) {
 
 // b[k0 .. k0+kc, j0 .. j0+nc] -> strips of NR columns, each kc x NR row-major,
 // zero-padded past nc so the micro-kernel never needs a column edge case.
-template <class T>
-void pack_b(const Gemm<T>& g, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int64_t nr,
-            int64_t strip_begin, int64_t strip_end, T* pb) {
+template <class T> void pack_b(const Gemm<T>& g, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
+                               int64_t nr, int64_t strip_begin, int64_t strip_end, T* pb) {
   for (int64_t s = strip_begin; s < strip_end; ++s) {
     const int64_t j = s * nr, w = std::min(nr, nc - j);
     T* dst = pb + j * kc;
@@ -198,9 +193,9 @@ void pack_a(const Gemm<T>& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, in
 // Rows [i_begin, i_end) of one KC x NC block, against the already packed b.
 // Blocks of nearly equal height (whole MR strips), so a 128-row chunk is one
 // block of 11 strips rather than 10 strips plus a nearly empty one.
-template <class T>
-void gemm_rows(const Gemm<T>& g, const MacroKernel<T>& mk, int64_t k0, int64_t kc, int64_t j0,
-               int64_t nc, const T* pb, int64_t i_begin, int64_t i_end) {
+template <class T> void gemm_rows(const Gemm<T>& g, const MacroKernel<T>& mk, int64_t k0,
+                                  int64_t kc, int64_t j0, int64_t nc, const T* pb, int64_t i_begin,
+                                  int64_t i_end) {
   T* pa = scratch<T>(1, (kMC + mk.mr) * kc);
   const int64_t rows = i_end - i_begin, blocks = (rows + kMC - 1) / kMC;
   const int64_t height = ((rows + blocks - 1) / blocks + mk.mr - 1) / mk.mr * mk.mr;
@@ -213,9 +208,9 @@ void gemm_rows(const Gemm<T>& g, const MacroKernel<T>& mk, int64_t k0, int64_t k
 
 // Strips [s_begin, s_end) of the packed panel for all rows: the split used
 // when out is wide and short, so every core has work.
-template <class T>
-void gemm_cols(const Gemm<T>& g, const MacroKernel<T>& mk, int64_t k0, int64_t kc, int64_t j0,
-               int64_t nc, const T* pb, int64_t s_begin, int64_t s_end) {
+template <class T> void gemm_cols(const Gemm<T>& g, const MacroKernel<T>& mk, int64_t k0,
+                                  int64_t kc, int64_t j0, int64_t nc, const T* pb, int64_t s_begin,
+                                  int64_t s_end) {
   T* pa = scratch<T>(1, (kMC + mk.mr) * kc);
   const int64_t j = s_begin * mk.nr, w = std::min(s_end * mk.nr, nc) - j;
   if (w <= 0) return;
@@ -226,8 +221,7 @@ void gemm_cols(const Gemm<T>& g, const MacroKernel<T>& mk, int64_t k0, int64_t k
   }
 }
 
-template <class T>
-void gemm(const Gemm<T>& g) {
+template <class T> void gemm(const Gemm<T>& g) {
   if (g.k == 0) {  // an empty sum: zeros (the block loop below would not run)
     std::fill(g.c, g.c + g.m * g.n, T(0));
     return;
@@ -248,9 +242,8 @@ void gemm(const Gemm<T>& g) {
       // would leave fewer than 64 strips in one chunk) and rounded up to
       // whole strips, which still covers every strip exactly once.
       if (g.m >= nc) {
-        parallel_for_may_throw(g.m, 64, [&](int64_t i0, int64_t i1) {
-          gemm_rows(g, mk, k0, kc, j0, nc, pb, i0, i1);
-        });
+        parallel_for_may_throw(
+            g.m, 64, [&](int64_t i0, int64_t i1) { gemm_rows(g, mk, k0, kc, j0, nc, pb, i0, i1); });
       } else {
         parallel_for_may_throw(nc, 64, [&](int64_t c0, int64_t c1) {
           gemm_cols(g, mk, k0, kc, j0, nc, pb, (c0 + mk.nr - 1) / mk.nr, (c1 + mk.nr - 1) / mk.nr);
@@ -262,8 +255,7 @@ void gemm(const Gemm<T>& g) {
 
 // ---- float16 / bfloat16: widen, multiply in float32, round once -------------
 
-template <class T>
-void gemm_half(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n) {
+template <class T> void gemm_half(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n) {
   std::vector<float> fa(static_cast<size_t>(m * k)), fb(static_cast<size_t>(k * n));
   std::vector<float> fc(static_cast<size_t>(m * n));
   for (int64_t i = 0; i < m * k; ++i) fa[i] = float(widen(a[i]));
@@ -274,8 +266,7 @@ void gemm_half(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n) 
 
 }  // namespace
 
-template <class T>
-void fast::gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n) {
+template <class T> void fast::gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n) {
   if constexpr (std::is_floating_point<T>::value) dkcpu::gemm(Gemm<T>{a, b, c, m, k, n});
   else gemm_half(a, b, c, m, k, n);
 }

@@ -45,8 +45,8 @@ DKCPU_INLINE void stream_store(float* dst, V4 v) {
 // norm_span with streaming stores of 4-float vectors (the unaligned head and
 // the tail use normal stores). Same arithmetic, so the same bits.
 DKCPU_INLINE void norm_span_streaming(const float* __restrict x, const float* __restrict w,
-                                const float* __restrict b, float* __restrict y, int64_t n,
-                                float mean, float rstd) {
+                                      const float* __restrict b, float* __restrict y, int64_t n,
+                                      float mean, float rstd) {
   const int64_t head = std::min<int64_t>(n, (-reinterpret_cast<uintptr_t>(y) % 16) / 4);
   norm_span(x, w, b, y, 0, head, mean, rstd);
   int64_t i = head;
@@ -73,8 +73,8 @@ DKCPU_INLINE void norm_rows_impl(const NormLaunch& l, int64_t r0, int64_t r1, bo
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) void norm_rows_avx2(const NormLaunch& l, int64_t r0,
-                                                        int64_t r1, bool stream) {
+__attribute__((target("avx2,fma"))) void norm_rows_avx2(const NormLaunch& l, int64_t r0, int64_t r1,
+                                                        bool stream) {
   norm_rows_impl(l, r0, r1, stream);
 }
 #endif
