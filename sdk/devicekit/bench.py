@@ -31,7 +31,7 @@ import numpy as np
 import devicekit as dk
 
 from . import __version__, _core
-from .cli import _table
+from ._text import table as _table
 from .dtypes import as_dtype
 
 SCHEMA = "devicekit.bench/1"

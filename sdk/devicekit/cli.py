@@ -10,6 +10,7 @@ import os
 import sys
 
 from . import _registry, errors
+from ._text import table
 
 EXIT_USAGE = 2
 
@@ -19,14 +20,6 @@ def _fmt_bytes(n):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-
-
-def _table(rows, headers):
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-
-    def line(r):
-        return "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def _device_entry(d):
@@ -63,7 +56,7 @@ def cmd_devices(args):
     print("Plugins")
     rows = [(r["name"], r["version"], r["api_version"], r["vendor"], r["source"], r["path"])
             for r in loaded]
-    print(_table(rows, ["plugin", "version", "api", "vendor", "source", "library"]) if rows
+    print(table(rows, ["plugin", "version", "api", "vendor", "source", "library"]) if rows
           else "(no plugin loaded)")
     rows, device_errors = [], []
     for r in loaded:
@@ -76,7 +69,7 @@ def cmd_devices(args):
                 rows.append((d["device"], "(error, see 'Device errors')", "-", "-", implemented))
                 device_errors.append(d)
     print("\nDevices")
-    print(_table(rows, ["device", "name", "memory", "dtypes", "kernels"]) if rows
+    print(table(rows, ["device", "name", "memory", "dtypes", "kernels"]) if rows
           else "(loaded plugins report no devices)")
     print(f"\nDevice errors ({len(device_errors)})")
     for d in device_errors:

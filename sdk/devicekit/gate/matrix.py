@@ -13,7 +13,7 @@ policy's required rules apply to it. Without ``--policy`` there is no verdict.
 
 import datetime
 
-from ..cli import _table
+from .._text import table as _table
 from .check import check
 from .reports import _env, template
 

@@ -13,7 +13,7 @@ from importlib import resources
 
 import jinja2
 
-from ..cli import _table
+from .._text import table as _table
 
 GROUPS = ("binary.sha256", "conformance", "models", "performance")
 
