@@ -54,6 +54,22 @@ void count_cast_inserted(DK_OpId op) {
   g_counts[op].cast_inserted.fetch_add(1, std::memory_order_relaxed);
 }
 
+DK_Kernel_Args kernel_args(Device& dev, int32_t op, const DK_TensorView* const* inputs,
+                           int32_t num_inputs, const DK_TensorView* const* outputs,
+                           int32_t num_outputs, const void* attrs) {
+  DK_Kernel_Args a{};
+  a.struct_size = DK_Kernel_Args_STRUCT_SIZE;
+  a.device = dev.index();
+  a.stream = dev.default_stream();
+  a.op = op;
+  a.num_inputs = num_inputs;
+  a.inputs = inputs;
+  a.num_outputs = num_outputs;
+  a.outputs = outputs;
+  a.attrs = attrs;
+  return a;
+}
+
 std::string describe_tensors(const TensorImpl* const* ts, size_t n) {
   std::string s;
   for (size_t i = 0; i < n; ++i) s += (i ? ", " : "") + (ts[i] ? ts[i]->describe() : "None");
@@ -131,16 +147,8 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
     ptrs[n] = &views[n];
     ++n;
   }
-  DK_Kernel_Args a{};
-  a.struct_size = DK_Kernel_Args_STRUCT_SIZE;
-  a.device = dev.index();
-  a.stream = dev.default_stream();
-  a.op = op;
-  a.num_inputs = int32_t(in.size());
-  a.inputs = ptrs.data();
-  a.num_outputs = int32_t(out.size());
-  a.outputs = ptrs.data() + in.size();
-  a.attrs = attrs;
+  const DK_Kernel_Args a = kernel_args(dev, op, ptrs.data(), int32_t(in.size()),
+                                       ptrs.data() + in.size(), int32_t(out.size()), attrs);
   g_counts[op].kernel.fetch_add(1, std::memory_order_relaxed);
   const uint64_t epoch = dev.epoch();
   for (auto* t : out) t->storage()->written_epoch.store(epoch, std::memory_order_relaxed);

@@ -45,6 +45,12 @@ void count_cast_inserted(DK_OpId op);
 // (optional) one as None. describe_call adds the outputs:
 // "(a, b) -> (out)". Every message that lists a call's operands uses these.
 std::string describe_tensors(const TensorImpl* const* ts, size_t n);
+
+// The arguments of one kernel call on `dev`'s default stream: what a base
+// kernel (launch) and a fused kernel (fused.cpp) are both handed.
+DK_Kernel_Args kernel_args(Device& dev, int32_t op, const DK_TensorView* const* inputs,
+                           int32_t num_inputs, const DK_TensorView* const* outputs,
+                           int32_t num_outputs, const void* attrs);
 std::string describe_call(std::initializer_list<const TensorImpl*> in,
                           std::initializer_list<const TensorImpl*> out);
 

@@ -143,16 +143,8 @@ bool try_fused(int op, const std::vector<Tensor>& inputs, FusedAttrs attrs, Fuse
   ov.strides = ov.rank ? out_strides.data() : nullptr;
   const DK_TensorView* out_ptr = &ov;
 
-  DK_Kernel_Args a{};
-  a.struct_size = DK_Kernel_Args_STRUCT_SIZE;
-  a.device = dev.index();
-  a.stream = dev.default_stream();
-  a.op = op;
-  a.num_inputs = n;
-  a.inputs = in_ptrs.data();
-  a.num_outputs = 1;
-  a.outputs = &out_ptr;
-  a.attrs = attrs_of(op, attrs);
+  const DK_Kernel_Args a =
+      kernel_args(dev, op, in_ptrs.data(), n, &out_ptr, 1, attrs_of(op, attrs));
 
   for (const DK_FusedKernel* k : kernels) {
     if (k->supports(&a) != 1) continue;
