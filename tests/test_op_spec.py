@@ -3,7 +3,8 @@
 A minor bump that adds an op is "edit the spec (the op and the version's
 entry), run the generator, add the CHANGELOG line" (device_api.h,
 "Versioning"): these tests run the real generator on a copy of device_api/
-with a fake op appended in a new minor 1.3 and check that every generated fact
+with a fake op appended in the next minor (1.<NEXT>, one past the real
+spec's newest) and check that every generated fact
 follows with no hand edit (the version itself and its DK_Api size included),
 and that the spec's differentiable flags agree with the gradient rules.
 Needs no device; the compile checks need `cc` (and `c++`).
@@ -23,14 +24,20 @@ from devicekit import scaffold
 ROOT = Path(__file__).resolve().parent.parent
 CC = shutil.which("cc") or shutil.which("gcc")
 CXX = shutil.which("c++") or shutil.which("g++")
+_REAL = json.loads((ROOT / "device_api/spec/base_ops.json").read_text())
+LATEST = len(_REAL["versions"]) - 1  # the real spec's newest minor
+NEXT = LATEST + 1                    # the fake bump's
+NOPS = len(_REAL["ops"])             # the fake op's DK_OpId
+LAST_OPS_MINOR = max(int(o["since"].split(".")[1]) for o in _REAL["ops"])
+LAST_FUSED_MINOR = max(int(o["since"].split(".")[1]) for o in _REAL["fused_ops"])
 
 FAKE_OP = {
-    "name": "fake_op", "since": "1.3", "kind": "unary", "inputs": ["x"], "outputs": ["out"],
+    "name": "fake_op", "since": f"1.{NEXT}", "kind": "unary", "inputs": ["x"], "outputs": ["out"],
     "attrs": None, "dtypes": ["float32", "float64"], "required_dtypes": ["float32"],
     "output_dtype": "same", "differentiable": True,
     "semantics": "out = x; an op that exists only in this test.", "error_bound": {"kind": "exact"},
 }
-FAKE_VERSION = {"version": "1.3", "api_struct_ends_at": "fused_kernels", "first_devicekit": "0.2",
+FAKE_VERSION = {"version": f"1.{NEXT}", "api_struct_ends_at": "fused_kernels", "first_devicekit": "9.9",
                 "note": "a version that exists only in this test"}
 
 
@@ -41,9 +48,9 @@ def _gen(root: Path, *args):
 
 @pytest.fixture(scope="module")
 def bumped(tmp_path_factory):
-    """A copy of device_api/ whose spec gained FAKE_OP and FAKE_VERSION (1.3),
+    """A copy of device_api/ whose spec gained FAKE_OP and FAKE_VERSION (1.NEXT),
     regenerated. Returns (root, spec, output of --check between the spec edit
-    and the run, output of the run refused while 1.3 had no versions entry)."""
+    and the run, output of the run refused while 1.NEXT had no versions entry)."""
     root = tmp_path_factory.mktemp("bump")
     shutil.copytree(ROOT / "device_api", root / "device_api")
     first = _gen(root)  # the copy's generated files (docs, SDK tables) from the real spec
@@ -64,7 +71,8 @@ def bumped(tmp_path_factory):
 def test_generator_refuses_an_op_of_a_minor_without_a_version_entry(bumped):
     refused = bumped[3]
     assert refused.returncode != 0
-    assert "fake_op is since 1.3, which has no entry in versions" in refused.stderr, refused.stderr
+    assert f"fake_op is since 1.{NEXT}, which has no entry in versions" in refused.stderr, \
+        refused.stderr
 
 
 def test_check_names_every_file_a_new_op_makes_stale(bumped):
@@ -82,22 +90,26 @@ def test_check_names_every_file_a_new_op_makes_stale(bumped):
 def test_header_latest_aliases_follow_the_spec(bumped):
     root, _, _, _ = bumped
     ops_h = (root / "device_api/include/devicekit/device_api_ops.h").read_text()
-    assert "  DK_OP_FAKE_OP = 43,\n" in ops_h
-    assert "DK_OP_COUNT_1_3 = 44 /* number of ops in device API 1.3 */" in ops_h
-    assert "#define DK_OP_COUNT DK_OP_COUNT_1_3\n" in ops_h
-    assert "#define DK_OPS_API_MINOR 3\n" in ops_h
+    assert f"  DK_OP_FAKE_OP = {NOPS},\n" in ops_h
+    assert f"DK_OP_COUNT_1_{NEXT} = {NOPS + 1} /* number of ops in device API 1.{NEXT} */" in ops_h
+    assert f"#define DK_OP_COUNT DK_OP_COUNT_1_{NEXT}\n" in ops_h
+    assert f"#define DK_OPS_API_MINOR {NEXT}\n" in ops_h
     assert ("#define DK_OP_DTYPES_FAKE_OP (DK_DTYPE_BIT(DK_DTYPE_FLOAT32) | "
             "DK_DTYPE_BIT(DK_DTYPE_FLOAT64))") in ops_h
-    assert "#define DK_FUSED_OP_COUNT DK_FUSED_OP_COUNT_1_2\n" in ops_h  # no new fused op
+    # No new fused op: the fused count stays the one of the minor that last added some.
+    assert f"#define DK_FUSED_OP_COUNT DK_FUSED_OP_COUNT_1_{LAST_FUSED_MINOR}\n" in ops_h
     counts = (root / "sdk/csrc/op_counts_by_minor.inc").read_text()
-    assert counts.endswith("{DK_OP_COUNT_1_1, DK_FUSED_OP_COUNT_1_2},  // 1.2\n"
-                           "{DK_OP_COUNT_1_3, DK_FUSED_OP_COUNT_1_2},  // 1.3\n")
+    assert counts.endswith(
+        f"{{DK_OP_COUNT_1_{LAST_OPS_MINOR}, DK_FUSED_OP_COUNT_1_{LAST_FUSED_MINOR}}},  // 1.{LATEST}\n"
+        f"{{DK_OP_COUNT_1_{NEXT}, DK_FUSED_OP_COUNT_1_{LAST_FUSED_MINOR}}},  // 1.{NEXT}\n")
     assert '{DK_OP_FAKE_OP, "fake_op", 1, DK_OP_DTYPES_FAKE_OP, OutDType::Same},' in (
         root / "sdk/csrc/base_ops_table.inc").read_text()
     api_h = (root / "device_api/include/devicekit/device_api.h").read_text()
-    assert "\n#define DK_API_MINOR 3\n" in api_h and "#define DK_API_MINOR 2" not in api_h
-    assert "#define DK_Api_STRUCT_SIZE_1_3 DK_STRUCT_SIZE(DK_Api, fused_kernels)\n" in ops_h
-    assert "#define DK_Api_STRUCT_SIZE_LATEST DK_Api_STRUCT_SIZE_1_3\n" in ops_h
+    assert f"\n#define DK_API_MINOR {NEXT}\n" in api_h
+    assert f"#define DK_API_MINOR {LATEST}\n" not in api_h
+    assert (f"#define DK_Api_STRUCT_SIZE_1_{NEXT} DK_STRUCT_SIZE(DK_Api, fused_kernels)\n"
+            in ops_h)
+    assert f"#define DK_Api_STRUCT_SIZE_LATEST DK_Api_STRUCT_SIZE_1_{NEXT}\n" in ops_h
 
 
 @pytest.mark.skipif(CC is None, reason="needs a C compiler (cc)")
@@ -107,10 +119,13 @@ def test_bumped_header_compiles_as_the_new_version(bumped, tmp_path):
     include = root / "device_api/include"
     probe = tmp_path / "probe.c"
     probe.write_text("#include <devicekit/device_api.h>\n"
-                     "_Static_assert(DK_OP_COUNT == 44 && DK_OP_FAKE_OP == 43, \"count\");\n"
-                     "_Static_assert(DK_API_MAJOR == 1 && DK_API_MINOR == 3, \"version\");\n"
-                     "_Static_assert(DK_Api_STRUCT_SIZE_1_3 == DK_Api_STRUCT_SIZE_1_2, \"size\");\n"
-                     "_Static_assert(DK_Api_STRUCT_SIZE_1_2 == DK_Api_STRUCT_SIZE, \"latest\");\n"
+                     f"_Static_assert(DK_OP_COUNT == {NOPS + 1} && DK_OP_FAKE_OP == {NOPS}, "
+                     "\"count\");\n"
+                     f"_Static_assert(DK_API_MAJOR == 1 && DK_API_MINOR == {NEXT}, \"version\");\n"
+                     f"_Static_assert(DK_Api_STRUCT_SIZE_1_{NEXT} == DK_Api_STRUCT_SIZE_1_{LATEST}, "
+                     "\"size\");\n"
+                     f"_Static_assert(DK_Api_STRUCT_SIZE_1_{LATEST} == DK_Api_STRUCT_SIZE, "
+                     "\"latest\");\n"
                      "int main(void) { return 0; }\n")
     r = subprocess.run([CC, "-std=c11", "-fsyntax-only", f"-I{include}", str(probe)],
                        capture_output=True, text=True)
@@ -120,7 +135,7 @@ def test_bumped_header_compiles_as_the_new_version(bumped, tmp_path):
 @pytest.mark.skipif(CXX is None, reason="needs a C++ compiler (c++)")
 def test_bumped_loader_size_table_has_the_new_row(bumped, tmp_path):
     # plugin.cpp's kApiSizeByMinor, built from the regenerated .inc as the SDK
-    # builds it, has a row per minor 1.0 .. 1.3 (its static_assert included).
+    # builds it, has a row per minor 1.0 .. 1.NEXT (its static_assert included).
     root = bumped[0]
     probe = tmp_path / "sizes.cpp"
     probe.write_text("#include <devicekit/device_api.h>\n"
@@ -129,9 +144,10 @@ def test_bumped_loader_size_table_has_the_new_row(bumped, tmp_path):
                      "};\n"
                      "constexpr int kKnownMinors =\n"
                      "    sizeof(kApiSizeByMinor) / sizeof(kApiSizeByMinor[0]);\n"
-                     "static_assert(kKnownMinors == 4, \"rows\");\n"
+                     f"static_assert(kKnownMinors == {NEXT + 1}, \"rows\");\n"
                      "static_assert(kKnownMinors == DK_API_MINOR + 1, \"rows\");\n"
-                     "static_assert(kApiSizeByMinor[3] == DK_Api_STRUCT_SIZE_1_3, \"1.3\");\n"
+                     f"static_assert(kApiSizeByMinor[{NEXT}] == DK_Api_STRUCT_SIZE_1_{NEXT}, "
+                     "\"next\");\n"
                      "static_assert(kApiSizeByMinor[0] == DK_Api_STRUCT_SIZE_1_0, \"1.0\");\n"
                      "int main() { return 0; }\n")
     r = subprocess.run([CXX, "-std=c++17", "-fsyntax-only", f"-I{root / 'device_api/include'}",
@@ -144,21 +160,22 @@ def test_python_facts_follow_the_spec(bumped):
     spec = importlib.util.spec_from_file_location("bumped_facts", root / "sdk/devicekit/_op_facts.py")
     facts = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(facts)
-    assert facts.OPS[-1] == "fake_op" and len(facts.OPS) == 44
+    assert facts.OPS[-1] == "fake_op" and len(facts.OPS) == NOPS + 1
     assert facts.NUM_INPUTS["fake_op"] == 1 and facts.KIND["fake_op"] == "unary"
-    assert "fake_op" in facts.DIFFERENTIABLE and facts.SINCE["fake_op"] == "1.3"
-    assert facts.LATEST_MINOR == 3
-    assert facts.FIRST_DEVICEKIT[(1, 3)] == (0, 2)
-    assert facts.FIRST_DEVICEKIT[(1, 2)] == (0, 1) and len(facts.FIRST_DEVICEKIT) == 4
+    assert "fake_op" in facts.DIFFERENTIABLE and facts.SINCE["fake_op"] == f"1.{NEXT}"
+    assert facts.LATEST_MINOR == NEXT
+    assert facts.FIRST_DEVICEKIT[(1, NEXT)] == (9, 9)
+    assert facts.FIRST_DEVICEKIT[(1, 2)] == (0, 1) and len(facts.FIRST_DEVICEKIT) == NEXT + 1
 
 
 def test_scaffold_op_list_follows_the_spec(bumped):
     spec = bumped[1]
-    ops = scaffold.base_ops(1, 3, spec)
-    assert ops[-1] == {"name": "fake_op", "since": "1.3", "id": "FAKE_OP", "value": 43,
+    ops = scaffold.base_ops(1, NEXT, spec)
+    assert ops[-1] == {"name": "fake_op", "since": f"1.{NEXT}", "id": "FAKE_OP", "value": NOPS,
                        "signature": "fake_op(x) -> out; no attrs"}
-    assert scaffold.op_count_macro(1, 3, spec) == "DK_OP_COUNT_1_3"
+    assert scaffold.op_count_macro(1, NEXT, spec) == f"DK_OP_COUNT_1_{NEXT}"
     # Older targets keep exactly their own ops.
+    assert scaffold.base_ops(1, LATEST, spec) == scaffold.base_ops(1, LATEST)
     assert scaffold.base_ops(1, 2, spec) == scaffold.base_ops(1, 2)
     assert scaffold.op_count_macro(1, 2, spec) == "DK_OP_COUNT_1_1"
 

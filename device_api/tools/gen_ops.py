@@ -302,7 +302,9 @@ def docs_table(spec):
               "# Fused operators", "",
               "Composite ops a plugin may register fused kernels for (`DK_FusedKernelTable`,",
               "since 1.2). The id is the `DK_FusedOpId` value. `?` marks an optional input",
-              "(a NULL entry in `DK_Kernel_Args.inputs` when absent). A kernel's `supports`",
+              "(a NULL entry in `DK_Kernel_Args.inputs` when absent) or, on a backward op",
+              "(since 1.3), an optional output (NULL in `DK_Kernel_Args.outputs` when the SDK",
+              "does not want that gradient). A kernel's `supports`",
               "predicate decides which dtypes and layouts it takes; the SDK runs the",
               "decomposition for every call no kernel accepts.", "",
               "| id | op | since | inputs → outputs | attributes | semantics |",
@@ -327,13 +329,42 @@ def sdk_table(spec):
     return "\n".join(rows) + "\n"
 
 
+def backward_of(spec):
+    """Fused op -> the fused op it is the backward of (spec field backward_of),
+    checked: it names an earlier fused op, one backward per op, and every
+    output is dNAME for an input NAME of that op."""
+    fused = spec["fused_ops"]
+    seen = {}
+    for i, o in enumerate(fused):
+        fwd = o.get("backward_of")
+        if fwd is None:
+            continue
+        earlier = {f["name"]: f for f in fused[:i]}
+        if fwd not in earlier or fwd in seen.values():
+            raise SystemExit(f"spec/base_ops.json: fused op {o['name']}: backward_of {fwd!r} must "
+                             f"name an earlier fused op that has no backward yet")
+        names = {n.rstrip("?") for n in earlier[fwd]["inputs"]}
+        for out in o["outputs"]:
+            if not (out.startswith("d") and out.rstrip("?")[1:] in names):
+                raise SystemExit(f"spec/base_ops.json: fused op {o['name']}: output {out!r} is not "
+                                 f"d<an input of {fwd}>")
+        seen[o["name"]] = fwd
+    return seen
+
+
 def sdk_fused_table(spec):
-    """One row per fused op: {id, name, num_inputs, num_required_inputs}."""
+    """One row per fused op: {id, name, num_inputs, num_required_inputs,
+    num_outputs, num_required_outputs, forward op (-1 unless a backward)}."""
     rows = ["// Generated from device_api/spec/base_ops.json by device_api/tools/gen_ops.py;",
-            "// do not edit. Row: {fused op, name, num_inputs, num_required_inputs}."]
+            "// do not edit. Row: {fused op, name, num_inputs, num_required_inputs, num_outputs,",
+            "// num_required_outputs, the op it is the backward of (-1: none)}."]
+    bw = backward_of(spec)
     for o in spec["fused_ops"]:
         required = sum(1 for i in o["inputs"] if not i.endswith("?"))
-        rows.append(f"{{DK_FUSED_{o['name'].upper()}, \"{o['name']}\", {len(o['inputs'])}, {required}}},")
+        required_out = sum(1 for i in o["outputs"] if not i.endswith("?"))
+        fwd = f"DK_FUSED_{bw[o['name']].upper()}" if o["name"] in bw else "-1"
+        rows.append(f"{{DK_FUSED_{o['name'].upper()}, \"{o['name']}\", {len(o['inputs'])}, {required}, "
+                    f"{len(o['outputs'])}, {required_out}, {fwd}}},")
     return "\n".join(rows) + "\n"
 
 
@@ -421,6 +452,10 @@ def py_facts(spec):
         "# Base ops in DK_OpId order, and fused ops in DK_FusedOpId order.\n"
         + _py_tuple("OPS", [o["name"] for o in ops])
         + _py_tuple("FUSED_OPS", [o["name"] for o in spec["fused_ops"]])
+        + table("FUSED_BACKWARD", [(f, b) for b, f in backward_of(spec).items()],
+                "Fused op -> the fused op that computes its gradients (spec backward_of).")
+        + table("FUSED_OUTPUTS", [(o["name"], tuple(o["outputs"])) for o in spec["fused_ops"]],
+                "Fused op -> its outputs in order (a trailing ? marks an optional one).")
         + table("NUM_INPUTS", [(o["name"], len(o["inputs"])) for o in ops],
                 "Base op -> number of inputs.")
         + table("KIND", [(o["name"], o["kind"]) for o in ops],

@@ -52,8 +52,8 @@ void bind_fused(py::module_& m) {
 
   m.def(
       "try_fused",
-      [](const std::string& op_name, const py::sequence& inputs,
-         const py::dict& attrs) -> py::object {
+      [](const std::string& op_name, const py::sequence& inputs, const py::dict& attrs,
+         const std::vector<bool>& want) -> py::object {
         const int op = fused_op_from_name(op_name);
         if (op < 0)
           return py::str("not a fused op of the device API");  // no plugin can register one
@@ -71,14 +71,27 @@ void bind_fused(py::module_& m) {
         bool ok;
         {
           py::gil_scoped_release nogil;
-          ok = try_fused(op, in, a, &hit);
+          ok = try_fused(op, in, a, want, &hit);
         }
         if (!ok) return py::str(hit.declined);
-        return py::make_tuple(hit.out, std::string(hit.kernel));
+        py::tuple outs(hit.outs.size());
+        for (size_t i = 0; i < hit.outs.size(); ++i) {
+          outs[i] = hit.outs[i] ? py::cast(hit.outs[i]) : py::none();
+        }
+        return py::make_tuple(outs, std::string(hit.kernel));
       },
-      py::arg("op"), py::arg("inputs"), py::arg("attrs"),
-      "Run the first registered fused kernel that accepts the call: (output, kernel name), "
-      "or a str saying why none ran (the operands do not fit the op, no kernel accepts, ...)");
+      py::arg("op"), py::arg("inputs"), py::arg("attrs"), py::arg("want") = std::vector<bool>{},
+      "Run the first registered fused kernel that accepts the call: ((outputs...), kernel "
+      "name), None for an output not wanted (want: one flag per output; empty: all), or a str "
+      "saying why none ran (the operands do not fit the op, no kernel accepts, ...)");
+
+  m.def(
+      "has_fused_kernel",
+      [](const std::string& op_name, const Tensor& t) {
+        return has_fused_kernel(fused_op_from_name(op_name), t);
+      },
+      py::arg("op"), py::arg("tensor"),
+      "Whether the plugin of the tensor's device registers a fused kernel for the op");
 }
 
 }  // namespace dk

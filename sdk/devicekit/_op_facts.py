@@ -2,7 +2,7 @@
 device_api/tools/gen_ops.py; do not edit. The spec is their only source."""
 
 API_MAJOR = 1
-LATEST_MINOR = 2  # the newest minor the spec names (DK_OPS_API_MINOR)
+LATEST_MINOR = 3  # the newest minor the spec names (DK_OPS_API_MINOR)
 # Base ops in DK_OpId order, and fused ops in DK_FusedOpId order.
 OPS = (
     'copy', 'fill', 'cast', 'add', 'neg', 'abs', 'exp', 'log', 'sqrt', 'rsqrt', 'reciprocal',
@@ -12,8 +12,27 @@ OPS = (
     'iota', 'gather', 'scatter_add', 'matmul', 'random_bits', 'random_uniform',
 )
 FUSED_OPS = (
-    'rms_norm', 'layer_norm', 'softmax', 'scaled_dot_product_attention',
+    'rms_norm', 'layer_norm', 'softmax', 'scaled_dot_product_attention', 'rms_norm_backward',
+    'layer_norm_backward', 'softmax_backward', 'scaled_dot_product_attention_backward',
 )
+# Fused op -> the fused op that computes its gradients (spec backward_of).
+FUSED_BACKWARD = {
+    'rms_norm': 'rms_norm_backward',
+    'layer_norm': 'layer_norm_backward',
+    'softmax': 'softmax_backward',
+    'scaled_dot_product_attention': 'scaled_dot_product_attention_backward',
+}
+# Fused op -> its outputs in order (a trailing ? marks an optional one).
+FUSED_OUTPUTS = {
+    'rms_norm': ('out',),
+    'layer_norm': ('out',),
+    'softmax': ('out',),
+    'scaled_dot_product_attention': ('out',),
+    'rms_norm_backward': ('dx', 'dweight?'),
+    'layer_norm_backward': ('dx', 'dweight?', 'dbias?'),
+    'softmax_backward': ('dx',),
+    'scaled_dot_product_attention_backward': ('dq', 'dk', 'dv'),
+}
 # Base op -> number of inputs.
 NUM_INPUTS = {
     'copy': 1,
@@ -155,6 +174,10 @@ SINCE = {
     'layer_norm': '1.2',
     'softmax': '1.2',
     'scaled_dot_product_attention': '1.2',
+    'rms_norm_backward': '1.3',
+    'layer_norm_backward': '1.3',
+    'softmax_backward': '1.3',
+    'scaled_dot_product_attention_backward': '1.3',
 }
 # Base ops autograd tracks (spec field differentiable).
 DIFFERENTIABLE = frozenset({
@@ -193,4 +216,5 @@ FIRST_DEVICEKIT = {
     (1, 0): (0, 1),  # 0.1.0 was the first release; it already spoke 1.2
     (1, 1): (0, 1),  # 1.1 added ops only
     (1, 2): (0, 1),  # DK_Api.fused_kernels and the fused ops
+    (1, 3): (0, 2),  # 1.3 added fused backward ops only
 }

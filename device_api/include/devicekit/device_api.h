@@ -89,7 +89,7 @@ extern "C" {
  */
 #define DK_API_MAJOR 1
 /* Written by tools/gen_ops.py from spec/base_ops.json's "versions"; edit the spec. */
-#define DK_API_MINOR 2
+#define DK_API_MINOR 3
 
 /* Size of a struct up to and including `last_field`. Used instead of sizeof so
  * trailing padding never counts and appending a field changes the value. */
@@ -587,9 +587,21 @@ DK_DEFINE_STRUCT_SIZE(DK_KernelTable, caps);
  *
  * Both functions take a DK_Kernel_Args whose `op` is a DK_FusedOpId, whose
  * inputs are the op's inputs in order (an absent optional input is a NULL
- * entry) and whose attrs is the op's attribute struct (never NULL). The output
- * is allocated by the SDK: dense row-major, the shape and dtype DK_FusedOpId
- * gives, never aliasing an input.
+ * entry) and whose attrs is the op's attribute struct (never NULL). The
+ * outputs are allocated by the SDK: dense row-major, the shapes and dtypes
+ * DK_FusedOpId gives, never aliasing an input.
+ *
+ * Backward ops (since 1.3). A fused op named <op>_backward computes the
+ * gradients of <op>'s inputs from the gradient of its output (dout, always
+ * input 0) and what it needs of the forward call; its definition is the
+ * gradient of <op>'s decomposition, and conformance checks a kernel against
+ * the gradients autograd computes through that decomposition. The SDK runs
+ * <op>'s fused forward kernel while autograd records only when the plugin
+ * registers a kernel for <op>_backward too, and asks that kernel's `supports`
+ * when the gradient is needed; when it declines, the SDK recomputes the
+ * decomposition and differentiates it. An output marked ? in DK_FusedOpId is
+ * optional: its entry in DK_Kernel_Args.outputs is NULL when the SDK does
+ * not want that gradient, and the kernel must then not compute it.
  */
 
 /* What input 3 of scaled_dot_product_attention is (DK_SdpaAttrs.mask_kind). */

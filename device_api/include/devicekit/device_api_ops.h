@@ -12,7 +12,7 @@
 
 /* The newest minor the op spec names. device_api.h refuses a DK_API_MINOR
  * older than it: ops of a minor ship with the version that has them. */
-#define DK_OPS_API_MINOR 2
+#define DK_OPS_API_MINOR 3
 
 /* The base operators. Append-only: a new op takes the next value, in a new
  * minor, and adds a DK_OP_COUNT_<major>_<minor>. Per op: inputs -> outputs,
@@ -301,7 +301,53 @@ typedef enum DK_FusedOpId {
    * weight of 0 by v may let a NaN or inf in v at a masked-out key reach the
    * output, as the decomposition (p @ v) does. */
   DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION = 3,
-  DK_FUSED_OP_COUNT_1_2 = 4 /* number of fused ops in device API 1.2 */
+  /* rms_norm_backward(dout, x, weight?) -> dx, dweight?; attrs DK_NormAttrs;
+   * since 1.3. The gradients of rms_norm(x, weight, eps) given dout (out's
+   * shape and dtype). With r = rsqrt(mean(x^2) + eps) per row (over the last
+   * dim) and g = dout * weight (dout when weight is absent): dx = r * (g - x *
+   * r^2 * mean(g * x)) in x's shape and dtype; dweight = the sum over all rows
+   * of dout * x * r, shape [x.shape[-1]], in weight's dtype. Accumulate in
+   * float32 or wider. Outputs marked ? are optional: the SDK passes NULL for a
+   * gradient it does not want (the forward input is absent or needs no
+   * gradient), and the kernel must not write it. dout is dense; every output
+   * is dense, allocated by the SDK, never aliasing an input. */
+  DK_FUSED_RMS_NORM_BACKWARD = 4,
+  /* layer_norm_backward(dout, x, weight?) -> dx, dweight?, dbias?; attrs
+   * DK_NormAttrs; since 1.3. The gradients of layer_norm(x, weight, bias, eps)
+   * given dout (out's shape and dtype); bias does not enter them. With xhat =
+   * (x - mean) * rsqrt(var + eps) per row (over the last dim, var biased, as
+   * the forward), rstd = rsqrt(var + eps) and g = dout * weight (dout when
+   * weight is absent): dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) in
+   * x's shape and dtype; dweight = the sum over all rows of dout * xhat, shape
+   * [x.shape[-1]], in weight's dtype; dbias = the sum over all rows of dout,
+   * shape [x.shape[-1]], in dout's dtype. Accumulate in float32 or wider.
+   * Outputs marked ? are optional: the SDK passes NULL for a gradient it does
+   * not want (the forward input is absent or needs no gradient), and the
+   * kernel must not write it. dout is dense; every output is dense, allocated
+   * by the SDK, never aliasing an input. */
+  DK_FUSED_LAYER_NORM_BACKWARD = 5,
+  /* softmax_backward(dout, out) -> dx; attrs DK_SoftmaxAttrs; since 1.3. The
+   * gradient of softmax(x, axis) given dout and the forward's out (same shape
+   * and dtype): dx = out * (dout - sum(dout * out along axis)), in out's shape
+   * and dtype. Accumulate in float32 or wider. dout and out are dense; dx is
+   * dense, allocated by the SDK, never aliasing an input. */
+  DK_FUSED_SOFTMAX_BACKWARD = 6,
+  /* scaled_dot_product_attention_backward(dout, q, k, v, out, mask?) -> dq,
+   * dk, dv; attrs DK_SdpaAttrs; since 1.3. The gradients of
+   * scaled_dot_product_attention(q, k, v, mask, scale, is_causal) given dout
+   * and the forward's out (both [B,Hq,Lq,Dv], q's dtype); shapes and the mask
+   * (as the forward: a [B,Hq,Lq,Lk] view, never differentiated) as the
+   * forward. With p = the forward's softmax weights per query row (visible
+   * keys only, recomputed from q, k and the mask) and D_i = dout_i . out_i:
+   * dv_j = sum over the query rows i (of every query head reading that kv
+   * head) of p_ij dout_i; ds_ij = p_ij (dout_i . v_j - D_i); dq_i = scale *
+   * sum_j ds_ij k_j; dk_j = scale * sum_i ds_ij q_i. dq, dk, dv have q's, k's
+   * and v's shapes, in q's dtype; a query row with no visible key contributes
+   * nothing. Accumulate in float32 or wider. dq, dk and dv are dense,
+   * allocated by the SDK, never aliasing an input. */
+  DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD = 7,
+  DK_FUSED_OP_COUNT_1_2 = 4, /* number of fused ops in device API 1.2 */
+  DK_FUSED_OP_COUNT_1_3 = 8 /* number of fused ops in device API 1.3 */
 } DK_FusedOpId;
 
 /* X-macro over every fused op, in DK_FusedOpId order: X(ID_SUFFIX, name). */
@@ -309,12 +355,16 @@ typedef enum DK_FusedOpId {
   X(RMS_NORM, rms_norm) \
   X(LAYER_NORM, layer_norm) \
   X(SOFTMAX, softmax) \
-  X(SCALED_DOT_PRODUCT_ATTENTION, scaled_dot_product_attention)
+  X(SCALED_DOT_PRODUCT_ATTENTION, scaled_dot_product_attention) \
+  X(RMS_NORM_BACKWARD, rms_norm_backward) \
+  X(LAYER_NORM_BACKWARD, layer_norm_backward) \
+  X(SOFTMAX_BACKWARD, softmax_backward) \
+  X(SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, scaled_dot_product_attention_backward)
 
 /* The number of fused ops this header knows: the count of the newest minor
- * that added any (1.2). Code that means "every op" uses this, never a
+ * that added any (1.3). Code that means "every op" uses this, never a
  * per-minor count spelled out by hand. */
-#define DK_FUSED_OP_COUNT DK_FUSED_OP_COUNT_1_2
+#define DK_FUSED_OP_COUNT DK_FUSED_OP_COUNT_1_3
 
 /* The size DK_Api had at each minor of this major (rule 4 of "Versioning" in
  * device_api.h), named by the last field of that minor so the value never
@@ -323,9 +373,10 @@ typedef enum DK_FusedOpId {
 #define DK_Api_STRUCT_SIZE_1_0 DK_STRUCT_SIZE(DK_Api, kernels)
 #define DK_Api_STRUCT_SIZE_1_1 DK_STRUCT_SIZE(DK_Api, kernels)
 #define DK_Api_STRUCT_SIZE_1_2 DK_STRUCT_SIZE(DK_Api, fused_kernels)
+#define DK_Api_STRUCT_SIZE_1_3 DK_STRUCT_SIZE(DK_Api, fused_kernels)
 /* The newest of them: device_api.h checks it is DK_Api's whole size, so a
  * field appended to DK_Api needs the version entry that ends at it. */
-#define DK_Api_STRUCT_SIZE_LATEST DK_Api_STRUCT_SIZE_1_2
+#define DK_Api_STRUCT_SIZE_LATEST DK_Api_STRUCT_SIZE_1_3
 
 /* Attributes of fill (since 1.0). */
 typedef struct DK_FillAttrs {
@@ -365,26 +416,26 @@ typedef struct DK_RandomAttrs {
 } DK_RandomAttrs;
 DK_DEFINE_STRUCT_SIZE(DK_RandomAttrs, offset);
 
-/* Attributes of rms_norm, layer_norm (since 1.2). */
+/* Attributes of rms_norm, layer_norm, rms_norm_backward, layer_norm_backward (since 1.2). */
 typedef struct DK_NormAttrs {
   size_t struct_size;
   double eps; /* added to the variance (mean square for rms_norm) before the reciprocal square root */
 } DK_NormAttrs;
 DK_DEFINE_STRUCT_SIZE(DK_NormAttrs, eps);
 
-/* Attributes of softmax (since 1.2). */
+/* Attributes of softmax, softmax_backward (since 1.2). */
 typedef struct DK_SoftmaxAttrs {
   size_t struct_size;
   int32_t axis; /* dimension, 0 <= axis < rank */
 } DK_SoftmaxAttrs;
 DK_DEFINE_STRUCT_SIZE(DK_SoftmaxAttrs, axis);
 
-/* Attributes of scaled_dot_product_attention (since 1.2). */
+/* Attributes of scaled_dot_product_attention, scaled_dot_product_attention_backward (since 1.2). */
 typedef struct DK_SdpaAttrs {
   size_t struct_size;
   double scale; /* multiplies q before QK^T */
   int32_t is_causal; /* 1: key j is visible to query i only when j <= i (top-left aligned); else 0 */
-  int32_t mask_kind; /* a DK_SdpaMaskKind saying what input 3 (mask) is; DK_SDPA_MASK_NONE exactly when it is absent */
+  int32_t mask_kind; /* a DK_SdpaMaskKind saying what the mask input is (input 3 of scaled_dot_product_attention, input 5 of its backward); DK_SDPA_MASK_NONE exactly when it is absent */
 } DK_SdpaAttrs;
 DK_DEFINE_STRUCT_SIZE(DK_SdpaAttrs, mask_kind);
 
