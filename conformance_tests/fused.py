@@ -17,6 +17,14 @@ For each kernel K of composite op OP:
   a non-contiguous view, ...). Whichever path runs, fused or decomposition,
   must be right; the message of a failure says which ran.
 
+A kernel K of a backward op (``<op>_backward``, device API 1.3) gets the same
+cases, run through autograd: OP's calls with every floating input requiring
+grad, its output's gradient a fixed random cotangent. The gradients with
+fused kernels on (OP's forward kernel, then K) must match the gradients
+autograd takes through OP's decomposition (fused kernels off) in the same
+dtype, and, when the device has float64, the decomposition's gradients in
+float64. A call where K did not run is skipped with the path that did.
+
 A plugin with no fused kernels gets one skipped case saying so (never a pass).
 Tolerances: ``_nn.tolerance`` against the oracle, twice that against the
 decomposition (both approximate the same float64 value).
@@ -166,6 +174,9 @@ def cases(target):
     for k in kernels:
         name, op = k["name"], k["op"]
         base = dict(section="fused", op=op)
+        if op in BACKWARD_OF and BACKWARD_OF[op] in REJECTS:
+            out += backward_cases(name, op, BACKWARD_OF[op], base)
+            continue
         if op not in _nn.CALLS or op not in REJECTS:
             out.append(Case(id=f"fused/{name}/unknown_op", dtype=None, **base,
                             fn=functools.partial(unknown_op, kernel=name, op=op)))
@@ -182,4 +193,119 @@ def cases(target):
         for kind in REJECTS[op]:
             out.append(Case(id=f"fused/{name}/rejects/{kind}", **base,
                             fn=functools.partial(check_reject, kernel=name, op=op, kind=kind)))
+    return out
+
+
+# ---- backward kernels (device API 1.3) ---------------------------------------------
+
+try:
+    from devicekit._op_facts import FUSED_BACKWARD as _FUSED_BACKWARD
+except ImportError:  # a DeviceKit before device API 1.3
+    _FUSED_BACKWARD = {}
+BACKWARD_OF = {b: f for f, b in _FUSED_BACKWARD.items()}
+
+
+def _floating(a):
+    """A floating operand (float16/32/64 or bfloat16 array): it requires grad."""
+    return isinstance(a, np.ndarray) and (a.dtype.kind == "f" or a.dtype.name == "bfloat16")
+
+
+def _grads(ctx, fwd, args, kwargs, cot, fused, noncontig=False):
+    """(gradients of every floating input, {backward kernel: launches}) of one
+    call of ``fwd`` whose output gradient is ``cot``."""
+    dev = ctx.device
+    dev_args = [_nn.to_device(a, dev, requires_grad=_floating(a)) for a in args]
+    if noncontig:
+        dev_args[0] = _noncontiguous(args[0], dev).detach().requires_grad_(True)
+    kw = {k: _nn.to_device(v, dev) for k, v in kwargs.items()}  # masks: never differentiated
+    dk.reset_composite_stats()
+    with dk.fused_kernels(fused):
+        out = _nn.function(fwd)(*dev_args, **kw)
+        out.backward(dk.tensor(cot, device=dev))
+    grads = [t.grad.numpy() for t, a in zip(dev_args, args) if _floating(a)]
+    st = dk.composite_stats().get(fwd + "_backward", {"fused": {}})
+    return grads, st["fused"]
+
+
+def _cotangent(ctx, fwd, args, kwargs, dtype):
+    """A fixed random output gradient of the call's output shape, in ``dtype``."""
+    dev = ctx.device
+    with dk.no_grad():
+        out = _nn.function(fwd)(*[_nn.to_device(a, dev) for a in args],
+                                **{k: _nn.to_device(v, dev) for k, v in kwargs.items()})
+    return O.round_to(ctx.rng().standard_normal(tuple(out.shape)), dtype)
+
+
+def _compare_grads(ctx, fwd, call, args, kwargs, dtype, noncontig, note):
+    cot = _cotangent(ctx, fwd, args, kwargs, dtype)
+    got, launched = _grads(ctx, fwd, args, kwargs, cot, True, noncontig)
+    ref, _ = _grads(ctx, fwd, args, kwargs, cot, False, noncontig)
+    # Each gradient element sums up to one product per element of the largest input.
+    n = max([call.n] + [int(np.prod(a.shape)) for a in args if _floating(a)])
+    rtol, atol = _nn.tolerance(fwd, dtype, n)
+    path = f"ran: {', '.join(launched) or 'the decomposition'}"
+    case = f"{note} n={call.n} seed={ctx.seed}; {path}"
+    for i, (g, r) in enumerate(zip(got, ref)):
+        O.assert_close(g, r, dtype, op=fwd, tol=(2 * rtol, 2 * atol),
+                       case=f"{case}: gradient of input {i} vs the decomposition's")
+    if "float64" in ctx.target.dtypes and dtype != "float64":
+        wide = [a.astype(np.float64) if _floating(a) else a for a in args]
+        wide_kw = {k: v.astype(np.float64) if _floating(v) else v for k, v in kwargs.items()}
+        exact, _ = _grads(ctx, fwd, wide, wide_kw, cot.astype(np.float64), False, noncontig)
+        for i, (g, w) in enumerate(zip(got, exact)):
+            O.assert_close(g, O.round_to(w, dtype), dtype, op=fwd, tol=(2 * rtol, 2 * atol),
+                           case=f"{case}: gradient of input {i} vs the float64 decomposition's")
+    return launched
+
+
+def check_backward_call(ctx, kernel, fwd, dtype, shape):
+    call = _nn.CALLS[fwd][shape](ctx.rng())
+    args, kwargs = _nn.rounded(call, dtype)
+    launched = _compare_grads(ctx, fwd, call, args, kwargs, dtype, False,
+                              f"{kernel} {dtype} {shape}")
+    if not launched.get(kernel):
+        other = ", ".join(launched) or "the decomposition's gradient"
+        raise Skip(f"{kernel} was not asked or declined this call ({other} ran and was right)")
+
+
+def check_backward_reject(ctx, kernel, fwd, kind):
+    call, dtype, noncontig = REJECTS[fwd][kind](ctx.rng())
+    if dtype not in ctx.target.dtypes:
+        raise Skip(f"the device has no {dtype}")
+    args, kwargs = _nn.rounded(call, dtype)
+    _compare_grads(ctx, fwd, call, args, kwargs, dtype, noncontig, f"{kernel} rejects/{kind}")
+
+
+def check_backward_accepts(ctx, kernel, fwd):
+    tried = 0
+    for dtype in DTYPES:
+        if dtype not in ctx.target.dtypes:
+            continue
+        for make in _nn.CALLS[fwd].values():
+            args, kwargs = _nn.rounded(make(ctx.rng()), dtype)
+            cot = _cotangent(ctx, fwd, args, kwargs, dtype)
+            _, launched = _grads(ctx, fwd, args, kwargs, cot, True)
+            tried += 1
+            if launched.get(kernel):
+                return
+    raise AssertionError(f"fused backward kernel {kernel} ({fwd}_backward) ran for none of "
+                         f"{tried} calls ({', '.join(DTYPES)} x {', '.join(_nn.CALLS[fwd])}): "
+                         f"either its supports() declines everything or the plugin has no "
+                         f"fused {fwd} kernel that accepts them (the SDK runs a backward kernel "
+                         f"only after the op's fused forward ran)")
+
+
+def backward_cases(name, op, fwd, base):
+    out = [Case(id=f"fused/{name}/accepts_some_call", **base,
+                fn=functools.partial(check_backward_accepts, kernel=name, fwd=fwd))]
+    for dtype in DTYPES:
+        for shape in _nn.CALLS[fwd]:
+            out.append(Case(id=f"fused/{name}/{dtype}/{shape}", dtype=dtype,
+                            required=dtype == "float32", **base,
+                            fn=functools.partial(check_backward_call, kernel=name, fwd=fwd,
+                                                 dtype=dtype, shape=shape)))
+    for kind in REJECTS[fwd]:
+        out.append(Case(id=f"fused/{name}/rejects/{kind}", **base,
+                        fn=functools.partial(check_backward_reject, kernel=name, fwd=fwd,
+                                             kind=kind)))
     return out

@@ -91,12 +91,16 @@ def ref_sdpa(q, k, v, mask, scale, causal):
 # ---- the registry ----------------------------------------------------------------
 
 def test_cpu_plugin_registers_its_fused_kernels(cpu):
-    assert cpu.plugin.api_version == devicekit.API_VERSION == "1.2"
+    assert cpu.plugin.api_version == devicekit.API_VERSION == "1.3"
     assert cpu.plugin.fused_kernels() == [
         {"op": "rms_norm", "name": "cpu.rms_norm_f32"},
         {"op": "layer_norm", "name": "cpu.layer_norm_f32"},
         {"op": "softmax", "name": "cpu.softmax_lastdim_f32"},
         {"op": SDPA, "name": "cpu.sdpa_flash_f32"},
+        {"op": "rms_norm_backward", "name": "cpu.rms_norm_backward_f32"},
+        {"op": "layer_norm_backward", "name": "cpu.layer_norm_backward_f32"},
+        {"op": "softmax_backward", "name": "cpu.softmax_lastdim_backward_f32"},
+        {"op": SDPA + "_backward", "name": "cpu.sdpa_backward_f32"},
     ]
 
 
@@ -123,7 +127,7 @@ def test_a_failing_fused_kernel_raises_naming_kernel_op_operands_device_plugin(
     dev = devicekit.device("errplug:0")
     x = devicekit.tensor(np.ones((2, 3), np.float32), device=dev)
     with pytest.raises(DeviceError) as excinfo:
-        _fused.dispatch("rms_norm", (x, None), {"eps": 1e-5}, lambda: pytest.fail("decomposed"))
+        _fused.dispatch("rms_norm", (x, None), {"eps": 1e-5}, lambda *_: pytest.fail("decomposed"))
     msg = str(excinfo.value)
     assert excinfo.value.code == "INVALID_ARGUMENT"
     for fragment in ("errors_plugin.rms_norm: deliberate failure", "errplug.rms_norm_fails",
@@ -138,7 +142,7 @@ class FakeDecomposition:
     def __init__(self):
         self.calls = 0
 
-    def __call__(self):
+    def __call__(self, *inputs):
         self.calls += 1
         return "decomposed"
 
@@ -247,14 +251,25 @@ def test_permuted_qkv_views_are_decomposed_with_the_reason_counted(cpu):
                    "float32 strided, none)"), why
 
 
-def test_autograd_recording_is_a_counted_reason(cpu):
+def test_autograd_recording_without_a_backward_kernel_is_a_counted_reason(cpu, monkeypatch):
     import devicekit.nn.functional as F
     x = _t(_randn(3, 4))
     x.requires_grad = True
     _fused.reset_composite_stats()
-    F.softmax(x, axis=-1)
+    y = F.softmax(x, axis=-1)  # the cpu plugin has both kernels: fused, with one fused node
+    assert y.grad_fn.name == "fused:softmax"
+    assert _fused.composite_stats()["softmax"] == {
+        "decomposed": 0, "fused": {"cpu.softmax_lastdim_f32": 1}, "why_decomposed": {}}
+    # A plugin with the forward kernel and no backward one: the decomposition
+    # records itself, and the reason names the missing kernel.
+    real = _fused._core.has_fused_kernel
+    monkeypatch.setattr(_fused._core, "has_fused_kernel",
+                        lambda op, t: not op.endswith("_backward") and real(op, t))
+    _fused.reset_composite_stats()
+    y = F.softmax(x, axis=-1)
+    assert y.grad_fn.name != "fused:softmax"
     assert _fused.composite_stats()["softmax"]["why_decomposed"] == {
-        "autograd is recording (no fused backward)": 1}
+        "autograd is recording (no softmax_backward kernel registered)": 1}
 
 
 # ---- the CPU kernels against numpy float64 ---------------------------------------------

@@ -55,11 +55,13 @@ const DK_KernelTable dk_cpu_kernel_table = {
       .launch = launch_fn,                             \
   };
 #include "fused_1_2.def"
+#include "fused_1_3.def"
 #undef DKCPU_FUSED
 
 static const DK_FusedKernel* const kFusedKernels[] = {
 #define DKCPU_FUSED(id, kname, supports_fn, launch_fn) &kFused_##launch_fn,
 #include "fused_1_2.def"
+#include "fused_1_3.def"
 #undef DKCPU_FUSED
 };
 

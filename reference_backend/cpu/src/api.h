@@ -49,6 +49,7 @@ DK_Error* dk_cpu_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args);
   int32_t supports(const DK_Kernel_Args* args); \
   DK_Error* launch(const DK_Kernel_Args* args);
 #include "fused_1_2.def"
+#include "fused_1_3.def"
 #undef DKCPU_FUSED
 
 /* src/api.c: the kernel table, also read by the kernels' own validation so

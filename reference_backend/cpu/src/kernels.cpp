@@ -1,4 +1,5 @@
-// The four base operators of API 1.0: copy, fill, cast, add.
+// Three of the four base operators of API 1.0: copy, fill, cast. (add runs on
+// the elementwise engine, src/kernels_elementwise.cpp, which broadcasts.)
 //
 // Each kernel validates synchronously against the op's contract and against
 // the capability bits and dtype mask it declared in the kernel table (so
@@ -91,42 +92,6 @@ DK_Error* run_cast(const void* payload) {
   return nullptr;
 }
 
-template <class T> T add_one(T a, T b) {
-  if constexpr (std::is_floating_point<T>::value) {
-    return a + b;
-  } else if constexpr (std::is_same<T, f16>::value) {
-    return f16{float_to_half(half_to_float(a.bits) + half_to_float(b.bits))};
-  } else if constexpr (std::is_same<T, bf16>::value) {
-    return bf16{float_to_bfloat16(bfloat16_to_float(a.bits) + bfloat16_to_float(b.bits))};
-  } else if constexpr (std::is_same<T, boolean>::value) {
-    return boolean{uint8_t(a.value != 0 || b.value != 0)};
-  } else {
-    using U = std::make_unsigned_t<T>;  // unsigned arithmetic wraps; signed would be UB
-    return T(U(U(a) + U(b)));
-  }
-}
-
-// __restrict is true (no INPLACE capability, so check_no_alias rejected
-// aliasing) and lets the compiler vectorise the float32 loop at -O3.
-template <class T>
-void add_loop(const T* __restrict a, const T* __restrict b, T* __restrict out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = add_one(a[i], b[i]);
-}
-
-DK_Error* run_add(const void* payload) {
-  const Launch& l = *static_cast<const Launch*>(payload);
-  dispatch(l.out.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* a = reinterpret_cast<const T*>(l.in[0].data);
-    const T* b = reinterpret_cast<const T*>(l.in[1].data);
-    T* out = reinterpret_cast<T*>(l.out.data);
-    parallel_for(l.numel, 32 * 1024, [&](int64_t begin, int64_t end) {
-      add_loop(a + begin, b + begin, out + begin, end - begin);
-    });
-  });
-  return nullptr;
-}
-
 }  // namespace
 }  // namespace dkcpu
 
@@ -210,30 +175,6 @@ DK_Error* dk_cpu_kernel_cast(const DK_Kernel_Args* args) {
     if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_CAST, l.out)) return e;
     if (DK_Error* e = check_no_alias(kCall, DK_OP_CAST, l.out, l.in[0], "input 0")) return e;
     if (l.numel > 0) enqueue(args->stream, run_cast, l);
-    return nullptr;
-  });
-}
-
-DK_Error* dk_cpu_kernel_add(const DK_Kernel_Args* args) {
-  static const char* const kCall = "cpu.Kernel(add)";
-  if (DK_Error* e = check_call(kCall, args, DK_OP_ADD, 2, 1)) return e;
-  return guarded(kCall, [&]() -> DK_Error* {
-    Launch l{};
-    int64_t in_numel = 0;
-    static const char* const kIn[2] = {"input 0", "input 1"};
-    if (DK_Error* e = load_view(kCall, "output 0", args, args->outputs[0], &l.out, &l.numel))
-      return e;
-    if (DK_Error* e = check_dtype_declared(kCall, "output 0", DK_OP_ADD, l.out)) return e;
-    if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_ADD, l.out)) return e;
-    for (int i = 0; i < 2; ++i) {
-      View& in = l.in[i];
-      if (DK_Error* e = load_view(kCall, kIn[i], args, args->inputs[i], &in, &in_numel)) return e;
-      if (DK_Error* e = check_same_dtype(kCall, kIn[i], in, l.out, "output 0")) return e;
-      if (DK_Error* e = check_same_shape(kCall, kIn[i], in, l.out, "output 0")) return e;
-      if (DK_Error* e = check_layout(kCall, kIn[i], DK_OP_ADD, in)) return e;
-      if (DK_Error* e = check_no_alias(kCall, DK_OP_ADD, l.out, in, kIn[i])) return e;
-    }
-    if (l.numel > 0) enqueue(args->stream, run_add, l);
     return nullptr;
   });
 }

@@ -116,6 +116,15 @@ struct SIGN : Unary {
   }
 };
 
+// add (a 1.0 op; its row is in ops_1_0.def): bool is logical or, integers wrap.
+struct ADD : Binary {
+  static constexpr const char* kCall = "cpu.Kernel(add)";
+  template <class C> C operator()(C a, C b) const {
+    if constexpr (std::is_same<C, bool>::value) return a || b;
+    else if constexpr (kInt<C>) return C(Bits<C>(Bits<C>(a) + Bits<C>(b)));
+    else return a + b;
+  }
+};
 struct SUB : Binary {
   static constexpr const char* kCall = "cpu.Kernel(sub)";
   template <class C> C operator()(C a, C b) const {
@@ -218,6 +227,7 @@ constexpr uint64_t row_dtypes(DK_OpId id) {
   case DK_OP_##ID: return (dtypes);
 #include "ops_1_1_elementwise.def"
 #undef DKCPU_OP
+    case DK_OP_ADD: return DK_OP_DTYPES_ADD;  // must match its row in ops_1_0.def
     default: return 0;
   }
 }
@@ -410,4 +420,7 @@ extern "C" {
   }
 #include "ops_1_1_elementwise.def"
 #undef DKCPU_OP
+DK_Error* dk_cpu_kernel_add(const DK_Kernel_Args* args) {
+  return dkcpu::launch<dkcpu::op::ADD, DK_OP_ADD>(args);
+}
 }  // extern "C"

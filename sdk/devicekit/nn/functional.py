@@ -4,7 +4,8 @@ Use as ``import devicekit.nn.functional as F``. Every op here is built from
 differentiable base ops, so gradients flow through the autograd tape with no
 extra rules. ``softmax``, ``layer_norm``, ``rms_norm`` and
 ``scaled_dot_product_attention`` go through ``_fused.dispatch`` so a plugin's
-fused kernel runs when it accepts the call.
+fused kernel runs when it accepts the call (while autograd records, only with
+the plugin's fused backward kernel for the op beside it).
 
 Numerics: float16/bfloat16 inputs are computed in float32 and returned in the
 input dtype. Stable formulations: max-subtracted softmax/log_softmax/
@@ -42,7 +43,7 @@ def softmax(x, axis=-1, *, dim=_UNSET):
     axis, _ = pick("softmax", axis, dim, axis_default=-1)
     ax = norm_axis("softmax", x, axis)
     check_float("softmax", "x", x)
-    return _fused.dispatch("softmax", (x,), {"axis": ax}, lambda: _softmax(x, ax))
+    return _fused.dispatch("softmax", (x,), {"axis": ax}, lambda x: _softmax(x, ax))
 
 
 def _softmax(x, axis):
@@ -107,7 +108,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5):
     check_vector("layer_norm", "weight", weight, x.shape[-1])
     check_vector("layer_norm", "bias", bias, x.shape[-1])
     return _fused.dispatch("layer_norm", (x, weight, bias), {"eps": float(eps)},
-                           lambda: _layer_norm(x, weight, bias, float(eps)))
+                           lambda x, w, b: _layer_norm(x, w, b, float(eps)))
 
 
 def _layer_norm(x, weight, bias, eps):
@@ -127,7 +128,7 @@ def rms_norm(x, weight=None, eps=1e-6):
     check_float("rms_norm", "x", x)
     check_vector("rms_norm", "weight", weight, x.shape[-1])
     return _fused.dispatch("rms_norm", (x, weight), {"eps": float(eps)},
-                           lambda: _rms_norm(x, weight, float(eps)))
+                           lambda x, w: _rms_norm(x, w, float(eps)))
 
 
 def _rms_norm(x, weight, eps):
@@ -349,7 +350,7 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal=False, scale
     return _fused.dispatch(
         "scaled_dot_product_attention", (q, k, v, attn_mask),
         {"scale": scale, "is_causal": bool(is_causal)},
-        lambda: _attention(q, k, v, attn_mask, bool(is_causal), scale))
+        lambda q, k, v, m: _attention(q, k, v, m, bool(is_causal), scale))
 
 
 def _repeat_heads(t, groups):

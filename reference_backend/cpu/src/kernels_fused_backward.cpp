@@ -1,0 +1,475 @@
+// Fused backward kernels (device API 1.3): the gradients of rms_norm,
+// layer_norm, softmax (last axis) and scaled_dot_product_attention in one
+// launch each, float32. With them beside the forward kernels, the SDK runs
+// these composites fused while autograd records (see device_api.h, "Backward
+// ops"); conformance checks them against the gradients of the decompositions.
+//
+// Every sum that spans several rows (dweight, dbias; dk and dv over the query
+// rows of a kv head) is taken in one fixed order by one thread, so a result
+// does not depend on the thread count.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "fused_common.h"
+#include "parallel.h"
+
+namespace dkcpu {
+namespace {
+
+constexpr int kMaxIn = 6, kMaxOut = 3;
+
+// The args' frame of a backward op: op, arity, attribute struct.
+template <class Attrs> const Attrs* backward_frame(const DK_Kernel_Args* a, DK_FusedOpId op,
+                                                   int32_t num_inputs, int32_t num_outputs,
+                                                   size_t attrs_size) {
+  if (a == nullptr || a->struct_size < DK_Kernel_Args_STRUCT_SIZE || a->op != op ||
+      a->num_inputs != num_inputs || a->num_outputs != num_outputs || !a->inputs ||
+      !a->outputs || !a->outputs[0]) {
+    return nullptr;
+  }
+  const auto* attrs = static_cast<const Attrs*>(a->attrs);
+  return attrs && attrs->struct_size >= attrs_size ? attrs : nullptr;
+}
+
+// float32, rank 4, the last dim read with unit stride (the other dims any
+// strides: a permuted q/k/v view qualifies).
+bool rows_f32(const DK_TensorView* v) {
+  return is_view(v) && v->dtype == DK_DTYPE_FLOAT32 && v->rank == 4 &&
+         (v->shape[3] <= 1 || v->strides[3] == 1);
+}
+
+// An absent optional view, or a present dense float32 one.
+bool absent_or_dense(const DK_TensorView* v) { return v == nullptr || dense_f32(v); }
+
+// Views of one backward call, checked as every kernel checks its views.
+struct BackwardViews {
+  View in[kMaxIn], out[kMaxOut];
+  bool in_present[kMaxIn] = {}, out_present[kMaxOut] = {};
+  int64_t out_numel[kMaxOut] = {};
+};
+
+DK_Error* load_backward(const char* call, const DK_Kernel_Args* a, DK_FusedOpId op,
+                        int32_t num_inputs, int32_t num_outputs, DK_FusedSupportsFn* supports,
+                        BackwardViews* v) {
+  DKCPU_CHECK_ARGS(call, a, DK_Kernel_Args);
+  if (DK_Error* e = check_device(call, a->device)) return e;
+  if (DK_Error* e = check_stream(call, a->stream, a->device)) return e;
+  if (!supports(a)) {
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: called with arguments its supports() declines (op, arity, dtype, "
+                     "layout, rank or attrs). Hint: the SDK must launch a fused kernel only "
+                     "after its supports() returned 1.",
+                     call);
+  }
+  char what[32];
+  int64_t n = 0;
+  for (int32_t i = 0; i < num_inputs; ++i) {
+    if (a->inputs[i] == nullptr) continue;
+    std::snprintf(what, sizeof what, "input %d", int(i));
+    if (DK_Error* e = load_view(call, what, a, a->inputs[i], &v->in[i], &n)) return e;
+    v->in_present[i] = true;
+  }
+  for (int32_t o = 0; o < num_outputs; ++o) {
+    if (a->outputs[o] == nullptr) continue;  // a gradient the SDK does not want
+    std::snprintf(what, sizeof what, "output %d", int(o));
+    if (DK_Error* e = load_view(call, what, a, a->outputs[o], &v->out[o], &v->out_numel[o]))
+      return e;
+    v->out_present[o] = true;
+  }
+  // Outputs never overlap an input or each other (nothing runs in place).
+  auto overlap = [](const View& x, const View& y) {
+    return x.span_begin != x.span_end && y.span_begin != y.span_end &&
+           x.span_begin < y.span_end && y.span_begin < x.span_end;
+  };
+  for (int32_t o = 0; o < num_outputs; ++o) {
+    if (!v->out_present[o]) continue;
+    for (int32_t i = 0; i < num_inputs; ++i) {
+      if (v->in_present[i] && overlap(v->out[o], v->in[i])) {
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                         "%s: output %d overlaps input %d in memory; expected disjoint views",
+                         call, int(o), int(i));
+      }
+    }
+    for (int32_t p = 0; p < o; ++p) {
+      if (v->out_present[p] && overlap(v->out[o], v->out[p])) {
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                         "%s: outputs %d and %d overlap in memory; expected disjoint views", call,
+                         int(p), int(o));
+      }
+    }
+  }
+  return nullptr;
+}
+
+const float* f32(const View& v) { return reinterpret_cast<const float*>(v.data); }
+float* f32_out(const View& v) { return reinterpret_cast<float*>(v.data); }
+
+// ---- rms_norm / layer_norm ------------------------------------------------------
+
+struct NormBackward {
+  const float* dout;
+  const float* x;
+  const float* weight;  // NULL: 1
+  float* dx;
+  float* dweight;  // NULL: not wanted
+  float* dbias;    // NULL: not wanted (layer_norm only)
+  int64_t rows, d;
+  float eps;
+  bool centered;
+};
+
+// dx row by row; then dweight/dbias column block by column block, each
+// column summed over the rows in row order by one thread.
+DK_Error* run_norm_backward(const void* payload) {
+  const NormBackward l = *static_cast<const NormBackward*>(payload);
+  const NormLaunch stats_of{l.x, nullptr, nullptr, nullptr, l.rows, l.d, l.eps, l.centered};
+  std::vector<NormStats> stats(size_t(l.rows));
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(l.d, 1));
+  parallel_for(l.rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* __restrict x = l.x + r * l.d;
+      const float* __restrict g = l.dout + r * l.d;
+      float* __restrict dx = l.dx + r * l.d;
+      const NormStats s = norm_stats(stats_of, x);
+      stats[size_t(r)] = s;
+      // dx = rstd * (wg - mean(wg) - xhat * mean(wg * xhat)); rms_norm has
+      // no mean(wg) term (its mean is 0 and it does not centre).
+      float sum_g = 0.0f, sum_gx = 0.0f;
+      for (int64_t i = 0; i < l.d; ++i) {
+        const float wg = l.weight ? g[i] * l.weight[i] : g[i];
+        sum_g += wg;
+        sum_gx += wg * ((x[i] - s.mean) * s.rstd);
+      }
+      const float mean_g = l.centered ? sum_g / float(l.d) : 0.0f;
+      const float mean_gx = sum_gx / float(l.d);
+      for (int64_t i = 0; i < l.d; ++i) {
+        const float wg = l.weight ? g[i] * l.weight[i] : g[i];
+        const float xhat = (x[i] - s.mean) * s.rstd;
+        dx[i] = s.rstd * (wg - mean_g - xhat * mean_gx);
+      }
+    }
+  });
+  if (!l.dweight && !l.dbias) return nullptr;
+  parallel_for(l.d, 64, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      if (l.dweight) l.dweight[c] = 0.0f;
+      if (l.dbias) l.dbias[c] = 0.0f;
+    }
+    for (int64_t r = 0; r < l.rows; ++r) {
+      const float* __restrict x = l.x + r * l.d;
+      const float* __restrict g = l.dout + r * l.d;
+      const NormStats s = stats[size_t(r)];
+      if (l.dweight)
+        for (int64_t c = c0; c < c1; ++c) l.dweight[c] += g[c] * ((x[c] - s.mean) * s.rstd);
+      if (l.dbias)
+        for (int64_t c = c0; c < c1; ++c) l.dbias[c] += g[c];
+    }
+  });
+  return nullptr;
+}
+
+// dout, x dense float32 (rank >= 1), weight dense float32 [d] or absent; dx
+// dense float32, dweight only with weight, each present output dense float32.
+int32_t norm_backward_supports(const DK_Kernel_Args* a, DK_FusedOpId op, int32_t num_outputs) {
+  if (!backward_frame<DK_NormAttrs>(a, op, 3, num_outputs, DK_NormAttrs_STRUCT_SIZE)) return 0;
+  if (!dense_f32(a->inputs[0]) || !dense_f32(a->inputs[1]) || a->inputs[1]->rank < 1) return 0;
+  if (!absent_or_dense(a->inputs[2]) || !dense_f32(a->outputs[0])) return 0;
+  if (a->outputs[1] && !a->inputs[2]) return 0;  // dweight without a weight
+  for (int32_t o = 1; o < num_outputs; ++o) {
+    if (!absent_or_dense(a->outputs[o])) return 0;
+  }
+  return 1;
+}
+
+int32_t rms_norm_backward_supports(const DK_Kernel_Args* a) {
+  return norm_backward_supports(a, DK_FUSED_RMS_NORM_BACKWARD, 2);
+}
+int32_t layer_norm_backward_supports(const DK_Kernel_Args* a) {
+  return norm_backward_supports(a, DK_FUSED_LAYER_NORM_BACKWARD, 3);
+}
+
+DK_Error* launch_norm_backward(const char* call, const DK_Kernel_Args* a, DK_FusedOpId op,
+                               int32_t num_outputs, DK_FusedSupportsFn* supports) {
+  return guarded(call, [&]() -> DK_Error* {
+    BackwardViews v;
+    if (DK_Error* e = load_backward(call, a, op, 3, num_outputs, supports, &v)) return e;
+    const View& x = v.in[1];
+    if (DK_Error* e = check_same_shape(call, "input 0", v.in[0], x, "input 1")) return e;
+    if (DK_Error* e = check_same_shape(call, "output 0", v.out[0], x, "input 1")) return e;
+    const int64_t d = x.shape[x.rank - 1];
+    auto vector_d = [&](const View& t) { return t.rank == 1 && t.shape[0] == d; };
+    if ((v.in_present[2] && !vector_d(v.in[2])) || (v.out_present[1] && !vector_d(v.out[1])) ||
+        (num_outputs > 2 && v.out_present[2] && !vector_d(v.out[2]))) {
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: weight, dweight and dbias must have shape [%lld] (the last dim of "
+                       "x %s)",
+                       call, (long long)d, dims(x).c_str());
+    }
+    if (v.out_numel[0] == 0 && d == 0) return nullptr;
+    const auto* attrs = static_cast<const DK_NormAttrs*>(a->attrs);
+    NormBackward l{f32(v.in[0]),
+                   f32(x),
+                   v.in_present[2] ? f32(v.in[2]) : nullptr,
+                   f32_out(v.out[0]),
+                   v.out_present[1] ? f32_out(v.out[1]) : nullptr,
+                   num_outputs > 2 && v.out_present[2] ? f32_out(v.out[2]) : nullptr,
+                   d ? v.out_numel[0] / d : 0,
+                   d,
+                   float(attrs->eps),
+                   op == DK_FUSED_LAYER_NORM_BACKWARD};
+    enqueue(a->stream, run_norm_backward, l);
+    return nullptr;
+  });
+}
+
+// ---- softmax over the last axis -------------------------------------------------
+
+struct SoftmaxBackward {
+  const float* dout;
+  const float* out;
+  float* dx;
+  int64_t rows, d;
+};
+
+DK_Error* run_softmax_backward(const void* payload) {
+  const SoftmaxBackward l = *static_cast<const SoftmaxBackward*>(payload);
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(l.d, 1));
+  parallel_for(l.rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* __restrict g = l.dout + r * l.d;
+      const float* __restrict y = l.out + r * l.d;
+      float* __restrict dx = l.dx + r * l.d;
+      float dot = 0.0f;
+      for (int64_t i = 0; i < l.d; ++i) dot += g[i] * y[i];
+      for (int64_t i = 0; i < l.d; ++i) dx[i] = y[i] * (g[i] - dot);
+    }
+  });
+  return nullptr;
+}
+
+int32_t softmax_backward_supports(const DK_Kernel_Args* a) {
+  const auto* attrs = backward_frame<DK_SoftmaxAttrs>(a, DK_FUSED_SOFTMAX_BACKWARD, 2, 1,
+                                                     DK_SoftmaxAttrs_STRUCT_SIZE);
+  return attrs && dense_f32(a->inputs[0]) && dense_f32(a->inputs[1]) &&
+         dense_f32(a->outputs[0]) && a->inputs[1]->rank >= 1 &&
+         attrs->axis == a->inputs[1]->rank - 1;
+}
+
+// ---- scaled_dot_product_attention --------------------------------------------------
+
+struct Rows4 {  // a rank-4 float32 view read row by row: element strides of dims 0..2
+  const float* data;
+  int64_t s0, s1, s2;
+  const float* row(int64_t b, int64_t h, int64_t i) const { return data + b * s0 + h * s1 + i * s2; }
+};
+
+Rows4 rows4(const View& v) { return {f32(v), v.strides[0], v.strides[1], v.strides[2]}; }
+
+struct SdpaBackward {
+  Rows4 dout, q, k, v, out;
+  const char* mask;  // bool bytes or float32, strides below in elements
+  int64_t mask_strides[4];
+  int32_t mask_kind, causal;
+  float* dq;  // dense [B,Hq,Lq,D]
+  float* dk;  // dense [B,Hkv,Lk,D]
+  float* dv;  // dense [B,Hkv,Lk,Dv]
+  int64_t b, hq, hkv, lq, lk, d, dvd;
+  float scale;
+};
+
+float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// One (batch, kv head): every query row of every query head reading it, in
+// order, so dk and dv are summed in a fixed order whatever the thread count.
+void sdpa_backward_group(const SdpaBackward& L, int64_t bi, int64_t g, float* p, float* qs) {
+  const int64_t group = L.hq / L.hkv;
+  float* dk = L.dk + (bi * L.hkv + g) * L.lk * L.d;
+  float* dv = L.dv + (bi * L.hkv + g) * L.lk * L.dvd;
+  std::fill(dk, dk + L.lk * L.d, 0.0f);
+  std::fill(dv, dv + L.lk * L.dvd, 0.0f);
+  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+    for (int64_t i = 0; i < L.lq; ++i) {
+      float* dq = L.dq + ((bi * L.hq + h) * L.lq + i) * L.d;
+      std::fill(dq, dq + L.d, 0.0f);
+      const float* q = L.q.row(bi, h, i);
+      for (int64_t c = 0; c < L.d; ++c) qs[c] = q[c] * L.scale;  // q scaled first, as forward
+      const int64_t seen = L.causal ? std::min(i + 1, L.lk) : L.lk;
+      const char* mrow = L.mask ? L.mask + (bi * L.mask_strides[0] + h * L.mask_strides[1] +
+                                            i * L.mask_strides[2]) *
+                                               (L.mask_kind == DK_SDPA_MASK_BOOL ? 1 : 4)
+                                : nullptr;
+      const int64_t mstep = L.mask_strides[3] * (L.mask_kind == DK_SDPA_MASK_BOOL ? 1 : 4);
+      float m = -INFINITY;
+      for (int64_t j = 0; j < seen; ++j) {
+        float s = dot(qs, L.k.row(bi, g, j), L.d);
+        if (L.mask_kind == DK_SDPA_MASK_BOOL && !mrow[j * mstep]) s = -INFINITY;
+        if (L.mask_kind == DK_SDPA_MASK_ADDITIVE) {
+          s += *reinterpret_cast<const float*>(mrow + j * mstep);
+        }
+        p[j] = s;
+        m = max_nan(m, s);
+      }
+      if (m == -INFINITY) continue;  // no visible key: no gradient from this row
+      float total = 0.0f;
+      for (int64_t j = 0; j < seen; ++j) total += (p[j] = exp_nonpositive(p[j] - m));
+      const float inv = 1.0f / total;
+      const float* go = L.dout.row(bi, h, i);
+      const float di = dot(go, L.out.row(bi, h, i), L.dvd);
+      for (int64_t j = 0; j < seen; ++j) {
+        const float pj = p[j] * inv;
+        if (pj == 0.0f) continue;
+        const float* vj = L.v.row(bi, g, j);
+        const float* kj = L.k.row(bi, g, j);
+        float* dvj = dv + j * L.dvd;
+        float* dkj = dk + j * L.d;
+        for (int64_t c = 0; c < L.dvd; ++c) dvj[c] += pj * go[c];
+        const float ds = pj * (dot(go, vj, L.dvd) - di) * L.scale;
+        for (int64_t c = 0; c < L.d; ++c) dq[c] += ds * kj[c];
+        for (int64_t c = 0; c < L.d; ++c) dkj[c] += ds * q[c];
+      }
+    }
+  }
+}
+
+DK_Error* run_sdpa_backward(const void* payload) {
+  const SdpaBackward L = *static_cast<const SdpaBackward*>(payload);
+  parallel_for_may_throw(L.b * L.hkv, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> p(size_t(std::max<int64_t>(L.lk, 1))), qs(size_t(std::max<int64_t>(L.d, 1)));
+    for (int64_t t = t0; t < t1; ++t) sdpa_backward_group(L, t / L.hkv, t % L.hkv, p.data(), qs.data());
+  });
+  return nullptr;
+}
+
+// dout, q, k, v, out: float32 rank 4 with unit-stride rows (any other
+// strides); the mask as the forward kernel takes it; dq, dk, dv dense float32.
+int32_t sdpa_backward_supports(const DK_Kernel_Args* a) {
+  const auto* attrs =
+      backward_frame<DK_SdpaAttrs>(a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, 6, 3,
+                                   DK_SdpaAttrs_STRUCT_SIZE);
+  if (!attrs || (attrs->is_causal != 0 && attrs->is_causal != 1)) return 0;
+  for (int i = 0; i < 5; ++i) {
+    if (!rows_f32(a->inputs[i])) return 0;
+  }
+  for (int o = 0; o < 3; ++o) {
+    if (!dense_f32(a->outputs[o]) || a->outputs[o]->rank != 4) return 0;
+  }
+  const DK_TensorView* mask = a->inputs[5];
+  switch (attrs->mask_kind) {
+    case DK_SDPA_MASK_NONE: return mask == nullptr;
+    case DK_SDPA_MASK_BOOL: return is_view(mask) && mask->rank == 4 && mask->dtype == DK_DTYPE_BOOL;
+    case DK_SDPA_MASK_ADDITIVE:
+      return is_view(mask) && mask->rank == 4 && mask->dtype == DK_DTYPE_FLOAT32;
+    default: return 0;
+  }
+}
+
+bool same_dims(const View& v, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return v.shape[0] == a && v.shape[1] == b && v.shape[2] == c && v.shape[3] == d;
+}
+
+}  // namespace
+}  // namespace dkcpu
+
+using namespace dkcpu;
+
+extern "C" {
+
+int32_t dk_cpu_fused_rms_norm_backward_supports(const DK_Kernel_Args* a) {
+  return rms_norm_backward_supports(a);
+}
+int32_t dk_cpu_fused_layer_norm_backward_supports(const DK_Kernel_Args* a) {
+  return layer_norm_backward_supports(a);
+}
+int32_t dk_cpu_fused_softmax_backward_supports(const DK_Kernel_Args* a) {
+  return softmax_backward_supports(a);
+}
+int32_t dk_cpu_fused_sdpa_backward_supports(const DK_Kernel_Args* a) {
+  return sdpa_backward_supports(a);
+}
+
+DK_Error* dk_cpu_fused_rms_norm_backward(const DK_Kernel_Args* a) {
+  return launch_norm_backward("cpu.Fused(rms_norm_backward)", a, DK_FUSED_RMS_NORM_BACKWARD, 2,
+                              rms_norm_backward_supports);
+}
+
+DK_Error* dk_cpu_fused_layer_norm_backward(const DK_Kernel_Args* a) {
+  return launch_norm_backward("cpu.Fused(layer_norm_backward)", a, DK_FUSED_LAYER_NORM_BACKWARD,
+                              3, layer_norm_backward_supports);
+}
+
+DK_Error* dk_cpu_fused_softmax_backward(const DK_Kernel_Args* a) {
+  const char* call = "cpu.Fused(softmax_backward)";
+  return guarded(call, [&]() -> DK_Error* {
+    BackwardViews v;
+    if (DK_Error* e = load_backward(call, a, DK_FUSED_SOFTMAX_BACKWARD, 2, 1,
+                                    softmax_backward_supports, &v))
+      return e;
+    if (DK_Error* e = check_same_shape(call, "input 0", v.in[0], v.in[1], "input 1")) return e;
+    if (DK_Error* e = check_same_shape(call, "output 0", v.out[0], v.in[1], "input 1")) return e;
+    const int64_t d = v.in[1].shape[v.in[1].rank - 1];
+    if (v.out_numel[0] == 0) return nullptr;
+    enqueue(a->stream, run_softmax_backward,
+            SoftmaxBackward{f32(v.in[0]), f32(v.in[1]), f32_out(v.out[0]), v.out_numel[0] / d, d});
+    return nullptr;
+  });
+}
+
+DK_Error* dk_cpu_fused_sdpa_backward(const DK_Kernel_Args* a) {
+  const char* call = "cpu.Fused(scaled_dot_product_attention_backward)";
+  return guarded(call, [&]() -> DK_Error* {
+    BackwardViews v;
+    if (DK_Error* e = load_backward(call, a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, 6, 3,
+                                    sdpa_backward_supports, &v))
+      return e;
+    const View &q = v.in[1], &k = v.in[2], &val = v.in[3];
+    const int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], D = q.shape[3];
+    const int64_t Hkv = k.shape[1], Lk = k.shape[2], Dv = val.shape[3];
+    const bool fits = Hkv >= 1 && Hq % Hkv == 0 && same_dims(k, B, Hkv, Lk, D) &&
+                      same_dims(val, B, Hkv, Lk, Dv) && same_dims(v.in[0], B, Hq, Lq, Dv) &&
+                      same_dims(v.in[4], B, Hq, Lq, Dv) && same_dims(v.out[0], B, Hq, Lq, D) &&
+                      same_dims(v.out[1], B, Hkv, Lk, D) && same_dims(v.out[2], B, Hkv, Lk, Dv) &&
+                      (!v.in_present[5] || same_dims(v.in[5], B, Hq, Lq, Lk));
+    if (!fits) {
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: shapes dout %s, q %s, k %s, v %s, out %s, mask %s do not fit q "
+                       "[B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv], dout and out [B,Hq,Lq,Dv], "
+                       "mask [B,Hq,Lq,Lk] with Hq a multiple of Hkv (dq, dk, dv: q's, k's, v's)",
+                       call, dims(v.in[0]).c_str(), dims(q).c_str(), dims(k).c_str(),
+                       dims(val).c_str(), dims(v.in[4]).c_str(),
+                       v.in_present[5] ? dims(v.in[5]).c_str() : "none");
+    }
+    if (v.out_numel[0] == 0 && v.out_numel[1] == 0 && v.out_numel[2] == 0) return nullptr;
+    const auto* attrs = static_cast<const DK_SdpaAttrs*>(a->attrs);
+    SdpaBackward l{};
+    l.dout = rows4(v.in[0]);
+    l.q = rows4(q);
+    l.k = rows4(k);
+    l.v = rows4(val);
+    l.out = rows4(v.in[4]);
+    l.mask = v.in_present[5] ? v.in[5].data : nullptr;
+    for (int i = 0; i < 4; ++i) l.mask_strides[i] = v.in_present[5] ? v.in[5].strides[i] : 0;
+    l.mask_kind = attrs->mask_kind;
+    l.causal = attrs->is_causal;
+    l.dq = f32_out(v.out[0]);
+    l.dk = f32_out(v.out[1]);
+    l.dv = f32_out(v.out[2]);
+    l.b = B;
+    l.hq = Hq;
+    l.hkv = Hkv;
+    l.lq = Lq;
+    l.lk = Lk;
+    l.d = D;
+    l.dvd = Dv;
+    l.scale = float(attrs->scale);
+    enqueue(a->stream, run_sdpa_backward, l);
+    return nullptr;
+  });
+}
+
+}  // extern "C"
