@@ -25,8 +25,8 @@ template <class Attrs> const Attrs* backward_frame(const DK_Kernel_Args* a, DK_F
                                                    int32_t num_inputs, int32_t num_outputs,
                                                    size_t attrs_size) {
   if (a == nullptr || a->struct_size < DK_Kernel_Args_STRUCT_SIZE || a->op != op ||
-      a->num_inputs != num_inputs || a->num_outputs != num_outputs || !a->inputs ||
-      !a->outputs || !a->outputs[0]) {
+      a->num_inputs != num_inputs || a->num_outputs != num_outputs || !a->inputs || !a->outputs ||
+      !a->outputs[0]) {
     return nullptr;
   }
   const auto* attrs = static_cast<const Attrs*>(a->attrs);
@@ -80,16 +80,16 @@ DK_Error* load_backward(const char* call, const DK_Kernel_Args* a, DK_FusedOpId 
   }
   // Outputs never overlap an input or each other (nothing runs in place).
   auto overlap = [](const View& x, const View& y) {
-    return x.span_begin != x.span_end && y.span_begin != y.span_end &&
-           x.span_begin < y.span_end && y.span_begin < x.span_end;
+    return x.span_begin != x.span_end && y.span_begin != y.span_end && x.span_begin < y.span_end &&
+           y.span_begin < x.span_end;
   };
   for (int32_t o = 0; o < num_outputs; ++o) {
     if (!v->out_present[o]) continue;
     for (int32_t i = 0; i < num_inputs; ++i) {
       if (v->in_present[i] && overlap(v->out[o], v->in[i])) {
         return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                         "%s: output %d overlaps input %d in memory; expected disjoint views",
-                         call, int(o), int(i));
+                         "%s: output %d overlaps input %d in memory; expected disjoint views", call,
+                         int(o), int(i));
       }
     }
     for (int32_t p = 0; p < o; ++p) {
@@ -251,10 +251,9 @@ DK_Error* run_softmax_backward(const void* payload) {
 
 int32_t softmax_backward_supports(const DK_Kernel_Args* a) {
   const auto* attrs = backward_frame<DK_SoftmaxAttrs>(a, DK_FUSED_SOFTMAX_BACKWARD, 2, 1,
-                                                     DK_SoftmaxAttrs_STRUCT_SIZE);
-  return attrs && dense_f32(a->inputs[0]) && dense_f32(a->inputs[1]) &&
-         dense_f32(a->outputs[0]) && a->inputs[1]->rank >= 1 &&
-         attrs->axis == a->inputs[1]->rank - 1;
+                                                      DK_SoftmaxAttrs_STRUCT_SIZE);
+  return attrs && dense_f32(a->inputs[0]) && dense_f32(a->inputs[1]) && dense_f32(a->outputs[0]) &&
+         a->inputs[1]->rank >= 1 && attrs->axis == a->inputs[1]->rank - 1;
 }
 
 // ---- scaled_dot_product_attention --------------------------------------------------
@@ -262,7 +261,9 @@ int32_t softmax_backward_supports(const DK_Kernel_Args* a) {
 struct Rows4 {  // a rank-4 float32 view read row by row: element strides of dims 0..2
   const float* data;
   int64_t s0, s1, s2;
-  const float* row(int64_t b, int64_t h, int64_t i) const { return data + b * s0 + h * s1 + i * s2; }
+  const float* row(int64_t b, int64_t h, int64_t i) const {
+    return data + b * s0 + h * s1 + i * s2;
+  }
 };
 
 Rows4 rows4(const View& v) { return {f32(v), v.strides[0], v.strides[1], v.strides[2]}; }
@@ -300,10 +301,11 @@ void sdpa_backward_group(const SdpaBackward& L, int64_t bi, int64_t g, float* p,
       const float* q = L.q.row(bi, h, i);
       for (int64_t c = 0; c < L.d; ++c) qs[c] = q[c] * L.scale;  // q scaled first, as forward
       const int64_t seen = L.causal ? std::min(i + 1, L.lk) : L.lk;
-      const char* mrow = L.mask ? L.mask + (bi * L.mask_strides[0] + h * L.mask_strides[1] +
-                                            i * L.mask_strides[2]) *
-                                               (L.mask_kind == DK_SDPA_MASK_BOOL ? 1 : 4)
-                                : nullptr;
+      const char* mrow =
+          L.mask
+              ? L.mask + (bi * L.mask_strides[0] + h * L.mask_strides[1] + i * L.mask_strides[2]) *
+                             (L.mask_kind == DK_SDPA_MASK_BOOL ? 1 : 4)
+              : nullptr;
       const int64_t mstep = L.mask_strides[3] * (L.mask_kind == DK_SDPA_MASK_BOOL ? 1 : 4);
       float m = -INFINITY;
       for (int64_t j = 0; j < seen; ++j) {
@@ -341,7 +343,8 @@ DK_Error* run_sdpa_backward(const void* payload) {
   const SdpaBackward L = *static_cast<const SdpaBackward*>(payload);
   parallel_for_may_throw(L.b * L.hkv, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> p(size_t(std::max<int64_t>(L.lk, 1))), qs(size_t(std::max<int64_t>(L.d, 1)));
-    for (int64_t t = t0; t < t1; ++t) sdpa_backward_group(L, t / L.hkv, t % L.hkv, p.data(), qs.data());
+    for (int64_t t = t0; t < t1; ++t)
+      sdpa_backward_group(L, t / L.hkv, t % L.hkv, p.data(), qs.data());
   });
   return nullptr;
 }
@@ -349,9 +352,8 @@ DK_Error* run_sdpa_backward(const void* payload) {
 // dout, q, k, v, out: float32 rank 4 with unit-stride rows (any other
 // strides); the mask as the forward kernel takes it; dq, dk, dv dense float32.
 int32_t sdpa_backward_supports(const DK_Kernel_Args* a) {
-  const auto* attrs =
-      backward_frame<DK_SdpaAttrs>(a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, 6, 3,
-                                   DK_SdpaAttrs_STRUCT_SIZE);
+  const auto* attrs = backward_frame<DK_SdpaAttrs>(
+      a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, 6, 3, DK_SdpaAttrs_STRUCT_SIZE);
   if (!attrs || (attrs->is_causal != 0 && attrs->is_causal != 1)) return 0;
   for (int i = 0; i < 5; ++i) {
     if (!rows_f32(a->inputs[i])) return 0;
@@ -399,16 +401,16 @@ DK_Error* dk_cpu_fused_rms_norm_backward(const DK_Kernel_Args* a) {
 }
 
 DK_Error* dk_cpu_fused_layer_norm_backward(const DK_Kernel_Args* a) {
-  return launch_norm_backward("cpu.Fused(layer_norm_backward)", a, DK_FUSED_LAYER_NORM_BACKWARD,
-                              3, layer_norm_backward_supports);
+  return launch_norm_backward("cpu.Fused(layer_norm_backward)", a, DK_FUSED_LAYER_NORM_BACKWARD, 3,
+                              layer_norm_backward_supports);
 }
 
 DK_Error* dk_cpu_fused_softmax_backward(const DK_Kernel_Args* a) {
   const char* call = "cpu.Fused(softmax_backward)";
   return guarded(call, [&]() -> DK_Error* {
     BackwardViews v;
-    if (DK_Error* e = load_backward(call, a, DK_FUSED_SOFTMAX_BACKWARD, 2, 1,
-                                    softmax_backward_supports, &v))
+    if (DK_Error* e =
+            load_backward(call, a, DK_FUSED_SOFTMAX_BACKWARD, 2, 1, softmax_backward_supports, &v))
       return e;
     if (DK_Error* e = check_same_shape(call, "input 0", v.in[0], v.in[1], "input 1")) return e;
     if (DK_Error* e = check_same_shape(call, "output 0", v.out[0], v.in[1], "input 1")) return e;
