@@ -362,4 +362,4 @@ def test_composite_needs_are_the_recorded_launches():
     recorded = {k: set(v) for k, v in _needs.record(dk.device("cpu:0")).items()}
     assert recorded == composites.NEEDS, {k: (sorted(recorded[k] ^ composites.NEEDS.get(k, set())))
                                           for k in recorded if recorded[k] != composites.NEEDS.get(k)}
-    assert {"copy", "fill"} <= composites.NEEDS["layer_norm"]
+    assert {"copy", "fill"} <= composites.NEEDS["scaled_dot_product_attention"]

@@ -144,6 +144,13 @@ for out in (a.reshape(3, 2), a.permute(1, 0), a[0], a.expand(2, 2, 3), a.T.conti
             ops.matmul(a, a.T), ops.scatter_add(a, 0, dk.tensor([[0, 1, 0]]), a[:1]),
             ops.gather(a, 0, dk.tensor([[0, 1, 0]])), ops.cumsum(a, 1)):
     node(out)
+# The composites a plugin runs fused while recording (one fused:<op> node each
+# when it has the backward kernel too, as the CPU plugin has).
+import devicekit.nn.functional as F
+q = dk.tensor([[[[0.5, 1.0], [1.5, 2.0]]]], requires_grad=True)
+for out in (F.layer_norm(a), F.rms_norm(a), F.softmax(a, axis=-1),
+            F.scaled_dot_product_attention(q, q, q)):
+    node(out)
 print(json.dumps({"made": sorted(made), "rules": autograd.rule_names(),
                   "grad_rules_loaded": "devicekit._grad_rules" in sys.modules}))
 """
