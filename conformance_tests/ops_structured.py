@@ -207,7 +207,8 @@ def check_gather_scatter(ctx, op, dtype, shape):
 MATMUL = {"odd": ((7, 13), (13, 5)), "one": ((1, 1), (1, 1)), "k0": ((3, 0), (0, 4)),
           "vec_vec": ((13,), (13,)), "vec_mat": ((13,), (13, 5)), "mat_vec": ((7, 13), (13,)),
           "batch_bcast": ((2, 1, 3, 4), (5, 4, 2)), "large": ((65, 129), (129, 33)),
-          "T": ((7, 13), (13, 5)), "even_k": ((6, 16), (16, 4)),
+          "T": ((7, 13), (13, 5)), "step": ((7, 13), (13, 5)), "T_both": ((65, 129), (129, 33)),
+          "even_k": ((6, 16), (16, 4)),
           "large_blocks": ((301, 517), (517, 263)), "large_k_exact": ((17, 1031), (1031, 19)),
           "large_mn": ((289, 40), (40, 4111)), "large_batch": ((3, 145, 257), (3, 257, 37)),
           "large_bcast_batch": ((2, 1, 150, 300), (3, 300, 49)), "tall_skinny": ((4099, 7), (7, 3)),
@@ -220,7 +221,10 @@ def check_matmul(ctx, op, dtype, shape):
         a, b = exact_terms(ctx, dtype, sa), exact_terms(ctx, dtype, sb)
     else:
         a, b = sample(ctx, dtype, sa), sample(ctx, dtype, sb)
-    ta, tb = tensor(ctx, a), tensor(ctx, b, "T" if shape == "T" else "dense")
+    # Layouts of a and b: a plugin declaring DK_KERNEL_CAP_STRIDED gets these views as they are.
+    la, lb = {"T": ("dense", "T"), "step": ("step", "step"), "T_both": ("T", "T")}.get(
+        shape, ("dense", "dense"))
+    ta, tb = tensor(ctx, a, la), tensor(ctx, b, lb)
     got = run(ctx, "matmul", lambda: ops.matmul(ta, tb), check=shape != "k0")  # K=0: may be a fill
     scale = float_scale(dtype, O.matmul, a, b)
     O.assert_close(got, O.matmul(a, b), dtype, op="matmul", n=sa[-1], scale=scale,

@@ -305,8 +305,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Dims shape = as;
   shape[r - 1] = bs[r - 1];
   const Tensor x = cast(a, dt), y = cast(b, dt);
+  // A transposed weight or gradient goes as it is to a kernel that takes strides.
+  const bool strided_ok = a->device().plugin()->kernel_caps(DK_OP_MATMUL) & DK_KERNEL_CAP_STRIDED;
   return with_dtype_fallback(DK_OP_MATMUL, a->device(), dt, dt, [&](DK_DType c) {
-    const Tensor p = contiguous(cast(x, c)), q = contiguous(cast(y, c));
+    const Tensor p = strided_ok ? cast(x, c) : contiguous(cast(x, c));
+    const Tensor q = strided_ok ? cast(y, c) : contiguous(cast(y, c));
     Tensor out = TensorImpl::empty(a->device_ptr(), c, shape);
     if (out->numel() == 0) return out;
     if (as[r - 1] == 0) return full(a->device_ptr(), shape, c, DK_Scalar{DK_DTYPE_INT64, {0}});

@@ -1,5 +1,10 @@
 // matmul: a [B..., M, K] @ b [B..., K, N] -> out [B..., M, N].
 //
+// a and b may have any non-negative strides (DK_KERNEL_CAP_STRIDED): a
+// transposed weight or gradient, a broadcast batch (stride 0), a slice. The
+// SDK then hands them over as they are instead of copying each into a dense
+// tensor first; out is dense.
+//
 // The plain kernel, for every dtype: one output row at a time, adding
 // a[i, p] * b[p, :] into a row of accumulators (the inner loop runs along
 // contiguous memory, so the compiler vectorises it), in K order.
@@ -29,14 +34,17 @@ struct MatmulLaunch {
   char* out;
   DK_DType dtype;
   int64_t batch, m, k, n;
+  int64_t strides[4];  // elements: a row, a column, b row, b column
+  int32_t batch_rank;  // the batch dims, walked like an odometer
+  int64_t batch_shape[DK_MAX_RANK], a_batch[DK_MAX_RANK], b_batch[DK_MAX_RANK];
 };
 
 // out[i, :] = sum over p of a[i, p] * b[p, :], summed in A: float32 for
 // float16/bfloat16 (Wide<T>), the type itself for float32/float64, and for
 // integers unsigned 32 or 64 bits: products and sums modulo 2^32 (2^64 for
 // int64) reduce to the right value modulo 2^bits of T.
-template <class T>
-void matmul_rows(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n) {
+template <class T> void matmul_rows(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n,
+                                    const int64_t* st) {
   using U = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
   using A = std::conditional_t<kIsFloat<T>, Wide<T>, U>;
   parallel_for_may_throw(m, 16, [&](int64_t i0, int64_t i1) {
@@ -44,9 +52,13 @@ void matmul_rows(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n
     for (int64_t i = i0; i < i1; ++i) {
       std::fill(acc.begin(), acc.end(), A(0));
       for (int64_t p = 0; p < k; ++p) {
-        const A ai = A(widen_exact(a[i * k + p]));
-        const T* brow = b + p * n;
-        for (int64_t j = 0; j < n; ++j) acc[j] += ai * A(widen_exact(brow[j]));  // vectorised
+        const A ai = A(widen_exact(a[i * st[0] + p * st[1]]));
+        const T* brow = b + p * st[2];
+        if (st[3] == 1) {
+          for (int64_t j = 0; j < n; ++j) acc[j] += ai * A(widen_exact(brow[j]));  // vectorised
+        } else {
+          for (int64_t j = 0; j < n; ++j) acc[j] += ai * A(widen_exact(brow[j * st[3]]));
+        }
       }
       for (int64_t j = 0; j < n; ++j) {
         if constexpr (kIsFloat<T>) out[i * n + j] = convert<T>(acc[j]);
@@ -61,16 +73,25 @@ DK_Error* run_matmul(const void* payload) {
   dispatch(l.dtype, [&](auto tag) {
     using T = decltype(tag);
     const int64_t es = int64_t(sizeof(T));
+    int64_t idx[DK_MAX_RANK] = {}, a_off = 0, b_off = 0;  // elements
     for (int64_t bi = 0; bi < l.batch; ++bi) {
-      const T* a = reinterpret_cast<const T*>(l.a + bi * l.m * l.k * es);
-      const T* b = reinterpret_cast<const T*>(l.b + bi * l.k * l.n * es);
+      const T* a = reinterpret_cast<const T*>(l.a) + a_off;
+      const T* b = reinterpret_cast<const T*>(l.b) + b_off;
       T* out = reinterpret_cast<T*>(l.out + bi * l.m * l.n * es);
       if constexpr (DKCPU_FAST && kIsFloat<T>) {
 #if DKCPU_FAST
-        fast::gemm(a, b, out, l.m, l.k, l.n);
+        fast::gemm(a, b, out, l.m, l.k, l.n, l.strides);
 #endif
       } else if constexpr (!std::is_same<T, boolean>::value) {
-        matmul_rows(a, b, out, l.m, l.k, l.n);
+        matmul_rows(a, b, out, l.m, l.k, l.n, l.strides);
+      }
+      for (int32_t d = l.batch_rank - 1; d >= 0; --d) {  // next batch element
+        a_off += l.a_batch[d];
+        b_off += l.b_batch[d];
+        if (++idx[d] < l.batch_shape[d]) break;
+        a_off -= l.a_batch[d] * l.batch_shape[d];
+        b_off -= l.b_batch[d] * l.batch_shape[d];
+        idx[d] = 0;
       }
     }
   });
@@ -124,9 +145,24 @@ extern "C" DK_Error* dk_cpu_kernel_matmul(const DK_Kernel_Args* args) {
     if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_MATMUL, out)) return e;
     if (DK_Error* e = check_no_alias(kCall, DK_OP_MATMUL, out, a, "input 0 (a)")) return e;
     if (DK_Error* e = check_no_alias(kCall, DK_OP_MATMUL, out, b, "input 1 (b)")) return e;
+    if (!dkh_is_contiguous(out.rank, out.shape, out.strides)) {
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: output 0 is strided; expected a dense output (the capability "
+                       "covers inputs only)",
+                       kCall);
+    }
     if (out_numel == 0) return nullptr;
-    enqueue(args->stream, run_matmul,
-            MatmulLaunch{a.data, b.data, out.data, a.dtype, batch, m, k, n});
+    MatmulLaunch l{a.data, b.data, out.data, a.dtype, batch, m, k, n, {}, r - 2, {}, {}, {}};
+    l.strides[0] = a.strides[r - 2];
+    l.strides[1] = a.strides[r - 1];
+    l.strides[2] = b.strides[r - 2];
+    l.strides[3] = b.strides[r - 1];
+    for (int32_t d = 0; d < r - 2; ++d) {
+      l.batch_shape[d] = a.shape[d];
+      l.a_batch[d] = a.strides[d];
+      l.b_batch[d] = b.strides[d];
+    }
+    enqueue(args->stream, run_matmul, l);
     return nullptr;
   });
 }

@@ -36,11 +36,14 @@ inline Isa cpu_isa() {
 
 namespace fast {
 
-// fast/gemm.cpp: c[m, n] = a[m, k] @ b[k, n], row-major, one batch element;
-// float and double (a cache-blocked GEMM with a register-tiled micro-kernel),
-// f16 and bf16 (widened to float32 buffers for it, rounded once). Splits the
-// work over parallel_for; throws std::bad_alloc when scratch runs out.
-template <class T> void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n);
+// fast/gemm.cpp: c[m, n] = a[m, k] @ b[k, n], one batch element; a and b
+// read through element strides {a row, a column, b row, b column} (packing
+// absorbs any layout), c dense row-major. float and double (a cache-blocked
+// GEMM with a register-tiled micro-kernel), f16 and bf16 (widened to float32
+// buffers for it, rounded once). Splits the work over parallel_for; throws
+// std::bad_alloc when scratch runs out.
+template <class T>
+void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, const int64_t* strides);
 
 // fast/norm.cpp: rows [r0, r1) of an rms_norm / layer_norm launch, as the
 // core's norm_rows, in an AVX2 build and with streaming stores when the whole

@@ -39,6 +39,7 @@ template <class T> struct Gemm {
   const T* b;
   T* c;
   int64_t m, k, n;
+  int64_t a_row, a_col, b_row, b_col;  // element strides of a and b (c is dense)
 };
 
 // out[mr x nr] (+)= sum over kc of packed a (MR per step) x packed b (NR per step).
@@ -165,8 +166,12 @@ template <class T> void pack_b(const Gemm<T>& g, int64_t k0, int64_t kc, int64_t
     const int64_t j = s * nr, w = std::min(nr, nc - j);
     T* dst = pb + j * kc;
     for (int64_t p = 0; p < kc; ++p) {
-      const T* src = g.b + (k0 + p) * g.n + j0 + j;
-      for (int64_t q = 0; q < w; ++q) dst[p * nr + q] = src[q];
+      const T* src = g.b + (k0 + p) * g.b_row + (j0 + j) * g.b_col;
+      if (g.b_col == 1) {
+        for (int64_t q = 0; q < w; ++q) dst[p * nr + q] = src[q];
+      } else {  // a transposed or sliced b: packing is where its layout stops mattering
+        for (int64_t q = 0; q < w; ++q) dst[p * nr + q] = src[q * g.b_col];
+      }
       for (int64_t q = w; q < nr; ++q) dst[p * nr + q] = T(0);
     }
   }
@@ -184,8 +189,8 @@ void pack_a(const Gemm<T>& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, in
         for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = T(0);
         continue;
       }
-      const T* src = g.a + (i0 + i + r) * g.k + k0;
-      for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = src[p];
+      const T* src = g.a + (i0 + i + r) * g.a_row + k0 * g.a_col;
+      for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = src[p * g.a_col];
     }
   }
 }
@@ -255,25 +260,36 @@ template <class T> void gemm(const Gemm<T>& g) {
 
 // ---- float16 / bfloat16: widen, multiply in float32, round once -------------
 
-template <class T> void gemm_half(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n) {
+template <class T>
+void gemm_half(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n, const int64_t* st) {
   std::vector<float> fa(static_cast<size_t>(m * k)), fb(static_cast<size_t>(k * n));
   std::vector<float> fc(static_cast<size_t>(m * n));
-  for (int64_t i = 0; i < m * k; ++i) fa[i] = float(widen(a[i]));
-  for (int64_t i = 0; i < k * n; ++i) fb[i] = float(widen(b[i]));
-  gemm(Gemm<float>{fa.data(), fb.data(), fc.data(), m, k, n});
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p) fa[i * k + p] = float(widen(a[i * st[0] + p * st[1]]));
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j) fb[p * n + j] = float(widen(b[p * st[2] + j * st[3]]));
+  gemm(Gemm<float>{fa.data(), fb.data(), fc.data(), m, k, n, k, 1, n, 1});
   for (int64_t i = 0; i < m * n; ++i) out[i] = convert<T>(fc[i]);
 }
 
 }  // namespace
 
-template <class T> void fast::gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n) {
-  if constexpr (std::is_floating_point<T>::value) dkcpu::gemm(Gemm<T>{a, b, c, m, k, n});
-  else gemm_half(a, b, c, m, k, n);
+template <class T> void fast::gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n,
+                                   const int64_t* strides) {
+  if constexpr (std::is_floating_point<T>::value) {
+    dkcpu::gemm(Gemm<T>{a, b, c, m, k, n, strides[0], strides[1], strides[2], strides[3]});
+  } else {
+    gemm_half(a, b, c, m, k, n, strides);
+  }
 }
 
-template void fast::gemm<float>(const float*, const float*, float*, int64_t, int64_t, int64_t);
-template void fast::gemm<double>(const double*, const double*, double*, int64_t, int64_t, int64_t);
-template void fast::gemm<f16>(const f16*, const f16*, f16*, int64_t, int64_t, int64_t);
-template void fast::gemm<bf16>(const bf16*, const bf16*, bf16*, int64_t, int64_t, int64_t);
+template void fast::gemm<float>(const float*, const float*, float*, int64_t, int64_t, int64_t,
+                                const int64_t*);
+template void fast::gemm<double>(const double*, const double*, double*, int64_t, int64_t, int64_t,
+                                 const int64_t*);
+template void fast::gemm<f16>(const f16*, const f16*, f16*, int64_t, int64_t, int64_t,
+                              const int64_t*);
+template void fast::gemm<bf16>(const bf16*, const bf16*, bf16*, int64_t, int64_t, int64_t,
+                               const int64_t*);
 
 }  // namespace dkcpu
