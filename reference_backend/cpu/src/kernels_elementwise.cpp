@@ -17,10 +17,15 @@
 // float16 / bfloat16 compute in float32 and round once (half.h); float64 in
 // double; integers in unsigned arithmetic where signed could overflow.
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "kernel_common.h"
 #include "parallel.h"
+#include "tanh.h"
+#if DKCPU_FAST
+#include "fast/fast.h"
+#endif
 
 namespace dkcpu {
 namespace {
@@ -97,7 +102,15 @@ DKCPU_MATH(RSQRT, "rsqrt", C(1) / std::sqrt(x))
 DKCPU_MATH(RECIPROCAL, "reciprocal", C(1) / x)
 DKCPU_MATH(SIN, "sin", std::sin(x))
 DKCPU_MATH(COS, "cos", std::cos(x))
-DKCPU_MATH(TANH, "tanh", std::tanh(x))
+// tanh of float arguments (float32, float16, bfloat16): tanh_float (tanh.h),
+// double arithmetic that vectorises, instead of libm's tanhf call per element.
+struct TANH : Unary {
+  static constexpr const char* kCall = "cpu.Kernel(tanh)";
+  template <class C> C operator()(C x) const {
+    if constexpr (std::is_same<C, float>::value) return tanh_float(x);
+    else return std::tanh(x);
+  }
+};
 DKCPU_MATH(ERF, "erf", std::erf(x))
 #undef DKCPU_MATH
 struct FLOOR : Unary {
@@ -313,6 +326,18 @@ template <class Op, class T> void run_typed(const Plan& p) {
 
 template <class Op, DK_OpId kOp> DK_Error* run(const void* payload) {
   const Plan& p = *static_cast<const Plan*>(payload);
+#if DKCPU_FAST
+  if constexpr (kOp == DK_OP_TANH) {  // dense float32: the AVX2 build of the same loop
+    if (p.dtype == DK_DTYPE_FLOAT32 && p.rank == 1 && p.strides[0][0] == 1) {
+      const float* in = reinterpret_cast<const float*>(p.in[0]);
+      float* out = reinterpret_cast<float*>(p.out);
+      parallel_for(p.numel, kGrain, [&](int64_t begin, int64_t end) {
+        fast::tanh_f32(in + begin, out + begin, end - begin);
+      });
+      return nullptr;
+    }
+  }
+#endif
   dispatch(p.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr ((row_dtypes(kOp) >> dtype_of<T>()) & 1) run_typed<Op, T>(p);

@@ -45,6 +45,10 @@ namespace fast {
 template <class T>
 void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, const int64_t* strides);
 
+// fast/elementwise.cpp: out[i] = tanh_float(in[i]) (tanh.h) for dense float32,
+// in an AVX2 build.
+void tanh_f32(const float* in, float* out, int64_t n);
+
 // fast/norm.cpp: rows [r0, r1) of an rms_norm / layer_norm launch, as the
 // core's norm_rows, in an AVX2 build and with streaming stores when the whole
 // output is larger than the caches.
