@@ -210,6 +210,26 @@ def test_golden_compare_reports_a_change(reference_runs):
     assert "steps 3 != golden" in goldens.compare(zoo.get("mlp"), runs, 3)["diffs"][0]
 
 
+def test_golden_judges_a_noise_level_gradient_on_the_models_gradient_scale(reference_runs):
+    import copy
+
+    import numpy as np
+
+    runs = copy.deepcopy(reference_runs["encoder"])
+    grads = runs["float32"].grads
+    biggest = max(float(np.linalg.norm(g)) for g in grads.values())
+    noise = "block0.attn.k.bias"  # mathematically 0: softmax cancels a key bias
+    assert float(np.linalg.norm(grads[noise])) < goldens.GRAD_NOISE * biggest
+    # Rounding noise of another float32 build: completely different, tiny.
+    rng = np.random.default_rng(0)
+    grads[noise] = rng.standard_normal(grads[noise].shape) * 1e-11
+    assert goldens.compare(zoo.get("encoder"), runs, H.DEFAULT_STEPS)["match"]
+    # A real gradient there (still far below the biggest one) is a change.
+    grads[noise] = np.full(grads[noise].shape, 1e-3 * biggest)
+    diffs = goldens.compare(zoo.get("encoder"), runs, H.DEFAULT_STEPS)["diffs"]
+    assert any(f"float32.grads.{noise}.l2" in d for d in diffs), diffs
+
+
 def test_update_goldens_writes_the_committed_files(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "devicekit", "models", "--update-goldens",
                            "--model", "mlp", "--goldens-dir", str(tmp_path)],

@@ -120,6 +120,72 @@ Tensor pack(const std::vector<Tensor>& ts) {
   return out;
 }
 
+namespace {
+
+// The view of `out` covering [start, start + size) along `dim`.
+Tensor slice_of(const Tensor& out, int dim, int64_t start, int64_t size) {
+  Dims shape = out->shape();
+  shape[dim] = size;
+  const int64_t offset = out->offset() + (size ? start * out->strides_data()[dim] : 0);
+  return out->view(shape, out->strides(), offset);
+}
+
+void check_dim(const char* call, const Tensor& t, int dim) {
+  if (dim < 0 || dim >= t->rank()) {
+    invalid_argument(std::string(call) + ": dim " + std::to_string(dim) + " is out of range for " +
+                     t->describe());
+  }
+}
+
+}  // namespace
+
+Tensor cat(const std::vector<Tensor>& ts, int dim) {
+  if (ts.empty()) invalid_argument("cat: got no tensors");
+  const Tensor& first = ts.front();
+  check_dim("cat", first, dim);
+  Dims shape = first->shape();
+  int64_t total = 0;
+  for (const Tensor& t : ts) {
+    bool same = &t->device() == &first->device() && t->dtype() == first->dtype() &&
+                t->rank() == first->rank();
+    for (int d = 0; same && d < t->rank(); ++d) same = d == dim || t->shape()[d] == shape[d];
+    if (!same) {
+      invalid_argument("cat: " + t->describe() + " does not match " + first->describe() +
+                       " (same device, dtype and every dim but " + std::to_string(dim) + ")");
+    }
+    total += t->shape()[dim];
+  }
+  shape[dim] = total;
+  Tensor out = TensorImpl::empty(first->device_ptr(), first->dtype(), shape);
+  int64_t start = 0;
+  for (const Tensor& t : ts) {
+    const int64_t n = t->shape()[dim];
+    if (t->numel() > 0) {  // written before `out` is handed to anybody
+      const Tensor piece = slice_of(out, dim, start, n);
+      launch(DK_OP_COPY, {t.get()}, {piece.get()});
+    }
+    start += n;
+  }
+  return out;
+}
+
+Tensor narrow_into(const Tensor& g, const Dims& shape, int dim, int64_t start,
+                   const DK_Scalar& fill) {
+  check_dim("narrow_into", g, dim);
+  bool fits = int(shape.size()) == g->rank() && start >= 0 && start + g->shape()[dim] <= shape[dim];
+  for (int d = 0; fits && d < g->rank(); ++d) fits = d == dim || g->shape()[d] == shape[d];
+  if (!fits) {
+    invalid_argument("narrow_into: " + g->describe() + " at " + std::to_string(start) +
+                     " along dim " + std::to_string(dim) + " does not fit " + dims_str(shape));
+  }
+  Tensor out = full(g->device_ptr(), shape, g->dtype(), fill);
+  if (g->numel() > 0) {
+    const Tensor piece = slice_of(out, dim, start, g->shape()[dim]);
+    launch(DK_OP_COPY, {g.get()}, {piece.get()});
+  }
+  return out;
+}
+
 Tensor unary(DK_OpId op, const Tensor& x) {
   // Float-only ops take integers and bools as float32, like PyTorch.
   DK_DType dt = x->dtype();

@@ -33,6 +33,16 @@ Tensor add(const Tensor& a, const Tensor& b);
 // and dtype): one copy launch per non-empty tensor (what cat's iota and
 // scatter_add per piece cost several times over). Not differentiable.
 Tensor pack(const std::vector<Tensor>& ts);
+// The tensors joined along `dim`: same device and dtype, every other dim
+// equal (the caller checks and promotes). One copy launch per non-empty
+// piece, into its slice of the output (DK_OP_COPY takes strided outputs on
+// every plugin): bit-exact, -0.0 and NaN payloads included. Not differentiable.
+Tensor cat(const std::vector<Tensor>& ts, int dim);
+// A new tensor of `shape` (g's dtype) holding g at [start, start +
+// g.shape[dim]) along `dim` and `fill` elsewhere: the gradient of a narrow
+// view, as one fill and one copy into the slice.
+Tensor narrow_into(const Tensor& g, const Dims& shape, int dim, int64_t start,
+                   const DK_Scalar& fill);
 
 // Generic paths for the 1.1 ops: type promotion, broadcasting, dtype fallback
 // through casts, then one launch.

@@ -106,6 +106,17 @@ void bind_ops(py::module_& m) {
   m.def("pack", &pack, py::arg("tensors"),
         "The tensors' elements one after another in a new 1-D tensor (one copy launch each; "
         "no autograd record). devicekit.optim.AdamW packs gradients with it.");
+  m.def("cat", &cat, py::arg("tensors"), py::arg("dim"),
+        "The tensors (same device and dtype, every other dim equal) joined along dim: one copy "
+        "launch per piece into its slice, bit-exact (no autograd record)");
+  m.def(
+      "narrow_into",
+      [](const Tensor& g, const Dims& shape, int dim, int64_t start, const py::object& fill) {
+        return narrow_into(g, shape, dim, start, to_scalar(fill));
+      },
+      py::arg("g"), py::arg("shape"), py::arg("dim"), py::arg("start"), py::arg("fill"),
+      "A new tensor of shape holding g at start along dim and fill elsewhere (the gradient of "
+      "a narrow view): one fill and one copy launch (no autograd record)");
   m.def("reduce",
         [](int op, const Tensor& x, uint32_t axes) { return reduce(checked_op(op), x, axes); });
   m.def("argmax", [](const Tensor& x, int axis) { return argmax(x, axis); });
