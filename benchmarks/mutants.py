@@ -184,6 +184,9 @@ MUTANTS = [
      "k[(j0 + jj) * d + c];", "fused"),
     ("attention_v_rows_dense", "fast/attention.cpp", "int64_t ldv = vs;", "int64_t ldv = dv;",
      "fused"),
+    # supports() accepting a q/k/v whose last dim is strided (k transposed in memory)
+    ("attention_accepts_strided_rows", "kernels_attention.cpp",
+     "return v->strides[3] == 1 || v->shape[3] == 1;", "return true;", "fused"),
 ]
 
 MUTANTS += [
