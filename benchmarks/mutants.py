@@ -176,6 +176,17 @@ MUTANTS = [
      "const int64_t kend = L.causal ? std::min(L.lk, i0 + nq) : L.lk;",
      "const int64_t kend = L.causal ? std::min(L.lk, i0 + std::min<int64_t>(nq, 32)) : L.lk;",
      "fused"),
+    # q, k, v rows read as if dense: right for contiguous q/k/v, wrong for the
+    # permuted views (x.reshape(B, L, H, D).transpose(1, 2)) the kernel accepts
+    ("attention_q_rows_dense", "fast/attention.cpp", "q[i * qs + c] * L.scale",
+     "q[i * d + c] * L.scale", "fused"),
+    ("attention_k_rows_dense", "fast/attention.cpp", "k[(j0 + jj) * ks + c];",
+     "k[(j0 + jj) * d + c];", "fused"),
+    ("attention_v_rows_dense", "fast/attention.cpp", "int64_t ldv = vs;", "int64_t ldv = dv;",
+     "fused"),
+    # supports() accepting a q/k/v whose last dim is strided (k transposed in memory)
+    ("attention_accepts_strided_rows", "kernels_attention.cpp",
+     "return v->strides[3] == 1 || v->shape[3] == 1;", "return true;", "fused"),
 ]
 
 MUTANTS += [

@@ -16,6 +16,9 @@ For each kernel K of composite op OP:
 - ``fused/K/rejects/<kind>``: inputs a predicate typically declines (float64,
   a non-contiguous view, ...). Whichever path runs, fused or decomposition,
   must be right; the message of a failure says which ran.
+- ``fused/K/permuted/<kind>/<class>`` (attention kernels only): q/k/v as the
+  permuted views attention code makes (the block at the end of this file).
+  Skipped, with the reason, when K declines them; checked like a call above.
 
 A kernel K of a backward op (``<op>_backward``, device API 1.3) gets the same
 cases, run through autograd: OP's calls with every floating input requiring
@@ -193,6 +196,119 @@ def cases(target):
         for kind in REJECTS[op]:
             out.append(Case(id=f"fused/{name}/rejects/{kind}", **base,
                             fn=functools.partial(check_reject, kernel=name, op=op, kind=kind)))
+    out += permuted_cases(kernels)  # the permuted q/k/v block below
+    return out
+
+
+# ---- Permuted q/k/v views (attention) ------------------------------------------
+# Attention code hands q, k and v to scaled_dot_product_attention as [B,H,L,D]
+# views of [B,L,H*D] projections, x.reshape(b, n, h, d).transpose(1, 2), often
+# pieces of one fused qkv projection: rows (the last dim) unit-stride, heads
+# and positions strided. A kernel may decline such views (the SDK then
+# decomposes, and the case is skipped with the reason, as check_call does); a
+# kernel that accepts them must read through their strides. Each case runs the
+# call fused and decomposed on the same views and checks both against the
+# oracle with check_call's tolerances.
+#
+# kind "heads": each of q, k, v a view of its own dense [B, L, H*D] tensor,
+# over the existing calls in which q has several heads (GQA, masks, Lq != Lk,
+# D != Dv, lengths across the kernels' tiles).
+# kind "split": q, k, v pieces of one [B, L, 3*H*D] tensor, so their rows
+# are 3*H*D apart and their spans interleave. The split is taken after the
+# reshape (qkv.reshape(b, n, 3*h, d).split(h, dim=2)): a piece of
+# qkv.split(h*d, dim=2) is not contiguous, so DeviceKit's reshape of it copies
+# and the kernel would see the "heads" layout again.
+
+SDPA = "scaled_dot_product_attention"
+PERMUTED_HEADS = ("odd", "gqa", "causal_lq_ne_lk", "bool_mask_bcast", "float_mask",
+                  "fully_masked", "large_tiles", "large_causal_lq_ne_lk")
+PERMUTED_SPLIT = {
+    "causal": lambda r: _nn._sdpa(r, 2, 3, 3, 9, 9, 8, 8, is_causal=True),
+    "bool_mask": lambda r: _nn._sdpa(r, 1, 2, 2, 6, 6, 5, 5, mask=r.random((6, 6)) < 0.7),
+    # 150 rows: several 64-query / 128-key tiles, the causal boundary inside
+    # them; head dim 32, a multiple of every vector width, so a tiled kernel
+    # reads V rows in place (other head dims make it pack them)
+    "large_causal": lambda r: _nn._sdpa(r, 1, 2, 2, 150, 150, 32, 32, is_causal=True, scale=0.5),
+}
+
+
+def _blhd(a):
+    """[B,H,L,D] -> the same values laid out [B, L, H*D] (what a projection makes)."""
+    b, h, n, d = a.shape
+    return np.ascontiguousarray(a.transpose(0, 2, 1, 3)).reshape(b, n, h * d)
+
+
+def _heads_views(qkv, dev):
+    out = []
+    for a in qkv:
+        b, h, n, d = a.shape
+        out.append(dk.tensor(_blhd(a), device=dev).reshape(b, n, h, d).transpose(1, 2))
+    return out
+
+
+def _split_views(qkv, dev):
+    b, h, n, d = qkv[0].shape
+    x = dk.tensor(np.concatenate([_blhd(a) for a in qkv], axis=2), device=dev)
+    return [t.transpose(1, 2) for t in x.reshape(b, n, 3 * h, d).split(h, dim=2)]
+
+
+def _permuted_views(kind, qkv, dev):
+    """The device views of q, k, v (numpy [B,H,L,D]) that ``kind`` makes; checks
+    that they are what this block means to test (else the case proves nothing)."""
+    views = (_heads_views if kind == "heads" else _split_views)(qkv, dev)
+    b, h, n, d = qkv[0].shape
+    q = views[0]
+    want = [n * h * d * (3 if kind == "split" else 1), d, h * d * (3 if kind == "split" else 1), 1]
+    if list(q.strides) != want or any(list(v.shape) != list(a.shape) for v, a in zip(views, qkv)):
+        raise AssertionError(f"permuted/{kind}: built q of shape {list(q.shape)} and strides "
+                             f"{list(q.strides)}; expected strides {want}: this DeviceKit's "
+                             f"reshape/split/transpose no longer make the views this case tests")
+    return views
+
+
+def _run_permuted(ctx, kind, args, kwargs, fused):
+    """(host output, composite_stats entry) of one call on permuted views."""
+    dev = ctx.device
+    q, k, v = _permuted_views(kind, args[:3], dev)
+    dk.reset_composite_stats()
+    with dk.fused_kernels(fused):
+        out = _nn.function(SDPA)(q, k, v, **{n: _nn.to_device(a, dev) for n, a in kwargs.items()})
+        got = out.numpy()
+    return got, dk.composite_stats().get(SDPA, {"fused": {}, "why_decomposed": {}})
+
+
+def check_permuted(ctx, kernel, kind, shape):
+    dtype = "float32"
+    make = _nn.CALLS[SDPA][shape] if kind == "heads" else PERMUTED_SPLIT[shape]
+    call = make(ctx.rng())
+    args, kwargs = _nn.rounded(call, dtype)
+    got, stats = _run_permuted(ctx, kind, args, kwargs, True)
+    ref, _ = _run_permuted(ctx, kind, args, kwargs, False)
+    (want,) = _nn.expected(SDPA, args, kwargs, dtype)
+    rtol, atol = _nn.tolerance(SDPA, dtype, call.n)
+    launched = stats["fused"]
+    case = (f"{kernel} permuted/{kind}/{shape} n={call.n} seed={ctx.seed}; "
+            f"ran: {', '.join(launched) or 'the decomposition'}")
+    O.assert_close(got, want, dtype, op=SDPA, tol=(rtol, atol), case=case + " vs oracle")
+    O.assert_close(got, ref, dtype, op=SDPA, tol=(2 * rtol, 2 * atol),
+                   case=case + " vs decomposition")
+    if not launched.get(kernel):
+        ran = ", ".join(launched) or "the decomposition"
+        why = "; ".join(stats.get("why_decomposed", {})) or "another kernel accepted first"
+        raise Skip(f"{kernel} did not run on permuted q/k/v views ({why}); {ran} ran and was right")
+
+
+def permuted_cases(kernels):
+    out = []
+    for k in kernels:
+        if k["op"] != SDPA:
+            continue
+        classes = [("heads", c) for c in PERMUTED_HEADS] + [("split", c) for c in PERMUTED_SPLIT]
+        for kind, shape in classes:
+            out.append(Case(id=f"fused/{k['name']}/permuted/{kind}/{shape}", section="fused",
+                            op=SDPA, dtype="float32",
+                            fn=functools.partial(check_permuted, kernel=k["name"], kind=kind,
+                                                 shape=shape)))
     return out
 
 

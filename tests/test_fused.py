@@ -233,24 +233,6 @@ DECLINED = {  # what composite_stats says about each case of _rejected_cases
 }
 
 
-def test_permuted_qkv_views_are_decomposed_with_the_reason_counted(cpu):
-    """The layout attention code naturally produces (qkv.split, reshape,
-    transpose(1, 2), no .contiguous()): the CPU kernel takes dense inputs,
-    and composite_stats says so instead of skipping silently."""
-    import devicekit.nn.functional as F
-    b, n, h, d = 2, 5, 2, 4
-    qkv = _t(_randn(b, n, 3 * h * d))
-    q, k, v = (x.reshape(b, n, h, d).transpose(1, 2) for x in qkv.split(h * d, dim=2))
-    _fused.reset_composite_stats()
-    F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    F.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(), is_causal=True)
-    stats = _fused.composite_stats()[SDPA]
-    assert stats["fused"] == {"cpu.sdpa_flash_f32": 1} and stats["decomposed"] == 1
-    [why] = stats["why_decomposed"]
-    assert why == ("cpu.sdpa_flash_f32 declined (operands: float32 strided, float32 strided, "
-                   "float32 strided, none)"), why
-
-
 def test_autograd_recording_without_a_backward_kernel_is_a_counted_reason(cpu, monkeypatch):
     import devicekit.nn.functional as F
     x = _t(_randn(3, 4))

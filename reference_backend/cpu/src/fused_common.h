@@ -193,14 +193,17 @@ DKCPU_INLINE void norm_span(const float* __restrict x, const float* __restrict w
 // ---- Attention (kernels_attention.cpp; fast/attention.cpp) ----------------------
 
 // What an attention launch copies out of its views: q [B,Hq,Lq,D],
-// k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv], out [B,Hq,Lq,Dv], all dense; the mask
-// [B,Hq,Lq,Lk] with any strides.
+// k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv], each with unit stride in its last dim and
+// any strides in the other three (the permuted views of x.reshape(B, L, H,
+// D).transpose(1, 2)); out [B,Hq,Lq,Dv] dense; the mask [B,Hq,Lq,Lk] with
+// any strides.
 struct SdpaLaunch {
   const float* q;
   const float* k;
   const float* v;
   const char* mask;  // bool bytes or float32, strides in elements below
   float* out;
+  int64_t q_strides[3], k_strides[3], v_strides[3];  // elements, dims 0..2
   int64_t mask_strides[4];
   int32_t mask_kind, causal;
   int64_t b, hq, hkv, lq, lk, d, dv;

@@ -1,6 +1,8 @@
-// scaled_dot_product_attention as one fused kernel (float32, contiguous
-// q/k/v; the mask bool or additive float32, any strides): the supports
-// predicate, the launch's checks, and the plain kernel.
+// scaled_dot_product_attention as one fused kernel (float32 q/k/v whose
+// last dim is unit-stride, any strides elsewhere: the permuted views that
+// x.reshape(B, L, H, D).transpose(1, 2) makes are read in place; the mask
+// bool or additive float32, any strides): the supports predicate, the
+// launch's checks, and the plain kernel.
 //
 // The plain kernel takes one query row at a time: its scores against every
 // key it may see (q is scaled before the dot products, as the header
@@ -37,9 +39,10 @@ namespace {
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t i = r % L.lq, h = (r / L.lq) % L.hq, b = r / (L.lq * L.hq);
     const int64_t hk = h / (L.hq / L.hkv);  // grouped-query: Hq / Hkv query heads per k/v head
-    const float* q = L.q + r * L.d;
-    const float* k = L.k + (b * L.hkv + hk) * L.lk * L.d;
-    const float* v = L.v + (b * L.hkv + hk) * L.lk * L.dv;
+    const float* q = L.q + b * L.q_strides[0] + h * L.q_strides[1] + i * L.q_strides[2];
+    const float* k = L.k + b * L.k_strides[0] + hk * L.k_strides[1];  // key j: k + j * ks
+    const float* v = L.v + b * L.v_strides[0] + hk * L.v_strides[1];
+    const int64_t ks = L.k_strides[2], vs = L.v_strides[2];
     const char* mrow =
         L.mask +
         (b * L.mask_strides[0] + h * L.mask_strides[1] + i * L.mask_strides[2]) * mask_esize;
@@ -47,7 +50,7 @@ namespace {
     float m = -INFINITY;
     for (int64_t j = 0; j < nk; ++j) {
       float dot = 0.0f;
-      for (int64_t c = 0; c < L.d; ++c) dot += (q[c] * L.scale) * k[j * L.d + c];
+      for (int64_t c = 0; c < L.d; ++c) dot += (q[c] * L.scale) * k[j * ks + c];
       if (L.mask_kind == DK_SDPA_MASK_BOOL && !mrow[j * L.mask_strides[3]]) dot = -INFINITY;
       if (L.mask_kind == DK_SDPA_MASK_ADDITIVE)
         dot += reinterpret_cast<const float*>(mrow)[j * L.mask_strides[3]];
@@ -61,7 +64,7 @@ namespace {
     for (int64_t j = 0; j < nk; ++j) {
       const float p = std::exp(s[j] - shift);
       l += p;
-      for (int64_t c = 0; c < L.dv; ++c) acc[c] += p * v[j * L.dv + c];
+      for (int64_t c = 0; c < L.dv; ++c) acc[c] += p * v[j * vs + c];
     }
     const float inv = l == 0.0f ? 0.0f : 1.0f / l;
     for (int64_t c = 0; c < L.dv; ++c) L.out[r * L.dv + c] = acc[c] * inv;
@@ -84,15 +87,36 @@ DK_Error* run_sdpa(const void* payload) {
 
 bool rank4(const DK_TensorView* v) { return v->rank == 4; }
 
-// float32 dense rank-4 q, k, v and out; the mask as DK_SdpaAttrs says, rank 4
-// with any strides (the SDK passes broadcast dims with stride 0), bool or
-// float32. Grouped-query heads, Lq != Lk, empty dims: all handled.
+// A float32 rank-4 q, k or v the kernels read in place: its rows (the last
+// dim) unit-stride, or of size 1; any non-negative strides in dims 0..2
+// (permuted heads, a piece of a split, a broadcast). A view with no elements
+// is never read, whatever its strides (the header's rule for empty views).
+bool rows_f32(const DK_TensorView* v) {
+  if (!is_view(v) || v->dtype != DK_DTYPE_FLOAT32 || !rank4(v)) return false;
+  if (v->shape[0] == 0 || v->shape[1] == 0 || v->shape[2] == 0 || v->shape[3] == 0) return true;
+  for (int d = 0; d < 3; ++d)
+    if (v->strides[d] < 0) return false;
+  return v->strides[3] == 1 || v->shape[3] == 1;
+}
+
+// Strides of dims 0..2 of a q, k or v the launch read; 0 for an empty view,
+// which is never read (its data may be NULL: the pointer stays unmoved).
+void row_strides(const View& v, int64_t* s) {
+  const bool empty = v.shape[0] == 0 || v.shape[1] == 0 || v.shape[2] == 0 || v.shape[3] == 0;
+  for (int d = 0; d < 3; ++d) s[d] = empty ? 0 : v.strides[d];
+}
+
+// float32 rank-4 q, k, v as rows_f32 says, a dense float32 rank-4 out; the
+// mask as DK_SdpaAttrs says, rank 4 with any strides (the SDK passes
+// broadcast dims with stride 0), bool or float32. Grouped-query heads,
+// Lq != Lk, empty dims: all handled. A view whose last dim is strided (k
+// transposed in memory) is declined: the SDK then decomposes.
 int32_t sdpa_supports(const DK_Kernel_Args* a) {
   const auto* attrs = fused_frame<DK_SdpaAttrs>(a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION, 4,
                                                 DK_SdpaAttrs_STRUCT_SIZE);
   if (!attrs || (attrs->is_causal != 0 && attrs->is_causal != 1)) return 0;
   for (int i = 0; i < 3; ++i) {
-    if (!dense_f32(a->inputs[i]) || !rank4(a->inputs[i])) return 0;
+    if (!rows_f32(a->inputs[i])) return 0;
   }
   if (!dense_f32(a->outputs[0]) || !rank4(a->outputs[0])) return 0;
   const DK_TensorView* mask = a->inputs[3];
@@ -147,6 +171,9 @@ DK_Error* dk_cpu_fused_sdpa(const DK_Kernel_Args* a) {
     l.q = reinterpret_cast<const float*>(v.in[0].data);
     l.k = reinterpret_cast<const float*>(v.in[1].data);
     l.v = reinterpret_cast<const float*>(v.in[2].data);
+    row_strides(v.in[0], l.q_strides);
+    row_strides(v.in[1], l.k_strides);
+    row_strides(v.in[2], l.v_strides);
     l.mask = v.present[3] ? v.in[3].data : nullptr;
     for (int i = 0; i < 4; ++i) l.mask_strides[i] = v.present[3] ? v.in[3].strides[i] : 0;
     l.out = reinterpret_cast<float*>(v.out.data);

@@ -8,19 +8,26 @@
 // (`tile_gemm`: GCC vector extensions, an MR x NR block of the result held in
 // registers):
 //   S = (q*scale) K_tile^T       [kBq x kBk]  (K_tile packed transposed, so a
-//                                              row of it is NR contiguous keys)
+//                                              row of it is NR contiguous keys;
+//                                              q is packed scaled)
 //   per query row (`softmax_row`): mask (causal / bool / additive: -inf for an
 //   excluded key), then the online-softmax step: running max m and sum l,
 //   P = exp(S - m_new), and alpha = exp(m_old - m_new)
-//   O = O * alpha + P V_tile     [kBq x Dv]   (V rows are contiguous: read in
-//                                              place; the rescale of O by
-//                                              alpha rides on the tile's store)
+//   O = O * alpha + P V_tile     [kBq x Dv]   (V rows are unit-stride: read
+//                                              in place with V's row stride;
+//                                              the rescale of O by alpha rides
+//                                              on the tile's store)
 // and finally out = O / l, or 0 for a row that saw no visible key (l == 0).
 // Under is_causal, key tiles past the block's last query are never read (the
 // spec lets a kernel skip keys masked for all the queries it computes
 // together). Inside a visited tile an excluded key has p = 0, and 0 * v still
 // reads v: a NaN or inf in v at a masked key may propagate, as in the
 // decomposition (the spec allows that too).
+//
+// q, k and v are read through their strides (rows unit-stride, any strides
+// between rows and heads: the permuted views of x.reshape(B, L, H,
+// D).transpose(1, 2)); q and K are packed anyway and V is read with its row
+// stride as the GEMM's leading dim, so a permuted view costs no copy.
 //
 // Sizes: a score tile is 64 x 128 floats (32 KiB), the packed key tile D x 128,
 // the accumulator 64 x Dv: with D = Dv = 64 an item's working set (~100 KiB)
@@ -125,21 +132,22 @@ DKCPU_INLINE void attend_block(const SdpaLaunch& L, int64_t item, float* scratch
   const int64_t nq = std::min(kBq, L.lq - i0), nqp = round_up(nq, MR);
   const int64_t b = bh / L.hq, h = bh % L.hq, hk = h / (L.hq / L.hkv);
   const int64_t d = L.d, dv = L.dv, dvp = round_up(dv, NR);
-  const float* q = L.q + ((b * L.hq + h) * L.lq + i0) * d;
-  const float* k = L.k + (b * L.hkv + hk) * L.lk * d;
-  const float* v = L.v + (b * L.hkv + hk) * L.lk * dv;
+  const int64_t qs = L.q_strides[2], ks = L.k_strides[2], vs = L.v_strides[2];  // row strides
+  const float* q = L.q + b * L.q_strides[0] + h * L.q_strides[1] + i0 * qs;
+  const float* k = L.k + b * L.k_strides[0] + hk * L.k_strides[1];
+  const float* v = L.v + b * L.v_strides[0] + hk * L.v_strides[1];
   float* out = L.out + ((b * L.hq + h) * L.lq + i0) * dv;
   const int64_t mask_esize = L.mask_kind == DK_SDPA_MASK_BOOL ? 1 : 4;
   const char* mask = L.mask + (b * L.mask_strides[0] + h * L.mask_strides[1]) * mask_esize;
-  float* __restrict qs = scratch;                // [kBq][d], q * scale; rows >= nq are 0
-  float* __restrict kt = qs + kBq * d;           // [d][kBk], the key tile transposed
+  float* __restrict qp = scratch;                // [kBq][d], q * scale; rows >= nq are 0
+  float* __restrict kt = qp + kBq * d;           // [d][kBk], the key tile transposed
   float* __restrict s = kt + d * kBk;            // [kBq][kBk], scores, then p
   float* __restrict o = s + kBq * kBk;           // [kBq][dvp], the accumulator
   float* __restrict vt = o + kBq * round_up(dv, kDvAlign);  // [kBk][dvp], V tile padded to NR
   const bool pack_v = dvp != dv;                 // else V_tile is read in place
   float m[kBq], l[kBq], alpha[kBq];
   for (int64_t i = 0; i < nqp; ++i) {
-    for (int64_t c = 0; c < d; ++c) qs[i * d + c] = i < nq ? q[i * d + c] * L.scale : 0.0f;
+    for (int64_t c = 0; c < d; ++c) qp[i * d + c] = i < nq ? q[i * qs + c] * L.scale : 0.0f;
     for (int64_t c = 0; c < dvp; ++c) o[i * dvp + c] = 0.0f;
     m[i] = -INFINITY;
     l[i] = 0.0f;
@@ -149,22 +157,22 @@ DKCPU_INLINE void attend_block(const SdpaLaunch& L, int64_t item, float* scratch
   for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
     const int64_t nk = std::min(kBk, kend - j0);
     for (int64_t jj = 0; jj < nk; ++jj)
-      for (int64_t c = 0; c < d; ++c) kt[c * kBk + jj] = k[(j0 + jj) * d + c];
+      for (int64_t c = 0; c < d; ++c) kt[c * kBk + jj] = k[(j0 + jj) * ks + c];
     for (int64_t c = 0; c < d; ++c)
       for (int64_t jj = nk; jj < kBk; ++jj) kt[c * kBk + jj] = 0.0f;  // keys past Lk
     for (int64_t i = 0; i < nqp; i += MR)
       for (int64_t j = 0; j < kBk; j += NR)
-        tile_gemm<MR, NR, VB>(d, qs + i * d, d, kt + j, kBk, s + i * kBk + j, kBk, nullptr);
+        tile_gemm<MR, NR, VB>(d, qp + i * d, d, kt + j, kBk, s + i * kBk + j, kBk, nullptr);
     for (int64_t i = 0; i < nq; ++i)
       alpha[i] = softmax_row(L, s + i * kBk, mask + (i0 + i) * L.mask_strides[2] * mask_esize,
                              i0 + i, j0, nk, m[i], l[i]);
     for (int64_t i = nq; i < nqp; ++i)
       for (int64_t jj = 0; jj < kBk; ++jj) s[i * kBk + jj] = 0.0f;
-    const float* vtile = v + j0 * dv;
-    int64_t ldv = dv;
+    const float* vtile = v + j0 * vs;
+    int64_t ldv = vs;
     if (pack_v) {
       for (int64_t jj = 0; jj < nk; ++jj)
-        for (int64_t c = 0; c < dvp; ++c) vt[jj * dvp + c] = c < dv ? vtile[jj * dv + c] : 0.0f;
+        for (int64_t c = 0; c < dvp; ++c) vt[jj * dvp + c] = c < dv ? vtile[jj * vs + c] : 0.0f;
       vtile = vt;
       ldv = dvp;
     }
