@@ -114,7 +114,9 @@ inline float exp_nonpositive(float x) {
   p = p * r * r + r + 1.0f;
   int32_t t_bits;  // n sits in t's low significand bits: read it without a
   std::memcpy(&t_bits, &t, sizeof t_bits);  // float-to-int conversion (UB for NaN)
-  const int32_t bits = (t_bits - 0x4B400000 + 127) * (1 << 23);  // n in [-127, 0]
+  // n in [-127, 0]; unsigned, so a NaN's garbage bits wrap instead of
+  // overflowing (undefined behaviour that UBSan reports).
+  const uint32_t bits = (uint32_t(t_bits) - 0x4B400000u + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
