@@ -126,36 +126,52 @@ def _compare(ctx, op, call, args, kwargs, dtype, noncontig, note):
     return launched
 
 
-def check_call(ctx, kernel, op, dtype, shape):
+def check_call(ctx, kernel, op, dtype, shape, backward=False):
+    """``op``'s call class ``shape``: through ``kernel`` (the op's fused
+    kernel, or with ``backward`` its backward kernel) vs the decomposition."""
     call = _nn.CALLS[op][shape](ctx.rng())
     args, kwargs = _nn.rounded(call, dtype)
-    launched = _compare(ctx, op, call, args, kwargs, dtype, False, f"{kernel} {dtype} {shape}")
+    compare = _compare_grads if backward else _compare
+    launched = compare(ctx, op, call, args, kwargs, dtype, False, f"{kernel} {dtype} {shape}")
     if not launched.get(kernel):
-        other = ", ".join(launched) or "the decomposition"
-        raise Skip(f"{kernel} declined this call ({other} ran and was right)")
+        other = ", ".join(launched) or "the decomposition" + ("'s gradient" if backward else "")
+        raise Skip(f"{kernel} {'was not asked or declined' if backward else 'declined'} this "
+                   f"call ({other} ran and was right)")
 
 
-def check_reject(ctx, kernel, op, kind):
+def check_reject(ctx, kernel, op, kind, backward=False):
     call, dtype, noncontig = REJECTS[op][kind](ctx.rng())
     if dtype not in ctx.target.dtypes:
         raise Skip(f"the device has no {dtype}")
     args, kwargs = _nn.rounded(call, dtype)
-    _compare(ctx, op, call, args, kwargs, dtype, noncontig, f"{kernel} rejects/{kind}")
+    compare = _compare_grads if backward else _compare
+    compare(ctx, op, call, args, kwargs, dtype, noncontig, f"{kernel} rejects/{kind}")
 
 
-def check_accepts(ctx, kernel, op):
+def _launched(ctx, op, args, kwargs, dtype, backward):
+    """{kernel: launches} of one call of ``op`` (forward, or forward and backward)."""
+    if backward:
+        return _grads(ctx, op, args, kwargs, _cotangent(ctx, op, args, kwargs, dtype), True)[1]
+    return _run(ctx, op, args, kwargs, True)[1]
+
+
+def check_accepts(ctx, kernel, op, backward=False):
     tried = 0
     for dtype in DTYPES:
         if dtype not in ctx.target.dtypes:
             continue
         for make in _nn.CALLS[op].values():
             args, kwargs = _nn.rounded(make(ctx.rng()), dtype)
-            _, launched, _ = _run(ctx, op, args, kwargs, True)
             tried += 1
-            if launched.get(kernel):
+            if _launched(ctx, op, args, kwargs, dtype, backward).get(kernel):
                 return
-    raise AssertionError(f"fused kernel {kernel} ({op}) accepted none of {tried} calls "
-                         f"({', '.join(DTYPES)} x {', '.join(_nn.CALLS[op])}): its supports() "
+    calls = f"{tried} calls ({', '.join(DTYPES)} x {', '.join(_nn.CALLS[op])})"
+    if backward:
+        raise AssertionError(f"fused backward kernel {kernel} ({op}_backward) ran for none of "
+                             f"{calls}: either its supports() declines everything or the plugin "
+                             f"has no fused {op} kernel that accepts them (the SDK runs a backward "
+                             f"kernel only after the op's fused forward ran)")
+    raise AssertionError(f"fused kernel {kernel} ({op}) accepted none of {calls}: its supports() "
                          f"predicate declines everything, so it never runs")
 
 
@@ -177,25 +193,26 @@ def cases(target):
     for k in kernels:
         name, op = k["name"], k["op"]
         base = dict(section="fused", op=op)
-        if op in BACKWARD_OF and BACKWARD_OF[op] in REJECTS:
-            out += backward_cases(name, op, BACKWARD_OF[op], base)
-            continue
-        if op not in _nn.CALLS or op not in REJECTS:
+        # A backward kernel runs through its forward op's calls, with gradients.
+        backward = op in BACKWARD_OF
+        fwd = BACKWARD_OF.get(op, op)
+        if fwd not in _nn.CALLS or fwd not in REJECTS:
             out.append(Case(id=f"fused/{name}/unknown_op", dtype=None, **base,
                             fn=functools.partial(unknown_op, kernel=name, op=op)))
             continue
+        which = dict(kernel=name, op=fwd, backward=backward)
         out.append(Case(id=f"fused/{name}/accepts_some_call", **base,
-                        fn=functools.partial(check_accepts, kernel=name, op=op)))
+                        fn=functools.partial(check_accepts, **which)))
         for dtype in DTYPES:
-            for shape in _nn.CALLS[op]:
+            for shape in _nn.CALLS[fwd]:
                 # Only float32 is a required dtype, as for the composites.
                 out.append(Case(id=f"fused/{name}/{dtype}/{shape}", dtype=dtype,
                                 required=dtype == "float32", **base,
-                                fn=functools.partial(check_call, kernel=name, op=op, dtype=dtype,
-                                                     shape=shape)))
-        for kind in REJECTS[op]:
+                                fn=functools.partial(check_call, dtype=dtype, shape=shape,
+                                                     **which)))
+        for kind in REJECTS[fwd]:
             out.append(Case(id=f"fused/{name}/rejects/{kind}", **base,
-                            fn=functools.partial(check_reject, kernel=name, op=op, kind=kind)))
+                            fn=functools.partial(check_reject, kind=kind, **which)))
     out += permuted_cases(kernels)  # the permuted q/k/v block below
     return out
 
@@ -374,54 +391,3 @@ def _compare_grads(ctx, fwd, call, args, kwargs, dtype, noncontig, note):
     return launched
 
 
-def check_backward_call(ctx, kernel, fwd, dtype, shape):
-    call = _nn.CALLS[fwd][shape](ctx.rng())
-    args, kwargs = _nn.rounded(call, dtype)
-    launched = _compare_grads(ctx, fwd, call, args, kwargs, dtype, False,
-                              f"{kernel} {dtype} {shape}")
-    if not launched.get(kernel):
-        other = ", ".join(launched) or "the decomposition's gradient"
-        raise Skip(f"{kernel} was not asked or declined this call ({other} ran and was right)")
-
-
-def check_backward_reject(ctx, kernel, fwd, kind):
-    call, dtype, noncontig = REJECTS[fwd][kind](ctx.rng())
-    if dtype not in ctx.target.dtypes:
-        raise Skip(f"the device has no {dtype}")
-    args, kwargs = _nn.rounded(call, dtype)
-    _compare_grads(ctx, fwd, call, args, kwargs, dtype, noncontig, f"{kernel} rejects/{kind}")
-
-
-def check_backward_accepts(ctx, kernel, fwd):
-    tried = 0
-    for dtype in DTYPES:
-        if dtype not in ctx.target.dtypes:
-            continue
-        for make in _nn.CALLS[fwd].values():
-            args, kwargs = _nn.rounded(make(ctx.rng()), dtype)
-            cot = _cotangent(ctx, fwd, args, kwargs, dtype)
-            _, launched = _grads(ctx, fwd, args, kwargs, cot, True)
-            tried += 1
-            if launched.get(kernel):
-                return
-    raise AssertionError(f"fused backward kernel {kernel} ({fwd}_backward) ran for none of "
-                         f"{tried} calls ({', '.join(DTYPES)} x {', '.join(_nn.CALLS[fwd])}): "
-                         f"either its supports() declines everything or the plugin has no "
-                         f"fused {fwd} kernel that accepts them (the SDK runs a backward kernel "
-                         f"only after the op's fused forward ran)")
-
-
-def backward_cases(name, op, fwd, base):
-    out = [Case(id=f"fused/{name}/accepts_some_call", **base,
-                fn=functools.partial(check_backward_accepts, kernel=name, fwd=fwd))]
-    for dtype in DTYPES:
-        for shape in _nn.CALLS[fwd]:
-            out.append(Case(id=f"fused/{name}/{dtype}/{shape}", dtype=dtype,
-                            required=dtype == "float32", **base,
-                            fn=functools.partial(check_backward_call, kernel=name, fwd=fwd,
-                                                 dtype=dtype, shape=shape)))
-    for kind in REJECTS[fwd]:
-        out.append(Case(id=f"fused/{name}/rejects/{kind}", **base,
-                        fn=functools.partial(check_backward_reject, kernel=name, fwd=fwd,
-                                             kind=kind)))
-    return out
