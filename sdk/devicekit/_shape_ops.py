@@ -214,8 +214,9 @@ def flatten(x, start_dim=0, end_dim=-1):
 
 def view(x, *shape):
     """``x`` with a new shape over the same storage, like ``Tensor.view``:
-    the tensor must be contiguous (``reshape`` copies when it is not; a view
-    never does). ``view(dtype)`` (reinterpreting bits) is not supported."""
+    the tensor must be contiguous (``reshape`` also gives a view of a strided
+    tensor when its layout allows one, and copies otherwise; a view never
+    copies). ``view(dtype)`` (reinterpreting bits) is not supported."""
     if len(shape) == 1 and isinstance(shape[0], (str, _dt.dtype)):
         raise DTypeError(f"view({shape[0]!r}): reinterpreting a tensor's bits as another dtype "
                          f"is not supported; use .to(dtype) to convert values")
@@ -223,7 +224,7 @@ def view(x, *shape):
         raise InvalidArgumentError(
             f"view({', '.join(map(str, _shape_arg(shape)))}): the tensor of shape {list(x.shape)} "
             f"and strides {list(x.strides)} is not contiguous, so no view has that shape; use "
-            f".reshape(...) (which copies) or .contiguous().view(...)")
+            f".reshape(...) (which copies when it must) or .contiguous().view(...)")
     return x.reshape(*shape)
 
 

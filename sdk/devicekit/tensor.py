@@ -10,6 +10,7 @@ Views, ``contiguous`` and ``to`` report to ``autograd.track`` so gradients
 flow through them.
 """
 
+import math
 import numbers
 
 import numpy as np
@@ -150,22 +151,57 @@ def _contiguous_strides(shape):
     return list(reversed(strides))
 
 
+def _view_strides(shape, strides, new):
+    """Strides that show ``new`` over the elements of a (shape, strides) view
+    without moving them, or None when no view can (then reshape copies).
+
+    Dims that step through memory as one block (each stride the next one's
+    times its size: a "chunk") may be regrouped freely; a reshape is a view
+    when every chunk of the old shape is the product of whole dims of the
+    new one. A piece of ``qkv.split(d, dim=-1)`` reshaped to heads is one;
+    a transposed matrix flattened is not."""
+    if math.prod(shape) == 0:
+        return _contiguous_strides(new)
+    out = [0] * len(new)
+    view_d = len(new) - 1
+    base = strides[-1] if strides else 1  # the chunk's innermost stride
+    old_n = new_n = 1
+    for d in range(len(shape) - 1, -1, -1):
+        old_n *= shape[d]
+        chunk_ends = d == 0 or (shape[d - 1] != 1 and strides[d - 1] != old_n * base)
+        if not chunk_ends:
+            continue
+        while view_d >= 0 and (new_n < old_n or new[view_d] == 1):
+            out[view_d] = new_n * base
+            new_n *= new[view_d]
+            view_d -= 1
+        if new_n != old_n:
+            return None
+        if d > 0:
+            base, old_n, new_n = strides[d - 1], 1, 1
+    return out if view_d == -1 else None
+
+
 def _reshape(self, *shape):
     shape = _shape_arg(shape)
     n = self.numel()
     if shape.count(-1) > 1:
         raise InvalidArgumentError(f"reshape: only one dimension can be -1, got {shape}")
     if -1 in shape:
-        known = int(np.prod([s for s in shape if s != -1]))
+        known = math.prod(s for s in shape if s != -1)
         if known == 0 or n % known:
             raise InvalidArgumentError(f"reshape: cannot infer -1 in {shape} for {n} elements")
         shape[shape.index(-1)] = n // known
-    if int(np.prod(shape)) != n:
+    if math.prod(shape) != n:
         raise InvalidArgumentError(
-            f"reshape: shape {tuple(shape)} has {int(np.prod(shape))} elements, tensor of shape "
+            f"reshape: shape {tuple(shape)} has {math.prod(shape)} elements, tensor of shape "
             f"{self.shape} has {n}")
-    src = _raw_contiguous(self)  # a copy only when the layout demands it
-    return _track("reshape", src._view(shape, _contiguous_strides(shape), src._offset), (self,))
+    # A view when the layout allows one (as torch.reshape), else a dense copy.
+    strides = _view_strides(list(self.shape), list(self.strides), shape)
+    src = self if strides is not None else _raw_contiguous(self)
+    if strides is None:
+        strides = _contiguous_strides(shape)
+    return _track("reshape", src._view(shape, strides, src._offset), (self,))
 
 
 def _dim(dim, nd, call):
