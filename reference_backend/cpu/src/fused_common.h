@@ -44,25 +44,40 @@ template <class Attrs> inline const Attrs* fused_frame(const DK_Kernel_Args* a, 
 
 // ---- For launch(): the strict checks, with messages --------------------------
 
+// The most inputs and outputs of a fused op (scaled_dot_product_attention_backward:
+// dout, q, k, v, out, mask -> dq, dk, dv).
+constexpr int kMaxFusedInputs = 6, kMaxFusedOutputs = 3;
+
 // Views of one fused call: inputs (present[i] false for an absent optional
-// one) and the output.
+// one) and outputs (outs_present[o] false for a gradient the SDK does not
+// want; output 0 is always there). `out` and `out_numel` name output 0.
 struct FusedViews {
-  View in[4];
-  bool present[4] = {false, false, false, false};
-  View out;
-  int64_t out_numel = 0;
+  View in[kMaxFusedInputs];
+  bool present[kMaxFusedInputs] = {};
+  View outs[kMaxFusedOutputs];
+  bool outs_present[kMaxFusedOutputs] = {};
+  int64_t outs_numel[kMaxFusedOutputs] = {};
+  View& out = outs[0];
+  int64_t& out_numel = outs_numel[0];
 };
 
+inline bool overlaps(const View& x, const View& y) {
+  return x.span_begin != x.span_end && y.span_begin != y.span_end && x.span_begin < y.span_end &&
+         y.span_begin < x.span_end;
+}
+
 inline DK_Error* load_fused(const char* call, const DK_Kernel_Args* a, DK_FusedOpId op,
-                            int32_t num_inputs, DK_FusedSupportsFn* supports, FusedViews* v) {
+                            int32_t num_inputs, DK_FusedSupportsFn* supports, FusedViews* v,
+                            int32_t num_outputs = 1) {
   DKCPU_CHECK_ARGS(call, a, DK_Kernel_Args);
   if (DK_Error* e = check_device(call, a->device)) return e;
   if (DK_Error* e = check_stream(call, a->stream, a->device)) return e;
-  if (a->op != op || a->num_inputs != num_inputs || a->num_outputs != 1) {
+  if (a->op != op || a->num_inputs != num_inputs || a->num_outputs != num_outputs) {
     return dkh_error(DK_ERROR_INVALID_ARGUMENT,
                      "%s: args has op %d with %d input(s) and %d "
-                     "output(s); expected DK_FusedOpId %d with %d and 1",
-                     call, int(a->op), a->num_inputs, a->num_outputs, int(op), num_inputs);
+                     "output(s); expected DK_FusedOpId %d with %d and %d",
+                     call, int(a->op), a->num_inputs, a->num_outputs, int(op), num_inputs,
+                     num_outputs);
   }
   if (!supports(a)) {
     return dkh_error(DK_ERROR_INVALID_ARGUMENT,
@@ -79,15 +94,30 @@ inline DK_Error* load_fused(const char* call, const DK_Kernel_Args* a, DK_FusedO
     if (DK_Error* e = load_view(call, what, a, a->inputs[i], &v->in[i], &n)) return e;
     v->present[i] = true;
   }
-  if (DK_Error* e = load_view(call, "output 0", a, a->outputs[0], &v->out, &v->out_numel)) return e;
-  for (int32_t i = 0; i < num_inputs; ++i) {
-    const View& in = v->in[i];
-    if (!v->present[i] || v->out_numel == 0 || in.span_begin == in.span_end) continue;
-    if (v->out.span_begin < in.span_end && in.span_begin < v->out.span_end) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                       "%s: output 0 overlaps input %d in memory; "
-                       "expected disjoint views (fused kernels never run in place)",
-                       call, int(i));
+  for (int32_t o = 0; o < num_outputs; ++o) {
+    if (o > 0 && a->outputs[o] == nullptr) continue;  // an optional gradient not wanted
+    std::snprintf(what, sizeof what, "output %d", int(o));
+    if (DK_Error* e = load_view(call, what, a, a->outputs[o], &v->outs[o], &v->outs_numel[o]))
+      return e;
+    v->outs_present[o] = true;
+  }
+  // Outputs overlap no input and no other output: fused kernels never run in place.
+  for (int32_t o = 0; o < num_outputs; ++o) {
+    if (!v->outs_present[o]) continue;
+    for (int32_t i = 0; i < num_inputs; ++i) {
+      if (v->present[i] && overlaps(v->outs[o], v->in[i])) {
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                         "%s: output %d overlaps input %d in memory; "
+                         "expected disjoint views (fused kernels never run in place)",
+                         call, int(o), int(i));
+      }
+    }
+    for (int32_t p = 0; p < o; ++p) {
+      if (v->outs_present[p] && overlaps(v->outs[o], v->outs[p])) {
+        return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                         "%s: outputs %d and %d overlap in memory; expected disjoint views", call,
+                         int(p), int(o));
+      }
     }
   }
   return nullptr;

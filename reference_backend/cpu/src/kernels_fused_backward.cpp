@@ -18,8 +18,6 @@
 namespace dkcpu {
 namespace {
 
-constexpr int kMaxIn = 6, kMaxOut = 3;
-
 // The args' frame of a backward op: op, arity, attribute struct.
 template <class Attrs> const Attrs* backward_frame(const DK_Kernel_Args* a, DK_FusedOpId op,
                                                    int32_t num_inputs, int32_t num_outputs,
@@ -42,66 +40,6 @@ bool rows_f32(const DK_TensorView* v) {
 
 // An absent optional view, or a present dense float32 one.
 bool absent_or_dense(const DK_TensorView* v) { return v == nullptr || dense_f32(v); }
-
-// Views of one backward call, checked as every kernel checks its views.
-struct BackwardViews {
-  View in[kMaxIn], out[kMaxOut];
-  bool in_present[kMaxIn] = {}, out_present[kMaxOut] = {};
-  int64_t out_numel[kMaxOut] = {};
-};
-
-DK_Error* load_backward(const char* call, const DK_Kernel_Args* a, DK_FusedOpId op,
-                        int32_t num_inputs, int32_t num_outputs, DK_FusedSupportsFn* supports,
-                        BackwardViews* v) {
-  DKCPU_CHECK_ARGS(call, a, DK_Kernel_Args);
-  if (DK_Error* e = check_device(call, a->device)) return e;
-  if (DK_Error* e = check_stream(call, a->stream, a->device)) return e;
-  if (!supports(a)) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: called with arguments its supports() declines (op, arity, dtype, "
-                     "layout, rank or attrs). Hint: the SDK must launch a fused kernel only "
-                     "after its supports() returned 1.",
-                     call);
-  }
-  char what[32];
-  int64_t n = 0;
-  for (int32_t i = 0; i < num_inputs; ++i) {
-    if (a->inputs[i] == nullptr) continue;
-    std::snprintf(what, sizeof what, "input %d", int(i));
-    if (DK_Error* e = load_view(call, what, a, a->inputs[i], &v->in[i], &n)) return e;
-    v->in_present[i] = true;
-  }
-  for (int32_t o = 0; o < num_outputs; ++o) {
-    if (a->outputs[o] == nullptr) continue;  // a gradient the SDK does not want
-    std::snprintf(what, sizeof what, "output %d", int(o));
-    if (DK_Error* e = load_view(call, what, a, a->outputs[o], &v->out[o], &v->out_numel[o]))
-      return e;
-    v->out_present[o] = true;
-  }
-  // Outputs never overlap an input or each other (nothing runs in place).
-  auto overlap = [](const View& x, const View& y) {
-    return x.span_begin != x.span_end && y.span_begin != y.span_end && x.span_begin < y.span_end &&
-           y.span_begin < x.span_end;
-  };
-  for (int32_t o = 0; o < num_outputs; ++o) {
-    if (!v->out_present[o]) continue;
-    for (int32_t i = 0; i < num_inputs; ++i) {
-      if (v->in_present[i] && overlap(v->out[o], v->in[i])) {
-        return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                         "%s: output %d overlaps input %d in memory; expected disjoint views", call,
-                         int(o), int(i));
-      }
-    }
-    for (int32_t p = 0; p < o; ++p) {
-      if (v->out_present[p] && overlap(v->out[o], v->out[p])) {
-        return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                         "%s: outputs %d and %d overlap in memory; expected disjoint views", call,
-                         int(p), int(o));
-      }
-    }
-  }
-  return nullptr;
-}
 
 const float* f32(const View& v) { return reinterpret_cast<const float*>(v.data); }
 float* f32_out(const View& v) { return reinterpret_cast<float*>(v.data); }
@@ -193,29 +131,29 @@ int32_t layer_norm_backward_supports(const DK_Kernel_Args* a) {
 DK_Error* launch_norm_backward(const char* call, const DK_Kernel_Args* a, DK_FusedOpId op,
                                int32_t num_outputs, DK_FusedSupportsFn* supports) {
   return guarded(call, [&]() -> DK_Error* {
-    BackwardViews v;
-    if (DK_Error* e = load_backward(call, a, op, 3, num_outputs, supports, &v)) return e;
+    FusedViews v;
+    if (DK_Error* e = load_fused(call, a, op, 3, supports, &v, num_outputs)) return e;
     const View& x = v.in[1];
     if (DK_Error* e = check_same_shape(call, "input 0", v.in[0], x, "input 1")) return e;
-    if (DK_Error* e = check_same_shape(call, "output 0", v.out[0], x, "input 1")) return e;
+    if (DK_Error* e = check_same_shape(call, "output 0", v.outs[0], x, "input 1")) return e;
     const int64_t d = x.shape[x.rank - 1];
     auto vector_d = [&](const View& t) { return t.rank == 1 && t.shape[0] == d; };
-    if ((v.in_present[2] && !vector_d(v.in[2])) || (v.out_present[1] && !vector_d(v.out[1])) ||
-        (num_outputs > 2 && v.out_present[2] && !vector_d(v.out[2]))) {
+    if ((v.present[2] && !vector_d(v.in[2])) || (v.outs_present[1] && !vector_d(v.outs[1])) ||
+        (num_outputs > 2 && v.outs_present[2] && !vector_d(v.outs[2]))) {
       return dkh_error(DK_ERROR_INVALID_ARGUMENT,
                        "%s: weight, dweight and dbias must have shape [%lld] (the last dim of "
                        "x %s)",
                        call, (long long)d, dims(x).c_str());
     }
-    if (v.out_numel[0] == 0 && d == 0) return nullptr;
+    if (v.outs_numel[0] == 0 && d == 0) return nullptr;
     const auto* attrs = static_cast<const DK_NormAttrs*>(a->attrs);
     NormBackward l{f32(v.in[0]),
                    f32(x),
-                   v.in_present[2] ? f32(v.in[2]) : nullptr,
-                   f32_out(v.out[0]),
-                   v.out_present[1] ? f32_out(v.out[1]) : nullptr,
-                   num_outputs > 2 && v.out_present[2] ? f32_out(v.out[2]) : nullptr,
-                   d ? v.out_numel[0] / d : 0,
+                   v.present[2] ? f32(v.in[2]) : nullptr,
+                   f32_out(v.outs[0]),
+                   v.outs_present[1] ? f32_out(v.outs[1]) : nullptr,
+                   num_outputs > 2 && v.outs_present[2] ? f32_out(v.outs[2]) : nullptr,
+                   d ? v.outs_numel[0] / d : 0,
                    d,
                    float(attrs->eps),
                    op == DK_FUSED_LAYER_NORM_BACKWARD};
@@ -408,16 +346,17 @@ DK_Error* dk_cpu_fused_layer_norm_backward(const DK_Kernel_Args* a) {
 DK_Error* dk_cpu_fused_softmax_backward(const DK_Kernel_Args* a) {
   const char* call = "cpu.Fused(softmax_backward)";
   return guarded(call, [&]() -> DK_Error* {
-    BackwardViews v;
+    FusedViews v;
     if (DK_Error* e =
-            load_backward(call, a, DK_FUSED_SOFTMAX_BACKWARD, 2, 1, softmax_backward_supports, &v))
+            load_fused(call, a, DK_FUSED_SOFTMAX_BACKWARD, 2, softmax_backward_supports, &v, 1))
       return e;
     if (DK_Error* e = check_same_shape(call, "input 0", v.in[0], v.in[1], "input 1")) return e;
-    if (DK_Error* e = check_same_shape(call, "output 0", v.out[0], v.in[1], "input 1")) return e;
+    if (DK_Error* e = check_same_shape(call, "output 0", v.outs[0], v.in[1], "input 1")) return e;
     const int64_t d = v.in[1].shape[v.in[1].rank - 1];
-    if (v.out_numel[0] == 0) return nullptr;
-    enqueue(a->stream, run_softmax_backward,
-            SoftmaxBackward{f32(v.in[0]), f32(v.in[1]), f32_out(v.out[0]), v.out_numel[0] / d, d});
+    if (v.outs_numel[0] == 0) return nullptr;
+    enqueue(
+        a->stream, run_softmax_backward,
+        SoftmaxBackward{f32(v.in[0]), f32(v.in[1]), f32_out(v.outs[0]), v.outs_numel[0] / d, d});
     return nullptr;
   });
 }
@@ -425,18 +364,18 @@ DK_Error* dk_cpu_fused_softmax_backward(const DK_Kernel_Args* a) {
 DK_Error* dk_cpu_fused_sdpa_backward(const DK_Kernel_Args* a) {
   const char* call = "cpu.Fused(scaled_dot_product_attention_backward)";
   return guarded(call, [&]() -> DK_Error* {
-    BackwardViews v;
-    if (DK_Error* e = load_backward(call, a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, 6, 3,
-                                    sdpa_backward_supports, &v))
+    FusedViews v;
+    if (DK_Error* e = load_fused(call, a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, 6,
+                                 sdpa_backward_supports, &v, 3))
       return e;
     const View &q = v.in[1], &k = v.in[2], &val = v.in[3];
     const int64_t B = q.shape[0], Hq = q.shape[1], Lq = q.shape[2], D = q.shape[3];
     const int64_t Hkv = k.shape[1], Lk = k.shape[2], Dv = val.shape[3];
     const bool fits = Hkv >= 1 && Hq % Hkv == 0 && same_dims(k, B, Hkv, Lk, D) &&
                       same_dims(val, B, Hkv, Lk, Dv) && same_dims(v.in[0], B, Hq, Lq, Dv) &&
-                      same_dims(v.in[4], B, Hq, Lq, Dv) && same_dims(v.out[0], B, Hq, Lq, D) &&
-                      same_dims(v.out[1], B, Hkv, Lk, D) && same_dims(v.out[2], B, Hkv, Lk, Dv) &&
-                      (!v.in_present[5] || same_dims(v.in[5], B, Hq, Lq, Lk));
+                      same_dims(v.in[4], B, Hq, Lq, Dv) && same_dims(v.outs[0], B, Hq, Lq, D) &&
+                      same_dims(v.outs[1], B, Hkv, Lk, D) && same_dims(v.outs[2], B, Hkv, Lk, Dv) &&
+                      (!v.present[5] || same_dims(v.in[5], B, Hq, Lq, Lk));
     if (!fits) {
       return dkh_error(DK_ERROR_INVALID_ARGUMENT,
                        "%s: shapes dout %s, q %s, k %s, v %s, out %s, mask %s do not fit q "
@@ -444,9 +383,9 @@ DK_Error* dk_cpu_fused_sdpa_backward(const DK_Kernel_Args* a) {
                        "mask [B,Hq,Lq,Lk] with Hq a multiple of Hkv (dq, dk, dv: q's, k's, v's)",
                        call, dims(v.in[0]).c_str(), dims(q).c_str(), dims(k).c_str(),
                        dims(val).c_str(), dims(v.in[4]).c_str(),
-                       v.in_present[5] ? dims(v.in[5]).c_str() : "none");
+                       v.present[5] ? dims(v.in[5]).c_str() : "none");
     }
-    if (v.out_numel[0] == 0 && v.out_numel[1] == 0 && v.out_numel[2] == 0) return nullptr;
+    if (v.outs_numel[0] == 0 && v.outs_numel[1] == 0 && v.outs_numel[2] == 0) return nullptr;
     const auto* attrs = static_cast<const DK_SdpaAttrs*>(a->attrs);
     SdpaBackward l{};
     l.dout = rows4(v.in[0]);
@@ -454,13 +393,13 @@ DK_Error* dk_cpu_fused_sdpa_backward(const DK_Kernel_Args* a) {
     l.k = rows4(k);
     l.v = rows4(val);
     l.out = rows4(v.in[4]);
-    l.mask = v.in_present[5] ? v.in[5].data : nullptr;
-    for (int i = 0; i < 4; ++i) l.mask_strides[i] = v.in_present[5] ? v.in[5].strides[i] : 0;
+    l.mask = v.present[5] ? v.in[5].data : nullptr;
+    for (int i = 0; i < 4; ++i) l.mask_strides[i] = v.present[5] ? v.in[5].strides[i] : 0;
     l.mask_kind = attrs->mask_kind;
     l.causal = attrs->is_causal;
-    l.dq = f32_out(v.out[0]);
-    l.dk = f32_out(v.out[1]);
-    l.dv = f32_out(v.out[2]);
+    l.dq = f32_out(v.outs[0]);
+    l.dk = f32_out(v.outs[1]);
+    l.dv = f32_out(v.outs[2]);
     l.b = B;
     l.hq = Hq;
     l.hkv = Hkv;
