@@ -36,7 +36,7 @@ from ._shape_ops import (_UNSET, cat, chunk, clone, flatten, narrow, pick, split
                          unsqueeze, view)
 from .errors import (DTypeError, DuplicateArgumentError, InputOverflowError,
                      InvalidArgumentError)
-from .tensor import Tensor, full
+from .tensor import Tensor, _view_strides, full
 
 from . import _op_facts as _facts  # arity and differentiability, generated from the spec
 
@@ -281,6 +281,15 @@ def matmul(a, b):
     if a.ndim == 0 or b.ndim == 0:
         raise InvalidArgumentError("matmul: both operands need at least one dimension")
     va, vb = a.ndim == 1, b.ndim == 1
+    if a.ndim > 2 and b.ndim == 2 and _view_strides(
+            list(a.shape), list(a.strides), [a.numel() // a.shape[-1], a.shape[-1]]) is not None:
+        # [..., M, K] @ [K, N] as one [(...)*M, K] @ [K, N] product (as
+        # torch.matmul folds): a batched product would broadcast b by expand
+        # and repack it per batch row, and under autograd b's gradient would
+        # be one small product per batch row plus a reduce_sum. Each output
+        # element is the same K-long dot product either way; b's gradient
+        # sums over all rows in one product instead.
+        return matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
     if va:
         a = a.reshape(1, a.shape[0])
     if vb:

@@ -199,17 +199,7 @@ def linear(x, weight, bias=None):
                        f"weight's dim 1 (weight is [out, in])")
     check_vector("linear", "bias", bias, weight.shape[0])
     xc, wt = compute(x), compute(weight).transpose(0, 1)
-    if xc.ndim > 2 and xc.is_contiguous() and not _fused._needs_grad((x, weight, bias)):
-        # One [N, in] @ [in, out] product instead of a batched one, which
-        # would copy the weight once per batch row (matmul broadcasts by
-        # expand, and the kernel takes dense operands). Each output element
-        # is the same K-long dot product either way (the CPU kernel's
-        # results are bit-identical; tests/test_linear_flat.py checks).
-        # Only without autograd: the weight's gradient would be summed in
-        # another order.
-        y = ops.matmul(xc.reshape(-1, xc.shape[-1]), wt).reshape(*xc.shape[:-1], wt.shape[1])
-    else:
-        y = ops.matmul(xc, wt)
+    y = ops.matmul(xc, wt)  # [..., in] @ [in, out] folds into one 2-D product
     if bias is not None:
         y = y + compute(bias)
     return result(y, x.dtype)
