@@ -184,21 +184,35 @@ def check_iota(ctx, op, dtype, shape):
 GATHER = {"ax0": ((4, 5), 0, (3, 5)), "ax1": ((4, 5), 1, (4, 9)),
           "ax-1_3d": ((3, 4, 5), -1, (3, 4, 2)), "ax1_3d": ((3, 4, 5), 1, (3, 6, 5)),
           "smaller": ((4, 5), 0, (2, 3)), "1d": ((7,), 0, (11,)), "empty": ((4, 5), 0, (0, 5)),
-          "T_ax0": ((5, 4), 0, (6, 4))}
+          "T_ax0": ((5, 4), 0, (6, 4)), "rows": ((7, 5), 0, (6, 5)), "T_index": ((5, 6), 1, (4, 3)),
+          "step_all": ((4, 5), 1, (4, 3)), "rows_3d": ((2, 9, 4), 1, (2, 6, 4))}
+# Layouts of (x, index, src) where not dense: a plugin declaring
+# DK_KERNEL_CAP_STRIDED gets these views as they are. "rows" is an embedding's
+# index: one id per row, expanded along it (stride 0).
+GATHER_LAYOUTS = {"T_ax0": ("T", "dense", "dense"), "rows": ("dense", "rows", "step"),
+                  "T_index": ("dense", "T", "T"), "step_all": ("step", "step", "step"),
+                  "rows_3d": ("dense", "rows", "dense")}
 
 
 def check_gather_scatter(ctx, op, dtype, shape):
     rng = ctx.rng()
     xs, axis, isz = GATHER[shape]
+    lx, li, ls = GATHER_LAYOUTS.get(shape, ("dense", "dense", "dense"))
     x = sample(ctx, dtype, xs)
-    index = rng.integers(0, xs[axis], size=isz).astype(np.int64)
-    tx, ti = tensor(ctx, x, "T" if shape.startswith("T") else "dense"), tensor(ctx, index)
+    if li == "rows":  # constant along the last dim, passed as an expanded [..., 1]
+        row_ids = rng.integers(0, xs[axis], size=(*isz[:-1], 1)).astype(np.int64)
+        index = np.broadcast_to(row_ids, isz)
+        ti = tensor(ctx, row_ids).expand(*isz)
+    else:
+        index = rng.integers(0, xs[axis], size=isz).astype(np.int64)
+        ti = tensor(ctx, index, li)
+    tx = tensor(ctx, x, lx)
     if op == "gather":
         got = run(ctx, op, lambda: ops.gather(tx, axis, ti))
         O.assert_close(got, O.gather(x, axis, index), dtype, op=op, case=f"{shape} seed={ctx.seed}")
         return
     src = sample(ctx, dtype, isz)
-    got = run(ctx, op, lambda: ops.scatter_add(tx, axis, ti, tensor(ctx, src)))
+    got = run(ctx, op, lambda: ops.scatter_add(tx, axis, ti, tensor(ctx, src, ls)))
     scale = float_scale(dtype, lambda a, s: O.scatter_add(a, axis, index, s), x, src)
     O.assert_close(got, O.scatter_add(x, axis, index, src), dtype, op=op,
                    case=f"{shape} seed={ctx.seed}", n=O.scatter_count(xs, axis, index), scale=scale)

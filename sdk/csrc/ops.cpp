@@ -309,6 +309,13 @@ Tensor iota(const std::shared_ptr<Device>& dev, const Dims& shape, DK_DType dt, 
   });
 }
 
+// `t` as op's kernel takes it: as it is when the kernel declared
+// DK_KERNEL_CAP_STRIDED (a transposed weight, an expanded index), else dense.
+static Tensor laid_out(DK_OpId op, const Tensor& t) {
+  const bool strided_ok = t->device().plugin()->kernel_caps(op) & DK_KERNEL_CAP_STRIDED;
+  return strided_ok ? t : contiguous(t);
+}
+
 Tensor gather(const Tensor& x, int axis, const Tensor& index) {
   check_same_device("gather", {x.get(), index.get()});
   const uint32_t a = normalise_axis(axis, x->rank(), "gather");
@@ -319,9 +326,9 @@ Tensor gather(const Tensor& x, int axis, const Tensor& index) {
   DK_AxisAttrs attrs{};
   attrs.struct_size = DK_AxisAttrs_STRUCT_SIZE;
   attrs.axis = int32_t(a);
-  const Tensor idx = contiguous(index);
+  const Tensor idx = laid_out(DK_OP_GATHER, index);
   return with_dtype_fallback(DK_OP_GATHER, x->device(), x->dtype(), x->dtype(), [&](DK_DType c) {
-    const Tensor src = contiguous(cast(x, c));
+    const Tensor src = laid_out(DK_OP_GATHER, cast(x, c));
     Tensor out = TensorImpl::empty(x->device_ptr(), c, index->shape());
     if (out->numel() > 0) launch(DK_OP_GATHER, {src.get(), idx.get()}, {out.get()}, &attrs);
     return out;
@@ -347,10 +354,11 @@ Tensor scatter_add(const Tensor& x, int axis, const Tensor& index, const Tensor&
                     std::to_string(index->numel()) + " indices in " + index->describe() +
                     " are out of range for axis " + std::to_string(a));
   }
-  const Tensor idx = contiguous(index);
+  const Tensor idx = laid_out(DK_OP_SCATTER_ADD, index);
   const DK_DType dt = x->dtype();
   return with_dtype_fallback(DK_OP_SCATTER_ADD, x->device(), dt, dt, [&](DK_DType c) {
-    const Tensor base = contiguous(cast(x, c)), vals = contiguous(cast(src, c));
+    const Tensor base = laid_out(DK_OP_SCATTER_ADD, cast(x, c));
+    const Tensor vals = laid_out(DK_OP_SCATTER_ADD, cast(src, c));
     Tensor out = TensorImpl::empty(x->device_ptr(), c, x->shape());
     if (out->numel() > 0)
       launch(DK_OP_SCATTER_ADD, {base.get(), idx.get(), vals.get()}, {out.get()}, &attrs);
@@ -371,11 +379,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Dims shape = as;
   shape[r - 1] = bs[r - 1];
   const Tensor x = cast(a, dt), y = cast(b, dt);
-  // A transposed weight or gradient goes as it is to a kernel that takes strides.
-  const bool strided_ok = a->device().plugin()->kernel_caps(DK_OP_MATMUL) & DK_KERNEL_CAP_STRIDED;
   return with_dtype_fallback(DK_OP_MATMUL, a->device(), dt, dt, [&](DK_DType c) {
-    const Tensor p = strided_ok ? cast(x, c) : contiguous(cast(x, c));
-    const Tensor q = strided_ok ? cast(y, c) : contiguous(cast(y, c));
+    const Tensor p = laid_out(DK_OP_MATMUL, cast(x, c)), q = laid_out(DK_OP_MATMUL, cast(y, c));
     Tensor out = TensorImpl::empty(a->device_ptr(), c, shape);
     if (out->numel() == 0) return out;
     if (as[r - 1] == 0) return full(a->device_ptr(), shape, c, DK_Scalar{DK_DTYPE_INT64, {0}});

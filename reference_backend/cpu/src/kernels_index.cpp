@@ -1,12 +1,16 @@
 // The 1.1 ops that compute or follow indices along one axis: iota, gather
 // and scatter_add.
 //
-// Inputs are contiguous (no capability bits: the SDK materialises). An index
+// iota's output is contiguous; gather and scatter_add read and write
+// strided views (DK_KERNEL_CAP_STRIDED). An index
 // is data, so it can only be checked when the kernel runs: an out-of-range one
 // becomes the asynchronous error of the stream, which its next synchronize
 // reports with the position, the value and the valid range.
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "kernel_common.h"
 #include "parallel.h"
@@ -48,6 +52,13 @@ DK_Error* run_iota(const void* payload) {
 }
 
 // ---- gather, scatter_add ---------------------------------------------------
+//
+// Both read their views through strides (DK_KERNEL_CAP_STRIDED): the SDK's
+// embedding passes an index expanded along the row (stride 0) and its
+// backward a transposed one, which would otherwise be copied first. They walk
+// the index's shape row by row (the last dim is a row) like an odometer;
+// a row whose index does not move along it (stride 0, axis not the last dim)
+// is one range check and one run of copies or adds.
 
 struct IndexLaunch {
   const char* x;
@@ -58,24 +69,24 @@ struct IndexLaunch {
   int32_t rank, axis;
   int64_t x_shape[DK_MAX_RANK];
   int64_t idx_shape[DK_MAX_RANK];  // index's shape (gather: = out's; scatter_add: = src's)
+  int64_t x_st[DK_MAX_RANK], idx_st[DK_MAX_RANK], src_st[DK_MAX_RANK], out_st[DK_MAX_RANK];
 };
 
-// Offset in x of index position `pos`, with the axis coordinate left out.
-inline int64_t x_offset_without_axis(const IndexLaunch& l, int64_t pos) {
-  int64_t off = 0, stride = 1;
-  for (int32_t d = l.rank - 1; d >= 0; --d) {
-    const int64_t i = pos % l.idx_shape[d];
-    pos /= l.idx_shape[d];
-    if (d != l.axis) off += i * stride;
-    stride *= l.x_shape[d];
-  }
-  return off;
-}
+// Offsets (in elements) of the first element of index row `row` (the
+// row-major number of its position over all dims but the last) in the index,
+// src or out view (`st`), and in x with the axis coordinate left out.
+struct RowStart { int64_t idx = 0, other = 0, x = 0; };
 
-inline int64_t x_axis_stride(const IndexLaunch& l) {
-  int64_t s = 1;
-  for (int32_t d = l.axis + 1; d < l.rank; ++d) s *= l.x_shape[d];
-  return s;
+inline RowStart row_start(const IndexLaunch& l, const int64_t* other_st, int64_t row) {
+  RowStart r;
+  for (int32_t d = l.rank - 2; d >= 0; --d) {
+    const int64_t i = row % l.idx_shape[d];
+    row /= l.idx_shape[d];
+    r.idx += i * l.idx_st[d];
+    r.other += i * other_st[d];
+    if (d != l.axis) r.x += i * l.x_st[d];
+  }
+  return r;
 }
 
 DK_Error* out_of_range(const char* call, const IndexLaunch& l, int64_t pos, int64_t value) {
@@ -91,32 +102,88 @@ DK_Error* out_of_range(const char* call, const IndexLaunch& l, int64_t pos, int6
                    (long long)l.x_shape[l.axis]);
 }
 
+// The first out-of-range index of row `row` (its position along the row),
+// or -1.
+inline int64_t first_bad(const IndexLaunch& l, const int64_t* idx, int64_t len, int64_t step) {
+  const int64_t size = l.x_shape[l.axis];
+  for (int64_t j = 0; j < len; ++j) {
+    const int64_t i = idx[j * step];
+    if (i < 0 || i >= size) return j;
+  }
+  return -1;
+}
+
 DK_Error* run_gather(const void* payload) {
   const IndexLaunch& l = *static_cast<const IndexLaunch*>(payload);
-  int64_t n = 1;
-  for (int32_t d = 0; d < l.rank; ++d) n *= l.idx_shape[d];
-  const int64_t size = l.x_shape[l.axis], step = x_axis_stride(l), es = dkh_dtype_size(l.dtype);
+  const int32_t last = l.rank - 1;
+  const int64_t len = l.idx_shape[last], rows = len ? [&] {
+    int64_t n = 1;
+    for (int32_t d = 0; d < last; ++d) n *= l.idx_shape[d];
+    return n;
+  }()
+                                                    : 0;
+  const int64_t es = dkh_dtype_size(l.dtype), xa = l.x_st[l.axis];
+  const int64_t is = l.idx_st[last], xs = l.x_st[last], os = l.out_st[last];
+  // One index per row, read as a block: the embedding's row gather.
+  const bool row_copy = l.axis != last && is == 0 && xs == 1 && os == 1;
   std::mutex mu;
-  int64_t bad_pos = n, bad_value = 0;  // the first bad index in row-major order
-  parallel_for(n, 4096, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t i = l.index[p];
-      if (i < 0 || i >= size) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (p < bad_pos) bad_pos = p, bad_value = i;
-        return;
-      }
-      std::memcpy(l.out + p * es, l.x + (x_offset_without_axis(l, p) + i * step) * es, size_t(es));
-    }
-  });
-  return bad_pos < n ? out_of_range("cpu.Kernel(gather)", l, bad_pos, bad_value) : nullptr;
+  int64_t bad_pos = INT64_MAX, bad_value = 0;  // the first bad index in row-major order
+  parallel_for(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(len, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 for (int64_t r = r0; r < r1; ++r) {
+                   const RowStart s = row_start(l, l.out_st, r);
+                   const int64_t* idx = l.index + s.idx;
+                   const int64_t bad = first_bad(l, idx, row_copy ? 1 : len, is);
+                   if (bad >= 0) {
+                     std::lock_guard<std::mutex> lock(mu);
+                     if (r * len + bad < bad_pos)
+                       bad_pos = r * len + bad, bad_value = idx[bad * is];
+                     return;
+                   }
+                   char* out = l.out + s.other * es;
+                   if (row_copy) {
+                     std::memcpy(out, l.x + (s.x + idx[0] * xa) * es, size_t(len * es));
+                     continue;
+                   }
+                   for (int64_t j = 0; j < len; ++j) {
+                     const int64_t xo = s.x + idx[j * is] * xa + (l.axis == last ? 0 : j * xs);
+                     std::memcpy(out + j * os * es, l.x + xo * es, size_t(es));
+                   }
+                 }
+               });
+  return bad_pos != INT64_MAX ? out_of_range("cpu.Kernel(gather)", l, bad_pos, bad_value) : nullptr;
+}
+
+// Visits x's elements in row-major order with their offset in a view of x's
+// shape and strides `st`, a row (the last dim) at a time.
+template <typename F> void for_each_x(const IndexLaunch& l, const int64_t* st, F&& f) {
+  const int32_t last = l.rank - 1;
+  const int64_t len = l.x_shape[last], step = st[last];
+  int64_t rows = 1;
+  for (int32_t d = 0; d < last; ++d) rows *= l.x_shape[d];
+  if (len == 0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t off = 0, rest = r;
+    for (int32_t d = last - 1; d >= 0; --d)
+      off += (rest % l.x_shape[d]) * st[d], rest /= l.x_shape[d];
+    for (int64_t j = 0; j < len; ++j) f(r * len + j, off + j * step);
+  }
 }
 
 DK_Error* run_scatter_add(const void* payload) {
   const IndexLaunch& l = *static_cast<const IndexLaunch*>(payload);
-  int64_t n = 1, x_numel = 1;
-  for (int32_t d = 0; d < l.rank; ++d) n *= l.idx_shape[d], x_numel *= l.x_shape[d];
-  const int64_t size = l.x_shape[l.axis], step = x_axis_stride(l);
+  const int32_t last = l.rank - 1;
+  int64_t rows = 1, x_numel = 1, x_contig[DK_MAX_RANK];
+  for (int32_t d = 0; d < last; ++d) rows *= l.idx_shape[d];
+  for (int32_t d = last; d >= 0; --d) x_contig[d] = x_numel, x_numel *= l.x_shape[d];
+  const int64_t len = l.idx_shape[last], is = l.idx_st[last], ss = l.src_st[last];
+  if (len == 0) rows = 0;
+  // The accumulator is x's shape, row-major; rows of index/src land in it
+  // through x_contig.
+  IndexLaunch acc_l = l;
+  std::copy(x_contig, x_contig + l.rank, acc_l.x_st);
+  const int64_t aa = x_contig[l.axis];
+  const bool row_add = l.axis != last && is == 0;
   DK_Error* err = nullptr;
   dispatch(l.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -130,16 +197,30 @@ DK_Error* run_scatter_add(const void* payload) {
       using A = typename std::conditional_t<kIsFloat<T>, std::common_type<Wide<T>>,
                                             std::make_unsigned<T>>::type;  // (picked lazily)
       std::vector<A> acc(static_cast<size_t>(x_numel));
-      for (int64_t e = 0; e < x_numel; ++e) acc[e] = A(widen_exact(x[e]));
-      for (int64_t p = 0; p < n && !err; ++p) {
-        const int64_t i = l.index[p];
-        if (i < 0 || i >= size) err = out_of_range("cpu.Kernel(scatter_add)", l, p, i);
-        else acc[x_offset_without_axis(l, p) + i * step] += A(widen_exact(src[p]));
+      for_each_x(l, l.x_st, [&](int64_t e, int64_t off) { acc[e] = A(widen_exact(x[off])); });
+      for (int64_t r = 0; r < rows && !err; ++r) {
+        const RowStart s = row_start(acc_l, l.src_st, r);
+        const int64_t* idx = l.index + s.idx;
+        const int64_t bad = first_bad(l, idx, row_add ? 1 : len, is);
+        if (bad >= 0) {
+          err = out_of_range("cpu.Kernel(scatter_add)", l, r * len + bad, idx[bad * is]);
+          break;
+        }
+        const T* sr = src + s.other;
+        if (row_add) {
+          A* a = acc.data() + s.x + idx[0] * aa;
+          for (int64_t j = 0; j < len; ++j) a[j] += A(widen_exact(sr[j * ss]));
+          continue;
+        }
+        for (int64_t j = 0; j < len; ++j) {
+          const int64_t ao = s.x + idx[j * is] * aa + (l.axis == last ? 0 : j);
+          acc[ao] += A(widen_exact(sr[j * ss]));
+        }
       }
-      for (int64_t e = 0; e < x_numel; ++e) {
-        if constexpr (kIsFloat<T>) out[e] = convert<T>(acc[e]);
-        else out[e] = T(acc[e]);
-      }
+      for_each_x(l, l.out_st, [&](int64_t e, int64_t off) {
+        if constexpr (kIsFloat<T>) out[off] = convert<T>(acc[e]);
+        else out[off] = T(acc[e]);
+      });
     }
   });
   return err;
@@ -249,13 +330,20 @@ static DK_Error* launch_index(const char* call, DK_OpId op, const DK_Kernel_Args
     // (An empty out with a non-empty index still runs: every index is then
     // out of range, and that must be reported.)
     if (out_numel == 0 && index_numel == 0) return nullptr;
-    IndexLaunch l{x.data,      reinterpret_cast<const int64_t*>(index.data),
-                  src.data,    out.data,
-                  x.dtype,     x.rank,
-                  attrs->axis, {},
-                  {}};
+    IndexLaunch l{};
+    l.x = x.data;
+    l.index = reinterpret_cast<const int64_t*>(index.data);
+    l.src = src.data;
+    l.out = out.data;
+    l.dtype = x.dtype;
+    l.rank = x.rank;
+    l.axis = attrs->axis;
     std::copy(x.shape, x.shape + x.rank, l.x_shape);
     std::copy(index.shape, index.shape + index.rank, l.idx_shape);
+    std::copy(x.strides, x.strides + x.rank, l.x_st);
+    std::copy(index.strides, index.strides + index.rank, l.idx_st);
+    std::copy(out.strides, out.strides + out.rank, l.out_st);
+    if (scatter) std::copy(src.strides, src.strides + src.rank, l.src_st);
     enqueue(args->stream, scatter ? run_scatter_add : run_gather, l);
     return nullptr;
   });
