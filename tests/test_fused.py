@@ -91,7 +91,7 @@ def ref_sdpa(q, k, v, mask, scale, causal):
 # ---- the registry ----------------------------------------------------------------
 
 def test_cpu_plugin_registers_its_fused_kernels(cpu):
-    assert cpu.plugin.api_version == devicekit.API_VERSION == "1.3"
+    assert cpu.plugin.api_version == devicekit.API_VERSION == "1.4"
     assert cpu.plugin.fused_kernels() == [
         {"op": "rms_norm", "name": "cpu.rms_norm_f32"},
         {"op": "layer_norm", "name": "cpu.layer_norm_f32"},
@@ -193,7 +193,7 @@ def _rejected_cases():
         "float64 additive mask": (SDPA, lambda: (_t(q), _t(k), _t(v),
                                                  _t(np.zeros((3, 5), np.float64))), sdpa),
         "heads not a multiple": (SDPA, lambda: (_t(_randn(1, 3, 3, 4)), _t(k), _t(v), None), sdpa),
-        "not a fused op": ("gelu", lambda: (_t(x),), {}),
+        "not a fused op": ("silu", lambda: (_t(x),), {}),
     }
 
 

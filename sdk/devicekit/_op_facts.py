@@ -2,7 +2,7 @@
 device_api/tools/gen_ops.py; do not edit. The spec is their only source."""
 
 API_MAJOR = 1
-LATEST_MINOR = 3  # the newest minor the spec names (DK_OPS_API_MINOR)
+LATEST_MINOR = 4  # the newest minor the spec names (DK_OPS_API_MINOR)
 # Base ops in DK_OpId order, and fused ops in DK_FusedOpId order.
 OPS = (
     'copy', 'fill', 'cast', 'add', 'neg', 'abs', 'exp', 'log', 'sqrt', 'rsqrt', 'reciprocal',
@@ -13,7 +13,8 @@ OPS = (
 )
 FUSED_OPS = (
     'rms_norm', 'layer_norm', 'softmax', 'scaled_dot_product_attention', 'rms_norm_backward',
-    'layer_norm_backward', 'softmax_backward', 'scaled_dot_product_attention_backward',
+    'layer_norm_backward', 'softmax_backward', 'scaled_dot_product_attention_backward', 'gelu',
+    'gelu_backward',
 )
 # Fused op -> the fused op that computes its gradients (spec backward_of).
 FUSED_BACKWARD = {
@@ -21,6 +22,7 @@ FUSED_BACKWARD = {
     'layer_norm': 'layer_norm_backward',
     'softmax': 'softmax_backward',
     'scaled_dot_product_attention': 'scaled_dot_product_attention_backward',
+    'gelu': 'gelu_backward',
 }
 # Fused op -> its outputs in order (a trailing ? marks an optional one).
 FUSED_OUTPUTS = {
@@ -32,6 +34,8 @@ FUSED_OUTPUTS = {
     'layer_norm_backward': ('dx', 'dweight?', 'dbias?'),
     'softmax_backward': ('dx',),
     'scaled_dot_product_attention_backward': ('dq', 'dk', 'dv'),
+    'gelu': ('out',),
+    'gelu_backward': ('dx',),
 }
 # Base op -> number of inputs.
 NUM_INPUTS = {
@@ -178,6 +182,8 @@ SINCE = {
     'layer_norm_backward': '1.3',
     'softmax_backward': '1.3',
     'scaled_dot_product_attention_backward': '1.3',
+    'gelu': '1.4',
+    'gelu_backward': '1.4',
 }
 # Base ops autograd tracks (spec field differentiable).
 DIFFERENTIABLE = frozenset({
@@ -217,4 +223,5 @@ FIRST_DEVICEKIT = {
     (1, 1): (0, 1),  # 1.1 added ops only
     (1, 2): (0, 1),  # DK_Api.fused_kernels and the fused ops
     (1, 3): (0, 2),  # 1.3 added fused backward ops only
+    (1, 4): (0, 3),  # 1.4 added the fused gelu and its backward only
 }

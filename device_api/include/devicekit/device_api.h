@@ -89,7 +89,7 @@ extern "C" {
  */
 #define DK_API_MAJOR 1
 /* Written by tools/gen_ops.py from spec/base_ops.json's "versions"; edit the spec. */
-#define DK_API_MINOR 3
+#define DK_API_MINOR 4
 
 /* Size of a struct up to and including `last_field`. Used instead of sizeof so
  * trailing padding never counts and appending a field changes the value. */

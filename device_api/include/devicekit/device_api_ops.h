@@ -12,7 +12,7 @@
 
 /* The newest minor the op spec names. device_api.h refuses a DK_API_MINOR
  * older than it: ops of a minor ship with the version that has them. */
-#define DK_OPS_API_MINOR 3
+#define DK_OPS_API_MINOR 4
 
 /* The base operators. Append-only: a new op takes the next value, in a new
  * minor, and adds a DK_OP_COUNT_<major>_<minor>. Per op: inputs -> outputs,
@@ -346,8 +346,23 @@ typedef enum DK_FusedOpId {
    * nothing. Accumulate in float32 or wider. dq, dk and dv are dense,
    * allocated by the SDK, never aliasing an input. */
   DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD = 7,
+  /* gelu(x) -> out; attrs DK_GeluAttrs; since 1.4. out = x * Phi(x): with
+   * approximate 0, Phi(x) = 0.5 * (1 + erf(x / sqrt(2))); with approximate 1,
+   * out = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))). out has x's
+   * shape and dtype. */
+  DK_FUSED_GELU = 8,
+  /* gelu_backward(dout, x) -> dx; attrs DK_GeluAttrs; since 1.4. The gradient
+   * of gelu(x, approximate) given dout (x's shape and dtype): dx = dout *
+   * gelu'(x), with gelu'(x) = Phi(x) + x * exp(-x^2 / 2) / sqrt(2 pi) for
+   * approximate 0, and, for approximate 1, with u = sqrt(2/pi) * (x + 0.044715
+   * * x^3) and t = tanh(u), gelu'(x) = 0.5 * (1 + t) + 0.5 * x * (1 - t^2) *
+   * sqrt(2/pi) * (1 + 3 * 0.044715 * x^2). dx is in x's shape and dtype. dout
+   * and x are dense; dx is dense, allocated by the SDK, never aliasing an
+   * input. */
+  DK_FUSED_GELU_BACKWARD = 9,
   DK_FUSED_OP_COUNT_1_2 = 4, /* number of fused ops in device API 1.2 */
-  DK_FUSED_OP_COUNT_1_3 = 8 /* number of fused ops in device API 1.3 */
+  DK_FUSED_OP_COUNT_1_3 = 8, /* number of fused ops in device API 1.3 */
+  DK_FUSED_OP_COUNT_1_4 = 10 /* number of fused ops in device API 1.4 */
 } DK_FusedOpId;
 
 /* X-macro over every fused op, in DK_FusedOpId order: X(ID_SUFFIX, name). */
@@ -359,12 +374,14 @@ typedef enum DK_FusedOpId {
   X(RMS_NORM_BACKWARD, rms_norm_backward) \
   X(LAYER_NORM_BACKWARD, layer_norm_backward) \
   X(SOFTMAX_BACKWARD, softmax_backward) \
-  X(SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, scaled_dot_product_attention_backward)
+  X(SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, scaled_dot_product_attention_backward) \
+  X(GELU, gelu) \
+  X(GELU_BACKWARD, gelu_backward)
 
 /* The number of fused ops this header knows: the count of the newest minor
- * that added any (1.3). Code that means "every op" uses this, never a
+ * that added any (1.4). Code that means "every op" uses this, never a
  * per-minor count spelled out by hand. */
-#define DK_FUSED_OP_COUNT DK_FUSED_OP_COUNT_1_3
+#define DK_FUSED_OP_COUNT DK_FUSED_OP_COUNT_1_4
 
 /* The size DK_Api had at each minor of this major (rule 4 of "Versioning" in
  * device_api.h), named by the last field of that minor so the value never
@@ -374,9 +391,10 @@ typedef enum DK_FusedOpId {
 #define DK_Api_STRUCT_SIZE_1_1 DK_STRUCT_SIZE(DK_Api, kernels)
 #define DK_Api_STRUCT_SIZE_1_2 DK_STRUCT_SIZE(DK_Api, fused_kernels)
 #define DK_Api_STRUCT_SIZE_1_3 DK_STRUCT_SIZE(DK_Api, fused_kernels)
+#define DK_Api_STRUCT_SIZE_1_4 DK_STRUCT_SIZE(DK_Api, fused_kernels)
 /* The newest of them: device_api.h checks it is DK_Api's whole size, so a
  * field appended to DK_Api needs the version entry that ends at it. */
-#define DK_Api_STRUCT_SIZE_LATEST DK_Api_STRUCT_SIZE_1_3
+#define DK_Api_STRUCT_SIZE_LATEST DK_Api_STRUCT_SIZE_1_4
 
 /* Attributes of fill (since 1.0). */
 typedef struct DK_FillAttrs {
@@ -438,5 +456,12 @@ typedef struct DK_SdpaAttrs {
   int32_t mask_kind; /* a DK_SdpaMaskKind saying what the mask input is (input 3 of scaled_dot_product_attention, input 5 of its backward); DK_SDPA_MASK_NONE exactly when it is absent */
 } DK_SdpaAttrs;
 DK_DEFINE_STRUCT_SIZE(DK_SdpaAttrs, mask_kind);
+
+/* Attributes of gelu, gelu_backward (since 1.4). */
+typedef struct DK_GeluAttrs {
+  size_t struct_size;
+  int32_t approximate; /* 1: the tanh approximation; 0: the exact form with erf */
+} DK_GeluAttrs;
+DK_DEFINE_STRUCT_SIZE(DK_GeluAttrs, approximate);
 
 #endif /* DEVICEKIT_DEVICE_API_OPS_H_ */
