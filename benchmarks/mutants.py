@@ -161,6 +161,12 @@ MUTANTS = [
      "devicekit_block(l.seed, l.offset + uint64_t(b))",
      "devicekit_block(l.seed, uint64_t(uint32_t(l.offset + uint64_t(b))))", "rng"),
     # ---- fused kernels ----
+    ("gelu_grad_drops_cubic_factor", "gelu.h", "(1.0 + 3.0 * kGeluA * x2)",
+     "(1.0 + kGeluA * x2)", "fused"),
+    ("gelu_erf_grad_sign", "gelu.h", "+ x * kInvSqrt2Pi * exp_neg", "- x * kInvSqrt2Pi * exp_neg",
+     "fused"),
+    ("gelu_chunks_read_the_first", "kernels_fused_gelu.cpp", "fast::gelu_f32(dout, l.x + b,",
+     "fast::gelu_f32(dout, l.x,", "fused"),
     ("norm_eps_outside_sqrt", "fused_common.h",
      "const float rstd = 1.0f / std::sqrt(var + l.eps);",
      "const float rstd = 1.0f / (std::sqrt(var) + l.eps);", "fused"),

@@ -172,6 +172,12 @@ CALLS = {
         "one": lambda r: Call([_u(r, 1)]),
         "odd": lambda r: Call([_u(r, 7, 13) * 3]),
         "tanh": lambda r: Call([_u(r, 7, 13) * 3], {"approximate": "tanh"}),
+        # the tails (x * Phi(x) -> 0 on the left, -> x on the right), and
+        # sizes past a kernel's parallel chunks
+        "wide": lambda r: Call([_u(r, 5, 9) * 6]),
+        "tanh_wide": lambda r: Call([_u(r, 5, 9) * 6], {"approximate": "tanh"}),
+        "large": lambda r: Call([_u(r, 3, 67, 129) * 3]),
+        "tanh_large": lambda r: Call([_u(r, 3, 67, 129) * 3], {"approximate": "tanh"}),
     },
     "swiglu": {
         "one": lambda r: Call([_u(r, 1, 2)]),

@@ -90,6 +90,8 @@ REJECTS = {
     "softmax": {"float64": lambda r: _to_float64(_nn.CALLS["softmax"]["odd"](r)),
                 "non_contiguous": lambda r: _first_noncontiguous(_nn.CALLS["softmax"]["odd"](r)),
                 "axis0": lambda r: (_nn.CALLS["softmax"]["axis0"](r), "float32", False)},
+    "gelu": {"float64": lambda r: _to_float64(_nn.CALLS["gelu"]["tanh"](r)),
+             "non_contiguous": lambda r: _first_noncontiguous(_nn.CALLS["gelu"]["odd"](r))},
     "scaled_dot_product_attention": {
         "float64": lambda r: _to_float64(_nn.CALLS["scaled_dot_product_attention"]["gqa"](r)),
         "non_contiguous": lambda r: _first_noncontiguous(

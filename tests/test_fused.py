@@ -101,6 +101,8 @@ def test_cpu_plugin_registers_its_fused_kernels(cpu):
         {"op": "layer_norm_backward", "name": "cpu.layer_norm_backward_f32"},
         {"op": "softmax_backward", "name": "cpu.softmax_lastdim_backward_f32"},
         {"op": SDPA + "_backward", "name": "cpu.sdpa_backward_f32"},
+        {"op": "gelu", "name": "cpu.gelu_f32"},
+        {"op": "gelu_backward", "name": "cpu.gelu_backward_f32"},
     ]
 
 

@@ -1,4 +1,4 @@
-"""Fused backward kernels (device API 1.3) through autograd: the SDK runs a
+"""Fused backward kernels (device API 1.3; gelu's 1.4) through autograd: the SDK runs a
 composite fused while recording when the plugin has its backward kernel, the
 gradients match the decomposition's, optional gradients are asked only when
 wanted, and a backward kernel that declines falls back to the decomposition
@@ -77,6 +77,12 @@ def test_layer_norm_without_affine_and_rms_norm():
 def test_softmax_gradient_matches_the_decomposition():
     _check(lambda x: F.softmax(x, axis=-1), [_randn(9, 17) * 3], [True], "softmax",
            "cpu.softmax_lastdim_backward_f32")
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_gradient_matches_the_decomposition(approximate):
+    _check(lambda x: F.gelu(x, approximate=approximate), [_randn(5, 7, 33) * 3], [True], "gelu",
+           "cpu.gelu_backward_f32", n=1)
 
 
 @pytest.mark.parametrize("kind", ["causal", "gqa", "bool_mask", "additive_mask", "permuted"])

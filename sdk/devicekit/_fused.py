@@ -158,6 +158,8 @@ def _backward_call(op, node, g, needs):
         return (g, ins[0], ins[1]), want, range(len(ins))
     if op == "softmax":  # dout, out -> dx
         return (g, node.out), [True], (0,)
+    if op == "gelu":  # dout, x -> dx
+        return (g, ins[0]), [True], (0,)
     # scaled_dot_product_attention: dout, q, k, v, out, mask? -> dq, dk, dv
     return (g, ins[0], ins[1], ins[2], node.out, ins[3]), [True] * 3, (0, 1, 2)
 

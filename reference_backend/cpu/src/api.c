@@ -45,7 +45,7 @@ const DK_KernelTable dk_cpu_kernel_table = {
 };
 
 /* The fused-kernel registry (since 1.2): one DK_FusedKernel per row of
- * fused_1_2.def, and the array of pointers to them that the table holds. */
+ * fused_1_2.def .. fused_1_4.def, and the array of pointers to them that the table holds. */
 #define DKCPU_FUSED(id, kname, supports_fn, launch_fn) \
   static const DK_FusedKernel kFused_##launch_fn = {   \
       .struct_size = DK_FusedKernel_STRUCT_SIZE,       \
@@ -56,12 +56,14 @@ const DK_KernelTable dk_cpu_kernel_table = {
   };
 #include "fused_1_2.def"
 #include "fused_1_3.def"
+#include "fused_1_4.def"
 #undef DKCPU_FUSED
 
 static const DK_FusedKernel* const kFusedKernels[] = {
 #define DKCPU_FUSED(id, kname, supports_fn, launch_fn) &kFused_##launch_fn,
 #include "fused_1_2.def"
 #include "fused_1_3.def"
+#include "fused_1_4.def"
 #undef DKCPU_FUSED
 };
 

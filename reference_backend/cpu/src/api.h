@@ -44,12 +44,13 @@ DK_Error* dk_cpu_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args);
 #include "ops_1_1_other.def"
 #undef DKCPU_OP
 
-/* The fused kernels (supports predicate + launch), one pair per row of fused_1_2.def. */
+/* The fused kernels (supports predicate + launch), one pair per row of fused_1_*.def. */
 #define DKCPU_FUSED(id, name, supports, launch) \
   int32_t supports(const DK_Kernel_Args* args); \
   DK_Error* launch(const DK_Kernel_Args* args);
 #include "fused_1_2.def"
 #include "fused_1_3.def"
+#include "fused_1_4.def"
 #undef DKCPU_FUSED
 
 /* src/api.c: the kernel table, also read by the kernels' own validation so

@@ -2,7 +2,7 @@
 
 Use as ``import devicekit.nn.functional as F``. Every op here is built from
 differentiable base ops, so gradients flow through the autograd tape with no
-extra rules. ``softmax``, ``layer_norm``, ``rms_norm`` and
+extra rules. ``softmax``, ``layer_norm``, ``rms_norm``, ``gelu`` and
 ``scaled_dot_product_attention`` go through ``_fused.dispatch`` so a plugin's
 fused kernel runs when it accepts the call (while autograd records, only with
 the plugin's fused backward kernel for the op beside it).
@@ -166,14 +166,19 @@ def gelu(x, approximate="none"):
     """x * Phi(x): ``"none"`` uses erf, ``"tanh"`` the tanh approximation
     (as ``torch.nn.functional.gelu``)."""
     check_float("gelu", "x", x)
+    if approximate not in ("none", "tanh"):
+        fail("gelu", f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _fused.dispatch("gelu", (x,), {"approximate": approximate == "tanh"},
+                           lambda x: _gelu(x, approximate))
+
+
+def _gelu(x, approximate):
     xf = compute(x)
     if approximate == "none":
         y = xf * 0.5 * (ops.erf(xf * (1.0 / math.sqrt(2.0))) + 1.0)
-    elif approximate == "tanh":
+    else:
         inner = (xf + xf * xf * xf * 0.044715) * math.sqrt(2.0 / math.pi)
         y = xf * 0.5 * (ops.tanh(inner) + 1.0)
-    else:
-        fail("gelu", f"approximate must be 'none' or 'tanh', got {approximate!r}")
     return result(y, x.dtype)
 
 

@@ -1,7 +1,9 @@
-// Fast path of the elementwise engine's tanh on dense float32
-// (kernels_elementwise.cpp): the same tanh_float (tanh.h), so the same
-// arithmetic, in an AVX2 build (4 doubles per vector against SSE2's 2).
-// Picked at run time (cpu_isa).
+// Fast paths of the elementwise engine's tanh (kernels_elementwise.cpp) and
+// of the fused gelu / gelu_backward (kernels_fused_gelu.cpp) on dense
+// float32: the same tanh_float (tanh.h) and gelu_span (gelu.h), so the same
+// arithmetic, in AVX2 (4 doubles per vector against SSE2's 2) and, for GELU,
+// AVX-512 (8) builds. Picked at run time (cpu_isa).
+#include "../gelu.h"
 #include "../tanh.h"
 #include "fast.h"
 
@@ -16,6 +18,14 @@ DKCPU_INLINE void tanh_impl(const float* __restrict in, float* __restrict out, i
 __attribute__((target("avx2,fma"))) void tanh_avx2(const float* in, float* out, int64_t n) {
   tanh_impl(in, out, n);
 }
+__attribute__((target("avx2,fma"))) void gelu_avx2(const float* dout, const float* x, float* out,
+                                                   int64_t n, bool tanh_form) {
+  gelu_span(dout, x, out, n, tanh_form);
+}
+__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,prefer-vector-width=512"))) void
+gelu_avx512(const float* dout, const float* x, float* out, int64_t n, bool tanh_form) {
+  gelu_span(dout, x, out, n, tanh_form);
+}
 #endif
 void tanh_base(const float* in, float* out, int64_t n) { tanh_impl(in, out, n); }
 
@@ -26,6 +36,14 @@ void fast::tanh_f32(const float* in, float* out, int64_t n) {
   if (cpu_isa() != Isa::kBase) return tanh_avx2(in, out, n);
 #endif
   tanh_base(in, out, n);
+}
+
+void fast::gelu_f32(const float* dout, const float* x, float* out, int64_t n, bool tanh_form) {
+#if defined(__x86_64__)
+  if (cpu_isa() == Isa::kAvx512) return gelu_avx512(dout, x, out, n, tanh_form);
+  if (cpu_isa() == Isa::kAvx2) return gelu_avx2(dout, x, out, n, tanh_form);
+#endif
+  gelu_span(dout, x, out, n, tanh_form);
 }
 
 }  // namespace dkcpu

@@ -49,6 +49,10 @@ void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, const i
 // in an AVX2 build.
 void tanh_f32(const float* in, float* out, int64_t n);
 
+// fast/elementwise.cpp: gelu_span (gelu.h) for dense float32 in AVX2 and
+// AVX-512 builds: out = gelu(x), or with dout its gradient.
+void gelu_f32(const float* dout, const float* x, float* out, int64_t n, bool tanh_form);
+
 // fast/norm.cpp: rows [r0, r1) of an rms_norm / layer_norm launch, as the
 // core's norm_rows, in an AVX2 build and with streaming stores when the whole
 // output is larger than the caches.
