@@ -122,9 +122,7 @@ bool fit(int op, const std::vector<Tensor>& inputs, FusedAttrs* attrs, Call* c) 
       give(c, 2, v->shape(), q->dtype());
       return true;
     }
-    case DK_FUSED_GELU:
-      give(c, 0, x->shape(), x->dtype());
-      return true;
+    case DK_FUSED_GELU: give(c, 0, x->shape(), x->dtype()); return true;
     case DK_FUSED_GELU_BACKWARD: {  // dout, x
       const Tensor& xx = inputs[1];
       give(c, 0, xx->shape(), xx->dtype());
