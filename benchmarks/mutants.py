@@ -161,6 +161,10 @@ MUTANTS = [
      "devicekit_block(l.seed, l.offset + uint64_t(b))",
      "devicekit_block(l.seed, uint64_t(uint32_t(l.offset + uint64_t(b))))", "rng"),
     # ---- fused kernels ----
+    ("sdpa_backward_dots_drop_last_dim", "attention_backward.h",
+     "for (int64_t c = 0; c < dims; ++c) {", "for (int64_t c = 0; c + 1 < dims; ++c) {", "fused"),
+    ("sdpa_backward_causal_sees_one_more", "attention_backward.h",
+     "L.causal ? std::min(i + 1, lk) : lk;", "L.causal ? std::min(i + 2, lk) : lk;", "fused"),
     ("gelu_grad_drops_cubic_factor", "gelu.h", "(1.0 + 3.0 * kGeluA * x2)",
      "(1.0 + kGeluA * x2)", "fused"),
     ("gelu_erf_grad_sign", "gelu.h", "+ x * kInvSqrt2Pi * exp_neg", "- x * kInvSqrt2Pi * exp_neg",

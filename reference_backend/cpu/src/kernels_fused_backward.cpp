@@ -12,8 +12,12 @@
 #include <cstdio>
 #include <vector>
 
+#include "attention_backward.h"
 #include "fused_common.h"
 #include "parallel.h"
+#if DKCPU_FAST
+#include "fast/fast.h"
+#endif
 
 namespace dkcpu {
 namespace {
@@ -196,93 +200,19 @@ int32_t softmax_backward_supports(const DK_Kernel_Args* a) {
 
 // ---- scaled_dot_product_attention --------------------------------------------------
 
-struct Rows4 {  // a rank-4 float32 view read row by row: element strides of dims 0..2
-  const float* data;
-  int64_t s0, s1, s2;
-  const float* row(int64_t b, int64_t h, int64_t i) const {
-    return data + b * s0 + h * s1 + i * s2;
-  }
-};
-
 Rows4 rows4(const View& v) { return {f32(v), v.strides[0], v.strides[1], v.strides[2]}; }
-
-struct SdpaBackward {
-  Rows4 dout, q, k, v, out;
-  const char* mask;  // bool bytes or float32, strides below in elements
-  int64_t mask_strides[4];
-  int32_t mask_kind, causal;
-  float* dq;  // dense [B,Hq,Lq,D]
-  float* dk;  // dense [B,Hkv,Lk,D]
-  float* dv;  // dense [B,Hkv,Lk,Dv]
-  int64_t b, hq, hkv, lq, lk, d, dvd;
-  float scale;
-};
-
-float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-// One (batch, kv head): every query row of every query head reading it, in
-// order, so dk and dv are summed in a fixed order whatever the thread count.
-void sdpa_backward_group(const SdpaBackward& L, int64_t bi, int64_t g, float* p, float* qs) {
-  const int64_t group = L.hq / L.hkv;
-  float* dk = L.dk + (bi * L.hkv + g) * L.lk * L.d;
-  float* dv = L.dv + (bi * L.hkv + g) * L.lk * L.dvd;
-  std::fill(dk, dk + L.lk * L.d, 0.0f);
-  std::fill(dv, dv + L.lk * L.dvd, 0.0f);
-  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-    for (int64_t i = 0; i < L.lq; ++i) {
-      float* dq = L.dq + ((bi * L.hq + h) * L.lq + i) * L.d;
-      std::fill(dq, dq + L.d, 0.0f);
-      const float* q = L.q.row(bi, h, i);
-      for (int64_t c = 0; c < L.d; ++c) qs[c] = q[c] * L.scale;  // q scaled first, as forward
-      const int64_t seen = L.causal ? std::min(i + 1, L.lk) : L.lk;
-      const char* mrow =
-          L.mask
-              ? L.mask + (bi * L.mask_strides[0] + h * L.mask_strides[1] + i * L.mask_strides[2]) *
-                             (L.mask_kind == DK_SDPA_MASK_BOOL ? 1 : 4)
-              : nullptr;
-      const int64_t mstep = L.mask_strides[3] * (L.mask_kind == DK_SDPA_MASK_BOOL ? 1 : 4);
-      float m = -INFINITY;
-      for (int64_t j = 0; j < seen; ++j) {
-        float s = dot(qs, L.k.row(bi, g, j), L.d);
-        if (L.mask_kind == DK_SDPA_MASK_BOOL && !mrow[j * mstep]) s = -INFINITY;
-        if (L.mask_kind == DK_SDPA_MASK_ADDITIVE) {
-          s += *reinterpret_cast<const float*>(mrow + j * mstep);
-        }
-        p[j] = s;
-        m = max_nan(m, s);
-      }
-      if (m == -INFINITY) continue;  // no visible key: no gradient from this row
-      float total = 0.0f;
-      for (int64_t j = 0; j < seen; ++j) total += (p[j] = exp_nonpositive(p[j] - m));
-      const float inv = 1.0f / total;
-      const float* go = L.dout.row(bi, h, i);
-      const float di = dot(go, L.out.row(bi, h, i), L.dvd);
-      for (int64_t j = 0; j < seen; ++j) {
-        const float pj = p[j] * inv;
-        if (pj == 0.0f) continue;
-        const float* vj = L.v.row(bi, g, j);
-        const float* kj = L.k.row(bi, g, j);
-        float* dvj = dv + j * L.dvd;
-        float* dkj = dk + j * L.d;
-        for (int64_t c = 0; c < L.dvd; ++c) dvj[c] += pj * go[c];
-        const float ds = pj * (dot(go, vj, L.dvd) - di) * L.scale;
-        for (int64_t c = 0; c < L.d; ++c) dq[c] += ds * kj[c];
-        for (int64_t c = 0; c < L.d; ++c) dkj[c] += ds * q[c];
-      }
-    }
-  }
-}
 
 DK_Error* run_sdpa_backward(const void* payload) {
   const SdpaBackward L = *static_cast<const SdpaBackward*>(payload);
   parallel_for_may_throw(L.b * L.hkv, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> p(size_t(std::max<int64_t>(L.lk, 1))), qs(size_t(std::max<int64_t>(L.d, 1)));
-    for (int64_t t = t0; t < t1; ++t)
-      sdpa_backward_group(L, t / L.hkv, t % L.hkv, p.data(), qs.data());
+    std::vector<float> scratch(size_t(sdpa_backward_scratch(L)));
+    for (int64_t t = t0; t < t1; ++t) {
+#if DKCPU_FAST
+      fast::sdpa_backward_group(L, t / L.hkv, t % L.hkv, scratch.data());
+#else
+      sdpa_backward_group(L, t / L.hkv, t % L.hkv, scratch.data());
+#endif
+    }
   });
   return nullptr;
 }

@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../attention_backward.h"
 #include "../parallel.h"
 #include "fast.h"
 
@@ -203,7 +204,29 @@ DKCPU_ATTEND_RANGE(attend_range_avx2, __attribute__((target("avx2,fma"))), 4, 16
 #endif
 DKCPU_ATTEND_RANGE(attend_range_base, , 4, 8, 16)
 
+// The backward's group loop (attention_backward.h) per ISA level: its
+// by-key sums and per-key axpys are plain loops the compiler widens.
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512vl,avx2,fma,prefer-vector-width=512"))) void
+backward_group_avx512(const SdpaBackward& L, int64_t bi, int64_t g, float* scratch) {
+  sdpa_backward_group(L, bi, g, scratch);
+}
+__attribute__((target("avx2,fma"))) void backward_group_avx2(const SdpaBackward& L, int64_t bi,
+                                                             int64_t g, float* scratch) {
+  sdpa_backward_group(L, bi, g, scratch);
+}
+#endif
+
 }  // namespace
+
+void fast::sdpa_backward_group(const SdpaBackward& L, int64_t bi, int64_t g, float* scratch) {
+#if defined(__x86_64__)
+  const Isa isa = cpu_isa();
+  if (isa == Isa::kAvx512) return backward_group_avx512(L, bi, g, scratch);
+  if (isa == Isa::kAvx2) return backward_group_avx2(L, bi, g, scratch);
+#endif
+  dkcpu::sdpa_backward_group(L, bi, g, scratch);
+}
 
 void fast::sdpa(const SdpaLaunch& L) {
   const Isa isa = cpu_isa();

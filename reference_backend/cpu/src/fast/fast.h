@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "../attention_backward.h"
 #include "../fused_common.h"
 
 namespace dkcpu {
@@ -61,6 +62,10 @@ void norm_rows(const NormLaunch& l, int64_t r0, int64_t r1);
 // fast/attention.cpp: a whole attention launch, flash-style (key tiles, two
 // register-tiled GEMMs per tile, online softmax), split over parallel_for.
 void sdpa(const SdpaLaunch& l);
+
+// fast/attention.cpp: one (batch, kv head) group of the attention backward,
+// attention_backward.h's loop in AVX2 and AVX-512 builds.
+void sdpa_backward_group(const SdpaBackward& L, int64_t bi, int64_t g, float* scratch);
 
 }  // namespace fast
 }  // namespace dkcpu
