@@ -47,6 +47,7 @@ namespace {
 
 constexpr int64_t kBq = 64, kBk = 128;  // multiples of every MR / NR below
 constexpr int64_t kDvAlign = 32;       // the widest NR: accumulator rows are padded to it
+constexpr int64_t kKeyAlign = 32;      // a narrower key tile stays a multiple of every NR
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
@@ -86,11 +87,12 @@ DKCPU_INLINE void tile_gemm(int64_t k, const float* __restrict a, int64_t lda,
 }
 
 // One query row of a score tile: exclude keys, then the online-softmax step.
-// s (kBk scores) becomes p = exp(s - m_new) in place; m and l are updated and
+// s (bk scores) becomes p = exp(s - m_new) in place; m and l are updated and
 // the factor O's row must be rescaled by, exp(m_old - m_new), is returned.
-DKCPU_INLINE float softmax_row(const SdpaLaunch& L, float* __restrict s, const char* mrow,
-                               int64_t qi, int64_t j0, int64_t nk, float& m, float& l) {
-  // Keys [visible, kBk) of the tile are excluded: past Lk, or the causal future.
+DKCPU_INLINE float softmax_row(const SdpaLaunch& L, float* __restrict s, int64_t bk,
+                               const char* mrow, int64_t qi, int64_t j0, int64_t nk, float& m,
+                               float& l) {
+  // Keys [visible, bk) of the tile are excluded: past Lk, or the causal future.
   const int64_t visible = L.causal ? std::min(nk, std::max<int64_t>(0, qi + 1 - j0)) : nk;
   if (L.mask_kind == DK_SDPA_MASK_BOOL) {
     for (int64_t jj = 0; jj < visible; ++jj)
@@ -99,22 +101,22 @@ DKCPU_INLINE float softmax_row(const SdpaLaunch& L, float* __restrict s, const c
     const float* f = reinterpret_cast<const float*>(mrow);
     for (int64_t jj = 0; jj < visible; ++jj) s[jj] += f[(j0 + jj) * L.mask_strides[3]];
   }
-  for (int64_t jj = 0; jj < kBk; ++jj) s[jj] = jj < visible ? s[jj] : -INFINITY;
+  for (int64_t jj = 0; jj < bk; ++jj) s[jj] = jj < visible ? s[jj] : -INFINITY;
   // The row maximum in 16 independent lanes (a plain compare-select, which
   // vectorises to max instructions). It may skip a NaN score: that is fine,
   // the NaN's p = exp(NaN - m) still makes l, O and so the row NaN.
   constexpr int kLanes = 16;
   float mx[kLanes];
   for (int t = 0; t < kLanes; ++t) mx[t] = -INFINITY;
-  for (int64_t jj = 0; jj < kBk; jj += kLanes)
+  for (int64_t jj = 0; jj < bk; jj += kLanes)
     for (int t = 0; t < kLanes; ++t) mx[t] = s[jj + t] > mx[t] ? s[jj + t] : mx[t];
   float m_new = m;
   for (int t = 0; t < kLanes; ++t) m_new = mx[t] > m_new ? mx[t] : m_new;
   // No visible key so far: every p and alpha is exp(-inf) = 0, not exp(-inf - -inf).
   const float shift = m_new == -INFINITY ? 0.0f : m_new;
-  for (int64_t jj = 0; jj < kBk; ++jj) s[jj] = exp_nonpositive(s[jj] - shift);
+  for (int64_t jj = 0; jj < bk; ++jj) s[jj] = exp_nonpositive(s[jj] - shift);
   float sum[kLanes] = {};  // independent partial sums, so the sum vectorises
-  for (int64_t jj = 0; jj < kBk; jj += kLanes)
+  for (int64_t jj = 0; jj < bk; jj += kLanes)
     for (int t = 0; t < kLanes; ++t) sum[t] += s[jj + t];
   for (int w = kLanes / 2; w > 0; w /= 2)
     for (int t = 0; t < w; ++t) sum[t] += sum[t + w];
@@ -155,20 +157,24 @@ DKCPU_INLINE void attend_block(const SdpaLaunch& L, int64_t item, float* scratch
     alpha[i] = 1.0f;  // rows >= nq: padding, p stays 0
   }
   const int64_t kend = L.causal ? std::min(L.lk, i0 + nq) : L.lk;  // later keys: all masked
-  for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
-    const int64_t nk = std::min(kBk, kend - j0);
+  // The key tile's width: kBk, or fewer keys when that is all there is
+  // (short sequences: 32 keys would otherwise fill a 128-wide tile with
+  // padding that the GEMM and the softmax still compute).
+  const int64_t bk = std::min(kBk, round_up(kend, kKeyAlign));
+  for (int64_t j0 = 0; j0 < kend; j0 += bk) {
+    const int64_t nk = std::min(bk, kend - j0);
     for (int64_t jj = 0; jj < nk; ++jj)
-      for (int64_t c = 0; c < d; ++c) kt[c * kBk + jj] = k[(j0 + jj) * ks + c];
+      for (int64_t c = 0; c < d; ++c) kt[c * bk + jj] = k[(j0 + jj) * ks + c];
     for (int64_t c = 0; c < d; ++c)
-      for (int64_t jj = nk; jj < kBk; ++jj) kt[c * kBk + jj] = 0.0f;  // keys past Lk
+      for (int64_t jj = nk; jj < bk; ++jj) kt[c * bk + jj] = 0.0f;  // keys past Lk
     for (int64_t i = 0; i < nqp; i += MR)
-      for (int64_t j = 0; j < kBk; j += NR)
-        tile_gemm<MR, NR, VB>(d, qp + i * d, d, kt + j, kBk, s + i * kBk + j, kBk, nullptr);
+      for (int64_t j = 0; j < bk; j += NR)
+        tile_gemm<MR, NR, VB>(d, qp + i * d, d, kt + j, bk, s + i * bk + j, bk, nullptr);
     for (int64_t i = 0; i < nq; ++i)
-      alpha[i] = softmax_row(L, s + i * kBk, mask + (i0 + i) * L.mask_strides[2] * mask_esize,
+      alpha[i] = softmax_row(L, s + i * bk, bk, mask + (i0 + i) * L.mask_strides[2] * mask_esize,
                              i0 + i, j0, nk, m[i], l[i]);
     for (int64_t i = nq; i < nqp; ++i)
-      for (int64_t jj = 0; jj < kBk; ++jj) s[i * kBk + jj] = 0.0f;
+      for (int64_t jj = 0; jj < bk; ++jj) s[i * bk + jj] = 0.0f;
     const float* vtile = v + j0 * vs;
     int64_t ldv = vs;
     if (pack_v) {
@@ -179,8 +185,7 @@ DKCPU_INLINE void attend_block(const SdpaLaunch& L, int64_t item, float* scratch
     }
     for (int64_t i = 0; i < nqp; i += MR)
       for (int64_t c = 0; c < dvp; c += NR)
-        tile_gemm<MR, NR, VB>(nk, s + i * kBk, kBk, vtile + c, ldv, o + i * dvp + c, dvp,
-                              alpha + i);
+        tile_gemm<MR, NR, VB>(nk, s + i * bk, bk, vtile + c, ldv, o + i * dvp + c, dvp, alpha + i);
   }
   for (int64_t i = 0; i < nq; ++i) {
     // l == 0 only when no key was visible: the header's 0 output, not 0/0.
