@@ -43,11 +43,13 @@ template <class T> struct Gemm {
 };
 
 // out[mr x nr] (+)= sum over kc of packed a (MR per step) x packed b (NR per step).
-// `vector_size` is in bytes; VB is the ISA's register width.
-template <class T, int MR, int NR, int VB>
-DKCPU_INLINE void micro_kernel(int64_t kc, const T* __restrict pa, const T* __restrict pb,
-                               T* __restrict c, int64_t ldc, int64_t mr, int64_t nr,
-                               bool accumulate) {
+// With kDirect, a is read in place instead: MR full rows lda apart, unit
+// stride along k (see gemm_rows). `vector_size` is in bytes; VB is the ISA's
+// register width.
+template <class T, int MR, int NR, int VB, bool kDirect = false>
+DKCPU_INLINE void micro_kernel(int64_t kc, const T* __restrict pa, int64_t lda,
+                               const T* __restrict pb, T* __restrict c, int64_t ldc, int64_t mr,
+                               int64_t nr, bool accumulate) {
   typedef T V __attribute__((vector_size(VB)));
   constexpr int kW = VB / int(sizeof(T)), kNV = NR / kW;
   static_assert(NR % kW == 0, "NR is a whole number of vectors");
@@ -58,7 +60,7 @@ DKCPU_INLINE void micro_kernel(int64_t kc, const T* __restrict pa, const T* __re
     V bv[kNV];
     for (int v = 0; v < kNV; ++v) std::memcpy(&bv[v], pb + p * NR + v * kW, sizeof(V));
     for (int i = 0; i < MR; ++i) {
-      const T ai = pa[p * MR + i];
+      const T ai = kDirect ? pa[i * lda + p] : pa[p * MR + i];
       for (int v = 0; v < kNV; ++v) acc[i][v] += ai * bv[v];
     }
   }
@@ -83,24 +85,32 @@ DKCPU_INLINE void micro_kernel(int64_t kc, const T* __restrict pa, const T* __re
 
 // All tiles of one packed block: out[mc x nc] (+)= packed a (mc x kc) @ packed b (kc x nc).
 // The strip of b (outer loop) stays in L1 while the MR strips of a stream from L2.
+// With `a` (not NULL), the full MR strips of a are read in place from `a`
+// (rows lda apart, unit stride along k) and `pa` holds only the last,
+// partial strip, packed: see gemm_rows.
 template <class T, int MR, int NR, int VB>
-DKCPU_INLINE void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const T* pa, const T* pb, T* c,
-                               int64_t ldc, bool accumulate) {
-  for (int64_t j = 0; j < nc; j += NR)
-    for (int64_t i = 0; i < mc; i += MR)
-      micro_kernel<T, MR, NR, VB>(kc, pa + i * kc, pb + j * kc, c + i * ldc + j, ldc,
-                                  std::min<int64_t>(MR, mc - i), std::min<int64_t>(NR, nc - j),
-                                  accumulate);
+DKCPU_INLINE void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const T* pa, const T* a,
+                               int64_t lda, const T* pb, T* c, int64_t ldc, bool accumulate) {
+  const int64_t full = a ? mc / MR * MR : 0;
+  for (int64_t j = 0; j < nc; j += NR) {
+    const int64_t nr = std::min<int64_t>(NR, nc - j);
+    for (int64_t i = 0; i < full; i += MR)
+      micro_kernel<T, MR, NR, VB, true>(kc, a + i * lda, lda, pb + j * kc, c + i * ldc + j, ldc, MR,
+                                        nr, accumulate);
+    for (int64_t i = full; i < mc; i += MR)
+      micro_kernel<T, MR, NR, VB>(kc, pa + (i - full) * kc, 0, pb + j * kc, c + i * ldc + j, ldc,
+                                  std::min<int64_t>(MR, mc - i), nr, accumulate);
+  }
 }
 
 // One instantiation per ISA level. The micro-kernel is force-inlined, so it is
 // compiled with the attribute's instruction set. Tile shapes use most of the
 // vector registers for accumulators: AVX-512 has 32 (12x2 accumulators + 2 b
 // vectors + a broadcast), AVX2 and SSE2 have 16 (6x2 + 2 + 1).
-#define DKCPU_MACRO_KERNEL(name, attr, T, MR, NR, VB)                                             \
-  attr void name(int64_t mc, int64_t nc, int64_t kc, const T* pa, const T* pb, T* c, int64_t ldc, \
-                 bool accumulate) {                                                               \
-    macro_kernel<T, MR, NR, VB>(mc, nc, kc, pa, pb, c, ldc, accumulate);                          \
+#define DKCPU_MACRO_KERNEL(name, attr, T, MR, NR, VB)                                      \
+  attr void name(int64_t mc, int64_t nc, int64_t kc, const T* pa, const T* a, int64_t lda, \
+                 const T* pb, T* c, int64_t ldc, bool accumulate) {                        \
+    macro_kernel<T, MR, NR, VB>(mc, nc, kc, pa, a, lda, pb, c, ldc, accumulate);           \
   }
 #if defined(__x86_64__)
 #define DKCPU_AVX512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
@@ -115,7 +125,7 @@ DKCPU_MACRO_KERNEL(macro_f64_base, , double, 6, 4, 16)
 
 template <class T> struct MacroKernel {
   int64_t mr, nr;  // the tile shape the packing must match
-  void (*fn)(int64_t, int64_t, int64_t, const T*, const T*, T*, int64_t, bool);
+  void (*fn)(int64_t, int64_t, int64_t, const T*, const T*, int64_t, const T*, T*, int64_t, bool);
 };
 
 template <class T> MacroKernel<T> pick_kernel() {
@@ -184,6 +194,14 @@ void pack_a(const Gemm<T>& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, in
   for (int64_t i = 0; i < mc; i += mr) {
     const int64_t h = std::min(mr, mc - i);
     T* dst = pa + i * kc;
+    if (g.a_row == 1) {  // a transposed (x^T of a weight gradient): a step of k is h contiguous
+      for (int64_t p = 0; p < kc; ++p) {
+        const T* src = g.a + (i0 + i) + (k0 + p) * g.a_col;
+        for (int64_t r = 0; r < h; ++r) dst[p * mr + r] = src[r];
+        for (int64_t r = h; r < mr; ++r) dst[p * mr + r] = T(0);
+      }
+      continue;
+    }
     for (int64_t r = 0; r < mr; ++r) {
       if (r >= h) {
         for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = T(0);
@@ -193,6 +211,24 @@ void pack_a(const Gemm<T>& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, in
       for (int64_t p = 0; p < kc; ++p) dst[p * mr + r] = src[p * g.a_col];
     }
   }
+}
+
+// out[i0 .. i0+mc, j .. j+nc] (+)= a's rows i0.. (k0 .. k0+kc) @ the packed b.
+// A row-major a (unit stride along k) is read in place, all but its last
+// partial MR strip: packing it cost as much as the multiply when out is
+// narrow (N = 64: two 32-wide strips of b per packed strip of a), and the
+// micro-kernel broadcasts a's elements from memory either way. Any other
+// layout (a transposed gradient) is packed whole.
+template <class T> void block(const Gemm<T>& g, const MacroKernel<T>& mk, int64_t i0, int64_t mc,
+                              int64_t k0, int64_t kc, T* pa, const T* pb, int64_t nc, int64_t j) {
+  T* c = g.c + i0 * g.n + j;
+  if (g.a_col != 1) {
+    pack_a(g, i0, mc, k0, kc, mk.mr, pa);
+    return mk.fn(mc, nc, kc, pa, nullptr, 0, pb, c, g.n, k0 > 0);
+  }
+  const int64_t full = mc / mk.mr * mk.mr;
+  if (full < mc) pack_a(g, i0 + full, mc - full, k0, kc, mk.mr, pa);
+  mk.fn(mc, nc, kc, pa, g.a + i0 * g.a_row + k0, g.a_row, pb, c, g.n, k0 > 0);
 }
 
 // Rows [i_begin, i_end) of one KC x NC block, against the already packed b.
@@ -206,8 +242,7 @@ template <class T> void gemm_rows(const Gemm<T>& g, const MacroKernel<T>& mk, in
   const int64_t height = ((rows + blocks - 1) / blocks + mk.mr - 1) / mk.mr * mk.mr;
   for (int64_t i = i_begin; i < i_end; i += height) {
     const int64_t mc = std::min(height, i_end - i);
-    pack_a(g, i, mc, k0, kc, mk.mr, pa);
-    mk.fn(mc, nc, kc, pa, pb, g.c + i * g.n + j0, g.n, k0 > 0);
+    block(g, mk, i, mc, k0, kc, pa, pb, nc, j0);
   }
 }
 
@@ -221,8 +256,7 @@ template <class T> void gemm_cols(const Gemm<T>& g, const MacroKernel<T>& mk, in
   if (w <= 0) return;
   for (int64_t i = 0; i < g.m; i += kMC) {
     const int64_t mc = std::min(kMC, g.m - i);
-    pack_a(g, i, mc, k0, kc, mk.mr, pa);
-    mk.fn(mc, w, kc, pa, pb + j * kc, g.c + i * g.n + j0 + j, g.n, k0 > 0);
+    block(g, mk, i, mc, k0, kc, pa, pb + j * kc, w, j0 + j);
   }
 }
 
