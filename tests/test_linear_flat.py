@@ -71,3 +71,12 @@ def test_linear_under_autograd_still_gives_the_weight_gradient(cpu):
     F.linear(x, w).sum().backward()  # d/dw of sum(x @ w^T): every row is x summed over rows
     np.testing.assert_allclose(w.grad.numpy(), np.broadcast_to(x.numpy().sum((0, 1)), (3, 6)),
                                rtol=1e-5)
+
+
+@pytest.mark.parametrize("sa, sb", [((2, 3, 0), (0, 4)), ((0, 3, 5), (5, 4)), ((2, 0, 5), (5, 4))],
+                         ids=["k0", "empty_batch", "m0"])
+def test_folded_matmul_of_empty_operands(cpu, sa, sb):
+    a, b = np.ones(sa, np.float32), np.ones(sb, np.float32)
+    got = ops.matmul(dk.tensor(a), dk.tensor(b))
+    assert got.shape == (*sa[:-1], sb[1])
+    np.testing.assert_array_equal(got.numpy(), a @ b)

@@ -280,8 +280,10 @@ def matmul(a, b):
     """Matrix product with numpy semantics: 1-D operands, broadcast batch dims."""
     if a.ndim == 0 or b.ndim == 0:
         raise InvalidArgumentError("matmul: both operands need at least one dimension")
+    if a.ndim == 2 and b.ndim == 2:  # the common case, with nothing to broadcast or reshape
+        return _track("matmul", _core.matmul(a, b), (a, b))
     va, vb = a.ndim == 1, b.ndim == 1
-    if a.ndim > 2 and b.ndim == 2 and _view_strides(
+    if a.ndim > 2 and b.ndim == 2 and a.shape[-1] > 0 and _view_strides(
             list(a.shape), list(a.strides), [a.numel() // a.shape[-1], a.shape[-1]]) is not None:
         # [..., M, K] @ [K, N] as one [(...)*M, K] @ [K, N] product (as
         # torch.matmul folds): a batched product would broadcast b by expand
@@ -289,14 +291,17 @@ def matmul(a, b):
         # be one small product per batch row plus a reduce_sum. Each output
         # element is the same K-long dot product either way; b's gradient
         # sums over all rows in one product instead.
-        return matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
+        k = a.shape[-1]
+        return matmul(a.reshape(a.numel() // k, k), b).reshape(*a.shape[:-1], b.shape[1])
     if va:
         a = a.reshape(1, a.shape[0])
     if vb:
         b = b.reshape(b.shape[0], 1)
     batch = _core.broadcast_shapes(list(a.shape[:-2]), list(b.shape[:-2]))
-    a = a.expand(*batch, *a.shape[-2:])
-    b = b.expand(*batch, *b.shape[-2:])
+    if list(a.shape[:-2]) != batch:
+        a = a.expand(*batch, *a.shape[-2:])
+    if list(b.shape[:-2]) != batch:
+        b = b.expand(*batch, *b.shape[-2:])
     out = _track("matmul", _core.matmul(a, b), (a, b))
     shape = list(out.shape)
     if vb:
