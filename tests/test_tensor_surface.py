@@ -148,7 +148,7 @@ for out in (a.reshape(3, 2), a.permute(1, 0), a[0], a.expand(2, 2, 3), a.T.conti
 # when it has the backward kernel too, as the CPU plugin has).
 import devicekit.nn.functional as F
 q = dk.tensor([[[[0.5, 1.0], [1.5, 2.0]]]], requires_grad=True)
-for out in (F.layer_norm(a), F.rms_norm(a), F.softmax(a, axis=-1),
+for out in (F.layer_norm(a), F.rms_norm(a), F.softmax(a, axis=-1), F.gelu(a),
             F.scaled_dot_product_attention(q, q, q)):
     node(out)
 print(json.dumps({"made": sorted(made), "rules": autograd.rule_names(),

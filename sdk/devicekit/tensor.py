@@ -223,10 +223,15 @@ def _permute(self, *dims):
 
 
 def _transpose(self, dim0, dim1):
-    order = list(range(self.ndim))
-    dim0, dim1 = (_dim(int(d), self.ndim, "transpose") for d in (dim0, dim1))
-    order[dim0], order[dim1] = order[dim1], order[dim0]
-    return _permute(self, *order)
+    # permute's view and tape record, built directly (every linear transposes its weight)
+    nd = self.ndim
+    dim0, dim1 = _dim(int(dim0), nd, "transpose"), _dim(int(dim1), nd, "transpose")
+    order = list(range(nd))
+    order[dim0], order[dim1] = dim1, dim0
+    shape, strides = list(self.shape), list(self.strides)
+    shape[dim0], shape[dim1] = shape[dim1], shape[dim0]
+    strides[dim0], strides[dim1] = strides[dim1], strides[dim0]
+    return _track("permute", self._view(shape, strides, self._offset), (self,), dims=order)
 
 
 def _expand(self, *shape):
