@@ -12,7 +12,9 @@
  *   7 NO_WAIT      Stream_WaitEvent returns success without waiting
  *   8 FUSED_RMS    the fused rms_norm kernel's float32 results are off by a
  *                  relative 1e-3 (its supports() is the real one; API 1.2)
- *   9 ERF_SEGV     erf on float32 dereferences NULL (model regression: crash)
+ *   9 ERF_SEGV     erf on float32 dereferences NULL, and so does the fused
+ *                  gelu (API 1.4), which computes GELU(erf) without erf
+ *                  (model regression: crash)
  *  10 NO_SCATTER   no scatter_add kernel (NULL entry; model regression:
  *                  backward of gather-based layers is not implemented)
  * Test-only shortcuts: DK_GetApi does the dlopen (a real plugin must do no
@@ -145,39 +147,50 @@ static DK_Error* fault_wait(DK_Stream_WaitEvent_Args* a) {
   (void)a;
   return NULL;
 }
-#elif FAULT == 8
-/* The fused table is copied (its array of pointers, then the rms_norm entry)
+#endif
+
+#if FAULT == 8 || FAULT == 9
+/* The fused table is copied (its array of pointers, then the one entry)
  * so that only the launch of that one kernel is replaced. */
 static DK_FusedKernelTable fused_table;
 static const DK_FusedKernel* fused_entries[64];
-static DK_FusedKernel fused_rms;
-static DK_KernelFn* real_rms_launch;
-static DK_Error* fault_fused_rms(const DK_Kernel_Args* a) {
-  DK_Error* e = real_rms_launch(a);
-  if (e || (e = sync(a))) return e;
-  if (a->outputs[0]->dtype == DK_DTYPE_FLOAT32) scale_f32(a->outputs[0], 1.001f);
-  return NULL;
-}
-static void wrap_fused_rms(void) {
+static DK_FusedKernel fused_wrapped;
+static DK_KernelFn* real_fused_launch;
+static void wrap_fused(int32_t op, DK_KernelFn* fault) {
   if (real->struct_size < DK_Api_STRUCT_SIZE_1_2 || real->fused_kernels == NULL) return;
   fused_table = *real->fused_kernels;
   if (fused_table.num_kernels > 64) abort();
   for (int i = 0; i < fused_table.num_kernels; ++i) {
     fused_entries[i] = real->fused_kernels->kernels[i];
-    if (fused_entries[i]->op == DK_FUSED_RMS_NORM && real_rms_launch == NULL) {
-      fused_rms = *fused_entries[i];
-      real_rms_launch = fused_rms.launch;
-      fused_rms.launch = fault_fused_rms;
-      fused_entries[i] = &fused_rms;
+    if (fused_entries[i]->op == op && real_fused_launch == NULL) {
+      fused_wrapped = *fused_entries[i];
+      real_fused_launch = fused_wrapped.launch;
+      fused_wrapped.launch = fault;
+      fused_entries[i] = &fused_wrapped;
     }
   }
   fused_table.kernels = fused_entries;
   api.fused_kernels = &fused_table;
 }
+#endif
+
+#if FAULT == 8
+static DK_Error* fault_fused_rms(const DK_Kernel_Args* a) {
+  DK_Error* e = real_fused_launch(a);
+  if (e || (e = sync(a))) return e;
+  if (a->outputs[0]->dtype == DK_DTYPE_FLOAT32) scale_f32(a->outputs[0], 1.001f);
+  return NULL;
+}
 #elif FAULT == 9
 static DK_Error* fault_erf(const DK_Kernel_Args* a) {
   if (a->inputs[0]->dtype == DK_DTYPE_FLOAT32) *(volatile int*)NULL = 1;
   return real->kernels->kernels[DK_OP_ERF](a);
+}
+/* The fused gelu (API 1.4) computes GELU(erf) without the erf kernel: it
+ * crashes too, so GELU(erf) reaches the fault fused or decomposed. */
+static DK_Error* fault_fused_gelu(const DK_Kernel_Args* a) {
+  if (a->inputs[0]->dtype == DK_DTYPE_FLOAT32) *(volatile int*)NULL = 1;
+  return real_fused_launch(a);
 }
 #endif
 
@@ -210,9 +223,10 @@ DK_EXPORT const DK_Api* DK_GetApi(void) {
 #elif FAULT == 7
   api.Stream_WaitEvent = fault_wait;
 #elif FAULT == 8
-  wrap_fused_rms();
+  wrap_fused(DK_FUSED_RMS_NORM, fault_fused_rms);
 #elif FAULT == 9
   kernels[DK_OP_ERF] = fault_erf;
+  wrap_fused(DK_FUSED_GELU, fault_fused_gelu);
 #elif FAULT == 10
   kernels[DK_OP_SCATTER_ADD] = NULL;
 #endif
