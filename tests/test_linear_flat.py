@@ -80,3 +80,12 @@ def test_folded_matmul_of_empty_operands(cpu, sa, sb):
     got = ops.matmul(dk.tensor(a), dk.tensor(b))
     assert got.shape == (*sa[:-1], sb[1])
     np.testing.assert_array_equal(got.numpy(), a @ b)
+
+
+@pytest.mark.parametrize("sa, sb", [((2, 3, 4), (4, 0)), ((2, 0, 4), (4, 3))], ids=["n0", "m0"])
+def test_folded_matmul_gradients_of_empty_products(cpu, sa, sb):
+    x = dk.tensor(np.ones(sa, np.float32), requires_grad=True)
+    w = dk.tensor(np.ones(sb, np.float32), requires_grad=True)
+    ops.matmul(x, w).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.ones((*sa[:-1], sb[1])) @ np.ones(sb).T)
+    np.testing.assert_array_equal(w.grad.numpy(), np.full(sb, sa[0] * sa[1], np.float32))

@@ -95,6 +95,11 @@ def _gather(node, g):
 
 def _matmul(node, g, needs):
     a, b = node.inputs
+    if a.ndim > 2 and b.ndim == 2:  # folded by ops.matmul: b's gradient sums over every row
+        k, n = b.shape
+        m = a.numel() // k  # k > 0: ops.matmul folds only then
+        return (ops.matmul(g, b.transpose(0, 1)) if needs[0] else None,
+                ops.matmul(a.reshape(m, k).transpose(0, 1), g.reshape(m, n)) if needs[1] else None)
     return (ops.matmul(g, b.transpose(-1, -2)) if needs[0] else None,
             ops.matmul(a.transpose(-1, -2), g) if needs[1] else None)
 

@@ -36,7 +36,7 @@ from ._shape_ops import (_UNSET, cat, chunk, clone, flatten, narrow, pick, split
                          unsqueeze, view)
 from .errors import (DTypeError, DuplicateArgumentError, InputOverflowError,
                      InvalidArgumentError)
-from .tensor import Tensor, _view_strides, full
+from .tensor import Tensor, _contiguous_strides, _view_strides, full
 
 from . import _op_facts as _facts  # arity and differentiability, generated from the spec
 
@@ -283,16 +283,21 @@ def matmul(a, b):
     if a.ndim == 2 and b.ndim == 2:  # the common case, with nothing to broadcast or reshape
         return _track("matmul", _core.matmul(a, b), (a, b))
     va, vb = a.ndim == 1, b.ndim == 1
-    if a.ndim > 2 and b.ndim == 2 and a.shape[-1] > 0 and _view_strides(
-            list(a.shape), list(a.strides), [a.numel() // a.shape[-1], a.shape[-1]]) is not None:
+    flat = None
+    if a.ndim > 2 and b.ndim == 2 and a.shape[-1] > 0:
+        flat = [a.numel() // a.shape[-1], a.shape[-1]]
+        flat_strides = _view_strides(list(a.shape), list(a.strides), flat)
+    if flat is not None and flat_strides is not None:
         # [..., M, K] @ [K, N] as one [(...)*M, K] @ [K, N] product (as
         # torch.matmul folds): a batched product would broadcast b by expand
         # and repack it per batch row, and under autograd b's gradient would
         # be one small product per batch row plus a reduce_sum. Each output
-        # element is the same K-long dot product either way; b's gradient
-        # sums over all rows in one product instead.
-        k = a.shape[-1]
-        return matmul(a.reshape(a.numel() // k, k), b).reshape(*a.shape[:-1], b.shape[1])
+        # element is the same K-long dot product either way. The views are
+        # untracked: the tape records one matmul of a and b, whose rule
+        # (_grad_rules._matmul) folds the same way.
+        out = _core.matmul(a._view(flat, flat_strides, a._offset), b)
+        shape = [*a.shape[:-1], b.shape[1]]
+        return _track("matmul", out._view(shape, _contiguous_strides(shape), out._offset), (a, b))
     if va:
         a = a.reshape(1, a.shape[0])
     if vb:
