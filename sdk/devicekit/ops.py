@@ -283,11 +283,11 @@ def matmul(a, b):
     if a.ndim == 2 and b.ndim == 2:  # the common case, with nothing to broadcast or reshape
         return _track("matmul", _core.matmul(a, b), (a, b))
     va, vb = a.ndim == 1, b.ndim == 1
-    flat = None
+    flat, flat_strides = None, None
     if a.ndim > 2 and b.ndim == 2 and a.shape[-1] > 0:
         flat = [a.numel() // a.shape[-1], a.shape[-1]]
         flat_strides = _view_strides(list(a.shape), list(a.strides), flat)
-    if flat is not None and flat_strides is not None:
+    if flat_strides is not None:
         # [..., M, K] @ [K, N] as one [(...)*M, K] @ [K, N] product (as
         # torch.matmul folds): a batched product would broadcast b by expand
         # and repack it per batch row, and under autograd b's gradient would

@@ -11,6 +11,7 @@
 // device memory, aliasing).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -31,15 +32,37 @@ inline bool dense_f32(const DK_TensorView* v) {
          dkh_is_contiguous(v->rank, v->shape, v->strides);
 }
 
-// The args' frame: the right op, arity and attribute struct. NULL when not.
+// The args' frame: the right op, arity and attribute struct, and output 0
+// present (a backward op's later outputs may be NULL: not wanted). NULL when not.
 template <class Attrs> inline const Attrs* fused_frame(const DK_Kernel_Args* a, DK_FusedOpId op,
-                                                       int32_t num_inputs, size_t attrs_size) {
+                                                       int32_t num_inputs, size_t attrs_size,
+                                                       int32_t num_outputs = 1) {
   if (a == nullptr || a->struct_size < DK_Kernel_Args_STRUCT_SIZE || a->op != op ||
-      a->num_inputs != num_inputs || a->num_outputs != 1 || !a->inputs || !a->outputs) {
+      a->num_inputs != num_inputs || a->num_outputs != num_outputs || !a->inputs || !a->outputs ||
+      !a->outputs[0]) {
     return nullptr;
   }
   const auto* attrs = static_cast<const Attrs*>(a->attrs);
   return attrs && attrs->struct_size >= attrs_size ? attrs : nullptr;
+}
+
+// A float32 rank-4 q, k, v, out or dout the attention kernels read in place:
+// its rows (the last dim) unit-stride, or of size 1; any non-negative
+// strides in dims 0..2 (permuted heads, a piece of a split, a broadcast). A
+// view with no elements is never read, whatever its strides (the header's
+// rule for empty views).
+inline bool rows_f32(const DK_TensorView* v) {
+  if (!is_view(v) || v->dtype != DK_DTYPE_FLOAT32 || v->rank != 4) return false;
+  if (v->shape[0] == 0 || v->shape[1] == 0 || v->shape[2] == 0 || v->shape[3] == 0) return true;
+  for (int d = 0; d < 3; ++d)
+    if (v->strides[d] < 0) return false;
+  return v->strides[3] == 1 || v->shape[3] == 1;
+}
+
+// Rows per parallel chunk of a row-wise fused kernel: about 32 Ki elements,
+// so tiny rows still batch up.
+inline int64_t row_grain(int64_t d) {
+  return std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(d, 1));
 }
 
 // ---- For launch(): the strict checks, with messages --------------------------

@@ -27,22 +27,29 @@ constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
 
 DKCPU_INLINE bool is_inf(double x) { return std::fabs(x) == INFINITY; }
 
+// gelu's value at x = +-inf as the formulas give it (see above); y elsewhere.
+DKCPU_INLINE double gelu_at_inf(double x, double y) { return is_inf(x) ? (x > 0.0 ? x : NAN) : y; }
+
+// The tanh form's pieces at x, with u = sqrt(2/pi) (x + 0.044715 x^3),
+// e = e^(-2|u|) and r = 1 / (1 + e): 1 + tanh(u) and 1 - tanh(u)^2.
+struct TanhTerms { double one_plus_t, sech2; };
+DKCPU_INLINE TanhTerms gelu_tanh_terms(double x) {
+  const double u = kGeluC * (x + kGeluA * x * x * x);
+  const double e = exp_neg(-2.0 * std::fabs(u)), r = 1.0 / (1.0 + e);
+  return {(u < 0.0 ? 2.0 * e : 2.0) * r, 4.0 * e * r * r};
+}
+
 // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
 DKCPU_INLINE float gelu_tanh(float xf) {
-  const double x = xf, u = kGeluC * (x + kGeluA * x * x * x);
-  const double e = exp_neg(-2.0 * std::fabs(u)), r = 1.0 / (1.0 + e);
-  const double one_plus_t = (u < 0.0 ? 2.0 * e : 2.0) * r;
-  const double y = 0.5 * x * one_plus_t;
-  return float(is_inf(x) ? (x > 0.0 ? x : NAN) : y);
+  const double x = xf;
+  return float(gelu_at_inf(x, 0.5 * x * gelu_tanh_terms(x).one_plus_t));
 }
 
 // dout * d/dx of gelu_tanh
 DKCPU_INLINE float gelu_tanh_grad(float dout, float xf) {
-  const double x = xf, x2 = x * x, u = kGeluC * (x + kGeluA * x2 * x);
-  const double e = exp_neg(-2.0 * std::fabs(u)), r = 1.0 / (1.0 + e);
-  const double one_plus_t = (u < 0.0 ? 2.0 * e : 2.0) * r;
-  const double sech2 = 4.0 * e * r * r;
-  const double d = 0.5 * one_plus_t + 0.5 * x * sech2 * kGeluC * (1.0 + 3.0 * kGeluA * x2);
+  const double x = xf;
+  const TanhTerms t = gelu_tanh_terms(x);
+  const double d = 0.5 * t.one_plus_t + 0.5 * x * t.sech2 * kGeluC * (1.0 + 3.0 * kGeluA * x * x);
   return float(double(dout) * (is_inf(x) ? NAN : d));
 }
 
@@ -70,8 +77,7 @@ DKCPU_INLINE double erfc_fit(double z) {
 // left tail). Within 2.3 ulp of float32 (erfc_fit's error, then one rounding).
 DKCPU_INLINE float gelu_erf(float xf) {
   const double x = xf;
-  const double y = x * 0.5 * erfc_fit(-x * kInvSqrt2);
-  return float(is_inf(x) ? (x > 0.0 ? x : NAN) : y);
+  return float(gelu_at_inf(x, x * 0.5 * erfc_fit(-x * kInvSqrt2)));
 }
 
 // dout * (Phi(x) + x * phi(x)); the sum cancels near x = -0.75 (where gelu'

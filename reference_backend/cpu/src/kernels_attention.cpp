@@ -87,18 +87,6 @@ DK_Error* run_sdpa(const void* payload) {
 
 bool rank4(const DK_TensorView* v) { return v->rank == 4; }
 
-// A float32 rank-4 q, k or v the kernels read in place: its rows (the last
-// dim) unit-stride, or of size 1; any non-negative strides in dims 0..2
-// (permuted heads, a piece of a split, a broadcast). A view with no elements
-// is never read, whatever its strides (the header's rule for empty views).
-bool rows_f32(const DK_TensorView* v) {
-  if (!is_view(v) || v->dtype != DK_DTYPE_FLOAT32 || !rank4(v)) return false;
-  if (v->shape[0] == 0 || v->shape[1] == 0 || v->shape[2] == 0 || v->shape[3] == 0) return true;
-  for (int d = 0; d < 3; ++d)
-    if (v->strides[d] < 0) return false;
-  return v->strides[3] == 1 || v->shape[3] == 1;
-}
-
 // Strides of dims 0..2 of a q, k or v the launch read; 0 for an empty view,
 // which is never read (its data may be NULL: the pointer stays unmoved).
 void row_strides(const View& v, int64_t* s) {

@@ -21,11 +21,6 @@
 namespace dkcpu {
 namespace {
 
-// Rows per parallel chunk: about 32 Ki elements, so tiny rows still batch up.
-inline int64_t row_grain(int64_t d) {
-  return std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(d, 1));
-}
-
 // ---- rms_norm and layer_norm ---------------------------------------------------
 
 // Rows [r0, r1) of a norm launch. (Unused with DKCPU_FAST: fast::norm_rows.)

@@ -22,26 +22,6 @@
 namespace dkcpu {
 namespace {
 
-// The args' frame of a backward op: op, arity, attribute struct.
-template <class Attrs> const Attrs* backward_frame(const DK_Kernel_Args* a, DK_FusedOpId op,
-                                                   int32_t num_inputs, int32_t num_outputs,
-                                                   size_t attrs_size) {
-  if (a == nullptr || a->struct_size < DK_Kernel_Args_STRUCT_SIZE || a->op != op ||
-      a->num_inputs != num_inputs || a->num_outputs != num_outputs || !a->inputs || !a->outputs ||
-      !a->outputs[0]) {
-    return nullptr;
-  }
-  const auto* attrs = static_cast<const Attrs*>(a->attrs);
-  return attrs && attrs->struct_size >= attrs_size ? attrs : nullptr;
-}
-
-// float32, rank 4, the last dim read with unit stride (the other dims any
-// strides: a permuted q/k/v view qualifies).
-bool rows_f32(const DK_TensorView* v) {
-  return is_view(v) && v->dtype == DK_DTYPE_FLOAT32 && v->rank == 4 &&
-         (v->shape[3] <= 1 || v->strides[3] == 1);
-}
-
 // An absent optional view, or a present dense float32 one.
 bool absent_or_dense(const DK_TensorView* v) { return v == nullptr || dense_f32(v); }
 
@@ -115,7 +95,7 @@ DK_Error* run_norm_backward(const void* payload) {
 // dout, x dense float32 (rank >= 1), weight dense float32 [d] or absent; dx
 // dense float32, dweight only with weight, each present output dense float32.
 int32_t norm_backward_supports(const DK_Kernel_Args* a, DK_FusedOpId op, int32_t num_outputs) {
-  if (!backward_frame<DK_NormAttrs>(a, op, 3, num_outputs, DK_NormAttrs_STRUCT_SIZE)) return 0;
+  if (!fused_frame<DK_NormAttrs>(a, op, 3, DK_NormAttrs_STRUCT_SIZE, num_outputs)) return 0;
   if (!dense_f32(a->inputs[0]) || !dense_f32(a->inputs[1]) || a->inputs[1]->rank < 1) return 0;
   if (!absent_or_dense(a->inputs[2]) || !dense_f32(a->outputs[0])) return 0;
   if (a->outputs[1] && !a->inputs[2]) return 0;  // dweight without a weight
@@ -177,8 +157,7 @@ struct SoftmaxBackward {
 
 DK_Error* run_softmax_backward(const void* payload) {
   const SoftmaxBackward l = *static_cast<const SoftmaxBackward*>(payload);
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(l.d, 1));
-  parallel_for(l.rows, grain, [&](int64_t r0, int64_t r1) {
+  parallel_for(l.rows, row_grain(l.d), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* __restrict g = l.dout + r * l.d;
       const float* __restrict y = l.out + r * l.d;
@@ -192,8 +171,8 @@ DK_Error* run_softmax_backward(const void* payload) {
 }
 
 int32_t softmax_backward_supports(const DK_Kernel_Args* a) {
-  const auto* attrs = backward_frame<DK_SoftmaxAttrs>(a, DK_FUSED_SOFTMAX_BACKWARD, 2, 1,
-                                                      DK_SoftmaxAttrs_STRUCT_SIZE);
+  const auto* attrs =
+      fused_frame<DK_SoftmaxAttrs>(a, DK_FUSED_SOFTMAX_BACKWARD, 2, DK_SoftmaxAttrs_STRUCT_SIZE);
   return attrs && dense_f32(a->inputs[0]) && dense_f32(a->inputs[1]) && dense_f32(a->outputs[0]) &&
          a->inputs[1]->rank >= 1 && attrs->axis == a->inputs[1]->rank - 1;
 }
@@ -220,8 +199,8 @@ DK_Error* run_sdpa_backward(const void* payload) {
 // dout, q, k, v, out: float32 rank 4 with unit-stride rows (any other
 // strides); the mask as the forward kernel takes it; dq, dk, dv dense float32.
 int32_t sdpa_backward_supports(const DK_Kernel_Args* a) {
-  const auto* attrs = backward_frame<DK_SdpaAttrs>(
-      a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, 6, 3, DK_SdpaAttrs_STRUCT_SIZE);
+  const auto* attrs = fused_frame<DK_SdpaAttrs>(a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD,
+                                                6, DK_SdpaAttrs_STRUCT_SIZE, 3);
   if (!attrs || (attrs->is_causal != 0 && attrs->is_causal != 1)) return 0;
   for (int i = 0; i < 5; ++i) {
     if (!rows_f32(a->inputs[i])) return 0;
