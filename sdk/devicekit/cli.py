@@ -1,7 +1,10 @@
 """The ``devicekit`` command line.
 
 Exit codes: 0 success; 2 usage error. ``devicekit devices`` exits 0 even when
-some plugin failed to load: listing the failure *is* its job.
+some plugin failed to load: listing the failure *is* its job. Each command's
+``--help`` lists its own codes. Every command runs under one signal policy
+(``devicekit._output``): SIGTERM stops it as Ctrl-C does (partial report,
+exit 143; 130 for Ctrl-C), and a closed stdout (``| head``) is not an error.
 """
 
 import argparse
@@ -134,8 +137,18 @@ def main(argv=None):
         parser.print_usage(sys.stderr)
         print("devicekit: error: a command is required (try 'devicekit devices')", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        return args.func(args)
-    except errors.DeviceKitError as e:
-        print(f"devicekit: error: {e}", file=sys.stderr)
-        return 1
+    from . import _output
+
+    with _output.signal_policy(), _output.pipe_safe_stdout():
+        try:
+            return args.func(args)
+        except _output.OutputError as e:
+            print(f"devicekit: error: {e}", file=sys.stderr)
+            return _output.EXIT_OUTPUT
+        except errors.DeviceKitError as e:
+            print(f"devicekit: error: {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:  # a command that has no partial result to write
+            print(f"devicekit {args.command}: stopped by {_output.interrupt_name()}",
+                  file=sys.stderr)
+            return _output.interrupt_exit_code()
