@@ -20,7 +20,10 @@ class MissingInput(GateError):
 
 
 class BadRecord(GateError):
-    """A record that is not valid JSON (corrupted, truncated) or lacks a field."""
+    """A record that cannot be read as one: not valid JSON (corrupted,
+    truncated), too large or too deeply nested, a field missing or of the
+    wrong type or value (named by its path), or content that does not match
+    its hashes (edited or damaged)."""
 
     exit_code = 4
 
@@ -41,3 +44,17 @@ class PluginMismatch(GateError):
     """The new record and the baseline certify different plugins."""
 
     exit_code = 7
+
+
+class SignatureRefused(GateError):
+    """``--trust``: a record or baseline that is unsigned, signed by a key not
+    trusted, or whose signature does not verify or covers other content."""
+
+    exit_code = 8
+
+
+class BadKey(GateError):
+    """A ``--sign``/``--trust`` key file that is not an Ed25519 PEM key of the
+    right kind, or signing asked for without the ``cryptography`` package."""
+
+    exit_code = 2

@@ -6,8 +6,12 @@ conformance`` and ``devicekit models`` (their report.json, schema 1) and the
 performance figures (:mod:`.perf`, rows in the ``devicekit bench`` format).
 
 Each results section carries ``cases_sha256``, the sha256 of its canonical
-case list; :func:`load` recomputes it, so a record edited by hand or damaged
-in transit is refused as corrupted rather than trusted.
+case list, and the record ``content_sha256``, the sha256 of all of it
+(:func:`canonical`); :func:`load` validates the record against
+``record.schema.json`` (:mod:`.validate`) and recomputes both, so a record
+edited by hand or damaged in transit is refused as corrupted rather than
+trusted. A hash anyone can recompute; a forged record is caught only by a
+signature (``signature``, :mod:`.sign`) checked against trusted keys.
 """
 
 import datetime
@@ -16,9 +20,10 @@ import json
 import os
 import platform
 import socket
-import tempfile
 import zipfile
 
+from .. import _output
+from . import validate
 from .errors import BadRecord, MissingInput, SchemaTooNew
 
 SCHEMA = "devicekit.gate.record"
@@ -34,7 +39,7 @@ SCHEMA_VERSION = 2
 _PERF_VOLATILE = ("seconds", "calls", "gbps", "gflops", "reference_seconds", "reference_calls",
                   "ratio", "ratios")
 VOLATILE = ("created", "timing", *(f"performance.results[].{k}" for k in _PERF_VOLATILE),
-            "device.properties.total_memory")
+            "device.properties.total_memory", "content_sha256", "signature")
 _CASE_KEYS = ("id", "section", "op", "dtype", "required", "outcome")
 
 
@@ -187,7 +192,7 @@ def build(conf_report, models_report, perf, kernels, fused, wheel=None, timing=N
 def deterministic_view(rec):
     """The record without its :data:`VOLATILE` fields (what must be identical
     when the same binary is certified twice on the same machine)."""
-    out = {k: v for k, v in rec.items() if k not in ("created", "timing")}
+    out = {k: v for k, v in rec.items() if k not in ("created", "timing", *SEAL_FIELDS)}
     perf = dict(out.get("performance") or {})
     perf["results"] = [{k: v for k, v in r.items() if k not in _PERF_VOLATILE}
                        for r in perf.get("results", [])]
@@ -243,79 +248,113 @@ def from_file(rec, path):
     return rec
 
 
-def write(rec, path):
-    """Writes ``rec`` to ``path`` atomically: a temporary file in the same
-    folder renamed over it, so a failure never leaves a partial record."""
-    write_text(dumps(to_file(rec)) + "\n", path)
+# Not part of the content they protect (docs/gate.md, "Integrity").
+SEAL_FIELDS = ("content_sha256", "signature")
+
+
+def canonical(doc):
+    """The bytes the content hash covers: ``doc`` without :data:`SEAL_FIELDS`,
+    as JSON with sorted keys, no spaces, ASCII escapes (Python's
+    ``json.dumps(sort_keys=True, separators=(",", ":"))``)."""
+    rest = {k: v for k, v in doc.items() if k not in SEAL_FIELDS}
+    return json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()
+
+
+def content_sha256(doc):
+    """sha256 of :func:`canonical`: every field of the on-disk record, so an
+    edit to any of them (outcomes, model phases, loss curves, ``partial``,
+    ``level``, ``library_path``) no longer matches."""
+    return hashlib.sha256(canonical(doc)).hexdigest()
+
+
+def seal(doc, key=None):
+    """``doc`` (on-disk form) with its ``content_sha256`` and, given an
+    Ed25519 private key, its ``signature`` (:mod:`.sign`), as the last fields."""
+    out = {k: v for k, v in doc.items() if k not in SEAL_FIELDS}
+    out["content_sha256"] = content_sha256(out)
+    if key is not None:
+        from . import sign
+
+        out["signature"] = sign.envelope(out, out["content_sha256"], key)
+    return out
+
+
+def write(rec, path, key=None):
+    """Writes ``rec`` sealed (and signed with ``key``) to ``path`` atomically
+    (:func:`devicekit._output.write_file`): a failure raises
+    :class:`~devicekit._output.OutputError` and leaves the previous file as it was."""
+    write_text(dumps(seal(to_file(rec), key)) + "\n", path)
 
 
 def write_text(text, path):
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a record is not
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    _output.write_file(path, text)
 
 
-_REQUIRED = {"plugin": dict, "devicekit": dict, "host": dict, "conformance": dict,
-             "models": dict, "performance": dict, "created": str}
-
-
-def validate(rec, path):
-    """Raises the right :class:`GateError` for a record that cannot be used."""
-    if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
-        raise BadRecord(path, f"not a certification record (no \"schema\": \"{SCHEMA}\")")
-    v = rec.get("schema_version")
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise BadRecord(path, f"schema_version must be an integer, got {v!r}")
-    if v > SCHEMA_VERSION:
-        raise SchemaTooNew(path, f"record schema version {v} is newer than this DeviceKit reads "
-                                 f"({SCHEMA_VERSION}); upgrade devicekit to check it")
-    for key, kind in _REQUIRED.items():
-        if not isinstance(rec.get(key), kind):
-            raise BadRecord(path, f"field '{key}' is missing or not a {kind.__name__}")
-    for key in ("name", "vendor", "version", "sha256", "library_path"):
-        if not isinstance(rec["plugin"].get(key), str):
-            raise BadRecord(path, f"field 'plugin.{key}' is missing or not a string")
+def _check_cases(doc, path):
     for sec in ("conformance", "models"):
-        cases = rec[sec].get("cases")
-        if not isinstance(cases, list) or not all(isinstance(c, dict) and "id" in c
-                                                  and "outcome" in c for c in cases):
-            raise BadRecord(path, f"field '{sec}.cases' is missing or malformed")
-        if len({c["id"] for c in cases}) != len(cases):
+        rows = doc[sec]["cases"]
+        if len({r[0] for r in rows}) != len(rows):
             raise BadRecord(path, f"'{sec}.cases' lists a case id twice")
-        if cases_sha256(cases) != rec[sec].get("cases_sha256"):
+        if cases_sha256([dict(zip(CASE_FIELDS, r)) for r in rows]) != doc[sec]["cases_sha256"]:
             raise BadRecord(path, f"'{sec}.cases' does not match its cases_sha256: the record "
                                   f"was edited or corrupted")
-    return rec
 
 
-def load(path, role="record"):
-    """Reads and validates a record; ``role`` names it in errors (baseline, record)."""
+def read(path, role="record", trust=None, notes=None):
+    """The on-disk document of a record, checked before any rule may read it:
+    size (before reading), JSON, nesting, schema version, the schema
+    (record.schema.json), with ``trust`` ({keyid: (public key, name)}, from
+    :func:`.sign.load_trusted`) a signature by one of those keys over this
+    exact content, then the case lists' and the whole content's hashes.
+    ``notes`` (a list) receives what the reader should know (no content hash,
+    a signature not verified)."""
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            doc = validate.read_json(path, role, f, os.fstat(f.fileno()).st_size)
     except FileNotFoundError:
         raise MissingInput(path, f"{role} not found") from None
+    except IsADirectoryError:
+        raise MissingInput(path, f"{role} is a folder, not a file") from None
     except OSError as e:
         raise MissingInput(path, f"cannot read the {role}: {e.strerror}") from None
-    try:
-        rec = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        what = "truncated" if raw and not raw.rstrip().endswith(b"}") else "corrupted"
-        raise BadRecord(path, f"{role} is not valid JSON ({what}?): {e}") from None
-    if isinstance(rec, dict) and rec.get("schema") == SCHEMA and \
-            rec.get("schema_version") in (1, SCHEMA_VERSION):  # one on-disk form for both
-        from_file(rec, path)
-    return migrate(validate(rec, path))
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise BadRecord(path, f"not a certification record (no \"schema\": \"{SCHEMA}\")")
+    v = doc.get("schema_version")
+    if isinstance(v, int) and not isinstance(v, bool) and v > SCHEMA_VERSION:
+        raise SchemaTooNew(path, f"record schema version {v} is newer than this DeviceKit reads "
+                                 f"({SCHEMA_VERSION}); upgrade devicekit to check it")
+    validate.check_schema(doc, path)
+    digest = content_sha256(doc)
+    if trust is not None:
+        from . import sign
+
+        who = sign.verify(path, role, doc.get("signature"), digest, trust)
+        if notes is not None:
+            notes.append(f"{role} {path}: signed by trusted key {sign.short(who)} "
+                         f"({trust[who][1]})")
+    _check_cases(doc, path)
+    if "content_sha256" not in doc:
+        if notes is not None:
+            notes.append(f"{role} {path} has no content_sha256 (written before records carried "
+                         f"one): only its case lists are checked for edits; re-certify it or "
+                         f"'devicekit gate sign' it")
+    elif doc["content_sha256"] != digest:
+        raise BadRecord(path, f"content does not match its content_sha256 ({digest[:16]} vs "
+                              f"{doc['content_sha256'][:16]}): the record was edited or "
+                              f"corrupted after it was written")
+    if trust is None and "signature" in doc and notes is not None:
+        from . import sign
+
+        keys = ", ".join(sign.short(s["keyid"]) for s in doc["signature"]["signatures"])
+        notes.append(f"{role} {path}: signed by key {keys} (not verified: no --trust given)")
+    return doc
+
+
+def load(path, role="record", trust=None, notes=None):
+    """Reads and checks a record (:func:`read`); returns it in memory form
+    (cases as objects, older schema versions migrated). ``role`` names it in
+    errors (baseline, record)."""
+    return migrate(from_file(read(path, role, trust, notes), path))
 
 
 PERF_V1 = "devicekit.gate.perf/1"
