@@ -1,32 +1,81 @@
-"""``devicekit gate``: certify | check | matrix (docs/gate.md).
+"""``devicekit gate``: certify | check | matrix | sign (docs/gate.md).
 
-Exit codes: 0 record written / admitted / matrix written; 1 refused;
-2 usage error or a device/plugin that cannot be opened; 3 a missing input
-(record, baseline, policy, --binary); 4 a corrupted or truncated record;
-5 a record of a newer schema; 6 a bad policy; 7 a record of another plugin
-than the baseline. Every output file is written to a temporary name and
-renamed, so a failed command leaves no partial file behind.
+Exit codes (each subcommand's ``--help`` lists its own): 0 record written /
+admitted / matrix written / signed; 1 refused; 2 usage error, a
+device/plugin that cannot be opened, or a key that is not an Ed25519 PEM key
+(or ``cryptography`` missing); 3 a missing input (record, baseline, policy,
+--binary, a key) or an output that cannot be written (checked before any
+work; a write that fails after it leaves the previous file intact); 4 a
+record that cannot be read as one (corrupted, truncated, too large, nested
+too deep, a field missing or of the wrong type, content that does not match
+its hashes); 5 a record of a newer schema; 6 a bad policy; 7 a record of
+another plugin than the baseline; 8 ``--trust`` refused a signature; 124
+``certify --timeout`` ran out (no record written); 130/143 Ctrl-C/SIGTERM.
 """
 
 import argparse
-import contextlib
 import os
 import sys
 import tempfile
 import time
 
+from .. import _output
 from .errors import GateError
+from .parts import Deadline, OutOfTime, probe_limit, run_child
 
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_OUTPUT = 0, 1, 2, _output.EXIT_OUTPUT
+EXIT_TIMEOUT = 124  # as timeout(1): the run's --timeout ran out
+
+_RECORD_CODES = """\
+  4    a record that cannot be read as one: not JSON (truncated, corrupted), larger
+       than 256 MiB, nested too deep, a field missing or of the wrong type or value
+       (named by its path), content that does not match its hashes
+  5    a record of a newer schema"""
+CERTIFY_CODES = """exit codes:
+  0    record written (whatever the results: judging is `gate check`'s job)
+  2    usage error; a device/plugin that cannot be opened; a suite that produced no
+       report; a --wheel without the certified library; a --sign key that is not an
+       unencrypted Ed25519 PEM private key (or cryptography is not installed)
+  3    --wheel, --perf-json or the --sign key not found; --out or --reports cannot be
+       written (checked before any work; a write that fails after it leaves the
+       previous file as it was)
+  4    an unreadable --perf-json, a --wheel that is not a zip
+  124  --timeout ran out: the running part is stopped, no record is written
+  130  Ctrl-C (143: SIGTERM)"""
+CHECK_CODES = f"""exit codes:
+  0    admitted
+  1    refused (a table of reasons)
+  2    usage error; a --trust key that is not an Ed25519 PEM public key
+  3    a missing input (record, baseline, policy, --binary, --trust key); --junit or
+       --html cannot be written (checked before anything is read)
+{_RECORD_CODES}
+  6    a bad policy
+  7    the record and the baseline certify different plugins
+  8    --trust: the record or the baseline is unsigned, signed by a key not trusted,
+       its signature does not verify, or it was edited after it was signed"""
+MATRIX_CODES = f"""exit codes:
+  0    matrix written
+  2    usage error
+  3    a missing record or policy; --out or --json cannot be written (checked first)
+{_RECORD_CODES}
+  6    a bad policy"""
+SIGN_CODES = f"""exit codes:
+  0    signed
+  2    a --key that is not an unencrypted Ed25519 PEM private key (or cryptography
+       is not installed)
+  3    the record or the key not found; the output cannot be written
+{_RECORD_CODES}"""
 
 
 def add_parser(sub):
     p = sub.add_parser("gate", help="certify a plugin binary, gate it against its last record, "
                                     "show records as a matrix",
                        description="The release gate (docs/gate.md).")
-    s = p.add_subparsers(dest="gate_command", metavar="{certify,check,matrix}")
+    s = p.add_subparsers(dest="gate_command", metavar="{certify,check,matrix,sign}")
+    fmt = argparse.RawDescriptionHelpFormatter
     c = s.add_parser("certify", help="run conformance (full), models and performance; write one "
-                                     "certification record")
+                                     "certification record", epilog=CERTIFY_CODES,
+                     formatter_class=fmt)
     c.add_argument("--device", help="device name, e.g. cpu:0 (with --plugin: one of its devices)")
     c.add_argument("--plugin", help="a plugin library path (development builds)")
     c.add_argument("--wheel", help="the plugin wheel being released (its sha256 goes in the record)")
@@ -50,9 +99,16 @@ def add_parser(sub):
                    help="take the performance figures from a `devicekit bench --json` document")
     c.add_argument("--no-perf", action="store_true",
                    help="record no performance figures (a policy with performance enabled refuses it)")
+    c.add_argument("--sign", metavar="KEY.pem",
+                   help="sign the record with this Ed25519 private key (docs/gate.md, 'Signed "
+                        "records'; needs devicekit[sign])")
+    c.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="bound the whole run: each part gets what is left (conformance per case, "
+                        "models per model, at most their defaults); past it, exit 124, no record")
     c.set_defaults(func=_certify)
     k = s.add_parser("check", help="apply the release policy to a record against the baseline "
-                                   "(exit 0 admit, 1 refuse)")
+                                   "(exit 0 admit, 1 refuse)", epilog=CHECK_CODES,
+                     formatter_class=fmt)
     k.add_argument("record", help="the new certification record")
     k.add_argument("--baseline", required=True, help="the plugin's last certified record")
     k.add_argument("--policy", required=True,
@@ -62,16 +118,27 @@ def add_parser(sub):
                                     "library the record names)")
     k.add_argument("--junit", metavar="FILE", help="write the verdict as JUnit XML")
     k.add_argument("--html", metavar="FILE", help="write the verdict as HTML")
+    k.add_argument("--trust", action="append", default=[], metavar="PUB.pem",
+                   help="admit only a record and baseline signed by one of these Ed25519 public "
+                        "keys (repeatable; needs devicekit[sign])")
     # hidden: the date waivers expire against (tests pin it)
     k.add_argument("--today", metavar="YYYY-MM-DD", help=argparse.SUPPRESS)
     k.set_defaults(func=_check)
-    m = s.add_parser("matrix", help="records side by side: plugins x DeviceKit versions")
+    m = s.add_parser("matrix", help="records side by side: plugins x DeviceKit versions",
+                     epilog=MATRIX_CODES, formatter_class=fmt)
     m.add_argument("records", nargs="+", help="certification records")
     m.add_argument("--out", required=True, metavar="matrix.html", help="the HTML page to write")
     m.add_argument("--json", metavar="FILE", help="also write the matrix as JSON")
     m.add_argument("--policy", help="judge each record against the previous one of its plugin "
                                     "(the verdict column); default: no verdicts")
     m.set_defaults(func=_matrix)
+    g = s.add_parser("sign", help="sign an existing record (e.g. a baseline) with a key",
+                     epilog=SIGN_CODES, formatter_class=fmt)
+    g.add_argument("record", help="the certification record")
+    g.add_argument("--key", required=True, metavar="KEY.pem", help="an Ed25519 private key (PEM)")
+    g.add_argument("--out", metavar="FILE", help="where to write the signed record (default: in "
+                                                 "place)")
+    g.set_defaults(func=_sign)
     p.set_defaults(func=lambda args: (p.print_usage(sys.stderr), EXIT_USAGE)[1])
     return p
 
@@ -81,7 +148,7 @@ def _err(cmd, message):
 
 
 def _gate_errors(cmd):
-    """Runs a command body, mapping input errors to one line and their exit code."""
+    """Runs a command body, mapping input and output errors to one line and their exit code."""
     def wrap(fn):
         def run(args):
             try:
@@ -89,35 +156,75 @@ def _gate_errors(cmd):
             except GateError as e:
                 _err(cmd, str(e))
                 return e.exit_code
+            except _output.OutputError as e:
+                _err(cmd, str(e))
+                return EXIT_OUTPUT
         return run
     return wrap
 
 
+def _unwritable(cmd, *outputs):
+    """Exit 3 with one line if an output (path, option, folder) cannot be written."""
+    for path, option, folder in outputs:
+        if path and (why := _output.output_problem(path, option, folder)):
+            _err(cmd, why)
+            return EXIT_OUTPUT
+    return None
+
+
 @_gate_errors("certify")
 def _certify(args):
+    if not args.device and not args.plugin:
+        _err("certify", "give --device NAME or --plugin PATH")
+        return EXIT_USAGE
+    if args.perf_json and args.no_perf:
+        _err("certify", "--perf-json and --no-perf exclude each other")
+        return EXIT_USAGE
+    if args.timeout is not None and not 0 < args.timeout < float("inf"):
+        _err("certify", f"--timeout must be > 0 seconds, got {args.timeout:g}")
+        return EXIT_USAGE
+    for path, option in ((args.wheel, "--wheel"), (args.perf_json, "--perf-json")):
+        if path and not os.path.isfile(path):
+            _err("certify", f"{path}: {option} not found")
+            return 3
+    if code := _unwritable("certify", (args.out, "--out", False),
+                           (args.reports, "--reports", True)):
+        return code
+    key = None
+    if args.sign:
+        from . import sign
+
+        key = sign.load_private(args.sign)
+    deadline = Deadline(args.timeout)
+    try:
+        with probe_limit(deadline):
+            return _certify_run(args, key, deadline)
+    except OutOfTime as e:
+        _err("certify", f"--timeout {args.timeout:g} s ran out during {e.part} (after "
+                        f"{time.monotonic() - deadline.start:.1f} s); it was stopped and no record "
+                        f"was written")
+        return EXIT_TIMEOUT
+
+
+def _certify_run(args, key, deadline):
     import json
 
-    from .. import cli as dk_cli
     from .. import errors
     from ..conformance.target import open_target
     from . import perf, record
 
-    if not args.device and not args.plugin:
-        _err("certify", "give --device NAME or --plugin PATH")
-        return EXIT_USAGE
-    if args.wheel and not os.path.isfile(args.wheel):
-        _err("certify", f"{args.wheel}: --wheel not found")
-        return 3
-    if args.perf_json and args.no_perf:
-        _err("certify", "--perf-json and --no-perf exclude each other")
-        return EXIT_USAGE
     plugin = os.path.abspath(args.plugin) if args.plugin else None
+    deadline.enter("opening the plugin")
     try:
         target = open_target(args.device, plugin)
     except errors.DeviceKitError as e:
+        deadline.enter("opening the plugin")  # the probe's time limit was the deadline
         _err("certify", " ".join(str(e).split()))
         return EXIT_USAGE
-    lib = target.device.plugin.path
+    deadline.enter("opening the plugin")
+    p = target.device.plugin
+    kernels, fused = p.kernels(), _fused(p)
+    lib = p.path
     if args.wheel and not record.wheel_info(args.wheel, record.sha256_file(lib))["library_member"]:
         _err("certify", f"{args.wheel}: no file in this wheel is the plugin library being "
                         f"certified ({os.path.realpath(lib)}); install this wheel and certify "
@@ -125,21 +232,24 @@ def _certify(args):
         return EXIT_USAGE
     where = (["--plugin", plugin] if plugin else []) + (["--device", args.device]
                                                         if args.device else [])
-    timing, start = {}, time.monotonic()
+    timing = {}
     with tempfile.TemporaryDirectory(prefix="devicekit-certify-") as tmp:
         folder = args.reports or tmp
         reps = {}
-        conf_extra = ["--level", args.level] + [x for op in args.op for x in ("--op", op)] + \
+        conf_extra = ["--level", args.level, "--timeout", f"{deadline.cap(120.0):.3f}"] + \
+            [x for op in args.op for x in ("--op", op)] + \
             [x for cid in args.case for x in ("--case", cid)]
         models_extra = [x for m in args.model for x in ("--model", m)] + \
             [x for d in args.model_dtype for x in ("--dtype", d)]
         for suite, extra in (("conformance", conf_extra), ("models", models_extra)):
+            deadline.enter(suite)
+            if suite == "models":  # per model: what is left now
+                extra = ["--timeout", f"{deadline.cap(600.0):.3f}", *extra]
             t0 = time.monotonic()
             out = os.path.join(folder, suite)
-            print(f"devicekit gate certify: running {suite} ...", file=sys.stderr)
-            with contextlib.redirect_stdout(sys.stderr):  # stdout keeps only the verdict
-                code = dk_cli.main([suite, *where, "--jobs", str(args.jobs), "--report", out,
-                                    *extra])
+            print(f"devicekit gate certify: running {suite} ...", file=sys.stderr, flush=True)
+            code = run_child(["-m", "devicekit", suite, *where, "--jobs", str(args.jobs),
+                              "--report", out, *extra], deadline, suite)
             timing[f"{suite}_s"] = round(time.monotonic() - t0, 3)
             path = os.path.join(out, "report.json")
             if code not in (0, 1) or not os.path.exists(path):
@@ -148,37 +258,48 @@ def _certify(args):
                 return EXIT_USAGE
             with open(path) as f:
                 reps[suite] = json.load(f)
-    machine = record.host_info()
-    t0 = time.monotonic()
-    if args.no_perf:
-        perf_section = perf.not_measured(machine, "certify --no-perf")
-    elif args.perf_json:
-        try:
-            with open(args.perf_json) as f:
-                doc = json.load(f)
-        except FileNotFoundError:
-            _err("certify", f"{args.perf_json}: --perf-json not found")
-            return 3
-        except (OSError, ValueError) as e:
-            _err("certify", f"{args.perf_json}: not readable JSON: {e}")
-            return 4
-        perf_section = perf.from_bench(doc, machine, args.perf_json)
-    else:
-        print("devicekit gate certify: running the performance set ...", file=sys.stderr)
-        perf_section = perf.measure(target.device, target.device.plugin.kernels(), machine)
+        machine = record.host_info()
+        t0 = time.monotonic()
+        if args.no_perf:
+            perf_section = perf.not_measured(machine, "certify --no-perf")
+        elif args.perf_json:
+            try:
+                with open(args.perf_json) as f:
+                    doc = json.load(f)
+            except FileNotFoundError:
+                _err("certify", f"{args.perf_json}: --perf-json not found")
+                return 3
+            except (OSError, ValueError) as e:
+                _err("certify", f"{args.perf_json}: not readable JSON: {e}")
+                return 4
+            perf_section = perf.from_bench(doc, machine, args.perf_json)
+        else:
+            deadline.enter("performance")
+            print("devicekit gate certify: running the performance set ...", file=sys.stderr,
+                  flush=True)
+            out = os.path.join(tmp, "performance.json")
+            code = run_child(["-m", "devicekit.gate.parts", "performance", args.device or "",
+                              plugin or "", out], deadline, "performance")
+            if code != 0 or not os.path.exists(out):
+                _err("certify", f"the performance set exited {code} without figures; no "
+                                f"record written")
+                return EXIT_USAGE
+            with open(out) as f:
+                perf_section = json.load(f)
     timing["performance_s"] = round(time.monotonic() - t0, 3)
-    timing["certify_s"] = round(time.monotonic() - start, 3)
-    p = target.device.plugin
-    rec = record.build(reps["conformance"], reps["models"], perf_section, p.kernels(),
-                       _fused(p), wheel=args.wheel, timing=timing)
-    record.write(rec, args.out)
+    timing["certify_s"] = round(time.monotonic() - deadline.start, 3)
+    deadline.enter("writing the record")
+    rec = record.build(reps["conformance"], reps["models"], perf_section, kernels, fused,
+                       wheel=args.wheel, timing=timing)
+    record.write(rec, args.out, key)
     c, m = rec["conformance"], rec["models"]
     print(f"certified {p.name} {p.version} sha256 {rec['plugin']['sha256'][:16]}: conformance "
           f"{c['by_outcome'].get('pass', 0)}/{len(c['cases'])} pass "
           f"({'passed' if c['passed'] else 'FAILED'}), models "
           f"{m['by_outcome'].get('pass', 0)}/{len(m['cases'])} pass "
           f"({'passed' if m['passed'] else 'FAILED'}), {len(perf_section['results'])} perf "
-          f"figures, {timing['certify_s']:.0f} s -> {args.out}")
+          f"figures, {timing['certify_s']:.0f} s" + (", signed" if key else "")
+          + f" -> {args.out}")
     return EXIT_OK
 
 
@@ -202,11 +323,8 @@ def _check(args):
     from . import record, reports
     from .check import check
 
-    for opt in ("junit", "html"):
-        path = getattr(args, opt)
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            _err("check", f"{path}: --{opt} folder does not exist")
-            return EXIT_USAGE
+    if code := _unwritable("check", (args.junit, "--junit", False), (args.html, "--html", False)):
+        return code
     today = None
     if args.today:
         try:
@@ -214,15 +332,21 @@ def _check(args):
         except ValueError:
             _err("check", f"--today {args.today!r} is not YYYY-MM-DD")
             return EXIT_USAGE
+    trust = None
+    if args.trust:
+        from . import sign
+
+        trust = sign.load_trusted(args.trust)
     pol = policy_mod.load(args.policy)
-    base = record.load(args.baseline, "baseline")
-    new = record.load(args.record, "record")
+    notes = []
+    base = record.load(args.baseline, "baseline", trust, notes)
+    new = record.load(args.record, "record", trust, notes)
     v = check(new, base, pol, args.record, args.baseline, binary=args.binary, today=today)
+    v.notes[:0] = notes
     print(reports.text(v))
-    if args.junit:
-        record.write_text(reports.junit_xml(v), args.junit)
-    if args.html:
-        record.write_text(reports.html(v), args.html)
+    files = {path: render(v) for path, render in ((args.junit, reports.junit_xml),
+                                                  (args.html, reports.html)) if path}
+    _output.write_files(files)  # both or neither; on failure exit 3, previous files intact
     return EXIT_OK if v.admitted else EXIT_REFUSED
 
 
@@ -232,12 +356,30 @@ def _matrix(args):
     from . import policy as policy_mod
     from . import record
 
+    if code := _unwritable("matrix", (args.out, "--out", False), (args.json, "--json", False)):
+        return code
     pol = policy_mod.load(args.policy) if args.policy else None
     recs = [(path, record.load(path, "record")) for path in args.records]
     doc = matrix.build(recs, pol)
-    record.write_text(matrix.html(doc), args.out)
+    files = {args.out: matrix.html(doc)}
     if args.json:
-        record.write(doc, args.json)
+        files[args.json] = record.dumps(doc) + "\n"
+    _output.write_files(files)
     print(matrix.text(doc))
     print(f"matrix: {args.out}" + (f", {args.json}" if args.json else ""))
+    return EXIT_OK
+
+
+@_gate_errors("sign")
+def _sign(args):
+    from . import record, sign
+
+    out = args.out or args.record
+    if code := _unwritable("sign", (out, "--out" if args.out else "record", False)):
+        return code
+    key = sign.load_private(args.key)
+    doc = record.read(args.record, "record")  # checked: a damaged record is not signed
+    sealed = record.seal(doc, key)
+    record.write_text(record.dumps(sealed) + "\n", out)
+    print(f"signed {args.record} with key {sign.short(sign.keyid(key.public_key()))} -> {out}")
     return EXIT_OK
