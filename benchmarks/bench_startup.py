@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "tests" / "plugins" / "misbehave.c"
 INCLUDE = REPO / "device_api" / "include"
 # Was 5 ms while a cache hit cost a stat and a read; hashing the library at each
-# start (issue 26: an mtime can be put back) costs ~4 ms here, and noise a few more.
+# start (an mtime can be put back; the bytes cannot lie) costs ~4 ms here, and noise
+# a few more.
 WARM_BUDGET_MS = 10.0
 
 CHILD = r"""

@@ -1,4 +1,4 @@
-"""Memory is given back when a model is dropped (issue 26, "nothing lost").
+"""Memory is given back when a model is dropped: nothing is lost.
 
 - A parameter refers to the modules that hold it by weak reference, so
   ``del model`` frees its tensors by reference counting alone: nothing waits

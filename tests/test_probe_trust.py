@@ -1,5 +1,4 @@
-"""Probing is bounded and the probe cache is trustworthy (issue 26, "nothing
-forged").
+"""Probing is bounded and the probe cache is trustworthy: nothing is forged.
 
 - A probe child dies with the process that started it, even one killed by
   SIGKILL while the plugin hangs in Plugin_Initialize (Linux's parent-death
