@@ -16,6 +16,7 @@ import pytest
 import devicekit as dk
 import devicekit.nn.functional as F
 from devicekit import nn, ops, optim
+from devicekit.nn.module import owners
 from devicekit.testing import oracle_nn as N
 from devicekit.testing import philox
 from devicekit.testing.gradcheck import gradcheck
@@ -333,7 +334,7 @@ def test_module_registers_parameters_once(cpu):
     assert all(p.grad is None for p in net.parameters())
     tied = net.emb
     net.emb = nn.Parameter(dk.zeros(5, 3))  # re-assigned: the old one stays only as the head
-    assert [(m is net, n) for m, n in tied._dk_owners] == [(True, "head")]
+    assert [(m is net, n) for m, n in owners(tied)] == [(True, "head")]
     assert [n for n, _ in net.named_parameters()] == ["emb", "head", "inner.block0.w"]
     with pytest.raises(dk.DTypeError):
         nn.Parameter(dk.tensor([1, 2]))

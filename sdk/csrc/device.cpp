@@ -183,6 +183,8 @@ void Device::raw_free(void* ptr) {
 }
 
 namespace {
+std::atomic<void (*)()> g_reclaim_hook{nullptr};
+
 // Size classes: 512-byte granules below 1 MiB, 1 MiB granules above, so that
 // tensors of nearby sizes share blocks without wasting more than ~0.1%-50%.
 size_t round_block(size_t n) {
@@ -215,8 +217,12 @@ void* Device::allocate(size_t nbytes, size_t* block_size) {
     p = raw_alloc(bs);
   } catch (const Error& e) {
     if (e.code() != DK_ERROR_OUT_OF_MEMORY) throw;
-    // Out of memory with blocks parked in the cache: give them back and retry
-    // once before reporting the plugin's error.
+    // Out of memory. Tensors that only Python's cyclic garbage collector
+    // would free may hold device memory (running out of device memory does
+    // not make it run), and blocks may be parked in the cache: collect, give
+    // the cached blocks (the collected tensors' among them) back, and retry
+    // once before reporting the plugin's error. Only this failure path pays.
+    if (void (*hook)() = g_reclaim_hook.load(std::memory_order_acquire)) hook();
     empty_cache();
     p = raw_alloc(bs);
   }
@@ -268,6 +274,10 @@ void Device::empty_cache() {
       ++stats_.plugin_free_calls;
     }
   }
+}
+
+void Device::set_reclaim_hook(void (*hook)()) {
+  g_reclaim_hook.store(hook, std::memory_order_release);
 }
 
 CacheStats Device::cache_stats() {

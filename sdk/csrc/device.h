@@ -65,6 +65,11 @@ class Device {
   // has finished. Safe while other threads run ops and release blocks.
   void empty_cache();
   CacheStats cache_stats();
+  // What allocate() runs when the plugin is out of memory, before its one
+  // retry: frees what only a garbage collection would free (tensors kept
+  // alive by reference cycles). Set once by the Python module (gc.collect()
+  // under the GIL, see module.cpp); a null hook skips it. Must not throw.
+  static void set_reclaim_hook(void (*hook)());
 
   // Fork safety. A device used (stream or memory) in a parent process is
   // refused in a forked child with an error naming the 'spawn' start method:

@@ -98,6 +98,35 @@ py::list kernel_info(const Plugin& p) {
   return out;
 }
 
+// Device::allocate's out-of-memory hook (device.h): one gc.collect(), so
+// that tensors kept alive only by reference cycles give their blocks back
+// before the retry. gc.collect(), not PyGC_Collect(): the latter does nothing
+// while gc.disable() is in effect. allocate runs with the GIL held or
+// released (ops release it around launches); PyGILState_Ensure takes it in
+// either case, and the caller holds no SDK lock then. Skipped while the
+// interpreter shuts down, where taking the GIL would end the thread.
+void collect_garbage() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  if (!Py_IsInitialized() || Py_IsFinalizing()) return;
+#else
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+#endif
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);  // an error already being raised stays the one raised
+  PyObject* gc = PyImport_ImportModule("gc");
+  PyObject* collected = gc ? PyObject_CallMethod(gc, "collect", nullptr) : nullptr;
+  if (collected == nullptr) {
+    // Never turn the plugin's out-of-memory error into another one: report
+    // this one as unraisable (stderr) and go on to the retry.
+    PyErr_WriteUnraisable(gc);
+  }
+  Py_XDECREF(collected);
+  Py_XDECREF(gc);
+  PyErr_Restore(type, value, traceback);
+  PyGILState_Release(gil);
+}
+
 }  // namespace
 
 DK_Scalar to_scalar(const py::handle& v) {
@@ -141,6 +170,7 @@ PYBIND11_MODULE(_core, m) {
   using namespace dk;
   m.doc() = "DeviceKit core: plugin loading, devices, tensors, dispatch";
   py::register_exception_translator(&translate);
+  Device::set_reclaim_hook(&collect_garbage);
   m.attr("API_MAJOR") = DK_API_MAJOR;
   m.attr("API_MINOR") = DK_API_MINOR;
   py::list dts, is_float;

@@ -24,6 +24,9 @@ from . import errors
 
 
 TIMEOUT_ENV = "DEVICEKIT_PROBE_TIMEOUT"
+# The pid of the process that started the probe, for the child's check that
+# it still has that parent (see _probe_child._die_with_parent).
+PARENT_ENV = "DEVICEKIT_PROBE_PARENT"
 # Generous: a real driver's initialisation (device enumeration, firmware) can
 # take seconds; only a plugin that never returns should reach it.
 DEFAULT_TIMEOUT_S = 60.0
@@ -99,6 +102,7 @@ def _child_env():
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env[PARENT_ENV] = str(os.getpid())
     return env
 
 
@@ -117,7 +121,12 @@ def probe(path):
     except ValueError as e:
         return _failure(path, f"it cannot be probed: {e}")
     # A new session: on timeout the whole process group goes, including any
-    # process the plugin started.
+    # process the plugin started. Being in its own session, the child gets
+    # no SIGHUP/SIGINT when this process dies, so it arranges its own death
+    # with this process (_probe_child._die_with_parent: Linux's parent-death
+    # signal). That signal follows the *thread* that started the child;
+    # this function waits for its child on that same thread, which
+    # therefore outlives it (parallel probes run one per pool thread).
     try:
         proc = subprocess.Popen([sys.executable, "-m", "devicekit._probe_child", path],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

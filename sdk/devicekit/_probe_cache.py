@@ -6,17 +6,38 @@ Folder: ``$DEVICEKIT_PROBE_CACHE`` if set (``off`` disables the cache), else
 
 One small text file per library (named by its file name and a hash of its
 real path) holds the library's real path, identity (st_dev, st_ino, size,
-mtime_ns) and sha256, the SDK build that probed it, the plugin name, and the
-probe's full result as a JSON line (for people; start-up never parses it). A
-lookup whose identity matches is a hit at the cost of one stat and one small
-read; one whose identity differs (the file was copied back, touched,
-restored) is a hit only if the sha256 still matches. A new SDK build
-invalidates everything. The format is plain "key<TAB>value" lines so that the
-warm path imports nothing (not even json).
+mtime_ns, ctime_ns) and sha256, the SDK build that probed it, the plugin
+name, and the probe's full result as a JSON line (for people; start-up never
+parses it). The format is plain "key<TAB>value" lines so that the warm path
+imports nothing heavy (not even json).
 
-The key is the plugin file itself: a change in what it depends on (a driver
-library updated under it) does not invalidate its entry. Remove the folder,
-or set DEVICEKIT_PROBE_CACHE=off, to probe everything again.
+What a lookup trusts. An entry is the reason a library is loaded into the
+user's process without a probe, so it must describe the file as it is now:
+
+- The library's sha256 is computed at every lookup (once per process and
+  identity, see ``_digest``) and must match the entry's; the identity alone
+  is not enough, since mtime can be set back (``os.utime``) after the file
+  was rewritten in place. A match whose identity differs (the file was
+  copied back, touched) is a hit, and the entry takes the new identity.
+  Cost, measured on the reference CPU plugin (1.7 MB): about 1.5 ms to hash
+  plus about 2 ms to import hashlib, once per process start. It grows with
+  the library (OpenSSL's sha256, about 1-2 GB/s): a plugin of a few hundred
+  MB would add a few hundred ms to every start-up; that is the price of not
+  trusting metadata that the file's owner can set. ctime_ns (which no
+  unprivileged process can set back) is in the identity too, so that within
+  a process a file whose identity is unchanged is not hashed again.
+- The entry file itself is only read if it is a regular file (opened with
+  O_NOFOLLOW: never through a symbolic link), owned by the current user, and
+  at most ``MAX_ENTRY_BYTES``; at most that many bytes (plus one) are read.
+  Anything else, and any malformed entry, is ignored: the library is probed
+  again and the entry rewritten. Never trusted, never an error.
+
+A new SDK build invalidates everything. The key is the plugin file itself:
+a change in what it depends on (a driver library updated under it) does not
+invalidate its entry. Remove the folder, or set DEVICEKIT_PROBE_CACHE=off,
+to probe everything again. The checks protect against a changed library, a
+damaged entry and other users' files, not against the user's own processes:
+whoever can write this folder as this user can also write the plugin.
 
 Only successes are cached. A failure often depends on the machine rather than
 the file (a driver not installed yet, an environment variable), so it is
@@ -26,13 +47,14 @@ probe per process that needs it, never a stale error.
 
 import functools
 import os
-import tempfile
+import stat
 
-# hashlib, json and tempfile are imported where needed (a changed library, a
-# new entry): a warm start-up pays for a stat and a small read, nothing more.
+# json and tempfile are imported where needed (a new entry), hashlib at the
+# first lookup: a warm start-up pays for a stat, a small read and a hash.
 
 CACHE_ENV = "DEVICEKIT_PROBE_CACHE"
-_HEADER = "devicekit probe cache 2"
+_HEADER = "devicekit probe cache 3"  # 3: identity with ctime_ns, entries checked before trust
+MAX_ENTRY_BYTES = 64 * 1024  # an entry is well under 4 KiB; a larger file is not one of ours
 
 
 def cache_dir():
@@ -54,21 +76,53 @@ def _sdk_identity():
     from . import __version__, _core
 
     st = os.stat(_core.__file__)
-    return f"{__version__}|{_core.API_MAJOR}.{_core.API_MINOR}|{st.st_size}|{st.st_mtime_ns}"
+    return (f"{__version__}|{_core.API_MAJOR}.{_core.API_MINOR}|{st.st_size}|{st.st_mtime_ns}"
+            f"|{st.st_ctime_ns}")
 
 
 def _identity(st):
-    return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns}"
+    return f"{st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}"
 
 
 def file_sha256(path):
-    import hashlib  # only once a plugin is probed: kept out of import devicekit's start-up
+    return _hash_and_stat(path)[0]
+
+
+def _hash_and_stat(path):
+    """(sha256 hex digest, os.stat_result) of one open file, so that the
+    digest and the identity describe the same file even if ``path`` is
+    replaced meanwhile."""
+    import hashlib  # a few ms (OpenSSL); kept out of import devicekit's start-up
 
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        st = os.fstat(f.fileno())
+        buf = memoryview(bytearray(1 << 20))
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            h.update(buf[:n])
+    return h.hexdigest(), st
+
+
+_digests = {}  # real path -> (identity, sha256) hashed in this process
+
+
+def _digest(real, st):
+    """The sha256 of the library at ``real`` whose stat is ``st``, hashed
+    once per process and identity: a rewrite changes ctime, which no
+    unprivileged process can set back, so an unchanged identity within one
+    process means unchanged bytes. Returns (sha256, identity of the bytes
+    hashed)."""
+    identity = _identity(st)
+    known = _digests.get(real)
+    if known is not None and known[0] == identity:
+        return known[1], identity
+    digest, hashed = _hash_and_stat(real)
+    identity = _identity(hashed)
+    _digests[real] = (identity, digest)
+    return digest, identity
 
 
 def _entry_path(folder, real):
@@ -81,21 +135,63 @@ def _entry_path(folder, real):
     return os.path.join(folder, f"{stem}-{h:016x}.txt")
 
 
-def read_entry(entry_file):
-    """The fields of one cache file as {key: str}, or None if it is not one."""
+def _read_capped(entry_file):
+    """The bytes of ``entry_file`` if it is a regular file of the current
+    user's, not reached through a symbolic link, of at most MAX_ENTRY_BYTES;
+    else None. The checks are on the open file, so what is checked is what
+    is read."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_NONBLOCK", 0)  # a FIFO planted there must not block start-up
     try:
-        with open(entry_file, encoding="utf-8", errors="surrogateescape") as f:
-            lines = f.read().split("\n")
+        fd = os.open(entry_file, flags)
+    except OSError:  # missing, a symbolic link (ELOOP), unreadable
+        return None
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES
+                or (hasattr(os, "getuid") and st.st_uid != os.getuid())):
+            return None
+        chunks, left = [], MAX_ENTRY_BYTES + 1  # it may have grown since the fstat
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
     except OSError:
         return None
-    if not lines or lines[0] != _HEADER:
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data if len(data) <= MAX_ENTRY_BYTES else None
+
+
+def read_entry(entry_file):
+    """The fields of one cache file as {key: str}, or None if it is not a
+    well-formed entry that this user may trust (see the module docstring)."""
+    data = _read_capped(entry_file)
+    if data is None:
         return None
-    return dict(line.partition("\t")[::2] for line in lines[1:] if line)
+    lines = data.decode("utf-8", errors="surrogateescape").split("\n")
+    if lines[0] != _HEADER or lines[-1] != "":  # a truncated write has no final newline
+        return None
+    fields = {}
+    for line in lines[1:-1]:
+        key, tab, value = line.partition("\t")
+        if not tab or not key or key in fields:
+            return None
+        fields[key] = value
+    return fields
+
+
+def _is_sha256(text):
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
 def lookup(path):
     """(plugin name, how) from the cached probe of the library at ``path``,
-    with how "identity" or "sha256"; None when there is no valid entry."""
+    with how "identity" (unchanged file) or "sha256" (same bytes, new
+    identity: the entry is updated); None when there is no valid entry."""
     folder = cache_dir()
     if folder is None:
         return None
@@ -106,17 +202,17 @@ def lookup(path):
         return None
     entry = read_entry(_entry_path(folder, real))
     if (entry is None or entry.get("sdk") != _sdk_identity() or entry.get("path") != real
-            or not entry.get("name")):
+            or not entry.get("name") or not _is_sha256(entry.get("sha256", ""))):
         return None
-    if entry.get("identity") == _identity(st):
-        return entry["name"], "identity"
     try:
-        same = file_sha256(real) == entry.get("sha256")
+        digest, identity = _digest(real, st)
     except OSError:
         return None
-    if not same:
+    if digest != entry["sha256"]:
         return None
-    entry["identity"] = _identity(st)  # next time the stat alone will do
+    if entry.get("identity") == identity:
+        return entry["name"], "identity"
+    entry["identity"] = identity  # the bytes probed, under a new identity
     _write(folder, real, entry)
     return entry["name"], "sha256"
 
@@ -134,19 +230,30 @@ def store(path, info):
     if "\n" in real:
         return None  # not representable in the format; such a library is probed each time
     try:
-        st = os.stat(real)
-        digest = file_sha256(real)
+        digest, identity = _digest(real, os.stat(real))
     except OSError as e:
         return str(e)
-    entry = {"sdk": _sdk_identity(), "path": real, "identity": _identity(st), "sha256": digest,
+    entry = {"sdk": _sdk_identity(), "path": real, "identity": identity, "sha256": digest,
              "name": info["name"], "info": json.dumps(info)}
+    if len(_text(entry).encode("utf-8", "surrogateescape")) > MAX_ENTRY_BYTES:
+        # Long per-device error texts: the full result would make an entry
+        # that lookup refuses. It is for people only; keep what fits.
+        entry["info"] = json.dumps({"name": info["name"], "note": "the probe's full result "
+                                    f"is over {MAX_ENTRY_BYTES} bytes and is not kept"})
     return _write(folder, real, entry)
 
 
+def _text(entry):
+    return "\n".join([_HEADER, *(f"{k}\t{v}" for k, v in entry.items())]) + "\n"
+
+
 def _write(folder, real, entry):
+    import tempfile  # only once a plugin is probed or its entry updated
+
     # Write-then-rename: a concurrent reader sees the old entry or the new
-    # one, never half of one.
-    text = "\n".join([_HEADER, *(f"{k}\t{v}" for k, v in entry.items())]) + "\n"
+    # one, never half of one. os.replace renames over whatever is at the
+    # entry's name (a symbolic link is replaced, never followed).
+    text = _text(entry)
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".txt")

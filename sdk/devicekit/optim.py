@@ -30,7 +30,7 @@ from . import dtypes as _dt
 from .autograd import no_grad
 from .errors import InvalidArgumentError
 from .nn.functional import adamw_step
-from .nn.module import is_parameter
+from .nn.module import is_parameter, owners
 from .tensor import zeros
 
 
@@ -43,7 +43,7 @@ class AdamW:
         if not self.params:
             raise InvalidArgumentError("AdamW: got an empty parameter list")
         for i, p in enumerate(self.params):
-            if not is_parameter(p) or not p._dk_owners:
+            if not is_parameter(p) or not p._dk_owners:  # no Module put it there
                 raise InvalidArgumentError(
                     f"AdamW: parameter {i} ({p.dtype}{list(p.shape)}) is not held by a "
                     f"devicekit.nn.Module; DeviceKit tensors have no in-place update, so the "
@@ -128,8 +128,8 @@ class AdamW:
         new = new.detach()
         new.requires_grad = old.requires_grad
         new.grad = old.grad
-        new._dk_owners = old._dk_owners
-        for module, name in old._dk_owners:
+        new._dk_owners = old._dk_owners  # shared: weak references, see devicekit.nn.module
+        for module, name in owners(old):
             module._replace(name, new)
         self.params[i] = new
 

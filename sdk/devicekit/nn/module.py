@@ -9,8 +9,17 @@ modules that hold it (``_dk_owners``) and :meth:`Module._replace` swaps in
 the updated tensor everywhere it is held; ``devicekit.optim`` does that in
 ``step()``. A tensor held only in a plain list cannot be updated this way and
 optimizers refuse it with an error saying so.
+
+A parameter remembers its modules by weak reference (``weakref.ref``): the
+module holds the parameter, so a strong reference back would be a cycle,
+and a dropped model would keep its device memory until Python's cyclic
+garbage collector happened to run (a device running out of memory does not
+make it run). With weak references ``del model`` frees the parameters at
+once, by reference counting; :func:`owners` skips the modules that are gone
+(an optimizer still updates such a parameter in its own ``params``).
 """
 
+import weakref
 from collections import OrderedDict
 
 from ..errors import InvalidArgumentError
@@ -25,12 +34,19 @@ def Parameter(data, requires_grad=True):
     t = data.detach() if isinstance(data, Tensor) else tensor(data)
     if requires_grad:
         t.requires_grad = True  # validates the dtype (only floats can)
-    t._dk_owners = []
+    t._dk_owners = []  # (weakref.ref(module), attribute name) per holder
     return t
 
 
 def is_parameter(t):
     return isinstance(t, Tensor) and hasattr(t, "_dk_owners")
+
+
+def owners(p):
+    """The (module, name) pairs of the modules that hold parameter ``p`` and
+    still exist."""
+    return [(m, name) for m, name in ((ref(), name) for ref, name in p._dk_owners)
+            if m is not None]
 
 
 class Module:
@@ -49,7 +65,8 @@ class Module:
                                        f"assigning attributes (here {name!r})")
         old = self._parameters.get(name)
         if old is not None:  # no longer held here: an optimizer must not put it back
-            old._dk_owners[:] = [(m, n) for m, n in old._dk_owners if not (m is self and n == name)]
+            old._dk_owners[:] = [(r, n) for r, n in old._dk_owners
+                                 if not (r() is self and n == name)]
         self._modules.pop(name, None)
         if is_parameter(value):
             self._register(name, value)  # keeps the name's place, as PyTorch
@@ -61,8 +78,12 @@ class Module:
 
     def _register(self, name, p):
         self._parameters[name] = p
-        if not any(m is self and n == name for m, n in p._dk_owners):
-            p._dk_owners.append((self, name))
+        if not any(m is self and n == name for m, n in owners(p)):
+            # The entries of modules that no longer exist go here, so that a
+            # parameter put in many short-lived modules does not collect them;
+            # in place: an optimizer's update shares the list.
+            p._dk_owners[:] = [(r, n) for r, n in p._dk_owners if r() is not None]
+            p._dk_owners.append((weakref.ref(self), name))
 
     def _replace(self, name, new):
         """Puts ``new`` where parameter ``name`` was (an optimizer's update)."""
