@@ -30,10 +30,17 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 
 from .errors import DeviceKitError
 
 EXIT_OUTPUT = 3  # an output location that cannot take the files (checked first)
+# The last lines of every long command's exit-code help (argparse epilog).
+INTERRUPT_CODES_HELP = """\
+  130  stopped by Ctrl-C (SIGINT)
+  143  stopped by SIGTERM (both: one line, no traceback; an output file is
+       written whole or not at all)
+"""
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -42,8 +49,8 @@ class OutputError(DeviceKitError, OSError):
     path and the system's reason. The previous file at that path is intact."""
 
     def __init__(self, path, reason):
-        super().__init__(f"{path}: cannot write: {reason}; the previous file (if any) is "
-                         f"left as it was")
+        super().__init__(f"{path}: cannot write: {reason}; nothing was replaced (files "
+                         f"from before, if any, are as they were)")
         self.path = path
 
 
@@ -74,16 +81,36 @@ def output_problem(path, option, folder=False):
 
 
 @contextlib.contextmanager
-def _signals_held():
-    """SIGINT/SIGTERM are delivered after the block, not inside it (main thread only)."""
-    if not hasattr(signal, "pthread_sigmask"):
+def held_signals(redeliver=True):
+    """SIGINT/SIGTERM that arrive inside the block take effect after it
+    (``redeliver``), or never (``redeliver=False``: a stop already under way).
+
+    Python runs signal handlers in the main thread only, whichever thread the
+    system delivered the signal to; so the handlers are swapped for ones that
+    just note the signal (a per-thread signal mask would not do: with other
+    threads alive the signal reaches one of them and the main thread still
+    runs the handler). Outside the main thread no handler can interrupt this
+    code, and the block runs as is."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    pending, old = [], {}
+
+    def note(signum, frame):
+        pending.append(signum)
+
     try:
+        for s in _STOP_SIGNALS:
+            handler = signal.getsignal(s)
+            if handler is not None:  # None: set outside Python, cannot be put back
+                old[s] = handler
+                signal.signal(s, note)
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if redeliver and pending:
+            signal.raise_signal(pending[0])  # the restored handler runs now
 
 
 def _fsync_folder(folder):
@@ -110,6 +137,9 @@ def write_files(files):
 
     Raises :class:`OutputError` (nothing replaced) when any file cannot be
     written; a KeyboardInterrupt before the renames also replaces nothing."""
+    for path in files:  # the one way a rename fails midway: check it before any is made
+        if os.path.isdir(path):
+            raise OutputError(path, "it is a folder")
     temps = {}
     try:
         for path, content in files.items():
@@ -130,15 +160,15 @@ def write_files(files):
                 os.chmod(tmp, _mode())
             except OSError as e:
                 raise OutputError(path, e.strerror or e) from None
-        with _signals_held():
+        with held_signals():
             for path, tmp in temps.items():
                 try:
                     os.replace(tmp, path)
                 except OSError as e:
                     raise OutputError(path, e.strerror or e) from None
             temps.clear()
-        for folder in {os.path.dirname(os.path.abspath(p)) for p in files}:
-            _fsync_folder(folder)
+            for folder in {os.path.dirname(os.path.abspath(p)) for p in files}:
+                _fsync_folder(folder)
     finally:
         for tmp in temps.values():
             with contextlib.suppress(OSError):
@@ -167,8 +197,6 @@ def signal_policy():
     """Inside the block SIGTERM raises KeyboardInterrupt in the main thread, as
     SIGINT does; the previous handler comes back after it. A no-op outside the
     main thread or when SIGTERM already has a handler of someone else's."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
         yield

@@ -13,11 +13,10 @@ plugin of that API version (device API rule 3: same major, minor <= its own).
 """
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
-from . import _op_facts
+from . import _op_facts, _output
 from .errors import DeviceKitError
 
 # Device API (major, minor) -> the first DeviceKit release (major, minor) that
@@ -84,13 +83,16 @@ def header_dir() -> Path:
                          f"reinstall devicekit")
 
 
-def vendor_headers(project: Path) -> None:
-    """Copies this DeviceKit's headers into ``project/include/devicekit/``."""
+def header_files(project: Path) -> dict:
+    """{path under ``project/include/devicekit/``: bytes} of this DeviceKit's headers."""
     src = header_dir() / "devicekit"
-    dst = project / "include" / "devicekit"
-    dst.mkdir(parents=True, exist_ok=True)
-    for name in HEADERS:
-        shutil.copyfile(src / name, dst / name)
+    return {str(project / "include" / "devicekit" / name): (src / name).read_bytes()
+            for name in HEADERS}
+
+
+def vendor_headers(project: Path) -> None:
+    """Copies this DeviceKit's headers into ``project/include/devicekit/`` (all or none)."""
+    _output.write_files(header_files(project))
 
 
 # ---- devicekit upgrade-api ----------------------------------------------------
@@ -113,13 +115,18 @@ def project_api(project: Path) -> tuple:
     return int(found["PLUGIN_API_MAJOR"]), int(found["PLUGIN_API_MINOR"])
 
 
-def _sub(path: Path, pattern: str, repl: str, what: str) -> None:
-    text = path.read_text()
+class ApiTargetWriteError(ApiTargetError):
+    """The project's files could not be written; none of them was changed."""
+
+    exit_code = _output.EXIT_OUTPUT
+
+
+def _sub(path: Path, text: str, pattern: str, repl: str, what: str) -> str:
     new, n = re.subn(pattern, repl, text, flags=re.M)
     if n == 0:
         raise ApiTargetError(f"{path}: cannot find {what} to update; edit it by hand "
                              f"(docs/porting_guide.md, 'Moving to a newer device API')")
-    path.write_text(new)
+    return new
 
 
 def upgrade(project: Path, target: tuple) -> tuple:
@@ -129,6 +136,8 @@ def upgrade(project: Path, target: tuple) -> tuple:
     op count), appends a not-implemented row to src/ops.def for every base op
     the new minor added, and raises the devicekit requirement in pyproject.toml.
     Refuses a downgrade or a major change (those are not a mechanical edit).
+    Every file is changed, or none (one ``_output.write_files`` set): a project
+    is never left half upgraded.
     """
     from .scaffold import base_ops, op_count_macro
 
@@ -142,18 +151,27 @@ def upgrade(project: Path, target: tuple) -> tuple:
         return old
     ops_def = project / "src" / "ops.def"
     new_ops = [op for op in base_ops(*target) if parse_version(op["since"]) > old]
-    text = ops_def.read_text()
     rows = "".join(f"\n/* {op['signature']}; since {op['since']} */\n"
                    f"PLUGIN_NO_KERNEL({op['id']})\n" for op in new_ops)
-    ops_def.write_text(text.rstrip("\n") + "\n" + rows if rows else text)
-    info = project / _INFO
-    _sub(info, r"^#define PLUGIN_API_MINOR \d+", f"#define PLUGIN_API_MINOR {target[1]}",
-         "PLUGIN_API_MINOR")
-    _sub(info, r"^#define PLUGIN_NUM_OPS \w+", f"#define PLUGIN_NUM_OPS {op_count_macro(*target)}",
-         "PLUGIN_NUM_OPS")
-    _sub(project / "pyproject.toml", r'"devicekit>=[^"]*"', f'"{devicekit_requirement(target)}"',
-         "the devicekit requirement")
-    vendor_headers(project)
+    info, pyproject = project / _INFO, project / "pyproject.toml"
+    try:
+        text = ops_def.read_text()
+        files = {str(ops_def): text.rstrip("\n") + "\n" + rows if rows else text}
+        info_text = _sub(info, info.read_text(), r"^#define PLUGIN_API_MINOR \d+",
+                         f"#define PLUGIN_API_MINOR {target[1]}", "PLUGIN_API_MINOR")
+        files[str(info)] = _sub(info, info_text, r"^#define PLUGIN_NUM_OPS \w+",
+                                f"#define PLUGIN_NUM_OPS {op_count_macro(*target)}",
+                                "PLUGIN_NUM_OPS")
+        files[str(pyproject)] = _sub(pyproject, pyproject.read_text(), r'"devicekit>=[^"]*"',
+                                     f'"{devicekit_requirement(target)}"',
+                                     "the devicekit requirement")
+    except OSError as e:
+        raise ApiTargetError(f"cannot read {e.filename}: {e.strerror or e}") from e
+    files.update(header_files(project))
+    try:
+        _output.write_files(files)
+    except _output.OutputError as e:
+        raise ApiTargetWriteError(str(e)) from e
     return old
 
 
@@ -181,7 +199,9 @@ def add_parser(sub):
         description="Replace the project's vendored device API headers with this devicekit's, "
                     "bump the version the plugin claims (src/plugin_info.h), add the new base "
                     "ops to src/ops.def as not implemented, and raise the devicekit "
-                    "requirement in pyproject.toml. Exit 7 on a bad version or project.")
+                    "requirement in pyproject.toml, all at once. Exit 7 on a bad version or "
+                    "project, 3 when the project cannot be written (nothing is changed), "
+                    "130/143 on Ctrl-C/SIGTERM.")
     p.add_argument("path", nargs="?", default=".", help="the plugin project (default: .)")
     p.add_argument("--api", default=None, metavar="MAJOR.MINOR",
                    help="the version to move to (default: this devicekit's, the latest)")

@@ -15,8 +15,14 @@ transposed view copy materialises, so no SDK cast or copy runs around the
 kernel: the time is the plugin's. Each measurement first checks that its call
 reached the op's kernel (the SDK's dispatch counters), so no time of an SDK
 shortcut is ever reported as the kernel's.
+
+Exit codes (:data:`EXIT_CODES_HELP`, also in ``--help``): 0 measured; 1 an
+unknown device or op (one line); 2 usage; 3 a --json path that cannot be
+written (checked before measuring) or a write that failed; 130/143 Ctrl-C /
+SIGTERM. The JSON is written atomically (``devicekit._output``).
 """
 
+import argparse
 import datetime
 import hashlib
 import json
@@ -30,11 +36,19 @@ import numpy as np
 
 import devicekit as dk
 
-from . import __version__, _core
+from . import __version__, _core, _output
 from ._text import table as _table
 from .dtypes import as_dtype
 
 SCHEMA = "devicekit.bench/1"
+EXIT_CODES_HELP = f"""\
+exit codes:
+  0    measured (what could not be measured is listed with the reason)
+  1    an unknown device or op name (one line)
+  2    usage error
+  3    the --json file cannot be written (checked before measuring), or
+       writing it failed (one line; a previous file is left as it was)
+{_output.INTERRUPT_CODES_HELP}"""
 
 # Every op kind of device_api/spec/base_ops.json has a recipe (_recipe; the
 # table in docs/bench.md): what the kernel is given, and what one call must
@@ -275,6 +289,9 @@ def run(args) -> int:
         else:
             print(line, file=sys.stderr, flush=True)
 
+    if args.json and (why := _output.output_problem(args.json, "--json")):
+        print(f"devicekit bench: error: {why}", file=sys.stderr)
+        return _output.EXIT_OUTPUT
     doc = measure(args.device, ops=args.ops or None, dtypes=args.dtypes or ["float32"],
                   sizes=args.sizes or DEFAULT_SIZES,
                   matmul_sizes=args.matmul_sizes or DEFAULT_MATMUL_SIZES,
@@ -283,9 +300,11 @@ def run(args) -> int:
         print(file=sys.stderr)
     print(table(doc))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
+        try:
+            _output.write_file(args.json, json.dumps(doc, indent=2) + "\n")
+        except _output.OutputError as e:
+            print(f"devicekit bench: error: {e}", file=sys.stderr)
+            return _output.EXIT_OUTPUT
         print(f"\nJSON: {args.json}")
     return 0
 
@@ -296,7 +315,8 @@ def add_parser(sub):
         description="Per (op, dtype, size): best time per call and throughput (GB/s, "
                     "GFLOP/s) of the plugin's own kernels on dense inputs of the kernel's "
                     "dtype. A table on stdout; --json writes the document docs/bench.md "
-                    "describes.")
+                    "describes.",
+        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", required=True, help="device to measure, e.g. acme:0")
     p.add_argument("--op", dest="ops", action="append", default=[], metavar="OP",
                    help="only this base op (repeatable; default: every implemented op)")

@@ -1,10 +1,14 @@
 """The ``devicekit`` command line.
 
-Exit codes: 0 success; 2 usage error. ``devicekit devices`` exits 0 even when
-some plugin failed to load: listing the failure *is* its job. Each command's
-``--help`` lists its own codes. Every command runs under one signal policy
-(``devicekit._output``): SIGTERM stops it as Ctrl-C does (partial report,
-exit 143; 130 for Ctrl-C), and a closed stdout (``| head``) is not an error.
+Exit codes, shared by the commands (:data:`EXIT_CODES_HELP`; each command's
+``--help`` lists its own): 0 success; 1 the run failed (a case, a model, a
+regression); 2 usage error, or a device that cannot be opened; 3 an output
+location that cannot be written (checked before any work) or a write that
+failed, with every previous file left as it was; 130 Ctrl-C (SIGINT), 143
+SIGTERM. ``devicekit devices`` exits 0 even when some plugin failed to load:
+listing the failure *is* its job. Every command runs under one signal policy
+(``devicekit._output``): SIGTERM stops it as Ctrl-C does (the suites write
+their partial report), and a closed stdout (``| head``) is not an error.
 """
 
 import argparse
@@ -16,6 +20,25 @@ from . import _registry, errors
 from ._text import table
 
 EXIT_USAGE = 2
+EXIT_CODES_HELP = """\
+exit codes (each command's --help has its own list):
+  0    success
+  1    the run failed: a case or model failed, a regression, a gate refusal
+  2    usage error, or the plugin/device cannot be opened
+  3    an output location cannot be written (checked before any work starts),
+       or a write failed (one line; every previous file is left as it was)
+  130  stopped by Ctrl-C (SIGINT); 143: stopped by SIGTERM
+'bench', 'new', 'dev', 'upgrade-api', 'gate', 'report' and 'ray' number some of
+their own failures differently: see their --help.
+"""
+DEVICES_EXIT_CODES_HELP = """\
+exit codes:
+  0    listed, also when a plugin failed to load or a device failed to answer
+       (listing the failure is the job)
+  2    usage error
+  130  stopped by Ctrl-C (SIGINT); 143: stopped by SIGTERM
+A closed stdout (devicekit devices | head) is not an error.
+"""
 
 
 def _fmt_bytes(n):
@@ -96,7 +119,8 @@ def main(argv=None):
     from . import __version__, API_VERSION
 
     parser = argparse.ArgumentParser(
-        prog="devicekit", description="DeviceKit: hardware-vendor plugin SDK")
+        prog="devicekit", description="DeviceKit: hardware-vendor plugin SDK",
+        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
                         version=f"devicekit {__version__} (device API {API_VERSION})")
     parser.add_argument("--include-dir", action="store_true",
@@ -104,7 +128,11 @@ def main(argv=None):
     parser.add_argument("--cmake-dir", action="store_true",
                         help="print the folder for CMake's find_package(devicekit) and exit")
     sub = parser.add_subparsers(dest="command")
-    p = sub.add_parser("devices", help="list plugins, their devices and load errors")
+    p = sub.add_parser("devices", help="list plugins, their devices and load errors",
+                       description="List the plugins found, their devices and every load or "
+                                   "device error.",
+                       epilog=DEVICES_EXIT_CODES_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_devices)
     # Each further command lives in its own module and registers itself with

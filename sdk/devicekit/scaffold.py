@@ -16,6 +16,10 @@ Exit codes (also in ``devicekit new --help`` and docs/porting_guide.md):
   5  the target cannot be written (permissions, a file in the way, read-only disk)
   6  broken devicekit installation: no templates, or an op spec it cannot read
   7  --api names a device API version this devicekit cannot target
+  130/143  stopped by Ctrl-C (SIGINT) / SIGTERM: one line; the target is the old
+     folder or the whole new project, never half of one
+(Older than the codes the other commands share, where 3 is an output location
+that cannot be written; kept as they are, scripts rely on them.)
 """
 
 import json
@@ -26,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import api_target
+from . import _output, api_target
 from .errors import DeviceKitError
 
 # The plugin name becomes the device type ("acme:0"), a C string, the Python
@@ -80,7 +84,10 @@ EXIT_CODES_HELP = """exit codes:
   4  target folder exists and is not empty (pass --force to replace it)
   5  target not writable (permissions, a file in the way, read-only disk)
   6  broken devicekit installation (no templates or unreadable op spec)
-  7  invalid --api (a device API version this devicekit cannot target)""".format(rule="[a-z][a-z0-9_]{0,31}")
+  7  invalid --api (a device API version this devicekit cannot target)
+  130  stopped by Ctrl-C (SIGINT); 143: stopped by SIGTERM (one line; nothing
+       is left half-written: the target is the old folder or the new project)""".format(
+    rule="[a-z][a-z0-9_]{0,31}")
 
 
 def templates_dir() -> Path:
@@ -241,28 +248,33 @@ def create(name: str, target=None, vendor: str = "", force: bool = False, api=No
     except OSError as e:
         raise TargetNotWritableError(f"cannot write next to {target}: "
                                      f"{e.strerror or e}") from e
+    old = None
     try:
         _render_tree(src, tmp, ctx)
         # The project carries the header it is compiled against: building it
         # needs no devicekit, and the version it claims is ctx's, on purpose.
         api_target.vendor_headers(tmp)
-        if target.exists():
-            # --force (or an empty folder): move the old one aside first, so a
-            # failed rename still leaves it where it was.
-            old = tmp.with_name(tmp.name + ".old")
-            os.rename(target, old)
-            try:
+        # Ctrl-C/SIGTERM wait for the renames: between the two of --force,
+        # an interrupt would leave neither folder at the target.
+        with _output.held_signals():
+            if target.exists():
+                # --force (or an empty folder): move the old one aside first, so a
+                # failed rename still leaves it where it was.
+                old = tmp.with_name(tmp.name + ".old")
+                os.rename(target, old)
+                try:
+                    os.rename(tmp, target)
+                except OSError:
+                    os.rename(old, target)
+                    raise
+            else:
                 os.rename(tmp, target)
-            except OSError:
-                os.rename(old, target)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, target)
     except OSError as e:
         raise TargetNotWritableError(f"cannot write {target}: {e.strerror or e}") from e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and target.exists():  # (also when a held signal is raised here)
+            shutil.rmtree(old, ignore_errors=True)
     return target
 
 

@@ -17,6 +17,11 @@
  *                  (model regression: crash)
  *  10 NO_SCATTER   no scatter_add kernel (NULL entry; model regression:
  *                  backward of gather-based layers is not implemented)
+ *  11 SLOW         add and cast with a float32 output (float16 when
+ *                  FAULTY_SLOW_DTYPE=float16: the models' mixed-precision runs
+ *                  cast to it) sleep FAULTY_SLOW_MS (default 300) milliseconds
+ *                  before the real kernel: right results, slowly (a run that
+ *                  is still going when a test stops it)
  * Test-only shortcuts: DK_GetApi does the dlopen (a real plugin must do no
  * work there), and outputs are patched on the host after a stream
  * synchronize, which works because the CPU plugin's memory is host memory.
@@ -28,6 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if FAULT == 11
+#include <time.h>
+#endif
 
 #include <devicekit/device_api.h>
 #include <devicekit/plugin_helpers.h>
@@ -147,6 +155,23 @@ static DK_Error* fault_wait(DK_Stream_WaitEvent_Args* a) {
   (void)a;
   return NULL;
 }
+#elif FAULT == 11
+static long slow_ms = 300;
+static int32_t slow_dtype = DK_DTYPE_FLOAT32;
+static void slow_down(const DK_Kernel_Args* a) {
+  if (a->outputs[0]->dtype == slow_dtype) {
+    struct timespec t = {slow_ms / 1000, (slow_ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+  }
+}
+static DK_Error* fault_slow_add(const DK_Kernel_Args* a) {
+  slow_down(a);
+  return real->kernels->kernels[DK_OP_ADD](a);
+}
+static DK_Error* fault_slow_cast(const DK_Kernel_Args* a) {
+  slow_down(a);
+  return real->kernels->kernels[DK_OP_CAST](a);
+}
 #endif
 
 #if FAULT == 8 || FAULT == 9
@@ -229,6 +254,12 @@ DK_EXPORT const DK_Api* DK_GetApi(void) {
   wrap_fused(DK_FUSED_GELU, fault_fused_gelu);
 #elif FAULT == 10
   kernels[DK_OP_SCATTER_ADD] = NULL;
+#elif FAULT == 11
+  if (getenv("FAULTY_SLOW_MS")) slow_ms = atol(getenv("FAULTY_SLOW_MS"));
+  const char* slow = getenv("FAULTY_SLOW_DTYPE");
+  if (slow && strcmp(slow, "float16") == 0) slow_dtype = DK_DTYPE_FLOAT16;
+  kernels[DK_OP_ADD] = fault_slow_add;
+  kernels[DK_OP_CAST] = fault_slow_cast;
 #endif
   return &api;
 }

@@ -1,24 +1,44 @@
 """``devicekit conformance``: run the suite against one device, print a
 summary, optionally write report.json / junit.xml / report.html.
 
-Exit codes: 0 every required case passed (and the corpus is complete);
-1 any fail/error/crash, a required not-implemented, a collapsed corpus, or a
-filter that selected nothing; 2 usage errors (including --timeout <= 0) or a
-plugin/device that cannot be opened (its cause in one line); 3 a --report
-folder that cannot be written (checked before any case runs); 130 Ctrl-C
-(the report, if asked for, is written and marked partial).
+Exit codes (also in ``--help``, :data:`EXIT_CODES_HELP`): 0 every required
+case passed (and the corpus is complete); 1 any fail/error/crash, a required
+not-implemented, a collapsed corpus, or a filter that selected nothing; 2
+usage errors (including --timeout <= 0) or a plugin/device that cannot be
+opened (its cause in one line); 3 a --report folder that cannot be written
+(checked before any case runs) or a report write that failed (one line; the
+previous reports are left as they were); 130 Ctrl-C (SIGINT), 143 SIGTERM:
+the workers are stopped and the report, if asked for, is written, marked
+partial and interrupted. ``diff`` has its own (``diff.EXIT_CODES_HELP``).
 """
 
+import argparse
 import os
 import sys
 import time
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REPORT_DIR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+from .. import _output
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_OUTPUT = 0, 1, 2, _output.EXIT_OUTPUT
+EXIT_CODES_HELP = f"""\
+exit codes:
+  0    every required case passed (and the corpus is complete)
+  1    a fail/error/crash, a required not-implemented, a collapsed corpus, or a
+       filter that selected nothing
+  2    usage error (including --timeout <= 0), or the plugin/device cannot be
+       opened (its cause in one line)
+  3    --report cannot be written (checked before any case runs), or writing
+       the reports failed (one line; the previous reports are left as they were)
+{_output.INTERRUPT_CODES_HELP}\
+       130 and 143 stop the workers and still write the --report, marked
+       partial (run.partial and run.interrupted true)
+"""
 
 
 def add_parser(sub):
     p = sub.add_parser("conformance", help="run the conformance suite against a device",
-                       description="Run the DeviceKit conformance suite against one device.")
+                       description="Run the DeviceKit conformance suite against one device.",
+                       epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", help="device name, e.g. cpu:0 (with --plugin: one of its devices)")
     p.add_argument("--plugin", help="a plugin library path (development builds; no install needed)")
     p.add_argument("-k", dest="patterns", action="append", default=[], metavar="PATTERN",
@@ -42,8 +62,12 @@ def add_parser(sub):
                         "join the parts with 'devicekit report merge' (docs/scale.md)")
     p.set_defaults(func=run)
     sub2 = p.add_subparsers(dest="conformance_command", metavar="{diff}")
+    from .diff import EXIT_CODES_HELP as diff_codes
     d = sub2.add_parser("diff", help="compare two report.json files (exit 1 if anything that "
-                                     "passed no longer does)")
+                                     "passed no longer does)",
+                        description="Compare two conformance report.json files: regressed, "
+                                    "newly passing, newly (not) implemented.",
+                        epilog=diff_codes, formatter_class=argparse.RawDescriptionHelpFormatter)
     d.add_argument("old", help="the older report.json (or its folder)")
     d.add_argument("new", help="the newer report.json (or its folder)")
     d.add_argument("--html", metavar="FILE", help="also write the comparison as HTML")
@@ -88,19 +112,6 @@ class Progress:
             print(file=self.stream)
 
 
-def _report_dir_problem(folder):
-    """Why ``folder`` cannot take the reports, or None (checked before any case runs)."""
-    path = os.path.abspath(folder)
-    probe = path
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        return f"--report {folder}: {probe} is not a folder"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"--report {folder}: {probe} is not writable"
-    return None
-
-
 def partial_corpus(why, ran, total):
     """The corpus entry of a filtered or stopped run (the floor does not apply)."""
     return {"checked": False, "ok": True, "reason": f"partial run ({why}): {ran} of {total} cases"}
@@ -110,8 +121,26 @@ def run(args):
     try:
         return _run(args)
     except KeyboardInterrupt:  # before or after the cases (during them: a partial report)
-        print("devicekit conformance: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"devicekit conformance: stopped by {_output.interrupt_name()}", file=sys.stderr)
+        return _output.interrupt_exit_code()
+
+
+def write_reports(prog, write, rep, folder):
+    """``write(rep, folder)`` -> exit code: 0 (the paths printed) or
+    EXIT_OUTPUT with one line (the previous reports are left as they were)."""
+    try:
+        paths = write(rep, folder)
+    except _output.OutputError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_OUTPUT
+    print(f"reports: {', '.join(paths.values())}")
+    return EXIT_OK
+
+
+def stopped_line(prog, finished, unit, report):
+    """The one line an interrupted suite run ends with."""
+    return (f"{prog}: stopped by {_output.interrupt_name()}; {finished} {unit} finished" +
+            (" (the report is written, marked partial)" if report else ""))
 
 
 def _run(args):
@@ -142,9 +171,9 @@ def _run(args):
             print(f"{prog}: error: --shard and --exitfirst exclude each other (a shard that "
                   f"stops early cannot be merged)", file=sys.stderr)
             return EXIT_USAGE
-    if args.report and (why := _report_dir_problem(args.report)):
+    if args.report and (why := _output.output_problem(args.report, "--report", folder=True)):
         print(f"{prog}: error: {why}", file=sys.stderr)
-        return EXIT_REPORT_DIR
+        return EXIT_OUTPUT
     try:
         target = open_target(args.device, args.plugin, args.level)
     except errors.DeviceKitError as e:
@@ -171,6 +200,7 @@ def _run(args):
     print(f"status: {registry.status_line(status)}", file=sys.stderr)
     progress = Progress(len(cases))
     start = time.monotonic()
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())
     interrupted = False
     try:
         results = runner.run(cases, device=target.device.name if not args.plugin else args.device,
@@ -178,7 +208,7 @@ def _run(args):
                              level=args.level, jobs=args.jobs, timeout=args.timeout,
                              on_result=progress, stop_on_failure=args.exitfirst)
     except runner.Interrupted as e:
-        interrupted, results = True, e.results
+        interrupted, results, asked = True, e.results, len(cases)
         cases = [c for c in cases if c.id in results]
         partial = True
     if args.exitfirst and len(results) < len(cases):  # stopped at the first failure
@@ -188,7 +218,9 @@ def _run(args):
     filters = args.patterns + args.exact + args.ops
     if interrupted:
         corpus = {"checked": False, "ok": False,
-                  "reason": f"interrupted (Ctrl-C) after {len(results)} of {len(all_cases)} cases"}
+                  "reason": f"interrupted by {_output.interrupt_name()} after {len(results)} of "
+                            f"{asked} cases" + (f" ({len(all_cases)} in the suite)"
+                                                if asked != len(all_cases) else "")}
     elif shard:  # the floor is judged over all shards, by `devicekit report merge`
         corpus = {"checked": False, "ok": True,
                   "reason": f"shard {shard[0]}/{shard[1]}: {len(cases)} of {len(selected)} "
@@ -198,11 +230,11 @@ def _run(args):
         corpus = partial_corpus(why, len(cases), len(all_cases))
     else:
         corpus = registry.corpus_check(target, cases, results, {c.section for c in all_cases})
-    run_info = {"level": args.level, "jobs": args.jobs, "filter": filters,
+    run_info = {"run_id": report.new_run_id(), "level": args.level, "jobs": args.jobs,
+                "filter": filters,
                 "partial": partial, "interrupted": interrupted, "device_arg": target.device.name,
                 "plugin_arg": os.path.abspath(args.plugin) if args.plugin else None,
-                "duration_s": round(time.monotonic() - start, 3),
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())}
+                "duration_s": round(time.monotonic() - start, 3), "started": started}
     if shard:
         # what the merge needs to rebuild the single run: whether the
         # selection itself was partial, and the corpus floor of a full one
@@ -213,11 +245,9 @@ def _run(args):
             floor=registry.floor_of(target, {c.section for c in all_cases}) if whole else None)
     rep = report.build(meta, run_info, cases, results, corpus, unavailable, status)
     console.print_outcome(rep)
-    if args.report:
-        paths = report.write(rep, args.report)
-        print(f"reports: {', '.join(paths.values())}")
+    if args.report and write_reports(prog, report.write, rep, args.report):
+        return EXIT_OUTPUT
     if interrupted:
-        print(f"{prog}: interrupted; {len(results)} cases finished (report marked partial)",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(stopped_line(prog, len(results), "cases", args.report), file=sys.stderr)
+        return _output.interrupt_exit_code()
     return EXIT_OK if rep["summary"]["passed"] else EXIT_FAILED

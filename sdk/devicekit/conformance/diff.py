@@ -3,9 +3,8 @@
 Per case: *regressed* (passed in OLD, anything else or absent in NEW),
 *newly passing*, *newly implemented* (not-implemented in OLD, run in NEW) and
 *newly not implemented*; the same rolled up per (op, dtype). Text on stdout,
-optional HTML (``--html FILE``). Exit 1 when anything that passed no longer
-does (the release gate builds on this), 0 otherwise, 2 when a report cannot
-be read.
+optional HTML (``--html FILE``, checked before anything is compared and
+written atomically). Exit codes: :data:`EXIT_CODES_HELP`.
 """
 
 import html
@@ -13,7 +12,18 @@ import json
 import os
 import sys
 
+from .. import _output
+
 PASS, NI = "pass", "not-implemented"
+EXIT_CODES_HELP = f"""\
+exit codes:
+  0    nothing that passed in OLD fails in NEW
+  1    regressed: something that passed in OLD does not in NEW (the release
+       gate builds on this)
+  2    OLD or NEW cannot be read, or is not a conformance report.json
+  3    the --html file cannot be written (checked before comparing), or
+       writing it failed (one line; a previous file is left as it was)
+{_output.INTERRUPT_CODES_HELP}"""
 
 
 def load(path):
@@ -94,14 +104,21 @@ def to_html(old, new, d):
 
 
 def main(args):
+    prog = "devicekit conformance diff"
     try:
         old, new = load(args.old), load(args.new)
     except (OSError, ValueError) as err:
-        print(f"devicekit conformance diff: error: {' '.join(str(err).split())}", file=sys.stderr)
+        print(f"{prog}: error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
+    if args.html and (why := _output.output_problem(args.html, "--html")):
+        print(f"{prog}: error: {why}", file=sys.stderr)
+        return _output.EXIT_OUTPUT
     d = compare(old, new)
     print(text(old, new, d))
     if args.html:
-        with open(args.html, "w") as f:
-            f.write(to_html(old, new, d))
+        try:
+            _output.write_file(args.html, to_html(old, new, d))
+        except _output.OutputError as e:
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return _output.EXIT_OUTPUT
     return 1 if d["regressed"] else 0

@@ -4,17 +4,29 @@ report.json, ``schema_version`` 1 (documented in docs/conformance.md):
 devicekit/device API versions, the plugin (name, vendor, version, library
 path, sha256), the device and its properties, the run (level, jobs, filter,
 partial), the summary, the corpus check, and every case with its outcome.
+
+The three files are one set, written by :func:`write` in one
+``_output.write_files`` call (all three replaced, or none), and each carries
+the run's id (``run.run_id``; a ``devicekit.run_id`` property in every JUnit
+``<testsuite>``; a ``devicekit-run-id`` meta tag and the run row of the HTML),
+so files of different runs side by side can be told apart.
 """
 
 import json
 import os
 import shlex
+import uuid
 import xml.etree.ElementTree as ET
 
 from .case import CRASH, ERROR, FAIL, NOT_IMPLEMENTED, OUTCOMES, PASS, SKIPPED
 
 SCHEMA_VERSION = 1
 _FATAL = {FAIL, ERROR, CRASH}
+
+
+def new_run_id():
+    """A fresh id for ``run.run_id``: unique per run, stamped into every file of its set."""
+    return uuid.uuid4().hex
 
 
 def replay_command(case, run):
@@ -81,11 +93,18 @@ def junit_xml(report):
     type="not-implemented"> when the dtype is required, else <skipped
     message="not-implemented: ...">; skipped -> <skipped>."""
     root = ET.Element("testsuites", name=f"devicekit conformance {report['device']['name']}")
+    run = report.get("run", {})
+    props = [(k, str(run[k]).lower() if isinstance(run[k], bool) else str(run[k]))
+             for k in ("run_id", "partial", "interrupted") if run.get(k) is not None]
     suites = {}
     for row in report["cases"]:
         sec = row["section"]
         if sec not in suites:
             suites[sec] = ET.SubElement(root, "testsuite", name=f"conformance.{sec}")
+            if props:  # JUnit's place for run facts: the first child of a testsuite
+                el = ET.SubElement(suites[sec], "properties")
+                for k, v in props:
+                    ET.SubElement(el, "property", name=f"devicekit.{k}", value=v)
         tc = ET.SubElement(suites[sec], "testcase", classname=f"conformance.{sec}",
                            name=row["id"], time=f"{row['duration_s']:.6f}")
         o, msg = row["outcome"], row.get("message", "")
@@ -110,16 +129,25 @@ def junit_xml(report):
     return ET.tostring(root, encoding="unicode", xml_declaration=True)
 
 
-def write(report, folder):
-    from .html import render
+def render(report):
+    """{file name: text} of the report set."""
+    from .html import render as render_html
 
-    os.makedirs(folder, exist_ok=True)
-    paths = {name: os.path.join(folder, name)
-             for name in ("report.json", "junit.xml", "report.html")}
-    with open(paths["report.json"], "w") as f:
-        json.dump(report, f, indent=1, sort_keys=False, default=str)
-    with open(paths["junit.xml"], "w") as f:
-        f.write(junit_xml(report))
-    with open(paths["report.html"], "w") as f:
-        f.write(render(report))
+    return {"report.json": json.dumps(report, indent=1, sort_keys=False, default=str),
+            "junit.xml": junit_xml(report), "report.html": render_html(report)}
+
+
+def write(report, folder):
+    """Writes the set into ``folder`` (see :func:`write_set`); {name: path}."""
+    return write_set(render(report), folder)
+
+
+def write_set(texts, folder):
+    """Writes {name: text}, rendered in full beforehand, into ``folder`` in one
+    ``_output.write_files`` call; {name: path}. Raises ``_output.OutputError``
+    with every previous file left as it was."""
+    from .. import _output
+
+    paths = {name: os.path.join(folder, name) for name in texts}
+    _output.write_files({paths[name]: text for name, text in texts.items()})
     return paths

@@ -5,7 +5,9 @@ list. A worker that dies mid-case (segfault, abort, exit) gives that case the
 outcome ``crash`` with its signal and stderr tail, and the slot starts a fresh
 worker for the next case. A case that exceeds ``timeout`` s is an ``error``
 (its worker is killed and replaced). Results are keyed by case id, so the
-report's order and content do not depend on scheduling.
+report's order and content do not depend on scheduling. Ctrl-C or SIGTERM
+stops the run: every worker is killed (``devicekit._workers``) and
+:class:`Interrupted` carries the cases that finished.
 """
 
 import json
@@ -18,11 +20,13 @@ import tempfile
 import threading
 import time
 
+from .. import _workers
+from .._workers import Interrupted  # noqa: F401  (raised by run(); its home is shared)
 from .case import CRASH, ERROR, run_case
 
 
 class _Worker:
-    def __init__(self, device, plugin, level):
+    def __init__(self, device, plugin, level, pool):
         cmd = [sys.executable, "-m", "devicekit.conformance.worker", "--level", level]
         if device:
             cmd += ["--device", device]
@@ -31,8 +35,12 @@ class _Worker:
         self.stderr = tempfile.TemporaryFile()
         # Its own session: Ctrl-C reaches only the parent, which stops the run
         # and writes a partial report instead of every worker dying mid-case.
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, start_new_session=True)
+        self.proc = _workers.spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=self.stderr)
+        self.pool = pool
+        if not pool.started(self.proc):
+            self.close()
+            raise _Stopped
         line = self.proc.stdout.readline()
         if line.strip() != b"ready":
             raise RuntimeError(f"conformance worker failed to start: {self.stderr_tail()}")
@@ -67,8 +75,9 @@ class _Worker:
         return f"exited with status {rc}"
 
     def close(self, kill=False):
+        self.pool.finished(self.proc)
         if kill:
-            self.proc.kill()
+            _workers.kill(self.proc)
         else:
             try:
                 self.proc.stdin.close()
@@ -77,32 +86,23 @@ class _Worker:
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            _workers.kill(self.proc)
             self.proc.wait()
         self.stderr.close()
 
 
-class Interrupted(Exception):
-    """Ctrl-C during a run; ``results`` holds the cases that finished."""
-
-    def __init__(self, results):
-        super().__init__("interrupted")
-        self.results = results
+class _Stopped(Exception):
+    """The run stopped while a worker was starting (it is killed)."""
 
 
 def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None,
         stop_on_failure=False):
     """{case id: result dict} for ``cases``; ``on_result(case, result)`` is
-    called (under a lock) as each finishes, for progress output. Ctrl-C stops
-    the workers and raises :class:`Interrupted` with the results so far."""
+    called (under a lock) as each finishes, for progress output. Ctrl-C or
+    SIGTERM kills the workers and raises :class:`Interrupted` with the
+    results so far."""
     results, lock = {}, threading.Lock()
-    pending = iter(cases)
-    stop = threading.Event()
-    workers = set()
-
-    def take():
-        with lock:
-            return None if stop.is_set() else next(pending, None)
+    pool = _workers.Pool(cases)
 
     def record(case, result):
         with lock:
@@ -110,27 +110,30 @@ def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None,
             if on_result:
                 on_result(case, result)
             if stop_on_failure and result["outcome"] in ("fail", "error", "crash"):
-                stop.set()  # the other slots finish their current case and stop
+                pool.halt()  # the other slots finish their current case and stop
 
     def slot():
         worker = None
         try:
-            while (case := take()) is not None:
+            while (case := pool.take()) is not None:
                 if case.not_implemented:  # nothing to run: no worker needed
                     record(case, run_case(case, None))
                     continue
                 if worker is None:
                     try:
-                        worker = _Worker(device, plugin, level)
-                        workers.add(worker)
+                        worker = _Worker(device, plugin, level, pool)
+                    except _Stopped:
+                        break
                     except RuntimeError as e:  # e.g. the plugin fails to initialise again
+                        if pool.stop.is_set():
+                            break  # (an interrupt killed it while it started)
                         record(case, {"outcome": ERROR, "duration_s": 0.0, "details": {},
                                       "message": str(e)})
                         continue
                 start = time.perf_counter()
                 answer = worker.run(case.id, timeout)
-                if stop.is_set() and not isinstance(answer, dict):
-                    break  # (Ctrl-C killed the worker)
+                if pool.stop.is_set() and not isinstance(answer, dict):
+                    break  # (an interrupt killed the worker)
                 if isinstance(answer, dict):
                     answer.pop("id", None)
                     record(case, answer)
@@ -148,29 +151,14 @@ def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None,
                                   "message": f"worker process {how} while running "
                                              f"{case.id} (op {case.op or '-'})",
                                   "details": {"signal": how, "stderr_tail": tail}})
-                workers.discard(worker)
                 worker = None  # a fresh worker for the next case
         finally:
             if worker is not None:
-                workers.discard(worker)
-                worker.close(kill=stop.is_set())
+                worker.close(kill=pool.stop.is_set())
 
-    threads = [threading.Thread(target=slot, daemon=True) for _ in range(max(1, jobs))]
-    for t in threads:
-        t.start()
     try:
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
+        pool.run(slot, jobs)
     except KeyboardInterrupt:
-        stop.set()
-        for w in list(workers):
-            try:
-                w.proc.kill()
-            except OSError:
-                pass
-        for t in threads:
-            t.join(30)
         with lock:
             raise Interrupted(dict(results)) from None  # the interrupt itself is no error to show
     return results

@@ -5,16 +5,37 @@
     devicekit models --device NAME --model M --dtype D --layer NAME [--inference]
     devicekit models --update-goldens [--goldens-dir DIR]
 
-Exit codes as ``devicekit conformance``: 0 every required case passed;
-1 any fail/error/crash or a required (float32) not-implemented; 2 usage
-errors or a plugin/device that cannot be opened.
+Exit codes as ``devicekit conformance`` (:data:`EXIT_CODES_HELP`, also in
+``--help``): 0 every required case passed; 1 any fail/error/crash or a
+required (float32) not-implemented; 2 usage errors or a plugin/device that
+cannot be opened; 3 a --report (or --goldens-dir) that cannot be written,
+checked before any model runs, or a write that failed (one line, the
+previous files left as they were); 130 Ctrl-C (SIGINT), 143 SIGTERM: the
+workers are stopped, and the report, if asked for, is written with the
+cases that answered, marked partial and interrupted (a case that did not
+answer is left out, never counted as a crash).
 """
 
+import argparse
 import os
 import sys
 import time
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+from .. import _output
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_OUTPUT = 0, 1, 2, _output.EXIT_OUTPUT
+EXIT_CODES_HELP = f"""\
+exit codes:
+  0    every required case passed (--list, --update-goldens: done)
+  1    a fail/error/crash, or a required (float32) not-implemented
+  2    usage error, or the plugin/device cannot be opened (one line)
+  3    --report or --goldens-dir cannot be written (checked before any model
+       runs), or writing failed (one line; the previous files are left as they
+       were)
+{_output.INTERRUPT_CODES_HELP}\
+       130 and 143 stop the workers and still write the --report with the
+       cases that answered, marked partial (run.partial, run.interrupted)
+"""
 
 
 def _list(values):
@@ -26,7 +47,8 @@ def add_parser(sub):
 
     p = sub.add_parser("models", help="run the model regression (zoo models) against a device",
                        description="Run the zoo's models forward, backward, AdamW steps and "
-                                   "inference on a device against a float64 reference.")
+                                   "inference on a device against a float64 reference.",
+                       epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", help="device name, e.g. cpu:0 (with --plugin: one of its devices)")
     p.add_argument("--plugin", help="a plugin library path (development builds; no install needed)")
     p.add_argument("--model", action="append", default=[], metavar="NAME",
@@ -67,6 +89,24 @@ def _error(message):
 
 
 def run(args):
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # outside the model runs (during them: a partial report)
+        print(f"devicekit models: stopped by {_output.interrupt_name()}", file=sys.stderr)
+        return _output.interrupt_exit_code()
+
+
+def _output_problem(args):
+    """The one line why --report / --goldens-dir cannot be written, or None."""
+    if args.update_goldens:
+        return args.goldens_dir and _output.output_problem(args.goldens_dir, "--goldens-dir",
+                                                           folder=True)
+    if args.report and not (args.list or args.layer):
+        return _output.output_problem(args.report, "--report", folder=True)
+    return None
+
+
+def _run(args):
     from .. import errors
     from . import NAMES, get
     from .harness import DTYPES
@@ -95,6 +135,9 @@ def run(args):
     selected = models
     if shard:
         models = sharding.pick(models, *shard)
+    if why := _output_problem(args):
+        print(f"devicekit models: error: {why}", file=sys.stderr)
+        return EXIT_OUTPUT
     if args.list:
         for m in models:
             model = get(m)
@@ -120,9 +163,10 @@ def run(args):
 def _run_suite(models, dtypes, target, args, shard=None, selected=None):
     """``models`` is what this process runs: ``selected`` or, with ``shard``
     (K, N), its part K."""
-    from ..conformance.cli import Progress
-    from ..conformance.report import summary_table
+    from ..conformance.cli import Progress, stopped_line, write_reports
+    from ..conformance.report import new_run_id, summary_table
     from ..conformance.target import describe
+    from .. import _workers
     from . import get, report, runner
     from .harness import MULTIPLIER, PHASES
 
@@ -135,32 +179,48 @@ def _run_suite(models, dtypes, target, args, shard=None, selected=None):
           f"{len(PHASES)} phases, {args.steps} steps, {args.jobs} jobs", file=sys.stderr)
     progress = Progress(len(cases))
     start = time.monotonic()
-    results, infos = runner.run(
-        models, lambda m: [c.id for c in cases if c.section == m],
-        device=target.device.name if not plugin else args.device, plugin=plugin, dtypes=dtypes,
-        steps=args.steps, jobs=args.jobs, timeout=args.timeout,
-        on_result=lambda cid, r: progress(by_id[cid], r),
-        padding_threshold=args.padding_threshold if args.advise_padding else None)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())
+    corpus = None
+    try:
+        results, infos = runner.run(
+            models, lambda m: [c.id for c in cases if c.section == m],
+            device=target.device.name if not plugin else args.device, plugin=plugin,
+            dtypes=dtypes, steps=args.steps, jobs=args.jobs, timeout=args.timeout,
+            on_result=lambda cid, r: progress(by_id[cid], r),
+            padding_threshold=args.padding_threshold if args.advise_padding else None)
+    except _workers.Interrupted as e:  # the cases that answered make a partial report
+        results, infos = e.results, e.infos
+        corpus = {"checked": False, "ok": False,
+                  "reason": f"interrupted by {_output.interrupt_name()} after {len(results)} of "
+                            f"{len(cases)} cases"}
+        cases = [c for c in cases if c.id in results]
+        ran = {c.section for c in cases}
+        infos = {m: infos.get(m) or {"error": "interrupted before the model finished"}
+                 for m in models if m in ran}
     progress.finish()
     for m, info in infos.items():
         z = zoo[m]
         info.update(title=z.title, config=z.config_dict(), config_hash=z.config_hash(),
                     layers=[layer.name for layer in z.layers()])
-    run_info = {"suite": "models", "level": "full", "jobs": args.jobs, "steps": args.steps, "models": models,
-                "dtypes": dtypes, "partial": False, "filter": [],
+    run_info = {"run_id": new_run_id(), "suite": "models", "level": "full", "jobs": args.jobs,
+                "steps": args.steps, "models": models, "dtypes": dtypes,
+                "partial": corpus is not None, "interrupted": corpus is not None, "filter": [],
                 "device_arg": target.device.name, "plugin_arg": plugin,
                 "criterion": f"err(plugin) <= {MULTIPLIER:g} x err(correct run) + unit roundoff, "
                              f"err = relative L2 error against float64",
-                "duration_s": round(time.monotonic() - start, 3),
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())}
+                "duration_s": round(time.monotonic() - start, 3), "started": started}
     if shard:
         from ..scale import shard as sharding
         run_info["shard"] = sharding.block(*shard, "model", selected)
-    rep = report.build(describe(target), run_info, cases, results, {m: infos[m] for m in models})
+    rep = report.build(describe(target), run_info, cases, results,
+                       {m: infos[m] for m in models if m in infos}, corpus)
     _print_outcome(rep, summary_table)
-    if args.report:
-        paths = report.write(rep, args.report)
-        print(f"reports: {', '.join(paths.values())}")
+    prog = "devicekit models"
+    if args.report and write_reports(prog, report.write, rep, args.report):
+        return EXIT_OUTPUT
+    if corpus is not None:
+        print(stopped_line(prog, len(results), "cases", args.report), file=sys.stderr)
+        return _output.interrupt_exit_code()
     return EXIT_OK if rep["summary"]["passed"] else EXIT_FAILED
 
 
@@ -193,6 +253,8 @@ def _print_outcome(rep, summary_table):
             print(f"padding advice for {m} ({len(info['padding']['rows'])} padded shapes timed, "
                   f"threshold {info['padding']['threshold']:.0%}): " +
                   ("; ".join(tips) if tips else "no padding gains enough"))
+    if rep["run"].get("interrupted"):
+        print(f"partial run: {rep['corpus']['reason']}")
     print("PASSED" if rep["summary"]["passed"] else "FAILED")
 
 
@@ -229,5 +291,9 @@ def _update_goldens(models, args):
         if problems:
             print(f"devicekit models: {m}: the reference runs failed: {problems}", file=sys.stderr)
             return EXIT_FAILED
-        print(f"wrote {goldens.write(model, runs, args.steps, args.goldens_dir)}")
+        try:
+            print(f"wrote {goldens.write(model, runs, args.steps, args.goldens_dir)}")
+        except _output.OutputError as e:
+            print(f"devicekit models: error: {e}", file=sys.stderr)
+            return EXIT_OUTPUT
     return EXIT_OK

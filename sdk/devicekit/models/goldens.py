@@ -69,18 +69,17 @@ def write(model, runs, steps, folder=None):
     """Writes ``<model>.json`` from ``runs`` ({dtype: Run}); returns the path."""
     from .. import API_VERSION, __version__
 
+    from .. import _output
+
     folder = folder or default_dir()
-    os.makedirs(folder, exist_ok=True)
     doc = {"provenance": {"devicekit_version": __version__, "device_api_version": API_VERSION,
                           "device": runs["float64"].device, "config": model.config_dict(),
                           "config_hash": model.config_hash(), "steps": steps,
                           "command": UPDATE_COMMAND},
            "dtypes": {dt: summary(r) for dt, r in runs.items()}}
-    p = path(model.name, folder)
-    with open(p, "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.write("\n")
-    return p
+    # atomically: an interrupted or failed update leaves the committed golden whole
+    return _output.write_file(path(model.name, folder),
+                              json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 def _walk(live, gold, where, rtol, scale, out, floor=0.0):

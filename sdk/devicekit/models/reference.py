@@ -70,8 +70,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     layers = (args.layers, args.inference) if args.layers else None
     result = compute(args.model, [d for d in args.dtypes.split(",") if d], args.steps, layers)
-    with open(args.out, "wb") as f:
-        pickle.dump(result, f)
+    from .._output import write_file  # whole or absent: fetch() tests that it exists
+
+    write_file(args.out, pickle.dumps(result))
 
 
 if __name__ == "__main__":

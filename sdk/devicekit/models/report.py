@@ -8,10 +8,11 @@ model its title, config and hash, layers, loss curves per dtype, the base ops
 it needs, and whether the reference still matches the committed golden. A
 case that did not pass carries ``replay`` (the whole model in that dtype)
 and, when a layer was found, ``details.layer_replay`` (just that layer).
+The three files are written as one set and carry the run's id, as the
+conformance reports do.
 """
 
 import json
-import os
 import shlex
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -48,12 +49,13 @@ def replay_command(row, run):
             f"--steps {run['steps']}")
 
 
-def build(meta, run, cases, results, models):
+def build(meta, run, cases, results, models, corpus=None):
+    """``corpus``: given for a stopped run (its cases are those that answered)."""
     expected = len(cases)
     executed = sum(1 for c in cases if c.id in results)
-    corpus = {"checked": True, "ok": executed == expected, "executed": executed,
-              "expected_min": expected, "short": [] if executed == expected else
-              [f"{expected - executed} cases got no result"]}
+    corpus = corpus or {"checked": True, "ok": executed == expected, "executed": executed,
+                        "expected_min": expected, "short": [] if executed == expected else
+                        [f"{expected - executed} cases got no result"]}
     rep = conformance_report.build(meta, run, cases, results, corpus, {})
     rep["suite"] = "models"
     for row in rep["cases"]:
@@ -89,14 +91,12 @@ def render_html(report):
                                         cells=cells, problems=problems, outcomes=OUTCOMES)
 
 
+def render(report):
+    """{file name: text} of the report set."""
+    return {"report.json": json.dumps(report, indent=1, default=str),
+            "junit.xml": junit_xml(report), "report.html": render_html(report)}
+
+
 def write(report, folder):
-    os.makedirs(folder, exist_ok=True)
-    paths = {name: os.path.join(folder, name)
-             for name in ("report.json", "junit.xml", "report.html")}
-    with open(paths["report.json"], "w") as f:
-        json.dump(report, f, indent=1, default=str)
-    with open(paths["junit.xml"], "w") as f:
-        f.write(junit_xml(report))
-    with open(paths["report.html"], "w") as f:
-        f.write(render_html(report))
-    return paths
+    """The set, all three files at once or none (``conformance.report.write_set``)."""
+    return conformance_report.write_set(render(report), folder)

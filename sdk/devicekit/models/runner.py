@@ -5,7 +5,11 @@ that had not answered the outcome ``crash``, naming the signal, the dtype it
 was running and its stderr tail; the other models go on. A model that takes
 longer than ``timeout`` seconds is killed and its unanswered cases are
 ``error``. Results are keyed by case id, so the report does not depend on
-scheduling.
+scheduling. Ctrl-C or SIGTERM stops the run as it stops conformance
+(``devicekit._workers``): the running workers are killed with their reference
+processes, no further model starts, and :class:`~devicekit._workers.Interrupted`
+carries the cases that answered; a case that never answered is left out,
+not counted as a crash.
 """
 
 import json
@@ -17,8 +21,8 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
+from .. import _workers
 from ..conformance.case import CRASH, ERROR
 
 
@@ -40,8 +44,11 @@ def _tail(f, n=4000):
 
 
 def run_model(model, case_ids, *, device, plugin, dtypes, steps, timeout, record,
-              padding_threshold=None):
-    """Runs one worker; ``record(case_id, result)`` for each case; returns the model info."""
+              padding_threshold=None, pool=None):
+    """Runs one worker; ``record(case_id, result)`` for each case; returns the
+    model info, or None when ``pool`` stopped (an interrupt: the worker is
+    killed and the cases that did not answer get no result)."""
+    pool = pool or _workers.Pool(())
     cmd = [sys.executable, "-m", "devicekit.models.worker", "--model", model,
            "--dtypes", ",".join(dtypes), "--steps", str(steps)]
     if device:
@@ -53,14 +60,17 @@ def run_model(model, case_ids, *, device, plugin, dtypes, steps, timeout, record
     pending, current, info = list(case_ids), None, {}
     start = time.monotonic()
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+        proc = _workers.spawn(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+        if not pool.started(proc):
+            proc.wait()
+            return None
         timed_out = False
         while True:
             left = timeout - (time.monotonic() - start)
             ready, _, _ = select.select([proc.stdout], [], [], max(left, 0))
             if not ready:
                 timed_out = True
-                proc.kill()
+                _workers.kill(proc)
                 break
             line = proc.stdout.readline()
             if not line:
@@ -77,7 +87,10 @@ def run_model(model, case_ids, *, device, plugin, dtypes, steps, timeout, record
             elif "model" in msg:
                 info = msg["model"]
         how = _death(proc)
+        pool.finished(proc)
         tail = _tail(err)
+    if pool.stop.is_set() and not timed_out and (pending or not info):
+        return None  # killed by the interrupt: no verdict on what did not answer
     took = round(time.monotonic() - start, 3)
     for cid in pending:
         if timed_out:
@@ -96,8 +109,11 @@ def run_model(model, case_ids, *, device, plugin, dtypes, steps, timeout, record
 def run(models, cases_of, *, device, plugin, dtypes, steps, jobs=1, timeout=600.0, on_result=None,
         padding_threshold=None):
     """({case id: result}, {model: info}) for every model; ``on_result(case_id,
-    result)`` is called under a lock as each case answers (progress)."""
+    result)`` is called under a lock as each case answers (progress). Ctrl-C
+    or SIGTERM raises :class:`~devicekit._workers.Interrupted` with what
+    answered."""
     results, infos, lock = {}, {}, threading.Lock()
+    pool = _workers.Pool(models)
 
     def record(cid, result):
         with lock:
@@ -105,11 +121,18 @@ def run(models, cases_of, *, device, plugin, dtypes, steps, jobs=1, timeout=600.
             if on_result:
                 on_result(cid, result)
 
-    def one(model):
-        infos[model] = run_model(model, cases_of(model), device=device, plugin=plugin,
-                                 dtypes=dtypes, steps=steps, timeout=timeout, record=record,
-                                 padding_threshold=padding_threshold)
+    def slot():
+        while (model := pool.take()) is not None:
+            info = run_model(model, cases_of(model), device=device, plugin=plugin, dtypes=dtypes,
+                             steps=steps, timeout=timeout, record=record,
+                             padding_threshold=padding_threshold, pool=pool)
+            if info is not None:
+                with lock:
+                    infos[model] = info
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(one, models))
+    try:
+        pool.run(slot, jobs)
+    except KeyboardInterrupt:
+        with lock:
+            raise _workers.Interrupted(dict(results), dict(infos)) from None
     return results, infos
