@@ -17,6 +17,8 @@
  *                  (model regression: crash)
  *  10 NO_SCATTER   no scatter_add kernel (NULL entry; model regression:
  *                  backward of gather-based layers is not implemented)
+ *  11 SLOW_ADD     add sleeps 2 ms before the real kernel: exact results, a
+ *                  performance regression (gate check's alternate timing)
  * Test-only shortcuts: DK_GetApi does the dlopen (a real plugin must do no
  * work there), and outputs are patched on the host after a stream
  * synchronize, which works because the CPU plugin's memory is host memory.
@@ -28,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <devicekit/device_api.h>
 #include <devicekit/plugin_helpers.h>
@@ -147,6 +150,12 @@ static DK_Error* fault_wait(DK_Stream_WaitEvent_Args* a) {
   (void)a;
   return NULL;
 }
+#elif FAULT == 11
+static DK_Error* fault_slow_add(const DK_Kernel_Args* a) {
+  struct timespec nap = {0, 2000000};
+  nanosleep(&nap, NULL);
+  return real->kernels->kernels[DK_OP_ADD](a);
+}
 #endif
 
 #if FAULT == 8 || FAULT == 9
@@ -229,6 +238,8 @@ DK_EXPORT const DK_Api* DK_GetApi(void) {
   wrap_fused(DK_FUSED_GELU, fault_fused_gelu);
 #elif FAULT == 10
   kernels[DK_OP_SCATTER_ADD] = NULL;
+#elif FAULT == 11
+  kernels[DK_OP_ADD] = fault_slow_add;
 #endif
   return &api;
 }

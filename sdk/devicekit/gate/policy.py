@@ -39,6 +39,7 @@ RULES = ("conformance.level", "conformance.regression", "conformance.required",
          "performance.missing", "performance.repeats", "performance.machine")
 # binary.sha256 is deliberately not waivable: a record that names another binary
 # certifies nothing about the one being released.
+TIMINGS = ("alternate", "recorded")  # performance.timing: see docs/gate.md, "Performance"
 MAX_BYTES = 1 << 20  # a policy is a page of text; anything larger is not one
 MAX_ROUNDS = 1000
 
@@ -116,9 +117,11 @@ SCHEMA = {
     },
     "performance": {
         "enabled": (bool, True, None),
+        "timing": (str, "alternate", _one_of(TIMINGS)),
         "max_slowdown": (float, 1.5, _finite(1, 100, " (a ratio new/old)")),
         "min_repeats": (int, 5, lambda v: 1 <= v <= MAX_ROUNDS or
                         f"must be from 1 to {MAX_ROUNDS}"),
+        "rounds": (int, 15, lambda v: 1 <= v <= MAX_ROUNDS or f"must be from 1 to {MAX_ROUNDS}"),
         "other_machine": (str, "skip", _one_of(("skip", "refuse"))),
     },
 }
@@ -158,8 +161,10 @@ class Policy:
     model_dtypes: List[str] = field(default_factory=lambda: ["float32"])
     loss_band: float = 0.01
     perf_enabled: bool = True
+    perf_timing: str = "alternate"
     max_slowdown: float = 1.5
     min_repeats: int = 5
+    rounds: int = 15
     other_machine: str = "skip"
     waivers: List[Waiver] = field(default_factory=list)
     raw: Optional[dict] = None
@@ -304,6 +309,9 @@ def parse(text, path="<policy>"):
         raise BadPolicy(path, "'waivers' must be an array of tables ([[waivers]])")
     v = _validate(path, data, SCHEMA, "")
     p = v["performance"]
+    if p["rounds"] < p["min_repeats"]:
+        raise BadPolicy(path, f"'performance.rounds' = {p['rounds']} is below "
+                              f"'performance.min_repeats' = {p['min_repeats']}")
     ws = []
     for i, w in enumerate(waivers):
         w = _validate(path, w, WAIVER, f"waivers[{i}].", required=True)
@@ -316,9 +324,9 @@ def parse(text, path="<policy>"):
     return Policy(path=path, level=c["level"], required_dtypes=c["required_dtypes"],
                   allow_partial=c["allow_partial"],
                   models=m["required"], model_dtypes=m["dtypes"], loss_band=m["loss_band"],
-                  perf_enabled=p["enabled"], max_slowdown=p["max_slowdown"],
-                  min_repeats=p["min_repeats"], other_machine=p["other_machine"], waivers=ws,
-                  raw=v)
+                  perf_enabled=p["enabled"], perf_timing=p["timing"],
+                  max_slowdown=p["max_slowdown"], min_repeats=p["min_repeats"],
+                  rounds=p["rounds"], other_machine=p["other_machine"], waivers=ws, raw=v)
 
 
 RELEASE = "release"  # --policy release: the policy shipped in the package (ci/policy.toml)
