@@ -183,7 +183,7 @@ def _performance(new, base, policy, v, timed=None):
         return
     if policy.perf_timing == "alternate":  # both binaries timed now, not the records (paired.py)
         from .paired import judge
-        refusals, notes = judge(timed, policy)
+        refusals, notes = judge(timed() if callable(timed) else timed, policy)
         v.refusals += [Reason(*r) for r in refusals]
         v.notes += notes
         return
@@ -270,9 +270,9 @@ def check(new, base, policy, new_path, base_path, binary=None, today=None, check
           timed=None):
     """The :class:`Verdict` of ``new`` (a loaded record) against ``base``.
     ``check_binary=False`` (the matrix, which releases nothing) skips the
-    sha256 rule and says so in the notes. ``timed``: the
-    :func:`.paired.time_check` of the two binaries, for a policy that times
-    performance alternately."""
+    sha256 rule and says so in the notes. ``timed``: for a policy that times
+    performance alternately, the :func:`.paired.time_check` of the two
+    binaries, or a function returning it (called only when the rule runs)."""
     _check_identity(new, base, new_path, base_path)
     v = Verdict(new_path=str(new_path), baseline_path=str(base_path), policy_path=policy.path,
                 plugin=new["plugin"], baseline_plugin=base["plugin"], binary={},
