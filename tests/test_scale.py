@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -152,7 +153,7 @@ def test_merge_refuses_what_is_not_one_run(op_shards, tmp_path, case):
             "overlap": (7, "shard 2/3 is given twice"), "missing": (7, "missing shard 3/3"),
             "truncated": (4, "truncated"), "not_a_shard": (4, "not a shard report"),
             "other_split": (7, "one run uses one N"), "absent": (3, "not found"),
-            "unwritable": (2, "cannot write the merged reports")}[case]
+            "unwritable": (3, "--out")}[case]
     if case == "plugin":
         s[1] = _edited(s[1], tmp_path / "p.json",
                        lambda r: r["plugin"].update(sha256="0" * 64))
@@ -182,6 +183,105 @@ def test_merge_refuses_what_is_not_one_run(op_shards, tmp_path, case):
     assert proc.returncode == code and len(lines) == 1 and words in lines[0], proc.stderr
     assert lines[0].startswith("devicekit report merge: error: ")
     assert not out.exists()
+
+
+def _edit_all(shards, tmp_path, edit):
+    return [_edited(s, tmp_path / f"e{i}.json", edit) for i, s in enumerate(shards)]
+
+
+def _dup_in_shard(rep):
+    row = dict(rep["cases"][0], outcome="fail")
+    rep["cases"].append(row)  # one case id twice: once pass, once fail
+
+
+@pytest.mark.parametrize("case", ["dup_in_shard", "dup_across", "units_total_huge",
+                                  "count_huge", "deep", "oversize", "bad_outcome",
+                                  "missing_field", "wrong_type", "index_bool", "unwritable_first"])
+def test_merge_refuses_untrusted_shards_quickly(op_shards, tmp_path, case):
+    """Shard reports are untrusted: a duplicated case id (in one shard or in
+    two) is refused naming it; numbers in the file size nothing (units_total
+    10**12 is refused at once, not allocated); a 2 GiB file is refused from its
+    size, unread; deep nesting, wrong types and unknown outcomes are one line
+    and exit 4, never a traceback; an --out that cannot be written is exit 3
+    before any shard is read."""
+    s = [op_shards / f"s{k}" for k in (1, 2, 3)]
+    first = json.loads((s[0] / "report.json").read_text())["cases"][0]["id"]
+    out = tmp_path / "out"
+    want = {"dup_in_shard": (4, f"case id {first} appears twice"),
+            "dup_across": (7, f"case id {first} is also in"),
+            "units_total_huge": (4, "expected 333333333334 of 1000000000000"),
+            "count_huge": (4, "not 1 <= K <= N <= units"),
+            "deep": (4, "nests deeper"), "oversize": (4, "larger than a shard report can be"),
+            "bad_outcome": (4, "outcome 'passed' is not one of pass"),
+            "missing_field": (4, "field 'section' is missing"),
+            "wrong_type": (4, "field 'duration_s' is not a finite number"),
+            "index_bool": (4, "run.shard.index"),
+            "unwritable_first": (3, "--out")}[case]
+    if case == "dup_in_shard":
+        s[0] = _edited(s[0], tmp_path / "d.json", _dup_in_shard)
+    elif case == "dup_across":
+        s[1] = _edited(s[1], tmp_path / "d.json",
+                       lambda r: r["cases"].append(dict(r["cases"][0], id=first)))
+    elif case == "units_total_huge":
+        s = _edit_all(s, tmp_path, lambda r: r["run"]["shard"].update(units_total=10 ** 12))
+    elif case == "count_huge":
+        s = _edit_all(s, tmp_path, lambda r: r["run"]["shard"].update(count=10 ** 12))
+    elif case == "deep":
+        (tmp_path / "deep.json").write_text('{"cases": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        s[0] = tmp_path / "deep.json"
+    elif case == "oversize":
+        with open(tmp_path / "big.json", "wb") as f:
+            f.truncate(2 << 30)  # sparse: 2 GiB that take no disk
+        s[0] = tmp_path / "big.json"
+    elif case == "bad_outcome":
+        s[0] = _edited(s[0], tmp_path / "b.json", lambda r: r["cases"][0].update(outcome="passed"))
+    elif case == "missing_field":
+        s[0] = _edited(s[0], tmp_path / "m.json", lambda r: r["cases"][1].pop("section"))
+    elif case == "wrong_type":
+        s[0] = _edited(s[0], tmp_path / "w.json",
+                       lambda r: r["cases"][1].update(duration_s="fast"))
+    elif case == "index_bool":
+        s[0] = _edited(s[0], tmp_path / "i.json", lambda r: r["run"]["shard"].update(index=True))
+    elif case == "unwritable_first":  # and a truncated shard: the --out check comes first
+        text = (s[2] / "report.json").read_text()
+        (tmp_path / "t.json").write_text(text[:len(text) // 2])
+        s[2] = tmp_path / "t.json"
+        (tmp_path / "file").write_text("x")
+        out = tmp_path / "file" / "out"
+    t0 = time.monotonic()
+    proc = dk("report", "merge", *s, "--out", out, timeout=120)
+    elapsed = time.monotonic() - t0
+    code, words = want
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code and len(lines) == 1 and words in lines[0], proc.stderr[-3000:]
+    assert lines[0].startswith("devicekit report merge: error: ")
+    assert not out.exists() and elapsed < 60
+
+
+def test_shard_size_is_checked_before_reading(op_shards, monkeypatch):
+    """load() refuses from stat alone: with the cap below the file's size it
+    never opens the file."""
+    monkeypatch.setattr(merge, "MAX_REPORT_BYTES", 100)
+    opened = []
+    monkeypatch.setattr(merge, "open", lambda *a, **k: opened.append(a), raising=False)
+    with pytest.raises(merge.BadReport, match="larger than a shard report can be"):
+        merge.load(op_shards / "s1")
+    assert opened == []
+
+
+def test_merge_removes_its_stale_temporaries_and_writes_one_set(op_shards, tmp_path):
+    """A merge SIGKILLed between writing a temporary and renaming it leaves
+    '.report.json.<random>.tmp' behind; the next merge into the folder removes
+    such names (only its own pattern) and writes the three files."""
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = [".report.json.k3j_x9q2.tmp", ".junit.xml.abcdefgh.tmp", ".report.html.zz01.tmp"]
+    for name in stale + [".notes.txt.abc.tmp", "keep.tmp"]:
+        (out / name).write_text("partial")
+    proc = dk("report", "merge", *(op_shards / f"s{k}" for k in (1, 2, 3)), "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(out)) == sorted([".notes.txt.abc.tmp", "keep.tmp", "junit.xml",
+                                              "report.html", "report.json"])
 
 
 def test_ray_runner_on_a_local_two_node_cluster(op_shards, tmp_path):

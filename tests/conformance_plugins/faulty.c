@@ -22,6 +22,8 @@
  *                  cast to it) sleep FAULTY_SLOW_MS (default 300) milliseconds
  *                  before the real kernel: right results, slowly (a run that
  *                  is still going when a test stops it)
+ *  12 SLOW_ADD     add sleeps 2 ms before the real kernel: exact results, a
+ *                  performance regression (gate check's alternate timing)
  * Test-only shortcuts: DK_GetApi does the dlopen (a real plugin must do no
  * work there), and outputs are patched on the host after a stream
  * synchronize, which works because the CPU plugin's memory is host memory.
@@ -33,7 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if FAULT == 11
+#if FAULT == 11 || FAULT == 12
 #include <time.h>
 #endif
 
@@ -172,6 +174,12 @@ static DK_Error* fault_slow_cast(const DK_Kernel_Args* a) {
   slow_down(a);
   return real->kernels->kernels[DK_OP_CAST](a);
 }
+#elif FAULT == 12
+static DK_Error* fault_slow_add(const DK_Kernel_Args* a) {
+  struct timespec nap = {0, 2000000};
+  nanosleep(&nap, NULL);
+  return real->kernels->kernels[DK_OP_ADD](a);
+}
 #endif
 
 #if FAULT == 8 || FAULT == 9
@@ -260,6 +268,8 @@ DK_EXPORT const DK_Api* DK_GetApi(void) {
   if (slow && strcmp(slow, "float16") == 0) slow_dtype = DK_DTYPE_FLOAT16;
   kernels[DK_OP_ADD] = fault_slow_add;
   kernels[DK_OP_CAST] = fault_slow_cast;
+#elif FAULT == 12
+  kernels[DK_OP_ADD] = fault_slow_add;
 #endif
   return &api;
 }

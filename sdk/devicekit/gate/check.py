@@ -177,9 +177,15 @@ def _models(new, base, policy, v):
                                         f"{policy.loss_band:g}"))
 
 
-def _performance(new, base, policy, v):
+def _performance(new, base, policy, v, timed=None):
     if not policy.perf_enabled:
         v.notes.append("performance not compared: the policy sets performance.enabled = false")
+        return
+    if policy.perf_timing == "alternate":  # both binaries timed now, not the records (paired.py)
+        from .paired import judge
+        refusals, notes = judge(timed() if callable(timed) else timed, policy)
+        v.refusals += [Reason(*r) for r in refusals]
+        v.notes += notes
         return
     np_, bp = new.get("performance", {}), base.get("performance", {})
     if not bp.get("measured"):
@@ -260,10 +266,13 @@ def _apply_waivers(policy, v, today):
     v.refusals = kept
 
 
-def check(new, base, policy, new_path, base_path, binary=None, today=None, check_binary=True):
+def check(new, base, policy, new_path, base_path, binary=None, today=None, check_binary=True,
+          timed=None):
     """The :class:`Verdict` of ``new`` (a loaded record) against ``base``.
     ``check_binary=False`` (the matrix, which releases nothing) skips the
-    sha256 rule and says so in the notes."""
+    sha256 rule and says so in the notes. ``timed``: for a policy that times
+    performance alternately, the :func:`.paired.time_check` of the two
+    binaries, or a function returning it (called only when the rule runs)."""
     _check_identity(new, base, new_path, base_path)
     v = Verdict(new_path=str(new_path), baseline_path=str(base_path), policy_path=policy.path,
                 plugin=new["plugin"], baseline_plugin=base["plugin"], binary={},
@@ -275,7 +284,7 @@ def check(new, base, policy, new_path, base_path, binary=None, today=None, check
         v.notes.append("binary sha256 not checked (nothing is being released)")
     _conformance(new, base, policy, v)
     _models(new, base, policy, v)
-    _performance(new, base, policy, v)
+    _performance(new, base, policy, v, timed)
     _apply_waivers(policy, v, today or datetime.date.today())
     v.refusals = sha + v.refusals  # never waivable: applied after the waivers
     return v

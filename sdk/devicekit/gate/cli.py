@@ -2,10 +2,11 @@
 
 Exit codes (each subcommand's ``--help`` lists its own): 0 record written /
 admitted / matrix written / signed; 1 refused; 2 usage error, a
-device/plugin that cannot be opened, or a key that is not an Ed25519 PEM key
+device/plugin that cannot be opened, a --baseline-binary that is not the
+baseline's, or a key that is not an Ed25519 PEM key
 (or ``cryptography`` missing); 3 a missing input (record, baseline, policy,
---binary, a key) or an output that cannot be written (checked before any
-work; a write that fails after it leaves the previous file intact); 4 a
+--binary, --baseline-binary, a key) or an output that cannot be written
+(checked before any work; a write that fails after it leaves the previous file intact); 4 a
 record that cannot be read as one (corrupted, truncated, too large, nested
 too deep, a field missing or of the wrong type, content that does not match
 its hashes); 5 a record of a newer schema; 6 a bad policy; 7 a record of
@@ -45,8 +46,10 @@ CERTIFY_CODES = """exit codes:
 CHECK_CODES = f"""exit codes:
   0    admitted
   1    refused (a table of reasons)
-  2    usage error; a --trust key that is not an Ed25519 PEM public key
-  3    a missing input (record, baseline, policy, --binary, --trust key); --junit or
+  2    usage error; a --trust key that is not an Ed25519 PEM public key; a
+       --baseline-binary that is not the baseline's binary
+  3    a missing input (record, baseline, policy, --binary, --baseline-binary,
+       --trust key); --junit or
        --html cannot be written (checked before anything is read)
 {_RECORD_CODES}
   6    a bad policy
@@ -116,6 +119,9 @@ def add_parser(sub):
                         "policy installed with devicekit")
     k.add_argument("--binary", help="the file being released (library or wheel; default: the "
                                     "library the record names)")
+    k.add_argument("--baseline-binary", metavar="FILE",
+                   help="the baseline's certified library or wheel, when the library its record "
+                        "names is gone or rebuilt (timing performance.timing = 'alternate')")
     k.add_argument("--junit", metavar="FILE", help="write the verdict as JUnit XML")
     k.add_argument("--html", metavar="FILE", help="write the verdict as HTML")
     k.add_argument("--trust", action="append", default=[], metavar="PUB.pem",
@@ -341,7 +347,11 @@ def _check(args):
     notes = []
     base = record.load(args.baseline, "baseline", trust, notes)
     new = record.load(args.record, "record", trust, notes)
-    v = check(new, base, pol, args.record, args.baseline, binary=args.binary, today=today)
+    from . import paired  # performance timed alternately, if the policy says so (docs/gate.md)
+    timed = lambda: paired.time_check(new, base, pol, args.binary,  # noqa: E731
+                                      args.baseline_binary, paired.progress_line)
+    v = check(new, base, pol, args.record, args.baseline, binary=args.binary, today=today,
+              timed=timed)
     v.notes[:0] = notes
     print(reports.text(v))
     files = {path: render(v) for path, render in ((args.junit, reports.junit_xml),

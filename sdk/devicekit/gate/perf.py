@@ -24,7 +24,10 @@ other processes) is filtered by the best-of, which both sides get the same
 chances at because their batches alternate. The median of per-round ratios
 was tried first: with load changing within a round it spread 1.8-3.9x
 between trials on a loaded 2-core machine, the ratio of bests 1.3-1.8x
-(docs/gate.md, "Performance"). ``gate check`` compares ratios, new / baseline.
+(docs/gate.md, "Performance"). ``gate check`` compares ratios, new / baseline,
+under a policy with ``performance.timing = "recorded"``; the release policy
+instead times both binaries alternately in the check itself (:mod:`.paired`,
+which reuses :data:`SET`, :func:`calls_for` and :func:`batch_timer`).
 """
 
 import time

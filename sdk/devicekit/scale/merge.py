@@ -14,13 +14,31 @@ file, a truncated or corrupted one or a report made without ``--shard``
 (:class:`BadReport`); shards of different plugin binaries (sha256); of
 different DeviceKit versions; or that do not form one run (another split,
 suite, level, filter, model list; a shard given twice or missing).
+
+Shard reports are untrusted input (they travel between machines and CI jobs),
+so nothing in one decides how much work the merge does: a file is
+``stat``-ed before it is read (:data:`MAX_REPORT_BYTES`, regular files only),
+its nesting is bounded (:data:`MAX_DEPTH`; no ``RecursionError``), every field
+the merge and the renderers read is checked for its type (:func:`parse`), and
+counts such as ``units_total`` are only compared with the rows that are there,
+never used to size anything. A case id that appears twice, in one shard or in
+two, is refused naming it: it would be counted twice.
 """
 
 import json
+import math
 import os
+import re
+import stat
 
 from ..errors import InputFileError
 from . import shard as sharding
+
+# The report of the whole conformance suite (5000 cases) is ~2 MB, a models
+# report less; 256 MiB leaves room for suites 100x larger and still
+# refuses a runaway or hostile file before reading a byte of it.
+MAX_REPORT_BYTES = 256 << 20
+MAX_DEPTH = 32  # reports nest 6 deep; a deeper one is not a report
 
 # Fields that differ between two runs of the same cases on the same machine,
 # and so between a merged report and the single run's. Everything else is
@@ -63,16 +81,106 @@ class ShardSetMismatch(MergeError):
 
 
 def load(path):
-    """(report.json path, report) of a shard; ``path`` may be its --report folder."""
+    """(report.json path, report) of a shard; ``path`` may be its --report folder.
+    The file is looked at before it is read: a shard report larger than
+    :data:`MAX_REPORT_BYTES` or not a regular file is refused unread."""
     file = os.path.join(path, "report.json") if os.path.isdir(path) else path
     try:
-        with open(file, "rb") as f:
-            raw = f.read()
+        info = os.stat(file)
     except FileNotFoundError:
         raise MissingReport(file, "shard report not found") from None
     except OSError as e:
         raise MissingReport(file, f"cannot read the shard report: {e.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise BadReport(file, "not a regular file (a shard report is a report.json)")
+    if info.st_size > MAX_REPORT_BYTES:
+        raise BadReport(file, f"{info.st_size} bytes: larger than a shard report can be "
+                              f"({MAX_REPORT_BYTES} bytes); not read")
+    try:
+        with open(file, "rb") as f:
+            raw = f.read(MAX_REPORT_BYTES + 1)  # it may have grown since the stat
+    except OSError as e:
+        raise MissingReport(file, f"cannot read the shard report: {e.strerror}") from None
+    if len(raw) > MAX_REPORT_BYTES:
+        raise BadReport(file, f"larger than a shard report can be ({MAX_REPORT_BYTES} bytes)")
     return file, parse(raw, file)
+
+
+def _too_deep(value, limit=MAX_DEPTH):
+    """Whether ``value`` nests lists/dicts deeper than ``limit`` (iterative:
+    the check itself cannot overflow the stack)."""
+    todo = [(value, 0)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, (list, dict)):
+            if d >= limit:
+                return True
+            todo.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# field -> (check, what it must be); the fields the merge and the suites'
+# renderers read. Rows: every case; "unit key" is checked per suite below.
+_ROW = {
+    "id": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "section": (lambda v: isinstance(v, str), "a string"),
+    "op": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "dtype": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "required": (lambda v: isinstance(v, bool), "true or false"),
+    "duration_s": (lambda v: _is_number(v) and v >= 0, "a finite number >= 0"),
+}
+_ROW_OPTIONAL = {
+    "message": (lambda v: isinstance(v, str), "a string"),
+    "replay": (lambda v: isinstance(v, str), "a string"),
+    "details": (lambda v: isinstance(v, dict), "an object"),
+    "ran": (lambda v: isinstance(v, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in v),
+        "a list of [op, dtype] pairs"),
+}
+_RUN = {
+    "duration_s": (lambda v: _is_number(v) and v >= 0, "a finite number >= 0"),
+    "started": (lambda v: isinstance(v, str), "a string"),
+    "jobs": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+}
+
+
+def _check_fields(name, where, obj, fields, optional=False):
+    for key, (ok, what) in fields.items():
+        if key not in obj:
+            if optional:
+                continue
+            raise BadReport(name, f"{where}: field '{key}' is missing")
+        if not ok(obj[key]):
+            raise BadReport(name, f"{where}: field '{key}' is not {what}: {str(obj[key])[:60]!r}")
+
+
+def _check_rows(rep, name):
+    from ..conformance.case import OUTCOMES
+
+    models = rep.get("suite") == "models"
+    seen = set()
+    for i, row in enumerate(rep["cases"]):
+        if not isinstance(row, dict):
+            raise BadReport(name, f"cases[{i}] is not an object")
+        _check_fields(name, f"cases[{i}]", row, _ROW)
+        _check_fields(name, f"cases[{i}] ({row['id']})", row, _ROW_OPTIONAL, optional=True)
+        if row.get("outcome") not in OUTCOMES:
+            raise BadReport(name, f"case {row['id']}: outcome {str(row.get('outcome'))[:40]!r} "
+                                  f"is not one of {', '.join(OUTCOMES)}")
+        if models and not isinstance(row["op"], str):
+            raise BadReport(name, f"case {row['id']}: field 'op' (the model) is not a string")
+        if row["id"] in seen:
+            raise BadReport(name, f"case id {row['id']} appears twice in this shard (it would "
+                                  f"be counted twice); the report was edited or is corrupted")
+        seen.add(row["id"])
 
 
 def parse(raw, name):
@@ -83,6 +191,10 @@ def parse(raw, name):
         text = raw if isinstance(raw, bytes) else raw.encode()
         what = "truncated" if text and not text.rstrip().endswith(b"}") else "corrupted"
         raise BadReport(name, f"not valid JSON ({what}?): {e}") from None
+    except RecursionError:
+        raise BadReport(name, "nests deeper than a report does (not a report)") from None
+    if _too_deep(rep):
+        raise BadReport(name, f"nests deeper than {MAX_DEPTH} levels (not a report)")
     if not isinstance(rep, dict) or not isinstance(rep.get("cases"), list) or \
             not isinstance(rep.get("run"), dict) or not isinstance(rep.get("plugin"), dict):
         raise BadReport(name, "not a devicekit conformance or models report.json")
@@ -91,10 +203,46 @@ def parse(raw, name):
         raise BadReport(name, "not a shard report (made without --shard K/N)")
     for key, kind in (("index", int), ("count", int), ("unit", str), ("units_total", int),
                       ("units_sha256", str)):
-        if not isinstance(blk.get(key), kind):
+        if not isinstance(blk.get(key), kind) or isinstance(blk.get(key), bool):
             raise BadReport(name, f"field 'run.shard.{key}' is missing or not {kind.__name__}")
+    if not 1 <= blk["index"] <= blk["count"] <= blk["units_total"]:
+        raise BadReport(name, f"run.shard is {blk['index']}/{blk['count']} of "
+                              f"{blk['units_total']} units: not 1 <= K <= N <= units")
+    if blk["unit"] not in ("case", "model"):
+        raise BadReport(name, f"run.shard.unit is {blk['unit'][:40]!r}, not 'case' or 'model'")
     if rep["run"].get("interrupted"):
         raise BadReport(name, f"shard {blk['index']}/{blk['count']} was interrupted; run it again")
+    suite = rep.get("suite", "conformance")
+    if suite not in ("conformance", "models"):
+        raise BadReport(name, f"field 'suite' is {str(suite)[:40]!r}, not conformance or models")
+    for key in ("device", "corpus"):
+        if not isinstance(rep.get(key), dict):
+            raise BadReport(name, f"field '{key}' is missing or not an object")
+    if not isinstance(rep["device"].get("name"), str) or \
+            not isinstance(rep["device"].get("properties", {}), dict):
+        raise BadReport(name, "field 'device' lacks its name or properties")
+    for key in ("implementation", "unavailable_sections", "models"):
+        if rep.get(key) is not None and not isinstance(rep[key], dict):
+            raise BadReport(name, f"field '{key}' is not an object")
+    _check_fields(name, "run", rep["run"], _RUN, optional=True)
+    if suite == "models":
+        for key in ("executed", "expected_min"):
+            if not _is_int(rep["corpus"].get(key, 0)):
+                raise BadReport(name, f"field 'corpus.{key}' is not an integer")
+    else:
+        floor = blk.get("floor")
+        if floor is not None and not (
+                isinstance(floor, dict) and isinstance(floor.get("sections"), dict)
+                and all(_is_int(n) for n in floor["sections"].values())
+                and isinstance(floor.get("pairs"), list)
+                and all(isinstance(p, list) and len(p) == 3 and isinstance(p[0], str)
+                        and (p[1] is None or isinstance(p[1], str)) and _is_int(p[2])
+                        for p in floor["pairs"])):
+            raise BadReport(name, "field 'run.shard.floor' is not {pairs: [[op, dtype, n]], "
+                                  "sections: {name: n}}")
+        if not _is_int(blk.get("cases_all", 0)):
+            raise BadReport(name, "field 'run.shard.cases_all' is not an integer")
+    _check_rows(rep, name)
     return rep
 
 
@@ -146,11 +294,17 @@ def _check_set(items):
             raise ShardSetMismatch(path, f"overlapping shards: shard {k}/{n} is given twice "
                                          f"(also as {seen[k]})")
         seen[k] = path
-    missing = [f"{k}/{n}" for k in range(1, n + 1) if k not in seen]
-    if missing:
+    if len(seen) < n:  # name the first few missing; never walk 1..N (N is the file's word)
+        missing, k = [], 1
+        while len(missing) < 5 and k <= n:
+            if k not in seen:
+                missing.append(f"{k}/{n}")
+            k += 1
+        more = n - len(seen) - len(missing)
         have = ", ".join(f"{k}/{n}" for k in sorted(seen))
-        raise ShardSetMismatch(p0, f"missing shard{'s' if len(missing) > 1 else ''} "
-                                   f"{', '.join(missing)} (have {have})")
+        raise ShardSetMismatch(p0, f"missing shard{'s' if n - len(seen) > 1 else ''} "
+                                   f"{', '.join(missing)}{f' and {more} more' if more else ''} "
+                                   f"(have {have})")
     return sorted(items, key=lambda item: item[1]["run"]["shard"]["index"])
 
 
@@ -163,15 +317,27 @@ def merge(items):
     items = _check_set(items)
     first = items[0][1]
     blk0, n = first["run"]["shard"], first["run"]["shard"]["count"]
-    units = [None] * blk0["units_total"]
-    grouped = {}
+    owner = {}  # case id -> the shard holding it: one case, one row, in one shard
+    for path, rep in items:
+        for row in rep["cases"]:
+            if row["id"] in owner:
+                raise ShardSetMismatch(path, f"case id {row['id']} is also in {owner[row['id']]} "
+                                             f"(it would be counted twice): the shards overlap")
+            owner[row["id"]] = path
+    per_shard = {}
     for path, rep in items:
         k = rep["run"]["shard"]["index"]
         mine = _unit_rows(rep)
+        # len(range()) is arithmetic: units_total sizes nothing before it is
+        # matched with the rows that are really there
         want = len(range(k - 1, blk0["units_total"], n))
         if len(mine) != want:
             raise BadReport(path, f"shard {k}/{n} holds {len(mine)} {blk0['unit']}s, expected "
-                                  f"{want}: the report is incomplete or was edited")
+                                  f"{want} of {blk0['units_total']}: the report is incomplete "
+                                  f"or was edited")
+        per_shard[k] = mine
+    units, grouped = [None] * blk0["units_total"], {}  # now the sum of the rows' units
+    for k, mine in per_shard.items():
         units[k - 1::n] = list(mine)
         grouped.update(mine)
     if sharding.ids_sha256(units) != blk0["units_sha256"]:
@@ -231,17 +397,44 @@ def render(rep):
             "junit.xml": junit_xml(rep), "report.html": render_html(rep)}
 
 
-def write(rep, folder):
-    """Writes the three files, each to a temporary name renamed into place,
-    only after all three rendered (an error leaves nothing behind)."""
-    from ..gate.record import write_text
+def write(rep, folder, texts=None):
+    """Writes the three files (``texts``: :func:`render`'s, if already made)
+    as one set (``devicekit._output.write_files``): all three or none, each
+    through a temporary name in ``folder``. Returns {name: path}; raises
+    :class:`~devicekit._output.OutputError` (the previous files stay)."""
+    from .._output import write_files
 
-    texts = render(rep)
-    paths = {}
-    for name, text in texts.items():
-        paths[name] = os.path.join(folder, name)
-        write_text(text, paths[name])
+    texts = texts if texts is not None else render(rep)
+    paths = {name: os.path.join(folder, name) for name in texts}
+    write_files({paths[name]: text for name, text in texts.items()})
     return paths
+
+
+# _output.write_files' temporary names for the three files: ".report.json.<random>.tmp"
+_TEMP = re.compile(r"^\.(report\.json|junit\.xml|report\.html)\.[A-Za-z0-9_]+\.tmp$")
+
+
+def remove_stale_temps(folder):
+    """Removes temporary files a killed merge left in ``folder`` and returns
+    their names. A SIGKILL (or a power cut) between writing a temporary and
+    renaming it cannot be caught, so the next merge into the folder cleans up
+    instead; only names of this exact pattern (a dot, one of the three file
+    names, mkstemp's random part, ``.tmp``) are touched. Two merges writing
+    one folder at the same time are not supported (their sets would mix)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    gone = []
+    for name in names:
+        path = os.path.join(folder, name)
+        if _TEMP.match(name) and os.path.isfile(path) and not os.path.islink(path):
+            try:
+                os.unlink(path)
+                gone.append(name)
+            except OSError:
+                pass
+    return gone
 
 
 def comparable(rep):
