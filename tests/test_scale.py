@@ -53,8 +53,8 @@ def _assert_same(single_dir, merged_dir):
     with open(os.path.join(merged_dir, "report.json")) as f:
         merged = json.load(f)
     a, b = merge.comparable(single), merge.comparable(merged)
-    for rep in (a, b):  # unique to each run by design (docs/conformance.md, "Reports"); it
-        rep["run"].pop("run_id", None)  # belongs in merge.RUN_SPECIFIC, which still lacks it
+    assert merged["run"]["run_id"] != single["run"]["run_id"]  # a set of its own
+    assert all(s["run_id"] for s in merged["run"]["shards"])
     diff = [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
     assert not diff, {k: (str(a.get(k))[:300], str(b.get(k))[:300]) for k in diff}
     assert [c["id"] for c in merged["cases"]] == [c["id"] for c in single["cases"]]

@@ -48,8 +48,8 @@ MAX_DEPTH = 32  # reports nest 6 deep; a deeper one is not a report
 # (merged only: where each shard came from); device.properties.total_memory
 # is host state (the reference CPU plugin sizes its device from the memory
 # free when it loads; the gate's record treats it the same way).
-RUN_SPECIFIC = ("cases[].duration_s", "run.duration_s", "run.started", "run.jobs", "run.shards",
-                "device.properties.total_memory")
+RUN_SPECIFIC = ("cases[].duration_s", "run.run_id", "run.duration_s", "run.started", "run.jobs",
+                "run.shards", "device.properties.total_memory")
 
 
 class MergeError(InputFileError):
@@ -347,10 +347,14 @@ def merge(items):
     rows = [row for u in units for row in grouped[u]]
     run = {k: v for k, v in first["run"].items() if k != "shard"}
     runs = [rep["run"] for _, rep in items]
-    run.update(duration_s=round(sum(r.get("duration_s", 0.0) for r in runs), 3),
+    from ..conformance.report import new_run_id
+
+    # the merged set is a report set of its own: a fresh id, the shards' ids kept below
+    run.update(run_id=new_run_id(), duration_s=round(sum(r.get("duration_s", 0.0) for r in runs), 3),
                started=min(str(r.get("started", "")) for r in runs),
                jobs=sum(r.get("jobs", 0) for r in runs),
-               shards=[{"index": r["shard"]["index"], "started": r.get("started"),
+               shards=[{"index": r["shard"]["index"], "run_id": r.get("run_id"),
+                        "started": r.get("started"),
                         "duration_s": r.get("duration_s"), "jobs": r.get("jobs"), "report": p}
                        for (p, _), r in zip(items, runs)])
     suite = first.get("suite", "conformance")
@@ -440,7 +444,7 @@ def remove_stale_temps(folder):
 def comparable(rep):
     """``rep`` without its :data:`RUN_SPECIFIC` fields (a copy)."""
     out = json.loads(json.dumps(rep, default=str))
-    for key in ("duration_s", "started", "jobs", "shards"):
+    for key in ("run_id", "duration_s", "started", "jobs", "shards"):
         out["run"].pop(key, None)
     for row in out["cases"]:
         row.pop("duration_s", None)
