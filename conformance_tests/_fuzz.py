@@ -118,10 +118,11 @@ def values(rng, dtype, shape, kinds=None, p_edges=0.4):
         kind = rng.choice(kinds or ("normal", "normal", "small", "scales", "tiny", "huge"))
         x = rng.standard_normal(shape)
         f = _finfo(dtype)
-        x = {"normal": x, "small": np.round(x * 2),
-             "scales": x * np.exp2(rng.integers(-24, 24, shape).astype(np.float64)),
-             "tiny": x * float(f.tiny) * rng.uniform(0.01, 2, shape),
-             "huge": x * float(f.max) / 4}[kind]
+        with np.errstate(over="ignore"):  # (float64 "huge" may overflow: +-inf, specified)
+            x = {"normal": x, "small": np.round(x * 2),
+                 "scales": x * np.exp2(rng.integers(-24, 24, shape).astype(np.float64)),
+                 "tiny": x * float(f.tiny) * rng.uniform(0.01, 2, shape),
+                 "huge": x * float(f.max) / 4}[kind]
         x = O.round_to(x, dtype)
     else:
         kind = rng.choice(kinds or ("full", "small"))

@@ -64,6 +64,14 @@ def _v(d, name):
     return d.inputs[name].value
 
 
+def _terms(rng, dtype, shape, fill):
+    """An operand whose values are summed (reduce_sum, cumsum, scatter_add,
+    matmul): float64 ones are never expanded. The oracle sums float64 in
+    float64 (numpy, sequentially along outer axes), so for one value repeated
+    along the sum its own error grows with n and exceeds the bound it judges."""
+    return F.operand(rng, shape, fill, expand=dtype != "float64")
+
+
 # ---- elementwise ----------------------------------------------------------------------
 
 def _unary_values(rng, op, dtype):
@@ -221,7 +229,8 @@ def draw_reduce(rng, op, dtype):
         x = F.values(rng, dtype, shape)
         lim = F.sum_limit(dtype, n) if op == "reduce_sum" else None
         return F.clip_finite(x, lim) if lim else x
-    return Draw({"x": F.operand(rng, sh, fill)}, {"axes": axes, "keepdims": bool(rng.random() < 0.5)})
+    x = _terms(rng, dtype, sh, fill) if op == "reduce_sum" else F.operand(rng, sh, fill)
+    return Draw({"x": x}, {"axes": axes, "keepdims": bool(rng.random() < 0.5)})
 
 
 def check_reduce(ctx, op, dtype, d):
@@ -256,7 +265,7 @@ def draw_cumsum(rng, op, dtype):
     axis = int(rng.integers(-len(sh), len(sh)))
     lim = F.sum_limit(dtype, sh[axis])
     fill = lambda s: F.clip_finite(F.values(rng, dtype, s), lim) if lim else F.values(rng, dtype, s)  # noqa
-    return Draw({"x": F.operand(rng, sh, fill)}, {"axis": axis})
+    return Draw({"x": _terms(rng, dtype, sh, fill)}, {"axis": axis})
 
 
 def check_cumsum(ctx, op, dtype, d):
@@ -306,10 +315,10 @@ def draw_index(rng, op, dtype):
     n = max(1, math.prod(isz))
     lim = F.sum_limit(dtype, n) if op == "scatter_add" else None
     vals = lambda s: F.clip_finite(F.values(rng, dtype, s), lim) if lim else F.values(rng, dtype, s)  # noqa
-    inputs = {"x": F.operand(rng, xs, vals),
+    inputs = {"x": _terms(rng, dtype, xs, vals),
               "index": F.operand(rng, isz, lambda s: rng.integers(0, xs[axis], s).astype(np.int64))}
     if op == "scatter_add":
-        inputs["src"] = F.operand(rng, isz, vals)
+        inputs["src"] = _terms(rng, dtype, isz, vals)
     return Draw(inputs, {"axis": axis - len(xs) if rng.random() < 0.3 else axis})
 
 
@@ -341,19 +350,27 @@ def draw_matmul(rng, op, dtype):
         m, n, k = F.size(rng, 300), F.size(rng, 300), F.size(rng, 600)
     if rng.random() < 0.1:
         k = 0  # a contraction over nothing: zeros
-    batch = F.shape(rng, max_rank=2, cap=max(1, 4_000_000 // max(1, m * n * max(k, 1))))
+    work = max(1, m * n * k, m * k + k * n + m * n)  # per batch entry: products, elements
+    batch = F.shape(rng, max_rank=2, cap=max(1, 4_000_000 // work))
     sa, sb = F.broadcast_from(rng, batch) + (m, k), F.broadcast_from(rng, batch) + (k, n)
     if rng.random() < 0.1:
         sa = (k,)  # vector @ matrix
     elif rng.random() < 0.1:
         sb = (k,)  # matrix @ vector
     lim = F.sum_limit(dtype, k)
+    # Products below the smallest normal of the accumulation are rounded to an
+    # absolute grid the spec's bound (relative to sum|terms|) does not allow
+    # for, so no value is that small: none below sqrt(2 * smallest normal).
+    tiny = float(F._finfo("float64" if dtype == "float64" else "float32").tiny) if lim else 0
 
     def fill(shape):
-        x = F.values(rng, dtype, shape, None if ints else ("normal", "small", "scales", "tiny"),
+        x = F.values(rng, dtype, shape, None if ints else ("normal", "small", "scales"),
                      p_edges=0.15)
-        return F.clip_finite(x, math.sqrt(lim)) if lim else x
-    return Draw({"a": F.operand(rng, sa, fill), "b": F.operand(rng, sb, fill)}, {"k": k})
+        if not lim:
+            return x
+        small = np.abs(x.astype(np.float64)) < math.sqrt(2 * tiny)
+        return F.clip_finite(np.where(small, np.zeros_like(x), x), math.sqrt(lim))
+    return Draw({"a": _terms(rng, dtype, sa, fill), "b": _terms(rng, dtype, sb, fill)}, {"k": k})
 
 
 def check_matmul(ctx, op, dtype, d):
