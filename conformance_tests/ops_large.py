@@ -9,9 +9,10 @@ elements (about 2 GiB each):
   period 251, so a wrong element is seen) gathered flat at index values past
   2**31, and as [32771, 65537] rows past the 2**31st element, with a dense
   index and with an embedding's (one row id expanded along the row);
-- ``ops/iota/int8/huge_2g``: an iota of shape [256, 2**23 + 17] along axis
-  0 (each row one value; ``arange`` is 1-D and its values must fit the dtype,
-  so this calls the op with its shape and axis, as ``arange`` does);
+- ``ops/iota/int8/huge_2g``: an iota of shape [2**23 + 17, 256] along axis
+  1 (each row -128 .. 127, the last rows past element 2**31; ``arange`` is
+  1-D and its values must fit the dtype, so this calls the op with its shape
+  and axis, as ``arange`` does);
 - ``ops/cumsum/float16/huge_2g``: a scan over 2**31 + 4099 elements of +1/-1
   (every prefix exact). It needs 8 GiB of device memory and 8 GiB of host
   memory and takes minutes on a CPU, so it runs only when asked for:
@@ -92,15 +93,16 @@ def gather_huge(ctx, op, dtype, shape):
 
 
 def iota_huge(ctx, op, dtype, shape):
-    rows, cols = 256, 2**23 + 17  # 2**31 + 4352 elements; row i holds start + i
+    rows, cols = 2**23 + 17, 256  # 2**31 + 4352 elements; each row start, start + 1, ...
     n = rows * cols
     _need(ctx, n, n)
     start = -128
-    got = run(ctx, "iota", lambda: _core.iota(ctx.device, [rows, cols], dk.int8.id, 0, start, 1))
-    bad = np.flatnonzero((got != np.arange(start, start + rows, dtype=np.int8)[:, None]).any(axis=1))
+    got = run(ctx, "iota", lambda: _core.iota(ctx.device, [rows, cols], dk.int8.id, 1, start, 1))
+    row = np.arange(start, start + cols, dtype=np.int8)
+    bad = np.flatnonzero((got.view(np.uint64) != row.view(np.uint64)).any(axis=1))  # 8 at a time
     assert got.shape == (rows, cols) and not bad.size, (
-        f"iota int8 of shape [{rows}, {cols}] along axis 0 from {start}: row {bad[0]} holds "
-        f"{np.unique(got[bad[0]])[:8].tolist()}, expected {start + bad[0]} throughout")
+        f"iota int8 of shape [{rows}, {cols}] along axis 1 from {start}: row {bad[0]} (element "
+        f"{bad[0] * cols}) is {got[bad[0], :8].tolist()}..., expected {start}, {start + 1}, ...")
 
 
 def cumsum_huge(ctx, op, dtype, shape):
