@@ -35,7 +35,7 @@ from devicekit.testing import oracle as O
 from devicekit.testing.inputs import edges
 
 #: Cases per (op, dtype) at level full, unless --fuzz-cases says otherwise.
-DEFAULT_CASES = 8
+DEFAULT_CASES = 12
 FLOATS = O.FLOATS
 
 

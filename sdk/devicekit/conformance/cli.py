@@ -35,7 +35,7 @@ def add_parser(sub):
                    help="core: no large shapes; full (default): everything")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
     p.add_argument("--fuzz-seed", type=int, help="seed set of the fuzz section (default: this release's)")
-    p.add_argument("--fuzz-cases", type=int, help="fuzz cases per (op, dtype) (level full; default 8)")
+    p.add_argument("--fuzz-cases", type=int, help="fuzz cases per (op, dtype) (level full; default 12)")
     p.add_argument("--list", action="store_true", help="print the selected case ids and exit")
     p.add_argument("-x", "--exitfirst", action="store_true",
                    help="stop after the first fail/error/crash (a partial report; mutation runs)")
