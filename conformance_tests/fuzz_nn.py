@@ -33,6 +33,9 @@ from .fuzz import SECTION  # noqa: F401  (one section, two files)
 
 OPS = ("softmax", "rms_norm", "layer_norm", "scaled_dot_product_attention", "gelu")
 FORWARD_CAP, BACKWARD_CAP = 1 << 17, 1 << 14  # elements of x, or of the score matrix
+# float32 norms also get outputs past 16 MiB in a quarter of their cases: the size
+# above which a norm kernel may store differently (larger than the caches)
+LARGE_OUTPUT = (1 << 22) + (1 << 18)
 
 
 def _positive(shape):
@@ -57,7 +60,10 @@ def _norm(rng, cap, backward, centered):
     d = max(F.size(rng), 3 if backward else 1)
     if centered and 1 < d < 8:
         d = int(rng.choice([8, 9, 13, 16, 17]))
-    rows = F.shape(rng, max_rank=3, cap=max(1, cap // d))
+    rows = F.shape(rng, max_rank=3, cap=max(1, min(cap, FORWARD_CAP) // d))
+    if cap >= LARGE_OUTPUT and rng.random() < 0.25:  # rows and d large together, ragged
+        d = int(rng.choice([1023, 4097, 4099, 8193]))
+        rows = (-(-LARGE_OUTPUT // d),) if rng.random() < 0.5 else (3, -(-LARGE_OUTPUT // (3 * d)))
     # (a gradient grows as 1/scale while its tolerance's atol does not: backward
     # rows keep a scale near 1, as the fused section's classes do)
     scale = 10.0 ** (rng.uniform(-0.5, 1) if backward else rng.uniform(-3, 3))
@@ -131,7 +137,9 @@ def draw(op, dtype, seed, backward=False):
     """(Call, {input key: Layout or None}, inputs requiring grad or None) of
     case ``fuzz/<op>[_backward]/<dtype>/s<seed>``."""
     rng = F.generator(op + "_backward" * backward, dtype, seed)
-    call = DRAW[op](rng, BACKWARD_CAP if backward else FORWARD_CAP, backward)
+    cap = BACKWARD_CAP if backward else LARGE_OUTPUT if dtype == "float32" and "norm" in op \
+        else FORWARD_CAP
+    call = DRAW[op](rng, cap, backward)
     keyed = list(enumerate(call.args)) + list(call.kwargs.items())
     layouts = {k: F.layout(rng, v.shape, expand=False) if rng.random() < 0.5 else None
                for k, v in keyed if isinstance(v, np.ndarray)}  # (values not constant anywhere)
