@@ -48,7 +48,7 @@ def release_seed(version=None):
 
 def seed_set(base, n):
     """n seeds starting with ``base`` itself."""
-    return [base] + [zlib.crc32(f"{base}/{i}".encode()) for i in range(1, n)]
+    return ([base] + [zlib.crc32(f"{base}/{i}".encode()) for i in range(1, n)])[:max(n, 0)]
 
 
 def seeds():
@@ -101,7 +101,7 @@ def broadcast_from(rng, full, p_one=0.3, p_drop=0.3):
 
 # ---- values ---------------------------------------------------------------------------
 
-def _finfo(dtype):
+def finfo(dtype):
     import ml_dtypes
     return ml_dtypes.finfo(O.np_dtype(dtype))
 
@@ -117,7 +117,7 @@ def values(rng, dtype, shape, kinds=None, p_edges=0.4):
     if str(dtype) in FLOATS:
         kind = rng.choice(kinds or ("normal", "normal", "small", "scales", "tiny", "huge"))
         x = rng.standard_normal(shape)
-        f = _finfo(dtype)
+        f = finfo(dtype)
         with np.errstate(over="ignore"):  # (float64 "huge" may overflow: +-inf, specified)
             x = {"normal": x, "small": np.round(x * 2),
                  "scales": x * np.exp2(rng.integers(-24, 24, shape).astype(np.float64)),
@@ -149,7 +149,7 @@ def sum_limit(dtype, n):
     in any order (overflow depends on the order: the bound does not)."""
     if str(dtype) not in FLOATS:
         return None
-    return min(1e4, float(_finfo(dtype).max) / (4 * max(n, 1)))
+    return min(1e4, float(finfo(dtype).max) / (4 * max(n, 1)))
 
 
 # ---- layouts --------------------------------------------------------------------------

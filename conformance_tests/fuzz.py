@@ -362,7 +362,7 @@ def draw_matmul(rng, op, dtype):
     # Products below the smallest normal of the accumulation are rounded to an
     # absolute grid the spec's bound (relative to sum|terms|) does not allow
     # for, so no value is that small: none below sqrt(2 * smallest normal).
-    tiny = float(F._finfo("float64" if dtype == "float64" else "float32").tiny) if lim else 0
+    tiny = float(F.finfo("float64" if dtype == "float64" else "float32").tiny) if lim else 0
 
     def fill(shape):
         x = F.values(rng, dtype, shape, None if ints else ("normal", "small", "scales"),

@@ -74,6 +74,7 @@ def test_seed_sets_per_release_and_per_fuzz_seed():
 
     assert _fuzz.release_seed("0.3.0") != _fuzz.release_seed("0.3.1")
     assert _fuzz.seed_set(12345, 4)[0] == 12345 and len(set(_fuzz.seed_set(12345, 50))) == 50
+    assert _fuzz.seed_set(12345, 0) == []  # --fuzz-cases 0: no fuzz cases
     default = conformance("--device", "cpu:0", "--list", "-k", "fuzz/").stdout.split()
     other = conformance("--device", "cpu:0", "--list", "-k", "fuzz/", "--fuzz-seed", 12345,
                         "--fuzz-cases", 3).stdout.split()
