@@ -32,8 +32,9 @@ from devicekit.conformance.registry import spec_dtypes
 from devicekit.testing import philox
 
 from . import _fuzz as F
-from ._common import FLOATS, O, dk, float_scale, run
+from ._common import FLOATS, O, dk, run
 from .ops_elementwise import BINARY, COMPARE, LOGICAL, UNARY, cast_ties
+from .ops_structured import judge_cumsum, judge_index, judge_matmul, judge_reduction
 
 
 def _floor(target):
@@ -235,16 +236,11 @@ def draw_reduce(rng, op, dtype):
 
 
 def check_reduce(ctx, op, dtype, d):
-    x, axes, keep = _v(d, "x"), d.attrs["axes"], d.attrs["keepdims"]
     t = F.place(ctx.device, d.inputs["x"])
-    out_dt = dtype if dtype in FLOATS or op != "reduce_sum" else "int64"  # like torch.sum
-    want = getattr(O, op)(x if out_dt == dtype else x.astype(np.int64), axes, keepdims=keep)
-    n = int(np.prod([x.shape[a] for a in O._axes(x, axes)]))
-    scale = float_scale(dtype, lambda v: O.reduce_sum(v, axes, keepdims=keep), x)
-    got = run(ctx, op, lambda: getattr(ops, SDK_RED[op])(t, axis=axes, keepdims=keep),
-              check=bool(x.ndim), ran=out_dt)
+    axes, keep = d.attrs["axes"], d.attrs["keepdims"]
     # (zero signs are open: a sum's, and a max/min's over both zeros)
-    O.assert_close(got, want, out_dt, op=op, n=n, scale=scale, case=d.note(), signed_zeros=False)
+    judge_reduction(ctx, op, dtype, _v(d, "x"), lambda: getattr(ops, SDK_RED[op])(
+        t, axis=axes, keepdims=keep), axes, keep, d.note(), signed_zeros=False)
 
 
 def draw_argmax(rng, op, dtype):
@@ -270,13 +266,8 @@ def draw_cumsum(rng, op, dtype):
 
 
 def check_cumsum(ctx, op, dtype, d):
-    x, axis = _v(d, "x"), d.attrs["axis"]
-    t = F.place(ctx.device, d.inputs["x"])
-    out_dt = dtype if dtype in FLOATS else "int64"
-    got = run(ctx, "cumsum", lambda: ops.cumsum(t, axis), ran=out_dt)
-    scale = float_scale(dtype, lambda v: O.cumsum(v, axis), x)
-    O.assert_close(got, O.cumsum(x if out_dt == dtype else x.astype(np.int64), axis), out_dt,
-                   op="cumsum", n=x.shape[axis], scale=scale, case=d.note())
+    t, axis = F.place(ctx.device, d.inputs["x"]), d.attrs["axis"]
+    judge_cumsum(ctx, dtype, _v(d, "x"), lambda: ops.cumsum(t, axis), axis, d.note())
 
 
 def draw_iota(rng, op, dtype):
@@ -325,17 +316,13 @@ def draw_index(rng, op, dtype):
 
 def check_index(ctx, op, dtype, d):
     dev, axis = ctx.device, d.attrs["axis"]
-    x, index = _v(d, "x"), _v(d, "index")
     tx, ti = F.place(dev, d.inputs["x"]), F.place(dev, d.inputs["index"])
     if op == "gather":
-        got = run(ctx, op, lambda: ops.gather(tx, axis, ti))
-        O.assert_close(got, O.gather(x, axis, index), dtype, op=op, case=d.note())
-        return
-    src, ts = _v(d, "src"), F.place(dev, d.inputs["src"])
-    got = run(ctx, op, lambda: ops.scatter_add(tx, axis, ti, ts))
-    scale = float_scale(dtype, lambda a, s: O.scatter_add(a, axis, index, s), x, src)
-    O.assert_close(got, O.scatter_add(x, axis, index, src), dtype, op=op, case=d.note(),
-                   n=O.scatter_count(x.shape, axis, index), scale=scale)
+        call, src = (lambda: ops.gather(tx, axis, ti)), None
+    else:
+        ts, src = F.place(dev, d.inputs["src"]), _v(d, "src")
+        call = lambda: ops.scatter_add(tx, axis, ti, ts)  # noqa: E731
+    judge_index(ctx, op, dtype, _v(d, "x"), _v(d, "index"), call, axis, d.note(), src=src)
 
 
 # M and N past every GEMM tile a plugin is likely to use, together, with ragged tails
@@ -375,12 +362,8 @@ def draw_matmul(rng, op, dtype):
 
 
 def check_matmul(ctx, op, dtype, d):
-    a, b = _v(d, "a"), _v(d, "b")
     ta, tb = F.place(ctx.device, d.inputs["a"]), F.place(ctx.device, d.inputs["b"])
-    k = d.attrs["k"]
-    got = run(ctx, "matmul", lambda: ops.matmul(ta, tb), check=k > 0)  # K=0: may be a fill
-    scale = float_scale(dtype, O.matmul, a, b)
-    O.assert_close(got, O.matmul(a, b), dtype, op="matmul", n=k, scale=scale, case=d.note())
+    judge_matmul(ctx, dtype, _v(d, "a"), _v(d, "b"), lambda: ops.matmul(ta, tb), d.note())
 
 
 # ---- random ----------------------------------------------------------------------------
