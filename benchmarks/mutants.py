@@ -228,5 +228,43 @@ MUTANTS += [
      "    drain(args->stream);\n    return nullptr;", "runtime"),
 ]
 
+MUTANTS += [
+    # Kinds of bug that hand-picked cases tend to miss: a combination of optional
+    # parts nobody made, sizes past a fast path's thresholds with ragged tails, a
+    # degenerate size the header allows, a strided operand where no case strides
+    # one, 32-bit index arithmetic, which of two asynchronous errors is reported.
+    ("layer_norm_bias_needs_weight", "fused_common.h",
+     "  else if (b)\n    for (int64_t i = i0; i < i1; ++i) y[i] = (x[i] - mean) * rstd + b[i];\n",
+     "", "optional"),
+    ("norm_backward_dbias_needs_dweight", "kernels_fused_backward.cpp",
+     "  if (!l.dweight && !l.dbias) return nullptr;", "  if (!l.dweight) return nullptr;",
+     "optional"),
+    ("norm_streaming_tail_unwritten", "fast/norm.cpp",
+     "    stream_store(y + i, r);\n  }\n  norm_span(x, w, b, y, i, n, mean, rstd);\n",
+     "    stream_store(y + i, r);\n  }\n", "thresholds"),
+    ("attention_additive_mask_first_key_tile", "fast/attention.cpp",
+     "for (int64_t jj = 0; jj < visible; ++jj) s[jj] += f[(j0 + jj) * L.mask_strides[3]];",
+     "for (int64_t jj = 0; jj < visible; ++jj) s[jj] += f[jj * L.mask_strides[3]];", "thresholds"),
+    ("gemm_empty_early_return", "fast/gemm.cpp",
+     "  if (g.k == 0) {  // an empty sum: zeros (the block loop below would not run)\n"
+     "    std::fill(g.c, g.c + g.m * g.n, T(0));\n    return;\n  }",
+     "  if (g.m == 0 || g.n == 0 || g.k == 0) return;  // nothing to do", "degenerate"),
+    ("gather_row_copy_ignores_table_stride", "kernels_index.cpp",
+     "const bool row_copy = l.axis != last && is == 0 && xs == 1 && os == 1;",
+     "const bool row_copy = l.axis != last && is == 0 && os == 1;", "strides"),
+    ("gather_index_read_as_int32", "kernels_index.cpp",
+     "    const int64_t i = idx[j * step];\n    if (i < 0 || i >= size) return j;",
+     "    const int i = idx[j * step];\n    if (i < 0 || i >= size) return j;", "overflow"),
+    ("iota_row_offset_int", "kernels_index.cpp",
+     "        std::fill(out + r * l.inner, out + (r + 1) * l.inner, v);",
+     "        const int at = r * l.inner;\n        std::fill(out + at, out + at + l.inner, v);",
+     "overflow"),
+    ("stream_keeps_last_error", "stream.cpp",
+     "      if (s->first_error == nullptr) {\n        s->first_error = err;\n      } else {\n"
+     "        delete err;\n      }",
+     "      delete s->first_error;  // the latest error is the one to report\n"
+     "      s->first_error = err;", "runtime"),
+]
+
 #: A fast subset for CI: one per kind, each cheap to build (small files).
 CI_SUBSET = ["bf16_round_half_up", "gather_index_equal_size_accepted", "argmax_last_tie"]

@@ -77,6 +77,24 @@ def _float_mask(rng):
     return _sdpa(rng, 2, 2, 1, 4, 6, 3, 5, mask=mask)
 
 
+def _large_masked(rng, kind):
+    """150 queries x 300 keys (3 query tiles of 64 and 3 key tiles of 128, both
+    ragged), GQA, a mask per query head: random keys, one key tile masked
+    whole for one query tile, fully masked rows (output 0), -inf entries in
+    the additive kind."""
+    lq, lk = 150, 300
+    if kind == "bool":
+        mask = rng.random((2, lq, lk)) < 0.7
+        mask[0, :64, 128:256] = False
+        mask[1, 70] = mask[0, 149] = False
+    else:
+        mask = _u(rng, 2, lq, lk) * 3
+        mask[rng.random(mask.shape) < 0.2] = -np.inf
+        mask[1, :64, 128:256] = -np.inf
+        mask[0, 3] = -np.inf
+    return _sdpa(rng, 1, 2, 1, lq, lk, 16, 8, mask=mask)
+
+
 def _ce(rng, n, c, ignore=0, spatial=(), reduction="mean", scale=1.0):
     target = rng.integers(0, c, (n, *spatial))
     if ignore:
@@ -223,6 +241,9 @@ CALLS = {
         "large_causal": lambda r: _sdpa(r, 1, 1, 1, 200, 200, 16, 16, is_causal=True),
         "large_causal_lq_ne_lk": lambda r: _sdpa(r, 1, 2, 1, 130, 260, 8, 8, is_causal=True),
         "large_scores": lambda r: _sdpa(r, 1, 1, 1, 70, 270, 32, 8, scale=2.0),
+        # a mask across several query and key tiles, ragged at both ends
+        "large_bool_mask": lambda r: _large_masked(r, "bool"),
+        "large_float_mask": lambda r: _large_masked(r, "float"),
     },
     "conv2d": {
         "one": lambda r: Call([_u(r, 1, 1, 1, 1), _u(r, 1, 1, 1, 1)]),
@@ -242,6 +263,101 @@ CALLS = {
         "odd": lambda r: _adamw(r, (7, 13)),
     },
 }
+
+
+# ---- Every combination of optional parts -----------------------------------------
+# The spec marks a fused op's optional inputs with "?" (fused_ops in
+# base_ops.json). Each subset of them present is one class "opt_<present>"
+# ("opt_none": none), generated here from the spec rather than written out, so
+# that an optional input the spec adds becomes classes without anyone listing
+# them. Attention's mask comes in the two kinds DK_SdpaAttrs tells apart
+# (bool, additive); every class also with grouped-query heads ("_gqa"), and
+# without a mask also with is_causal ("_causal": the SDK refuses a mask
+# together with is_causal, as PyTorch does, so no kernel receives that pair).
+# Sizes are small: the autograd section differentiates every class
+# numerically, and the fused and autograd sections take each subset of the
+# floating inputs requiring grad on these classes (:func:`grad_subsets`).
+
+
+def _fused_inputs(op):
+    from devicekit.conformance.registry import spec
+
+    return next((o["inputs"] for o in spec()["fused_ops"] if o["name"] == op), ())
+
+
+def optional_inputs(op):
+    """The names of ``op``'s optional inputs, in the spec's order ([] if none)."""
+    return [i[:-1] for i in _fused_inputs(op) if i.endswith("?")]
+
+
+def _present_subsets(names):
+    return [[n for i, n in enumerate(names) if m >> i & 1] for m in range(1 << len(names))]
+
+
+def _norm_call(present, centered):
+    def make(r):
+        args = [_u(r, 2, 3, 21), _u(r, 21) if "weight" in present else None]
+        if centered:
+            args.append(_u(r, 21) if "bias" in present else None)
+        while args[-1] is None:  # a trailing absent input is left out, as callers do
+            args.pop()
+        return Call(args, {"eps": 1e-4}, n=21)
+    return make
+
+
+def _sdpa_call(mask, causal, gqa):
+    def make(r):
+        m = None
+        if mask == "bool":  # one query row sees nothing (output 0)
+            m = r.random((3, 5)) < 0.6
+            m[:, 2], m[1] = True, False
+        elif mask == "additive":
+            m = _u(r, 1, 3, 5)
+            m[0, 0, 1] = m[0, 2] = -np.inf
+        hq, hkv = (4, 2) if gqa else (2, 2)
+        kw = {"is_causal": True} if causal else {}
+        if gqa:  # the default scale otherwise (the SDK passes 1/sqrt(D))
+            kw["scale"] = 0.6
+        return _sdpa(r, 1, hq, hkv, 3, 5, 4, 3, mask=m, **kw)
+    return make
+
+
+def _optional_classes():
+    """{op: {"opt_...": rng -> Call}} for every fused op with optional inputs."""
+    out = {}
+    for op in ("rms_norm", "layer_norm"):
+        out[op] = {"opt_" + ("_".join(p) or "none"): _norm_call(set(p), op == "layer_norm")
+                   for p in _present_subsets(optional_inputs(op))}
+    sdpa = "scaled_dot_product_attention"
+    classes = {}
+    for p in _present_subsets(optional_inputs(sdpa)):
+        for kind in (("bool", "additive") if p else (None,)):
+            for causal in ((False,) if p else (False, True)):
+                for gqa in (False, True):
+                    name = "opt_" + ("_".join(p) + f"_{kind}" if p else "none")
+                    name += "_causal" * causal + "_gqa" * gqa
+                    classes[name] = _sdpa_call(kind, causal, gqa)
+    out[sdpa] = classes
+    return out
+
+
+for _op, _classes in _optional_classes().items():
+    CALLS[_op].update(_classes)
+
+
+def grad_subsets(op, shape):
+    """[(label, input indices)] for class ``shape`` of fused op ``op``: each
+    non-empty subset of its floating positional inputs that may require grad,
+    the whole set first, labelled by the spec's input names ("grad_x_bias")."""
+    names = [i.rstrip("?") for i in _fused_inputs(op)]
+    call = CALLS[op][shape](np.random.default_rng(0))  # the structure, not the values
+    floating = [i for i, a in enumerate(call.args) if is_float(a)]
+    out = []
+    for m in range((1 << len(floating)) - 1, 0, -1):
+        idx = [i for k, i in enumerate(floating) if m >> k & 1]
+        out.append(("grad_" + "_".join(names[i] for i in idx), idx))
+    return out
+
 
 # Composites whose value goes through exp/log/erf/tanh/rsqrt/sqrt (the
 # transcendental tolerance override applies).

@@ -42,7 +42,7 @@ NOT_DIFFERENTIABLE_CLASSES = {"all_ignored", "neg_inf", "neg_inf_row"}
 # check them); the float64 gradient check of a 300-key attention takes minutes.
 # (The fused section compares fused and decomposed gradients on them.)
 FORWARD_ONLY_CLASSES = {"large_tiles", "large_causal", "large_causal_lq_ne_lk", "large_scores",
-                        "long_rows", "large", "tanh_large"}
+                        "long_rows", "large", "tanh_large", "large_bool_mask", "large_float_mask"}
 FLOAT64_TOL = (1e-5, 1e-6)
 FLOAT32_FACTOR = 4
 
@@ -119,14 +119,19 @@ def _device_grads(ctx, fn, args, kwargs, wrt, w):
     with dk.fused_kernels(False):
         out = fn(*tensors, **{k: _nn.to_device(v, dev) for k, v in kwargs.items()})
         ops.sum(out * dk.tensor(w.astype(O.np_dtype(out.dtype)), device=dev)).backward()
+    stray = [i for i, t in enumerate(tensors) if i not in wrt and getattr(t, "grad", None) is not None]
+    assert not stray, f"inputs {stray} got a gradient though only inputs {wrt} require grad"
     return [tensors[i].grad.numpy() if tensors[i].grad is not None
             else np.zeros(args[i].shape, args[i].dtype) for i in wrt]
 
 
-def _check(ctx, name, fn, ref, args, kwargs, dtype, n, note, analytic=None):
-    """Plugin gradients of sum(fn(args) * w) wrt the floating args vs the oracle's."""
+def _check(ctx, name, fn, ref, args, kwargs, dtype, n, note, analytic=None, wrt=None):
+    """Plugin gradients of sum(fn(args) * w) wrt the floating args (or the
+    inputs ``wrt``, the others not requiring grad) vs the oracle's."""
     args = [O.round_to(a, dtype) if _nn.is_float(a) else a for a in args]
-    wrt = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype == O.np_dtype(dtype)]
+    if wrt is None:
+        wrt = [i for i, a in enumerate(args)
+               if isinstance(a, np.ndarray) and a.dtype == O.np_dtype(dtype)]
     exact = [a.astype(np.float64) if i in wrt else a for i, a in enumerate(args)]
     shape = np.shape(ref(*exact, **kwargs)) if ref else args[0].shape
     w = ctx.rng().standard_normal(shape)
@@ -148,11 +153,11 @@ def check_base(ctx, op, dtype):
     _check(ctx, op, fn, ref or (lambda x: x), args, {}, dtype, n, op, analytic)
 
 
-def check_composite(ctx, name, dtype, shape):
+def check_composite(ctx, name, dtype, shape, wrt=None):
     call = _nn.CALLS[name][shape](ctx.rng())
     args, kwargs = _nn.rounded(call, dtype)
     _check(ctx, name, _nn.function(name), _nn.oracle(name), args, kwargs, dtype, call.n,
-           f"{name} {shape}")
+           f"{name} {shape}", wrt=wrt)
 
 
 def _base_ops_with_rules():
@@ -201,6 +206,14 @@ def cases(target):
             out.append(Case(id=f"autograd/{name}/{dtype}/{shape}", section="autograd", op=name,
                             dtype=dtype, fn=functools.partial(check_composite, name=name,
                                                               dtype=dtype, shape=shape)))
+            if not shape.startswith("opt_"):
+                continue
+            # each other subset of the inputs requiring grad (the case above: all of them)
+            for label, wrt in _nn.grad_subsets(name, shape)[1:]:
+                out.append(Case(id=f"autograd/{name}/{dtype}/{shape}/{label}",
+                                section="autograd", op=name, dtype=dtype,
+                                fn=functools.partial(check_composite, name=name, dtype=dtype,
+                                                     shape=shape, wrt=wrt)))
     return out
 
 

@@ -99,25 +99,32 @@ REJECTS = {
 }
 
 
-def _run(ctx, op, args, kwargs, fused, noncontig=False):
+def _placer(ctx, place):
+    """``place(key, value)``: the device operand of positional input ``key`` (an
+    index) or keyword ``key``; by default a dense copy (the fuzz section lays
+    operands out as views)."""
+    return place or (lambda key, value: _nn.to_device(value, ctx.device))
+
+
+def _run(ctx, op, args, kwargs, fused, noncontig=False, place=None):
     """(host outputs, {kernel name: launches}, decomposed calls) of one call."""
-    dev = ctx.device
-    dev_args = [_nn.to_device(a, dev) for a in args]
+    dev, place = ctx.device, _placer(ctx, place)
+    dev_args = [place(i, a) for i, a in enumerate(args)]
     if noncontig:
         dev_args[0] = _noncontiguous(args[0], dev)
     dk.reset_composite_stats()
     with dk.fused_kernels(fused):
-        out = _nn.function(op)(*dev_args, **{k: _nn.to_device(v, dev) for k, v in kwargs.items()})
+        out = _nn.function(op)(*dev_args, **{k: place(k, v) for k, v in kwargs.items()})
         got = [o.numpy() for o in _nn.outputs(out)]
     st = dk.composite_stats().get(op, {"decomposed": 0, "fused": {}})
     return got, st["fused"], st["decomposed"]
 
 
-def _compare(ctx, op, call, args, kwargs, dtype, noncontig, note):
+def _compare(ctx, op, call, args, kwargs, dtype, noncontig, note, place=None):
     """Runs the call fused-on and fused-off; checks both against the oracle and
     each other. Returns {kernel: launches} of the fused-on run."""
-    got, launched, _ = _run(ctx, op, args, kwargs, True, noncontig)
-    ref, _, _ = _run(ctx, op, args, kwargs, False, noncontig)
+    got, launched, _ = _run(ctx, op, args, kwargs, True, noncontig, place)
+    ref, _, _ = _run(ctx, op, args, kwargs, False, noncontig, place)
     want = _nn.expected(op, args, kwargs, dtype)
     rtol, atol = _nn.tolerance(op, dtype, call.n)
     path = f"ran: {', '.join(launched) or 'the decomposition'}"
@@ -128,13 +135,17 @@ def _compare(ctx, op, call, args, kwargs, dtype, noncontig, note):
     return launched
 
 
-def check_call(ctx, kernel, op, dtype, shape, backward=False):
+def check_call(ctx, kernel, op, dtype, shape, backward=False, wrt=None):
     """``op``'s call class ``shape``: through ``kernel`` (the op's fused
-    kernel, or with ``backward`` its backward kernel) vs the decomposition."""
+    kernel, or with ``backward`` its backward kernel) vs the decomposition.
+    ``wrt``: the inputs that require grad (default: every floating one)."""
     call = _nn.CALLS[op][shape](ctx.rng())
     args, kwargs = _nn.rounded(call, dtype)
-    compare = _compare_grads if backward else _compare
-    launched = compare(ctx, op, call, args, kwargs, dtype, False, f"{kernel} {dtype} {shape}")
+    note = f"{kernel} {dtype} {shape}"
+    if backward:
+        launched = _compare_grads(ctx, op, call, args, kwargs, dtype, False, note, wrt=wrt)
+    else:
+        launched = _compare(ctx, op, call, args, kwargs, dtype, False, note)
     if not launched.get(kernel):
         other = ", ".join(launched) or "the decomposition" + ("'s gradient" if backward else "")
         raise Skip(f"{kernel} {'was not asked or declined' if backward else 'declined'} this "
@@ -212,6 +223,12 @@ def cases(target):
                                 required=dtype == "float32", **base,
                                 fn=functools.partial(check_call, dtype=dtype, shape=shape,
                                                      **which)))
+        if backward:  # each other subset of the inputs requiring grad (_nn: "opt_" classes)
+            for shape in [c for c in _nn.CALLS[fwd] if c.startswith("opt_")]:
+                for label, wrt in _nn.grad_subsets(fwd, shape)[1:]:
+                    out.append(Case(id=f"fused/{name}/float32/{shape}/{label}", dtype="float32",
+                                    **base, fn=functools.partial(check_call, dtype="float32",
+                                                                 shape=shape, wrt=wrt, **which)))
         for kind in REJECTS[fwd]:
             out.append(Case(id=f"fused/{name}/rejects/{kind}", **base,
                             fn=functools.partial(check_reject, kind=kind, **which)))
@@ -345,19 +362,29 @@ def _floating(a):
     return isinstance(a, np.ndarray) and (a.dtype.kind == "f" or a.dtype.name == "bfloat16")
 
 
-def _grads(ctx, fwd, args, kwargs, cot, fused, noncontig=False):
-    """(gradients of every floating input, {backward kernel: launches}) of one
-    call of ``fwd`` whose output gradient is ``cot``."""
-    dev = ctx.device
-    dev_args = [_nn.to_device(a, dev, requires_grad=_floating(a)) for a in args]
+def _wrt(args, wrt):
+    """The indices of the inputs that require grad: ``wrt``, else every floating one."""
+    return [i for i, a in enumerate(args) if _floating(a)] if wrt is None else list(wrt)
+
+
+def _grads(ctx, fwd, args, kwargs, cot, fused, noncontig=False, wrt=None, place=None):
+    """(gradients of the inputs ``wrt`` (default: every floating one),
+    {backward kernel: launches}) of one call of ``fwd`` whose output gradient
+    is ``cot``. An input that does not require grad must get no gradient."""
+    dev, wrt, place = ctx.device, _wrt(args, wrt), _placer(ctx, place)
+    dev_args = [place(i, a) for i, a in enumerate(args)]
     if noncontig:
-        dev_args[0] = _noncontiguous(args[0], dev).detach().requires_grad_(True)
-    kw = {k: _nn.to_device(v, dev) for k, v in kwargs.items()}  # masks: never differentiated
+        dev_args[0] = _noncontiguous(args[0], dev)
+    dev_args = [t.detach().requires_grad_(True) if i in wrt else t for i, t in enumerate(dev_args)]
+    kw = {k: place(k, v) for k, v in kwargs.items()}  # masks: never differentiated
     dk.reset_composite_stats()
     with dk.fused_kernels(fused):
         out = _nn.function(fwd)(*dev_args, **kw)
         out.backward(dk.tensor(cot, device=dev))
-    grads = [t.grad.numpy() for t, a in zip(dev_args, args) if _floating(a)]
+    stray = [i for i, t in enumerate(dev_args) if i not in wrt and getattr(t, "grad", None) is not None]
+    assert not stray, (f"{fwd}: inputs {stray} got a gradient though they do not require grad "
+                       f"(only inputs {wrt} do)")
+    grads = [dev_args[i].grad.numpy() for i in wrt]
     st = dk.composite_stats().get(fwd + "_backward", {"fused": {}})
     return grads, st["fused"]
 
@@ -371,23 +398,25 @@ def _cotangent(ctx, fwd, args, kwargs, dtype):
     return O.round_to(ctx.rng().standard_normal(tuple(out.shape)), dtype)
 
 
-def _compare_grads(ctx, fwd, call, args, kwargs, dtype, noncontig, note):
+def _compare_grads(ctx, fwd, call, args, kwargs, dtype, noncontig, note, wrt=None, place=None):
+    wrt = _wrt(args, wrt)
     cot = _cotangent(ctx, fwd, args, kwargs, dtype)
-    got, launched = _grads(ctx, fwd, args, kwargs, cot, True, noncontig)
-    ref, _ = _grads(ctx, fwd, args, kwargs, cot, False, noncontig)
+    got, launched = _grads(ctx, fwd, args, kwargs, cot, True, noncontig, wrt, place)
+    ref, _ = _grads(ctx, fwd, args, kwargs, cot, False, noncontig, wrt, place)
     # Each gradient element sums up to one product per element of the largest input.
     n = max([call.n] + [int(np.prod(a.shape)) for a in args if _floating(a)])
     rtol, atol = _nn.tolerance(fwd, dtype, n)
     path = f"ran: {', '.join(launched) or 'the decomposition'}"
     case = f"{note} n={call.n} seed={ctx.seed}; {path}"
-    for i, (g, r) in enumerate(zip(got, ref)):
+    for i, g, r in zip(wrt, got, ref):
         O.assert_close(g, r, dtype, op=fwd, tol=(2 * rtol, 2 * atol),
                        case=f"{case}: gradient of input {i} vs the decomposition's")
     if "float64" in ctx.target.dtypes and dtype != "float64":
         wide = [a.astype(np.float64) if _floating(a) else a for a in args]
         wide_kw = {k: v.astype(np.float64) if _floating(v) else v for k, v in kwargs.items()}
-        exact, _ = _grads(ctx, fwd, wide, wide_kw, cot.astype(np.float64), False, noncontig)
-        for i, (g, w) in enumerate(zip(got, exact)):
+        exact, _ = _grads(ctx, fwd, wide, wide_kw, cot.astype(np.float64), False, noncontig, wrt,
+                          place)
+        for i, g, w in zip(wrt, got, exact):
             O.assert_close(g, O.round_to(w, dtype), dtype, op=fwd, tol=(2 * rtol, 2 * atol),
                            case=f"{case}: gradient of input {i} vs the float64 decomposition's")
     return launched

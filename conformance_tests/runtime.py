@@ -6,7 +6,8 @@ Allocation edge cases, a request larger than the device (a clean
 OutOfMemoryError, nothing lost), copies of every dtype at unaligned offsets
 and sizes (and nothing written outside), async copies on several streams
 ordered only by events, monotonic event timing, several host threads at once,
-and a leak check (the plugin's bytes in use back to the baseline).
+a leak check (the plugin's bytes in use back to the baseline), and which of
+two asynchronous kernel errors a synchronize reports (the first).
 """
 
 import functools
@@ -16,13 +17,14 @@ import threading
 import numpy as np
 
 import devicekit as dk
-from devicekit.conformance.case import Case, Section
+from devicekit import ops
+from devicekit.conformance.case import Case, Section, Skip
 from devicekit.testing import oracle as O
 from devicekit.testing.inputs import rand
 
 SECTION = Section("runtime", "Device runtime contract", order=10,
                   # the fixed cases below plus one copy case per stored dtype
-                  min_cases=lambda target: 7 + len(target.dtypes))
+                  min_cases=lambda target: len(FIXED) + len(target.dtypes))
 
 
 def _host_bytes(ctx, n):
@@ -236,10 +238,68 @@ def leak_check(ctx):
     assert not leaked, f"device memory not returned after everything was freed: {leaked}"
 
 
+FIRST, SECOND = 1000003, 2000029  # out-of-range index values the two failing kernels hold
+
+
+def _which(message):
+    """Which of the two failing launches a message is about: "first",
+    "second", or None when it names neither (its op or its index value)."""
+    first = "gather" in message or str(FIRST) in message
+    second = "scatter_add" in message or str(SECOND) in message
+    return None if first == second else "first" if first else "second"
+
+
+def first_async_error(ctx, via):
+    """A gather then a scatter_add, each with an index out of range, enqueued
+    back to back on one stream with nothing in between: the next synchronize
+    (``via``: "stream", the read of the second result; "device",
+    Device_Synchronize) reports the first one's error, as the header says
+    ("returns (and clears) the first asynchronous error raised by that
+    work"), and only once. A plugin may also refuse a launch at once."""
+    dev = ctx.device
+    if not (_has_kernel(dev, "gather") and _has_kernel(dev, "scatter_add")):
+        raise Skip("the plugin has no float32 gather and scatter_add kernels to fail")
+    x = dk.tensor(np.zeros((4, 5), np.float32), device=dev)
+    bad = [dk.tensor(np.array([[0, 1, 2, 3, v]], np.int64), device=dev) for v in (FIRST, SECOND)]
+    src = dk.tensor(np.ones((1, 5), np.float32), device=dev)
+    dev.synchronize()  # everything above is on the device before the failing launches
+    reported = []
+    out = None
+    for launch in (lambda: ops.gather(x, 0, bad[0]), lambda: ops.scatter_add(x, 0, bad[1], src)):
+        try:
+            out = launch()
+        except dk.DeviceKitError as e:  # refused at launch: that is reported first too
+            reported.append(("launch", str(e)))
+    try:
+        if via == "stream" and out is not None:
+            out.numpy()
+        dev.synchronize()
+    except dk.DeviceKitError as e:
+        reported.append((via + " synchronize", str(e)))
+    assert reported, (f"a gather with index {FIRST} and a scatter_add with index {SECOND} into a "
+                      f"dimension of size 4 reported no error, at launch or at the synchronize")
+    when, message = reported[0]
+    which = _which(message)
+    if which is None:
+        raise Skip(f"the first error reported ({when}) names neither op nor index value, so "
+                   f"which launch it is about cannot be told: {message[:200]}")
+    assert which == "first", (
+        f"two failing kernels on one stream (gather, index {FIRST}; then scatter_add, index "
+        f"{SECOND}): the {when} reported the second one's error, the header says the first: "
+        f"{message[:300]}")
+    try:
+        dev.synchronize()
+    except dk.DeviceKitError as e:
+        raise AssertionError(f"an asynchronous error was reported again (or the second one "
+                             f"after the first) by the next synchronize: {e}") from None
+
+
 FIXED = {"alloc_zero": alloc_zero, "alloc_odd_sizes": alloc_odd_sizes,
          "alloc_too_large": alloc_too_large, "streams_ordered_by_events": streams_ordered_by_events,
          "event_timing_monotonic": event_timing, "host_threads": host_threads,
-         "leak_check": leak_check}
+         "leak_check": leak_check,
+         "first_async_error/stream": functools.partial(first_async_error, via="stream"),
+         "first_async_error/device": functools.partial(first_async_error, via="device")}
 
 
 def cases(target):

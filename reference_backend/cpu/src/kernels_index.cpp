@@ -192,10 +192,14 @@ DK_Error* run_scatter_add(const void* payload) {
       const T* src = reinterpret_cast<const T*>(l.src);
       T* out = reinterpret_cast<T*>(l.out);
       // Sequential in src's row-major order: deterministic, and no two
-      // threads ever add into one element. float16/bfloat16 accumulate in a
-      // float32 copy and round once at the end.
-      using A = typename std::conditional_t<kIsFloat<T>, std::common_type<Wide<T>>,
-                                            std::make_unsigned<T>>::type;  // (picked lazily)
+      // threads ever add into one element. Sequential adds of one element
+      // round in step (an embedding's gradient adds one row many times), so
+      // float32 accumulates in a double copy, float16/bfloat16 in a float32
+      // one (as cumsum does), rounded once at the end.
+      using A = typename std::conditional_t<
+          std::is_same<T, float>::value, std::common_type<double>,
+          std::conditional_t<kIsFloat<T>, std::common_type<Wide<T>>,
+                             std::make_unsigned<T>>>::type;  // (picked lazily)
       std::vector<A> acc(static_cast<size_t>(x_numel));
       for_each_x(l, l.x_st, [&](int64_t e, int64_t off) { acc[e] = A(widen_exact(x[off])); });
       for (int64_t r = 0; r < rows && !err; ++r) {

@@ -54,6 +54,8 @@ def add_parser(sub):
     p.add_argument("--level", choices=("core", "full"), default="full",
                    help="core: no large shapes; full (default): everything")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
+    p.add_argument("--fuzz-seed", type=int, help="seed set of the fuzz section (default: this release's)")
+    p.add_argument("--fuzz-cases", type=int, help="fuzz cases per (op, dtype) (level full; default 12)")
     p.add_argument("--list", action="store_true", help="print the selected case ids and exit")
     p.add_argument("-x", "--exitfirst", action="store_true",
                    help="stop after the first fail/error/crash (a partial report; mutation runs)")
@@ -171,6 +173,9 @@ def _run(args):
             print(f"{prog}: error: --shard and --exitfirst exclude each other (a shard that "
                   f"stops early cannot be merged)", file=sys.stderr)
             return EXIT_USAGE
+    if why := registry.configure_fuzz(args.fuzz_seed, args.fuzz_cases, args.exact):
+        print(f"{prog}: error: {why}", file=sys.stderr)
+        return EXIT_USAGE
     if args.report and (why := _output.output_problem(args.report, "--report", folder=True)):
         print(f"{prog}: error: {why}", file=sys.stderr)
         return EXIT_OUTPUT

@@ -9,7 +9,9 @@ autograd) is adding one such file; nothing here changes.
 import functools
 import importlib
 import json
+import os
 import pkgutil
+import re
 from importlib import resources
 
 from .case import LEVELS, Case, Target  # noqa: F401  (re-exported for section modules)
@@ -69,6 +71,39 @@ def op_cases(target, section, op, shape_classes, make, level_of=lambda shape: "c
                             dtype=dtype, fn=make(op, dtype, shape), required=dtype in required,
                             not_implemented=why, level=level_of(shape)))
     return out
+
+
+# ---- the fuzz section's seeds (conformance_tests/fuzz.py) ----------------------------
+# `devicekit conformance --fuzz-seed S --fuzz-cases N` reach the worker
+# processes (which build the case list again) through the environment, as the
+# pytest entry can too: DEVICEKIT_FUZZ_SEED, DEVICEKIT_FUZZ_CASES, and
+# DEVICEKIT_FUZZ_REPLAY, the seeds of the fuzz ids named with --case, so that
+# the replay command of a failure (`--case fuzz/<op>/<dtype>/s<seed>`) finds
+# its case whichever seed set it came from.
+
+FUZZ_ENV = ("DEVICEKIT_FUZZ_SEED", "DEVICEKIT_FUZZ_CASES", "DEVICEKIT_FUZZ_REPLAY")
+_FUZZ_ID = re.compile(r"^fuzz/.*/s(\d+)$")
+
+
+def configure_fuzz(seed=None, cases=None, exact=()):
+    """Sets the fuzz section's seed set for this process and its workers; returns
+    a usage error (a string) or None."""
+    if seed is not None and not 0 <= seed < 2**32:
+        return f"--fuzz-seed must be in [0, 2**32), got {seed}"
+    if cases is not None and not 0 <= cases <= 10_000:
+        return f"--fuzz-cases must be in [0, 10000], got {cases}"
+    replay = sorted({m.group(1) for i in exact if (m := _FUZZ_ID.match(i))})
+    for name, value in zip(FUZZ_ENV, (seed, cases, ",".join(replay) or None)):
+        if value is not None:
+            os.environ[name] = str(value)
+    return None
+
+
+def fuzz_settings():
+    """(seed or None, cases or None, [replay seeds]) as configure_fuzz set them."""
+    seed, cases, replay = (os.environ.get(n) for n in FUZZ_ENV)
+    return (int(seed) if seed else None, int(cases) if cases else None,
+            [int(s) for s in replay.split(",")] if replay else [])
 
 
 def sections():
