@@ -35,6 +35,7 @@ EXPECTED_TREE = {
     "include/devicekit/device_api.h",
     "include/devicekit/device_api_ops.h",
     "include/devicekit/plugin_helpers.h",
+    "include/devicekit/plugin_helpers_ops.h",
     "pyproject.toml",
     "python/devicekit_acme/__init__.py",
     "src/api.c",
