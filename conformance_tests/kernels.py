@@ -10,11 +10,16 @@ views the case builds itself (``_raw``):
   in uint8 ...); outputs sit between guard bands of canary bytes, checked after
   the kernel, and start as canaries, so an element never written is seen too;
   the result is checked against the oracle with the op's spec bound.
-- ``kernels/<op>/invalid/<what>``: calls the header forbids (an input of
-  another dtype, an undeclared dtype, an output of the wrong shape, rank or
-  dtype, a wrong operand count, missing, short or out-of-range attributes)
-  must return DK_ERROR_INVALID_ARGUMENT from the kernel call itself, write
-  nothing, and leave the stream healthy.
+- ``kernels/<op>/invalid/<case>``: one call per argument rule the header
+  states (``device_api/spec/arg_rules.json``: operand counts, dtypes, shapes
+  with batch dims, strides, NULL data, aliasing, views past their allocation,
+  attributes, index values), for every op it applies to, each breaking that
+  one rule (``_invalid``): a call the header forbids must return
+  DK_ERROR_INVALID_ARGUMENT from the kernel call itself, write nothing, and
+  leave the stream healthy; a bad index must be reported, from the call or
+  the synchronize. :func:`rule_coverage` counts the (rule, op) pairs that got
+  their cases (the status line shows it; tests/test_arg_rules.py requires
+  all of them).
 """
 
 import functools
@@ -166,7 +171,8 @@ def invalid_cases(target, op):
             if isinstance(broken, str):
                 why_not[r["id"]] = broken
                 break
-            made.append((r, name))
+            if broken is not None:
+                made.append((r, name))
     return made, why_not
 
 
@@ -195,6 +201,18 @@ def rule_coverage(target, cases):
     return {"rules": len(_rules.rules()), "pairs": covered + len(uncovered), "covered": covered,
             "uncovered": uncovered, "not_applicable": not_applicable,
             "sdk_cases": len(sdk) - len(sdk_missing), "sdk_missing": sdk_missing}
+
+
+def status(target):
+    """The rule coverage for the status line and the report's implementation
+    entry (registry.implementation_status): the counts, what is uncovered, and
+    one line."""
+    from . import errors
+
+    cov = rule_coverage(target, cases(target) + errors.cases(target))
+    return {"arg_rules": cov["rules"], "rule_pairs": cov["pairs"],
+            "rule_pairs_covered": cov["covered"], "rule_pairs_uncovered": cov["uncovered"],
+            "rule_pairs_not_applicable": cov["not_applicable"], "line": _rules.coverage_line(cov)}
 
 
 def cases(target):
