@@ -19,6 +19,7 @@ from devicekit.testing import oracle as O
 DTYPE_IDS = {name: i for i, (name, _) in enumerate(_core.DTYPES)}
 OP_IDS = None  # filled lazily from the spec order
 INVALID_ARGUMENT = 1
+CODES = {"DK_ERROR_INVALID_ARGUMENT": INVALID_ARGUMENT, "DK_ERROR_OUT_OF_RANGE": 6}
 GUARD = 256  # bytes of canary on each side of every output (a multiple of any alignment)
 CANARY = 0xA5
 
@@ -155,6 +156,11 @@ def call(device, op, inputs, outputs, attr_bytes=None, **malformed):
 
 def supports_malformed_args():
     return "op_field" in (_core.raw_kernel_call.__doc__ or "")
+
+
+def supports_malformed_views():
+    """device_field, stream_null, null_view and view_struct_size (DeviceKit 0.4)."""
+    return "stream_null" in (_core.raw_kernel_call.__doc__ or "")
 
 
 def available():

@@ -35,8 +35,8 @@ from devicekit.conformance_tests import _invalid, _rules, errors, kernels
 from conftest import _find_c_compiler
 
 WHEN = {"call", "run", "sdk"}
-FIELDS = {"id", "group", "header", "rule", "when", "expect", "applies", "needs", "cases", "helper",
-          "sdk_cases"}
+FIELDS = {"id", "group", "header", "rule", "when", "expect", "codes", "applies", "needs", "cases",
+          "helper", "sdk_cases"}
 
 
 def test_rules_are_well_formed_and_each_has_one_way_to_break_it():
@@ -50,6 +50,7 @@ def test_rules_are_well_formed_and_each_has_one_way_to_break_it():
         assert re.search(r"device_api(_ops)?\.h|SDK", r["header"]), \
             f"{r['id']}: its header field must say where the rule is stated"
         assert set(r.get("needs", ())) <= set(_invalid.NEEDS), r["id"]
+        assert set(r.get("codes", ())) <= set(_invalid._raw.CODES), r["id"]
         for op in _rules.spec_ops():
             _rules.applies(r, op)  # raises on an unknown applies key
         if r["when"] == "sdk":
