@@ -10,9 +10,11 @@ One test per case. The cases run in worker processes, exactly as
 same checks after each case): a kernel that crashes kills a worker, not the
 pytest session, and its test fails naming the signal and the case while the
 session goes on. The selected cases run as one batch when the first of them
-is reached (``--jobs`` workers; ``--case-timeout`` seconds each); their tests
-then report in order. ``--in-process`` runs each case in this process
-instead (a debugger sees the plugin; a crash ends the session).
+is reached (``--conformance-jobs`` workers; ``--conformance-timeout``
+seconds each); their tests then report in order. ``--conformance-in-process``
+runs each case in this process instead (a debugger sees the plugin; a crash
+ends the session). (The options are long on purpose: every pytest in an
+environment with devicekit has them, through the pytest11 entry point.)
 fail -> failed; crash -> failed with "CRASH"; error -> error;
 not-implemented -> failed with "NOT IMPLEMENTED" (never a pass, also for
 optional dtypes); skipped -> skipped.
@@ -28,11 +30,11 @@ def pytest_addoption(parser):
     group.addoption("--device", dest="dk_device", help="device under test, e.g. cpu:0")
     group.addoption("--plugin", dest="dk_plugin", help="plugin library path (development)")
     group.addoption("--level", dest="dk_level", default="full", choices=("core", "full"))
-    group.addoption("--jobs", dest="dk_jobs", type=int, default=os.cpu_count() or 1,
+    group.addoption("--conformance-jobs", dest="dk_jobs", type=int, default=os.cpu_count() or 1,
                     help="conformance worker processes (default: CPU count)")
-    group.addoption("--case-timeout", dest="dk_timeout", type=float, default=120.0,
+    group.addoption("--conformance-timeout", dest="dk_timeout", type=float, default=120.0,
                     help="seconds per conformance case before its worker is killed (default 120)")
-    group.addoption("--in-process", dest="dk_in_process", action="store_true",
+    group.addoption("--conformance-in-process", dest="dk_in_process", action="store_true",
                     help="run conformance cases in the pytest process (no crash isolation)")
 
 
@@ -95,7 +97,7 @@ def _replay(case, config):
 
 
 def check(case, config):
-    """Runs ``case`` (in a worker unless --in-process) and turns its outcome into pytest's."""
+    """Runs ``case`` (in a worker unless --conformance-in-process); its outcome becomes pytest's."""
     from .case import CRASH, ERROR, FAIL, NOT_IMPLEMENTED, SKIPPED, run_case
 
     if config.getoption("dk_in_process"):
