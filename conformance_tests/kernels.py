@@ -177,12 +177,13 @@ def invalid_cases(target, op):
 
 
 def rule_coverage(target, cases):
-    """The (rule, op) pairs of the argument rules (``_rules.pairs``) and how
-    many have their cases in ``cases``: {rules, pairs, covered, uncovered:
-    [rule/op], not_applicable: [rule/op: why], sdk_cases, sdk_missing}. A pair
-    whose case cannot be built for this plugin (another declared dtype it
-    lacks, ...) is not applicable and says why; every other pair must be
-    covered by all the rule's case names."""
+    """The (rule, op) pairs of the argument rules (``_rules.pairs_of`` each
+    op the plugin implements) and how many have their cases in ``cases``:
+    {rules, pairs, covered, uncovered: [rule/op], not_applicable: [rule/op:
+    why], sdk_cases, sdk_missing}. A pair whose case cannot be built for this
+    plugin (it declares every dtype there is, so none is undeclared; an older
+    core that cannot malform the call) is not applicable and says why; every
+    other pair must be covered by all the rule's case names."""
     ids = {c.id for c in cases}
     covered, uncovered, not_applicable = 0, [], []
     for op in sorted(target.declared):
