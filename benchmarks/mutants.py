@@ -217,6 +217,19 @@ MUTANTS += [
      "inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {\n",
      "inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {\n"
      "  if (axis < 0) return nullptr;\n", "arguments"),
+    # the argument rules (device_api/spec/arg_rules.json) that no case checked before
+    ("matmul_out_batch_dims_unchecked", "kernels_matmul.cpp",
+     "ok = ok && b.shape[d] == a.shape[d] && out.shape[d] == a.shape[d];",
+     "ok = ok && b.shape[d] == a.shape[d];", "arguments"),
+    ("index_int32_accepted", "kernels_index.cpp", "if (index.dtype != DK_DTYPE_INT64) {",
+     "if (index.dtype != DK_DTYPE_INT64 && index.dtype != DK_DTYPE_INT32) {", "arguments"),
+    ("scatter_src_shape_unchecked", "kernels_index.cpp",
+     'if (DK_Error* e = check_same_shape(call, "input 2 (src)", src, index, "input 1 (index)"))\n'
+     "        return e;", "if (false) return nullptr;", "arguments"),
+    ("view_bounds_ignore_offset", "runtime.cpp", "if (bytes > size - offset) {",
+     "if (bytes > size) {", "arguments"),
+    ("gather_negative_index_accepted", "kernels_index.cpp", "    if (i < 0 || i >= size) return j;",
+     "    if (i >= size) return j;", "index"),
     # ---- the runtime contract ----
     ("memory_stats_rounded_blocks", "runtime.cpp",
      "    d.bytes_in_use += args->size;",
@@ -267,4 +280,5 @@ MUTANTS += [
 ]
 
 #: A fast subset for CI: one per kind, each cheap to build (small files).
-CI_SUBSET = ["bf16_round_half_up", "gather_index_equal_size_accepted", "argmax_last_tie"]
+CI_SUBSET = ["bf16_round_half_up", "gather_index_equal_size_accepted", "argmax_last_tie",
+             "view_bounds_ignore_offset"]

@@ -19,6 +19,7 @@ from devicekit.testing import oracle as O
 DTYPE_IDS = {name: i for i, (name, _) in enumerate(_core.DTYPES)}
 OP_IDS = None  # filled lazily from the spec order
 INVALID_ARGUMENT = 1
+CODES = {"DK_ERROR_INVALID_ARGUMENT": INVALID_ARGUMENT, "DK_ERROR_OUT_OF_RANGE": 6}
 GUARD = 256  # bytes of canary on each side of every output (a multiple of any alignment)
 CANARY = 0xA5
 
@@ -80,18 +81,41 @@ def _strides(shape):
     return list(reversed(out))
 
 
-class Operand:
-    """One device allocation holding a dense array, inside guard bands when ``guard``."""
+MAX_RANK = 8  # DK_MAX_RANK
 
-    def __init__(self, device, arr, dtype, guard):
+
+def contiguous(shape, strides):
+    """DK_TensorView's rule (plugin_helpers.h's dkh_is_contiguous): no element,
+    or dense row-major where size-1 dims may have any stride."""
+    if any(d == 0 for d in shape):
+        return True
+    expected = 1
+    for d, s in zip(reversed(shape), reversed(strides)):
+        if d != 1 and s != expected:
+            return False
+        expected *= d
+    return True
+
+
+class Operand:
+    """One device allocation holding a dense array, inside guard bands when ``guard``.
+
+    ``lead`` / ``tail``: bytes of the allocation before and after the array
+    (default: GUARD with ``guard``, else 0). A negative ``tail`` makes the
+    allocation end before the array does (its last bytes are not stored): a
+    view that runs past its allocation, for the memory-bound rules."""
+
+    def __init__(self, device, arr, dtype, guard, lead=None, tail=None):
         self.dtype, self.shape = dtype, tuple(arr.shape)
         self.arr = np.ascontiguousarray(arr)
         self.nbytes = self.arr.nbytes
-        self.guard = GUARD if guard else 0
-        self.buf = device.alloc(self.nbytes + 2 * self.guard)
-        host = np.full(self.nbytes + 2 * self.guard, CANARY, np.uint8)
+        self.guard = (GUARD if guard else 0) if lead is None else lead
+        self.tail = (GUARD if guard else 0) if tail is None else tail
+        size = self.guard + self.nbytes + self.tail
+        self.buf = device.alloc(size)
+        host = np.full(self.guard + self.nbytes + max(self.tail, 0), CANARY, np.uint8)
         host[self.guard:self.guard + self.nbytes] = self.arr.reshape(-1).view(np.uint8)
-        device.copy_h2d(self.buf, host)
+        device.copy_h2d(self.buf, host[:size])
         self.device = device
 
     def view(self, shape=None, strides=None, dtype=None):
@@ -101,7 +125,7 @@ class Operand:
 
     def fetch(self):
         """(array, guard bands intact?)"""
-        host = np.empty(self.nbytes + 2 * self.guard, np.uint8)
+        host = np.empty(self.guard + self.nbytes + self.tail, np.uint8)
         self.device.copy_d2h(host, self.buf)
         body = host[self.guard:self.guard + self.nbytes].copy()
         arr = body.view(O.np_dtype(self.dtype)).reshape(self.shape)
@@ -112,8 +136,8 @@ class Operand:
         self.buf.free()
 
 
-def operand(device, arr, dtype, guard=False):
-    return Operand(device, arr, dtype, guard)
+def operand(device, arr, dtype, guard=False, lead=None, tail=None):
+    return Operand(device, arr, dtype, guard, lead, tail)
 
 
 def output(device, shape, dtype):
@@ -132,6 +156,11 @@ def call(device, op, inputs, outputs, attr_bytes=None, **malformed):
 
 def supports_malformed_args():
     return "op_field" in (_core.raw_kernel_call.__doc__ or "")
+
+
+def supports_malformed_views():
+    """device_field, stream_null, null_view and view_struct_size (DeviceKit 0.4)."""
+    return "stream_null" in (_core.raw_kernel_call.__doc__ or "")
 
 
 def available():

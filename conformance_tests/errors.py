@@ -4,7 +4,9 @@
   the user as a DeviceError carrying the plugin's code and message, and the
   device stays usable afterwards.
 - Invalid arguments are rejected by the SDK with InvalidArgumentError *before*
-  any kernel is launched (no kernel call is recorded).
+  any kernel is launched (no kernel call is recorded): one case per
+  ``sdk_cases`` name of the argument rules (``arg_rules.json``, ``_rules``),
+  each made by its entry in :data:`INVALID`.
 """
 
 import functools
@@ -15,8 +17,15 @@ import devicekit as dk
 from devicekit import ops
 from devicekit.conformance.case import Case, Section
 
+from . import _rules
+
 SECTION = Section("errors", "Errors reach the user; bad arguments never reach the plugin",
-                  order=40, min_cases=lambda target: 4 + len(INVALID))
+                  order=40, min_cases=lambda target: 4 + len(sdk_case_names()))
+
+
+def sdk_case_names():
+    """The SDK-level invalid-argument cases the argument rules name, in rule order."""
+    return [n for r in _rules.rules() for n in r.get("sdk_cases", ())]
 
 
 def kernel_error(ctx, op, bad=9):
@@ -50,6 +59,7 @@ def _t(ctx, shape, dtype=np.float32):
     return dk.tensor(np.zeros(shape, dtype), device=ctx.device)
 
 
+# How each SDK-level case breaks its rule (the names and the rules are arg_rules.json's).
 INVALID = {
     "add_shapes_do_not_broadcast": lambda ctx: ops.add(_t(ctx, (3, 4)), _t(ctx, (5,))),
     "matmul_inner_dims_differ": lambda ctx: ops.matmul(_t(ctx, (3, 4)), _t(ctx, (5, 2))),
@@ -85,5 +95,6 @@ def cases(target):
     out += [Case(id=f"errors/kernel_error_reaches_user/{op}/index_equals_size", section="errors",
                  fn=functools.partial(kernel_error, op=op, bad=4)) for op in ("gather", "scatter_add")]
     out += [Case(id=f"errors/invalid_argument/{name}", section="errors",
-                 fn=functools.partial(rejected_before_plugin, name=name)) for name in INVALID]
+                 fn=functools.partial(rejected_before_plugin, name=name))
+            for name in sdk_case_names()]
     return out

@@ -10,11 +10,16 @@ views the case builds itself (``_raw``):
   in uint8 ...); outputs sit between guard bands of canary bytes, checked after
   the kernel, and start as canaries, so an element never written is seen too;
   the result is checked against the oracle with the op's spec bound.
-- ``kernels/<op>/invalid/<what>``: calls the header forbids (an input of
-  another dtype, an undeclared dtype, an output of the wrong shape, rank or
-  dtype, a wrong operand count, missing, short or out-of-range attributes)
-  must return DK_ERROR_INVALID_ARGUMENT from the kernel call itself, write
-  nothing, and leave the stream healthy.
+- ``kernels/<op>/invalid/<case>``: one call per argument rule the header
+  states (``device_api/spec/arg_rules.json``: operand counts, dtypes, shapes
+  with batch dims, strides, NULL data, aliasing, views past their allocation,
+  attributes, index values), for every op it applies to, each breaking that
+  one rule (``_invalid``): a call the header forbids must return
+  DK_ERROR_INVALID_ARGUMENT from the kernel call itself, write nothing, and
+  leave the stream healthy; a bad index must be reported, from the call or
+  the synchronize. :func:`rule_coverage` counts the (rule, op) pairs that got
+  their cases (the status line shows it; tests/test_arg_rules.py requires
+  all of them).
 """
 
 import functools
@@ -26,7 +31,7 @@ from devicekit.conformance.registry import op_cases, spec, spec_dtypes
 from devicekit.testing import oracle as O
 from devicekit.testing.inputs import rand
 
-from . import _raw
+from . import _invalid, _raw, _rules
 
 SECTION = Section("kernels", "Kernels called directly: declared dtypes, guard bands, invalid "
                              "calls", order=25,
@@ -79,6 +84,7 @@ def plan(op, dtype, rng):
             O.fill(s, v, dtype), n, scale
     if op == "cast":
         x = np.concatenate([rand(dtype, (40,), rng), rand(dtype, (40,), rng, "small")])
+        x = x.reshape(2, 5, 8)  # rank 3 like every plan: the invalid calls break each dim
         dst = "float32" if dtype != "float32" else "int32"
         return [(x, dtype)], x.shape, dst, None, O.cast(x, dst), n, scale
     if op in ("reduce_sum", "reduce_max", "reduce_min"):
@@ -129,156 +135,85 @@ def plan(op, dtype, rng):
     raise KeyError(op)
 
 
-def _launch(ctx, op, ins, out_shape, out_dtype, attr, mangle=None, malformed=None):
-    dev = ctx.device
-    operands = [_raw.operand(dev, a, d) for a, d in ins]
-    out = _raw.output(dev, out_shape, out_dtype)
-    try:
-        views = ([o.view() for o in operands], [out.view()])
-        if mangle is not None:
-            views = mangle(*views) or views
-        codes = _raw.call(dev, op, views[0], views[1], attr, **(malformed or {}))
-        got, bands_ok = out.fetch()
-    finally:
-        for o in operands + [out]:
-            o.free()
-    return codes, got, bands_ok
-
-
 def check_direct(ctx, op, dtype, shape):
     ins, out_shape, out_dtype, attr, want, n, scale = plan(op, dtype, ctx.rng())
-    (lc, lmsg, sc, smsg), got, bands_ok = _launch(ctx, op, ins, out_shape, out_dtype, attr)
+    call = _invalid.Call(list(ins), tuple(out_shape), out_dtype, attr)
+    (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
     assert lc == 0, f"{op} {dtype}: the kernel rejected a valid call [{lc}]: {lmsg}"
     assert sc == 0, f"{op} {dtype}: the stream reported an error [{sc}]: {smsg}"
     assert bands_ok, f"{op} {dtype}: the kernel wrote outside its output (guard bands changed)"
     ctx.ran.add((op, dtype))
-    O.assert_close(got, want, out_dtype, op=op, n=n, scale=scale,
+    O.assert_close(got, want, call.out_dtype, op=op, n=n, scale=scale,
                    signed_zeros=op in O.SIGNED_ZEROS, case=f"direct {dtype} seed={ctx.seed}")
-
-
-def _other_dtype(target, op, dtype):
-    """A dtype the plugin declares for ``op`` other than ``dtype`` (or None),
-    one of the same size first (float32 vs int32): a check that compares only
-    element sizes lets that through."""
-    others = [d for d in spec_dtypes(op)[0] if d != dtype and d in target.declared.get(op, ())]
-    size = O.np_dtype(dtype).itemsize
-    others.sort(key=lambda d: O.np_dtype(d).itemsize != size)
-    return others[0] if others else None
-
-
-def _undeclared_dtype(target, op):
-    dts = [d for d in spec_dtypes(op)[0] if d not in target.declared.get(op, ())]
-    dts += [d for d in _raw.DTYPE_IDS if d not in spec_dtypes(op)[0]]
-    return dts[0] if dts else None
-
-
-def invalid_variants(target, op, dtype, rng):
-    """{what: (inputs [(array, dtype)], out shape, out dtype, attrs)} the header forbids."""
-    ins, out_shape, out_dtype, attr, _, _, _ = plan(op, dtype, rng)
-    v = {}
-    if ins:  # (fill, iota, random_*: any output shape is valid)
-        bad_shape = tuple(out_shape[:-1]) + (out_shape[-1] + 1,)
-        v["out_shape"] = (ins, bad_shape, out_dtype, attr)
-        v["out_rank"] = (ins, tuple(out_shape) + (1, 2), out_dtype, attr)
-    wrong_out = "int32" if out_dtype != "int32" else "float32"
-    if op != "cast" and (ins or wrong_out not in target.declared.get(op, ())):
-        v["out_dtype"] = (ins, out_shape, wrong_out, attr)  # (cast: any output dtype)
-    if ins:
-        v["missing_input"] = (ins[:-1], out_shape, out_dtype, attr)
-    v["extra_input"] = (ins + [(np.zeros(out_shape, O.np_dtype(out_dtype)), out_dtype)],
-                        out_shape, out_dtype, attr)
-    other = _other_dtype(target, op, dtype)
-    value_inputs = [i for i, (_, d) in enumerate(ins) if d == dtype]
-    if other and len(value_inputs) >= 2:  # operands that must share one dtype do not
-        j = value_inputs[-1]
-        changed = list(ins)
-        changed[j] = (O.round_to(ins[j][0].astype(np.float64) if ins[j][0].dtype != np.bool_
-                                 else ins[j][0], other), other)
-        v["mixed_dtypes"] = (changed, out_shape, out_dtype, attr)
-    bad = _undeclared_dtype(target, op)
-    if bad and ins and op not in ("cast",):
-        x = np.zeros(ins[0][0].shape, O.np_dtype(bad))
-        v["undeclared_dtype"] = ([(x, bad)] + ins[1:], out_shape,
-                                 bad if out_dtype == dtype else out_dtype, attr)
-    if ins:  # views the header forbids: a negative stride, an unknown dtype id
-        v["input_negative_stride"] = (ins, out_shape, out_dtype, attr, _negative_stride)
-        v["input_unknown_dtype_id"] = (ins, out_shape, out_dtype, attr, _unknown_dtype)
-    v["output_null_data"] = (ins, out_shape, out_dtype, attr, _null_output)
-    inplace = _caps(target, op) & 4  # DK_KERNEL_CAP_INPLACE
-    if ins and not inplace and ins[0][1] == out_dtype and tuple(ins[0][0].shape) == tuple(out_shape):
-        v["output_aliases_input"] = (ins, out_shape, out_dtype, attr, _alias_output)
-    if _raw.supports_malformed_args():  # DK_Kernel_Args itself malformed
-        other_op = "neg" if op != "neg" else "abs"
-        v["args_op_mismatch"] = (ins, out_shape, out_dtype, attr, None,
-                                 {"op_field": _raw.op_id(other_op)})
-        v["args_struct_size_0"] = (ins, out_shape, out_dtype, attr, None,
-                                   {"args_struct_size": 0})
-    if attr is not None:
-        v["attrs_null"] = (ins, out_shape, out_dtype, None)
-        v["attrs_struct_size_0"] = (ins, out_shape, out_dtype, b"\0" * len(attr))
-    if op in ("reduce_sum", "reduce_max", "reduce_min"):
-        v["axes_0"] = (ins, out_shape, out_dtype, _raw.attrs("DK_ReduceAttrs", axes=0))
-        v["axes_beyond_rank"] = (ins, out_shape, out_dtype,
-                                 _raw.attrs("DK_ReduceAttrs", axes=0b1101))
-    if op in ("argmax", "cumsum", "gather", "scatter_add", "iota"):
-        name = "DK_IotaAttrs" if op == "iota" else "DK_AxisAttrs"
-        extra = {"start": _raw.scalar(0), "step": _raw.scalar(1)} if op == "iota" else {}
-        for axis in (-1, len(SHAPE)):
-            v[f"axis_{axis}"] = (ins, out_shape, out_dtype, _raw.attrs(name, axis=axis, **extra))
-    return v
-
-
-def _negative_stride(in_views, out_views):
-    addr, dt, shape, strides = in_views[0]
-    strides = list(strides)
-    if not shape:
-        return None
-    strides[0] = -abs(strides[0]) - 1
-    return [(addr, dt, shape, strides)] + in_views[1:], out_views
-
-
-def _unknown_dtype(in_views, out_views):
-    addr, _, shape, strides = in_views[0]
-    return [(addr, 42, shape, strides)] + in_views[1:], out_views
-
-
-def _caps(target, op):
-    try:
-        kernels = target.device.plugin.kernels()
-    except AttributeError:  # (a stand-in target without a plugin)
-        return 0
-    return next((k["caps"] for k in kernels if k["op"] == op), 0)
-
-
-def _alias_output(in_views, out_views):
-    """The output is input 0's memory: without DK_KERNEL_CAP_INPLACE the header
-    says no output aliases an input."""
-    _, dt, shape, strides = out_views[0]
-    return in_views, [(in_views[0][0], dt, shape, strides)]
-
-
-def _null_output(in_views, out_views):
-    _, dt, shape, strides = out_views[0]
-    return in_views, [(0, dt, shape, strides)]
-
-
-def check_invalid(ctx, op, dtype, what):
-    variants = invalid_variants(ctx.target, op, dtype, ctx.rng())
-    ins, out_shape, out_dtype, attr, *extra = variants[what]
-    mangle, malformed = (extra + [None, None])[:2]
-    (lc, lmsg, sc, smsg), got, bands_ok = _launch(ctx, op, ins, out_shape, out_dtype, attr,
-                                                  mangle, malformed or {})
-    assert lc == _raw.INVALID_ARGUMENT, (
-        f"{op} ({what}): the kernel returned code {lc} ({lmsg or 'success'}); the header "
-        f"requires DK_ERROR_INVALID_ARGUMENT from the call itself")
-    assert sc == 0, f"{op} ({what}): the stream reports an error after a rejected call: {smsg}"
-    raw = np.ascontiguousarray(got).view(np.uint8)
-    assert bands_ok and (raw == _raw.CANARY).all(), \
-        f"{op} ({what}): a rejected call wrote to its output"
 
 
 def _make_direct(op, dtype, shape):
     return functools.partial(check_direct, op=op, dtype=dtype, shape=shape)
+
+
+def invalid_dtype(target, op):
+    """The dtype an op's invalid calls are made in: float32 where declared."""
+    dts = [d for d in spec_dtypes(op)[0] if d in target.declared.get(op, ())]
+    return ("float32" if "float32" in dts else dts[0]) if dts else None
+
+
+def invalid_cases(target, op):
+    """[(rule, case name)] of ``op``'s invalid calls, and {rule id: why not}
+    for the rules that apply to it but cannot be built for this plugin."""
+    dtype = invalid_dtype(target, op)
+    if dtype is None:
+        return [], {}
+    call = _invalid.base_call(plan, op, dtype, np.random.default_rng(0))
+    made, why_not = [], {}
+    for r in _rules.pairs_of(target, op):
+        for name, params in _rules.case_names(r).items():
+            broken = _invalid.broken_call(target, r, op, dtype, call, params)
+            if isinstance(broken, str):
+                why_not[r["id"]] = broken
+                break
+            if broken is not None:
+                made.append((r, name))
+    return made, why_not
+
+
+def rule_coverage(target, cases):
+    """The (rule, op) pairs of the argument rules (``_rules.pairs_of`` each
+    op the plugin implements) and how many have their cases in ``cases``:
+    {rules, pairs, covered, uncovered: [rule/op], not_applicable: [rule/op:
+    why], sdk_cases, sdk_missing}. A pair whose case cannot be built for this
+    plugin (it declares every dtype there is, so none is undeclared; an older
+    core that cannot malform the call) is not applicable and says why; every
+    other pair must be covered by all the rule's case names."""
+    ids = {c.id for c in cases}
+    covered, uncovered, not_applicable = 0, [], []
+    for op in sorted(target.declared):
+        if op not in _rules.spec_ops():
+            continue
+        _, why_not = invalid_cases(target, op)
+        for r in _rules.pairs_of(target, op):
+            if all(f"kernels/{op}/invalid/{n}" in ids for n in _rules.case_names(r)):
+                covered += 1
+            elif r["id"] in why_not:
+                not_applicable.append(f"{r['id']}/{op}: {why_not[r['id']]}")
+            else:
+                uncovered.append(f"{r['id']}/{op}")
+    sdk = [n for r in _rules.rules() for n in r.get("sdk_cases", ())]
+    sdk_missing = [n for n in sdk if f"errors/invalid_argument/{n}" not in ids]
+    return {"rules": len(_rules.rules()), "pairs": covered + len(uncovered), "covered": covered,
+            "uncovered": uncovered, "not_applicable": not_applicable,
+            "sdk_cases": len(sdk) - len(sdk_missing), "sdk_missing": sdk_missing}
+
+
+def status(target):
+    """The rule coverage for the status line and the report's implementation
+    entry (registry.implementation_status): the counts, what is uncovered, and
+    one line."""
+    from . import errors
+
+    cov = rule_coverage(target, cases(target) + errors.cases(target))
+    return {"arg_rules": cov["rules"], "rule_pairs": cov["pairs"],
+            "rule_pairs_covered": cov["covered"], "rule_pairs_uncovered": cov["uncovered"],
+            "rule_pairs_not_applicable": cov["not_applicable"], "line": _rules.coverage_line(cov)}
 
 
 def cases(target):
@@ -286,12 +221,10 @@ def cases(target):
     for o in spec()["ops"]:
         op = o["name"]
         out += op_cases(target, "kernels", op, ["direct"], _make_direct)
-        dts = [d for d in spec_dtypes(op)[0] if d in target.declared.get(op, ())]
-        if not dts:
-            continue
-        dtype = "float32" if "float32" in dts else dts[0]
-        for what in invalid_variants(target, op, dtype, np.random.default_rng(0)):
-            out.append(Case(id=f"kernels/{op}/invalid/{what}", section="kernels", op=op,
-                            dtype=dtype, fn=functools.partial(check_invalid, op=op, dtype=dtype,
-                                                              what=what)))
+        dtype = invalid_dtype(target, op)
+        for r, name in invalid_cases(target, op)[0]:
+            out.append(Case(id=f"kernels/{op}/invalid/{name}", section="kernels", op=op,
+                            dtype=dtype, fn=functools.partial(
+                                _invalid.check, op=op, dtype=dtype, rule_id=r["id"], case=name,
+                                plan=plan)))
     return out

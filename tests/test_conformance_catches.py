@@ -129,6 +129,30 @@ def test_crash_is_isolated_and_the_run_continues(tmp_path, faulty_plugins):
     assert "SIGSEGV" in crash["message"] and crash["op"] == "neg"
 
 
+def test_pytest_mode_isolates_a_crash_too(tmp_path, faulty_plugins):
+    """``pytest --pyargs devicekit.conformance_tests`` runs its cases in the
+    CLI's workers: the crashing neg kernel fails its tests, naming the signal
+    and the case, and the session goes on; --conformance-in-process keeps the old way (a
+    crash ends the session)."""
+    import signal
+
+    def pytest_run(*extra):
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "--pyargs", "devicekit.conformance_tests", "--plugin",
+                               str(faulty_plugins["segv"]), "--conformance-jobs", "2", "-k",
+                               "ops/neg/float64/odd or ops/neg/float64/T or ops/abs/float64/odd",
+                               *extra], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    proc = pytest_run()
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert re.search(r"\b2 failed, 1 passed\b", proc.stdout), proc.stdout[-3000:]
+    assert ("CRASH: worker process killed by SIGSEGV while running ops/neg/float64/odd (op neg)"
+            in proc.stdout), proc.stdout[-3000:]
+    assert "devicekit conformance --plugin" in proc.stdout  # the replay command
+    alone = pytest_run("--conformance-in-process")
+    assert alone.returncode == -signal.SIGSEGV, alone.returncode
+
+
 def test_exit_codes_and_filters(tmp_path):
     assert conformance("--device", "nosuch:0").returncode == 2
     bad = conformance("--plugin", tmp_path / "missing.so")

@@ -34,7 +34,7 @@ LAST_FUSED_MINOR = max(int(o["since"].split(".")[1]) for o in _REAL["fused_ops"]
 FAKE_OP = {
     "name": "fake_op", "since": f"1.{NEXT}", "kind": "unary", "inputs": ["x"], "outputs": ["out"],
     "attrs": None, "dtypes": ["float32", "float64"], "required_dtypes": ["float32"],
-    "output_dtype": "same", "differentiable": True,
+    "output_dtype": "same", "out_shape": "same", "differentiable": True,
     "semantics": "out = x; an op that exists only in this test.", "error_bound": {"kind": "exact"},
 }
 FAKE_VERSION = {"version": f"1.{NEXT}", "api_struct_ends_at": "fused_kernels", "first_devicekit": "9.9",
@@ -81,7 +81,8 @@ def test_check_names_every_file_a_new_op_makes_stale(bumped):
     for path in ("device_api/include/devicekit/device_api_ops.h", "docs/base_ops.md",
                  "device_api/include/devicekit/device_api.h", "sdk/csrc/api_size_by_minor.inc",
                  "sdk/csrc/base_ops_table.inc", "sdk/csrc/op_counts_by_minor.inc",
-                 "sdk/devicekit/_op_facts.py"):
+                 "sdk/devicekit/_op_facts.py",
+                 "device_api/include/devicekit/plugin_helpers_ops.h"):
         assert path in stale.stdout, stale.stdout
     after = _gen(root, "--check")
     assert after.returncode == 0 and "up to date" in after.stdout, after.stdout
@@ -110,6 +111,24 @@ def test_header_latest_aliases_follow_the_spec(bumped):
     assert (f"#define DK_Api_STRUCT_SIZE_1_{NEXT} DK_STRUCT_SIZE(DK_Api, fused_kernels)\n"
             in ops_h)
     assert f"#define DK_Api_STRUCT_SIZE_LATEST DK_Api_STRUCT_SIZE_1_{NEXT}\n" in ops_h
+    # and dkh_check_call knows its call signature (plugin_helpers_ops.h)
+    helpers = (root / "device_api/include/devicekit/plugin_helpers_ops.h").read_text()
+    assert ('{"fake_op", 1, 1, DKH_SHAPE_SAME, DKH_OUT_SAME, {-1, -1, -1}, 0, -1, -1, {-1, -1}},'
+            in helpers)
+
+
+def test_generator_refuses_an_op_without_a_call_signature_it_can_check():
+    sys.path.insert(0, str(ROOT / "device_api" / "tools"))
+    try:
+        import gen_helpers
+    finally:
+        sys.path.pop(0)
+    for bad in ({"out_shape": None}, {"out_shape": "diagonal"}, {"input_dtypes": {"y": "int64"}},
+                {"inputs": [], "out_shape": "same"}):
+        spec = json.loads(json.dumps(_REAL))
+        spec["ops"].append({**FAKE_OP, **bad})
+        with pytest.raises(SystemExit, match="fake_op"):
+            gen_helpers.check_signatures(spec)
 
 
 @pytest.mark.skipif(CC is None, reason="needs a C compiler (cc)")

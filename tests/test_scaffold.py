@@ -12,6 +12,7 @@ Needs: the installed SDK. The compile and build checks also need a C compiler
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import re
 import shutil
@@ -35,6 +36,7 @@ EXPECTED_TREE = {
     "include/devicekit/device_api.h",
     "include/devicekit/device_api_ops.h",
     "include/devicekit/plugin_helpers.h",
+    "include/devicekit/plugin_helpers_ops.h",
     "pyproject.toml",
     "python/devicekit_acme/__init__.py",
     "src/api.c",
@@ -337,6 +339,72 @@ def test_generated_conformance_test_fails_without_the_plugin(built):
     result = _generated_tests(project, None, "-k", "runtime")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "1 failed" in result.stdout, result.stdout
+
+
+# ---- the scaffold passes its own suite: every case of the ops it shows ----------
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "porting_guide.md"
+
+
+def _guide_exp_edit() -> str:
+    """The porting guide's exp example, as the shell commands it gives: the
+    kernel appended to src/kernels.c and the ops.def row turned on."""
+    block = next(b for b in re.findall(r"^```sh\n(.*?)^```", GUIDE.read_text(), re.S | re.M)
+                 if "plugin_kernel_exp" in b)
+    return "".join(line for line in block.splitlines(keepends=True)
+                   if not line.startswith("devicekit "))
+
+
+@pytest.fixture(scope="module")
+def built_with_exp(tmp_path_factory):
+    """A fresh project plus the guide's exp kernel, built with CMake."""
+    if _find_c_compiler() is None or shutil.which("cmake") is None:
+        pytest.skip("building the rendered project needs a C compiler and cmake on PATH")
+    project = tmp_path_factory.mktemp("own_suite") / "acme"
+    assert new("acme", "--dir", project) == 0
+    edit = subprocess.run(["bash", "-euo", "pipefail", "-c", _guide_exp_edit()], cwd=project,
+                          capture_output=True, text=True)
+    assert edit.returncode == 0, edit.stderr
+    assert "PLUGIN_OP(EXP, plugin_kernel_exp" in (project / "src/ops.def").read_text()
+    build = project / "build"
+    for cmd in (["cmake", "-S", project, "-B", build, "-DCMAKE_BUILD_TYPE=Release"],
+                ["cmake", "--build", build, "--parallel", "2"]):
+        result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+        assert result.returncode == 0, f"{cmd}:\n{result.stdout}{result.stderr}"
+    return build / "libdevicekit_acme.so"
+
+
+def test_scaffold_passes_every_case_of_the_ops_it_shows(built_with_exp, tmp_path):
+    """copy and add (the template) and exp (the porting guide): every case of
+    each op (--op: ops, the kernel called directly with every argument rule
+    broken, autograd) passes, or is not implemented (a dtype the row does not
+    declare, the autograd case waiting for mul) or skipped (the memory-bound
+    rules: the template does not track its allocations). No fail, no error,
+    no crash."""
+    rep = tmp_path / "rep"
+    env = {k: v for k, v in os.environ.items() if k != "DEVICEKIT_PLUGIN_PATH"}
+    proc = subprocess.run([sys.executable, "-m", "devicekit", "conformance", "--plugin",
+                           str(built_with_exp), "--op", "copy", "--op", "add", "--op", "exp",
+                           "--jobs", "2", "--report", str(rep)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    cases = json.loads((rep / "report.json").read_text())["cases"]
+    bad = [f"{c['outcome']} {c['id']}: {c['message'][:200]}" for c in cases
+           if c["outcome"] in ("fail", "error", "crash")]
+    assert not bad, "\n".join(bad)
+    outcome = {c["id"]: c["outcome"] for c in cases}
+    for op in ("copy", "add", "exp"):
+        invalid = {i: o for i, o in outcome.items() if i.startswith(f"kernels/{op}/invalid/")}
+        assert len(invalid) > 20 and set(invalid.values()) <= {"pass", "skipped"}, invalid
+        assert [i for i, o in invalid.items() if o == "skipped"] == [
+            f"kernels/{op}/invalid/input_past_allocation",
+            f"kernels/{op}/invalid/input_offset_past_allocation"]
+    for case in ("kernels/copy/invalid/output_null_data", "kernels/add/invalid/output_null_data",
+                 "kernels/add/invalid/output_aliases_input", "kernels/copy/invalid/"
+                 "input_negative_stride", "kernels/exp/invalid/input_not_dense",
+                 "ops/add/float32/odd", "ops/exp/float32/T", "kernels/copy/float64/direct"):
+        assert outcome[case] == "pass", case
+    # exit 1 only for the required cases that wait for other ops (mul)
+    assert proc.returncode == 1 and "mul: no kernel; blocks add, exp" in proc.stdout
 
 
 # ---- bad input: one line on stderr, a distinct exit code, nothing written ---

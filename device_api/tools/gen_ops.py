@@ -13,6 +13,9 @@ The spec is the only place an op fact is written by hand. From it this writes:
   fused_attrs.inc (the fused ops' attribute structs, as X-macros the Python
   binding marshals with) and op_counts_by_minor.inc;
 - sdk/devicekit/_op_facts.py: arity, kind and differentiability per op;
+- include/devicekit/plugin_helpers_ops.h, which plugin_helpers.h includes:
+  every op's call signature (out_shape, output_dtype, input_dtypes, where its
+  attributes keep an axis, axes or scalars) for dkh_check_call (gen_helpers.py);
 and from the spec's "versions" list (one entry per minor) the version facts:
 - the "#define DK_API_MINOR" line of include/devicekit/device_api.h (the one
   line of that hand-written file this rewrites; DK_API_MAJOR is checked);
@@ -35,6 +38,8 @@ import re
 import sys
 import textwrap
 
+from gen_helpers import helpers_ops_header
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 API_DIR = os.path.dirname(HERE)
 REPO = os.path.dirname(API_DIR)
@@ -48,6 +53,7 @@ SDK_COUNTS = os.path.join(REPO, "sdk", "csrc", "op_counts_by_minor.inc")
 SDK_API_SIZES = os.path.join(REPO, "sdk", "csrc", "api_size_by_minor.inc")
 API_HEADER = os.path.join(API_DIR, "include", "devicekit", "device_api.h")
 PY_FACTS = os.path.join(REPO, "sdk", "devicekit", "_op_facts.py")
+HELPERS_OPS = os.path.join(API_DIR, "include", "devicekit", "plugin_helpers_ops.h")
 
 
 def load_spec(path=SPEC):
@@ -482,7 +488,8 @@ def render(spec):
     return {API_HEADER: api_header(spec, api_h), SDK_API_SIZES: sdk_api_sizes(spec),
             HEADER: ops_header(spec), DOCS: docs_table(spec), SDK_TABLE: sdk_table(spec),
             SDK_FUSED_TABLE: sdk_fused_table(spec), SDK_FUSED_ATTRS: sdk_fused_attrs(spec),
-            SDK_COUNTS: sdk_counts(spec), PY_FACTS: py_facts(spec)}
+            SDK_COUNTS: sdk_counts(spec), PY_FACTS: py_facts(spec),
+            HELPERS_OPS: helpers_ops_header(spec)}
 
 
 def main(argv=None):

@@ -54,7 +54,8 @@ void bind_raw(py::module_& m) {
       "raw_kernel_call",
       [](const std::shared_ptr<Device>& dev, int op, const std::vector<ViewSpec>& inputs,
          const std::vector<ViewSpec>& outputs, py::object attrs, int op_field,
-         int64_t args_struct_size) {
+         int64_t args_struct_size, int device_field, bool stream_null, const std::string& null_view,
+         int64_t view_struct_size) {
         if (op < 0 || op >= kNumOps) invalid_argument("raw_kernel_call: op id out of range");
         DK_KernelFn* fn = dev->plugin()->kernel(DK_OpId(op));
         if (fn == nullptr) {
@@ -64,10 +65,18 @@ void bind_raw(py::module_& m) {
         }
         std::string attr_bytes = attrs.is_none() ? std::string() : attrs.cast<std::string>();
         Views in(inputs), out(outputs);
+        // Malformed views: "in<i>" / "out<i>" NULL in its array; output 0's struct_size.
+        for (auto* vs : {&in, &out}) {
+          const std::string prefix = vs == &in ? "in" : "out";
+          for (size_t i = 0; i < vs->ptrs.size(); ++i)
+            if (null_view == prefix + std::to_string(i)) vs->ptrs[i] = nullptr;
+        }
+        if (view_struct_size >= 0 && !out.views.empty())
+          out.views[0].struct_size = size_t(view_struct_size);
         auto a = DK_ARGS(DK_Kernel_Args);
         if (args_struct_size >= 0) a.struct_size = size_t(args_struct_size);  // a malformed call
-        a.device = dev->index();
-        a.stream = dev->default_stream();
+        a.device = device_field >= -1000000 ? device_field : dev->index();
+        a.stream = stream_null ? nullptr : dev->default_stream();
         a.op = op_field >= -1000000 ? op_field : op;  // default: the op whose kernel is called
         a.num_inputs = int32_t(in.ptrs.size());
         a.inputs = in.ptrs.empty() ? nullptr : in.ptrs.data();
@@ -82,13 +91,16 @@ void bind_raw(py::module_& m) {
       },
       py::arg("device"), py::arg("op"), py::arg("inputs"), py::arg("outputs"),
       py::arg("attrs") = py::none(), py::arg("op_field") = -2000000,
-      py::arg("args_struct_size") = -1,
+      py::arg("args_struct_size") = -1, py::arg("device_field") = -2000000,
+      py::arg("stream_null") = false, py::arg("null_view") = "", py::arg("view_struct_size") = -1,
       "Calls base op `op`'s kernel directly on the device's default stream with views "
       "[(address, dtype id, shape, strides in elements)] and raw attribute bytes (or None), "
-      "then synchronises that stream. `op_field` / `args_struct_size`: other values for "
-      "DK_Kernel_Args.op / .struct_size (malformed calls). Returns (launch code, launch "
-      "message, sync code, sync message); code 0 is success. Conformance use only: nothing "
-      "is checked.");
+      "then synchronises that stream. `op_field` / `args_struct_size` / `device_field`: other "
+      "values for DK_Kernel_Args.op / .struct_size / .device, `stream_null`: a NULL stream, "
+      "`null_view` ('in0', 'out0', ...): that entry of the views array NULL, "
+      "`view_struct_size`: output 0's DK_TensorView.struct_size (malformed calls). Returns "
+      "(launch code, launch message, sync code, sync message); code 0 is success. Conformance "
+      "use only: nothing is checked.");
 }
 
 }  // namespace dk

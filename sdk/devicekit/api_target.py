@@ -27,7 +27,7 @@ FIRST_DEVICEKIT = _op_facts.FIRST_DEVICEKIT
 
 # What a project vendors: the device API (device_api.h and its generated op
 # part, device_api_ops.h) and the plugin helpers.
-HEADERS = ("device_api.h", "device_api_ops.h", "plugin_helpers.h")
+HEADERS = ("device_api.h", "device_api_ops.h", "plugin_helpers.h", "plugin_helpers_ops.h")
 
 
 class ApiTargetError(DeviceKitError):

@@ -541,12 +541,19 @@ DK_DEFINE_STRUCT_SIZE(DK_Kernel_Args, attrs);
 /* Validates synchronously (bad arguments are returned here, before anything is
  * enqueued) and enqueues the computation on args->stream. Errors raised while
  * the work runs are reported by the next synchronize of that stream/device.
- * Must not write outside the output views' elements. Thread-safe. */
+ * Must not write outside the output views' elements. Thread-safe.
+ * The argument rules (spec/arg_rules.json lists them, one per rule stated in
+ * this header and its op part) are checked here: a call that breaks one
+ * returns DK_ERROR_INVALID_ARGUMENT and enqueues nothing. Views lie inside
+ * live allocations of args->device (the SDK's promise); a plugin need not
+ * check that, but one that does counts the view's byte offset into its
+ * allocation. */
 typedef DK_Error* DK_KernelFn(const DK_Kernel_Args* args);
 
 /* Per-op capability bits (DK_KernelTable.caps). The SDK materialises (with
  * DK_OP_COPY) whatever a kernel did not declare it can take. */
-/* inputs may be any non-negative strides */
+/* inputs may be any non-negative strides (outputs stay dense row-major: only
+ * copy writes strided outputs, whatever its bits) */
 #define DK_KERNEL_CAP_STRIDED ((uint32_t)1 << 0)
 /* inputs may have size-1 or missing leading dims to be broadcast to out's shape */
 #define DK_KERNEL_CAP_BROADCAST ((uint32_t)1 << 1)

@@ -114,16 +114,31 @@ inline DK_Error* check_same_shape(const char* call, const char* what, const View
                    what, dims(v).c_str(), dims(ref).c_str(), ref_what);
 }
 
-// Without DK_KERNEL_CAP_STRIDED every view must be dense row-major.
+inline std::string strides_of(const View& v) {
+  std::string s = "[";
+  for (int32_t d = 0; d < v.rank; ++d) s += (d ? "," : "") + std::to_string(v.strides[d]);
+  return s + "]";
+}
+
+// Without DK_KERNEL_CAP_STRIDED every input must be dense row-major.
 inline DK_Error* check_layout(const char* call, const char* what, DK_OpId op, const View& v) {
   if ((declared_caps(op) & DK_KERNEL_CAP_STRIDED) || is_contiguous(v)) return nullptr;
-  std::string strides = "[";
-  for (int32_t d = 0; d < v.rank; ++d) strides += (d ? "," : "") + std::to_string(v.strides[d]);
   return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                   "%s: %s has shape %s and strides %s]; expected "
+                   "%s: %s has shape %s and strides %s; expected "
                    "contiguous row-major, since the kernel did not declare "
                    "DK_KERNEL_CAP_STRIDED. Hint: the SDK must materialise it with copy.",
-                   call, what, dims(v).c_str(), strides.c_str());
+                   call, what, dims(v).c_str(), strides_of(v).c_str());
+}
+
+// Outputs are dense row-major whatever the capability bits: DK_KERNEL_CAP_STRIDED
+// covers inputs only (copy alone writes strided outputs, and checks its own).
+inline DK_Error* check_output_layout(const char* call, const View& out) {
+  if (is_contiguous(out)) return nullptr;
+  return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                   "%s: output 0 has shape %s and strides %s; expected a dense row-major "
+                   "output (DK_KERNEL_CAP_STRIDED covers inputs only). Hint: the SDK always "
+                   "allocates outputs densely.",
+                   call, dims(out).c_str(), strides_of(out).c_str());
 }
 
 // Without DK_KERNEL_CAP_INPLACE no output may share memory with an input.

@@ -141,7 +141,7 @@ DK_Error* dk_cpu_kernel_fill(const DK_Kernel_Args* args) {
     if (DK_Error* e = load_view(kCall, "output 0", args, args->outputs[0], &l.out, &l.numel))
       return e;
     if (DK_Error* e = check_dtype_declared(kCall, "output 0", DK_OP_FILL, l.out)) return e;
-    if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_FILL, l.out)) return e;
+    if (DK_Error* e = check_output_layout(kCall, l.out)) return e;
     const DK_FillAttrs* attrs;
     if (DK_Error* e = load_attrs(kCall, args, DK_FillAttrs_STRUCT_SIZE, "DK_FillAttrs", &attrs))
       return e;
@@ -172,7 +172,7 @@ DK_Error* dk_cpu_kernel_cast(const DK_Kernel_Args* args) {
     if (DK_Error* e = check_dtype_declared(kCall, "input 0", DK_OP_CAST, l.in[0])) return e;
     if (DK_Error* e = check_same_shape(kCall, "output 0", l.out, l.in[0], "input 0")) return e;
     if (DK_Error* e = check_layout(kCall, "input 0", DK_OP_CAST, l.in[0])) return e;
-    if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_CAST, l.out)) return e;
+    if (DK_Error* e = check_output_layout(kCall, l.out)) return e;
     if (DK_Error* e = check_no_alias(kCall, DK_OP_CAST, l.out, l.in[0], "input 0")) return e;
     if (l.numel > 0) enqueue(args->stream, run_cast, l);
     return nullptr;

@@ -382,7 +382,7 @@ DK_Error* prepare(const char* call, const DK_Kernel_Args* a, DK_OpId id, const S
   if (!sig.out_bool) {
     if (DK_Error* e = check_same_dtype(call, "output 0", out, typed, kIn[sig.typed])) return e;
   }
-  if (DK_Error* e = check_layout(call, "output 0", id, out)) return e;
+  if (DK_Error* e = check_output_layout(call, out)) return e;
   const bool broadcast = declared_caps(id) & DK_KERNEL_CAP_BROADCAST;
   for (int k = 0; k < sig.arity; ++k) {
     if (DK_Error* e = check_layout(call, kIn[k], id, in[k])) return e;

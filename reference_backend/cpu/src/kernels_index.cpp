@@ -261,7 +261,7 @@ DK_Error* dk_cpu_kernel_iota(const DK_Kernel_Args* args) {
     const DK_IotaAttrs* attrs;
     if (DK_Error* e = load_view(kCall, "output 0", args, args->outputs[0], &out, &numel)) return e;
     if (DK_Error* e = check_dtype_declared(kCall, "output 0", DK_OP_IOTA, out)) return e;
-    if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_IOTA, out)) return e;
+    if (DK_Error* e = check_output_layout(kCall, out)) return e;
     if (DK_Error* e = load_attrs(kCall, args, DK_IotaAttrs_STRUCT_SIZE, "DK_IotaAttrs", &attrs))
       return e;
     if (DK_Error* e = check_axis(kCall, attrs->axis, out, "output 0")) return e;
@@ -330,7 +330,7 @@ static DK_Error* launch_index(const char* call, DK_OpId op, const DK_Kernel_Args
       if (DK_Error* e = check_layout(call, kNames[i], op, *ins[i])) return e;
       if (DK_Error* e = check_no_alias(call, op, out, *ins[i], kNames[i])) return e;
     }
-    if (DK_Error* e = check_layout(call, "output 0", op, out)) return e;
+    if (DK_Error* e = check_output_layout(call, out)) return e;
     // (An empty out with a non-empty index still runs: every index is then
     // out of range, and that must be reported.)
     if (out_numel == 0 && index_numel == 0) return nullptr;

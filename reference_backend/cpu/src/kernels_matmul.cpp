@@ -142,15 +142,9 @@ extern "C" DK_Error* dk_cpu_kernel_matmul(const DK_Kernel_Args* args) {
     }
     if (DK_Error* e = check_layout(kCall, "input 0 (a)", DK_OP_MATMUL, a)) return e;
     if (DK_Error* e = check_layout(kCall, "input 1 (b)", DK_OP_MATMUL, b)) return e;
-    if (DK_Error* e = check_layout(kCall, "output 0", DK_OP_MATMUL, out)) return e;
+    if (DK_Error* e = check_output_layout(kCall, out)) return e;
     if (DK_Error* e = check_no_alias(kCall, DK_OP_MATMUL, out, a, "input 0 (a)")) return e;
     if (DK_Error* e = check_no_alias(kCall, DK_OP_MATMUL, out, b, "input 1 (b)")) return e;
-    if (!dkh_is_contiguous(out.rank, out.shape, out.strides)) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                       "%s: output 0 is strided; expected a dense output (the capability "
-                       "covers inputs only)",
-                       kCall);
-    }
     if (out_numel == 0) return nullptr;
     MatmulLaunch l{a.data, b.data, out.data, a.dtype, batch, m, k, n, {}, r - 2, {}, {}, {}};
     l.strides[0] = a.strides[r - 2];

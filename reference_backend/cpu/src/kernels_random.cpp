@@ -64,7 +64,7 @@ DK_Error* launch_random(const char* call, DK_OpId op, WorkFn fn, const DK_Kernel
     int64_t numel = 0;
     if (DK_Error* e = load_view(call, "output 0", args, args->outputs[0], &out, &numel)) return e;
     if (DK_Error* e = check_dtype_declared(call, "output 0", op, out)) return e;
-    if (DK_Error* e = check_layout(call, "output 0", op, out)) return e;
+    if (DK_Error* e = check_output_layout(call, out)) return e;
     const DK_RandomAttrs* attrs;
     if (DK_Error* e = load_attrs(call, args, DK_RandomAttrs_STRUCT_SIZE, "DK_RandomAttrs", &attrs))
       return e;

@@ -368,7 +368,7 @@ DK_Error* load_unary(const char* call, DK_OpId op, const DK_Kernel_Args* a, View
     if (DK_Error* e = check_same_dtype(call, "output 0", *out, *x, "input 0")) return e;
   }
   if (DK_Error* e = check_layout(call, "input 0", op, *x)) return e;
-  if (DK_Error* e = check_layout(call, "output 0", op, *out)) return e;
+  if (DK_Error* e = check_output_layout(call, *out)) return e;
   return check_no_alias(call, op, *out, *x, "input 0");
 }
 

@@ -256,9 +256,15 @@ def implementation_status(target):
                 opt_total += 1
                 if dt not in declared:
                     missing_optional.append(f"{o['name']}/{dt}")
-    return {"base_ops": len(ops), "implemented_ops": len(have),
-            "required_pairs": req_total, "required_missing": missing_required,
-            "optional_pairs": opt_total, "optional_missing": missing_optional}
+    status = {"base_ops": len(ops), "implemented_ops": len(have),
+              "required_pairs": req_total, "required_missing": missing_required,
+              "optional_pairs": opt_total, "optional_missing": missing_optional}
+    # A section may add facts of its own (kernels: the argument rules it covers),
+    # each with the "line" the status line shows.
+    for section, mod in sections():
+        if hasattr(mod, "status") and section.available(target) is None:
+            status.setdefault("sections", {})[section.name] = mod.status(target)
+    return status
 
 
 def status_line(st):
@@ -271,4 +277,6 @@ def status_line(st):
         shown = ", ".join(st["required_missing"][:12])
         more = len(st["required_missing"]) - 12
         line += f"; missing required: {shown}" + (f" and {more} more" if more > 0 else "")
+    for facts in st.get("sections", {}).values():
+        line += f"; {facts['line']}"
     return line

@@ -2,11 +2,14 @@
  * dtype, any strides: the strided view helpers), and add on float32, the
  * pattern every other kernel follows:
  *
- * 1. Validate synchronously with plugin_check_kernel (below): it returns an
- *    error naming the call, what was expected and what was found, and checks
- *    every view against the dtypes and capability bits the op's ops.def row
- *    declares, so what a kernel accepts can never drift from what it declares.
- *    Nothing is enqueued on bad input.
+ * 1. Validate synchronously with plugin_check_kernel (below): one call checks
+ *    every argument rule the header states (operand counts, dtypes, shapes,
+ *    strides, NULL data, aliasing, attributes: dkh_check_call in
+ *    plugin_helpers.h, from the rules the conformance suite checks too) against
+ *    the dtypes and capability bits the op's ops.def row declares, so what a
+ *    kernel accepts can never drift from what it declares. It returns an error
+ *    naming the call, what was expected and what was found; nothing is
+ *    enqueued on bad input.
  * 2. Rely on what ops.def declared: with capability bits 0 the SDK hands over
  *    only dense row-major views, already broadcast to out's shape, no aliasing.
  * 3. Enqueue the work on args->stream. This template's streams are synchronous
@@ -16,50 +19,29 @@
  * listed in CMakeLists.txt), and in ops.def turn its PLUGIN_NO_KERNEL(OP) row
  * into PLUGIN_OP(OP, your_function, dtype mask, caps). No prototype: plugin.h
  * declares every function named in ops.def. Then:
- *   devicekit dev --run conformance -k OPNAME
+ *   devicekit dev --run conformance --op OPNAME
  */
 #include <math.h> /* expf, sqrtf, ...: CMakeLists.txt links the maths library */
 #include <stddef.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "plugin.h"
 
-DK_Error* plugin_check_kernel(const char* call, const DK_Kernel_Args* args, DK_OpId op,
-                              int32_t num_inputs, int32_t num_outputs) {
+DK_Error* plugin_check_kernel(const char* call, const DK_Kernel_Args* args, DK_OpId op) {
   PLUGIN_CHECK_ARGS(call, args, DK_Kernel_Args);
   DK_Error* e = plugin_check_device(call, args->device);
   if (e == NULL) e = plugin_check_stream(call, args->stream, args->device);
-  if (e == NULL) e = dkh_check_kernel_call(call, args, op, num_inputs, num_outputs);
-  const uint64_t dtypes = plugin_kernel_table.dtypes[op];
-  const uint32_t caps = plugin_kernel_table.caps[op];
-  char what[32];
-  for (int32_t i = 0; e == NULL && i < num_inputs; ++i) {
-    snprintf(what, sizeof what, "input %d", (int)i);
-    e = dkh_check_view(call, what, args->inputs[i], dtypes, caps);
-  }
-  /* Outputs: the dtype is the op's (cast writes any stored dtype); layout as declared. */
-  for (int32_t i = 0; e == NULL && i < num_outputs; ++i) {
-    snprintf(what, sizeof what, "output %d", (int)i);
-    e = dkh_check_view(call, what, args->outputs[i], op == DK_OP_CAST ? ~(uint64_t)0 : dtypes,
-                       caps);
-  }
+  if (e == NULL) e = dkh_check_call(call, args, op, &plugin_kernel_table);
   return e;
 }
 
-/* add(a, b) -> out, float32, dense views of out's shape (ops.def: caps 0). */
+/* add(a, b) -> out, float32, dense views of out's shape (ops.def: caps 0):
+ * plugin_check_kernel has made sure of all of it. */
 DK_Error* plugin_kernel_add(const DK_Kernel_Args* args) {
   static const char* const kCall = PLUGIN_NAME ".add";
-  DK_Error* e = plugin_check_kernel(kCall, args, DK_OP_ADD, 2, 1);
+  DK_Error* e = plugin_check_kernel(kCall, args, DK_OP_ADD);
   if (e != NULL) return e;
   const DK_TensorView *a = args->inputs[0], *b = args->inputs[1], *out = args->outputs[0];
-  if (!dkh_same_shape(a, out) || !dkh_same_shape(b, out))
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: an input's shape differs from out's; "
-                     "this kernel declared no DK_KERNEL_CAP_BROADCAST (ops.def), so the SDK "
-                     "must broadcast first",
-                     kCall);
-
   const float* x = a->data;
   const float* y = b->data;
   float* z = out->data;
@@ -75,15 +57,9 @@ DK_Error* plugin_kernel_add(const DK_Kernel_Args* args) {
  * and it walks both views element by element with the strided helpers. */
 DK_Error* plugin_kernel_copy(const DK_Kernel_Args* args) {
   static const char* const kCall = PLUGIN_NAME ".copy";
-  DK_Error* e = plugin_check_kernel(kCall, args, DK_OP_COPY, 1, 1);
+  DK_Error* e = plugin_check_kernel(kCall, args, DK_OP_COPY);
   if (e != NULL) return e;
   const DK_TensorView *x = args->inputs[0], *out = args->outputs[0];
-  if (!dkh_same_shape(x, out) || x->dtype != out->dtype)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: x is %s of rank %d, out is %s of rank "
-                     "%d; expected the same dtype and shape",
-                     kCall, dkh_dtype_name(x->dtype), (int)x->rank, dkh_dtype_name(out->dtype),
-                     (int)out->rank);
   const int64_t n = dkh_numel(out);
   const size_t size = dkh_dtype_size(out->dtype);
   if (n == 0) return NULL;

@@ -48,10 +48,10 @@ DK_Error* plugin_check_initialized(const char* call);
 DK_Error* plugin_check_stream(const char* call, const DK_Stream* stream, int32_t device);
 
 /* Everything a kernel checks before it enqueues: initialised, struct_size,
- * device, stream, op and input/output counts, and every view against the
- * dtype mask and capability bits its ops.def row declares (kernels.c). */
-DK_Error* plugin_check_kernel(const char* call, const DK_Kernel_Args* args, DK_OpId op,
-                              int32_t num_inputs, int32_t num_outputs);
+ * device, stream, and every argument rule of the op (dkh_check_call: operand
+ * counts, dtypes, shapes, strides, NULL data, aliasing, attributes) against
+ * the dtype mask and capability bits its ops.def row declares (kernels.c). */
+DK_Error* plugin_check_kernel(const char* call, const DK_Kernel_Args* args, DK_OpId op);
 
 /* ---- The functions in the DK_Api table (api.c) ------------------------------- */
 
