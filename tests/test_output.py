@@ -238,3 +238,36 @@ def test_a_full_disk_leaves_the_previous_models_report(tmp_path, monkeypatch):
         models_report.write(dict(rep, run=dict(rep["run"], run_id="b" * 32)), str(tmp_path))
     assert _snapshot(tmp_path) == before
     json.loads((tmp_path / "report.json").read_text())
+
+
+def test_report_html_lists_real_problems_first_and_folds_optional_gaps_per_op():
+    """Issue 25: an op with 2 problems and 153 optional not-implemented cases
+    shows the 2 as rows and the 153 as one line, after every real problem."""
+    from devicekit.conformance import html as conformance_html
+
+    def row(cid, outcome, required):
+        _, op, dt, _ = cid.split("/")
+        return {"id": cid, "section": "ops", "op": op, "dtype": dt, "seed": 1,
+                "required": required, "level": "core", "outcome": outcome,
+                "message": "", "duration_s": 0.01, "details": {}, "replay": f"devicekit replay {cid}"}
+    optional = ["float16", "bfloat16", "int8"]
+    rows = [row(f"ops/add/{optional[i % 3]}/c{i}", "not-implemented", False) for i in range(153)]
+    rows += [row("ops/add/float32/bad", "fail", True),
+             row("ops/add/float32/req", "not-implemented", True),
+             row("ops/mul/float16/c0", "not-implemented", False),
+             row("ops/exp/float32/odd", "crash", True)]
+    rep = _conformance_report("r")
+    rep = conformance_report.assemble({k: rep[k] for k in ("devicekit_version", "device_api_version",
+                                                          "plugin", "device", "kernels")},
+                                      rep["run"], rows, rep["corpus"], {})
+    page = conformance_html.render(rep)
+    folded = "add: 153 optional cases not implemented (float16, bfloat16, int8)"
+    assert page.count(folded) == 1
+    assert "ops/add/float16/c0" not in page and "ops/add/int8/c152" not in page
+    assert "add (2 + 153 optional not implemented)" in page
+    order = [page.index(s) for s in ("crash: ops/exp/float32/odd", "fail: ops/add/float32/bad",
+                                     "not-implemented: ops/add/float32/req", folded,
+                                     "mul: 1 optional cases not implemented (float16)")]
+    assert order == sorted(order)
+    for d in optional:  # the table's "missing" cells still link somewhere
+        assert f'id="c-add-{d}"' in page

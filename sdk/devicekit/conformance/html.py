@@ -5,7 +5,8 @@ Separate op x dtype tables for base ops (sections ops and kernels),
 composites, fused kernels and gradients; runtime, rng and errors as case
 lists. A cell shows passed/total and is coloured by its worst outcome, with
 missing required dtypes told apart from missing optional ones; it links to
-its cases in the problem list, which is grouped by op and ordered by severity.
+its cases in the problem list, which is grouped by op and ordered by severity:
+real problems first, an op's optional not-implemented cases folded into one line.
 """
 
 from importlib import resources
@@ -53,17 +54,40 @@ def matrix(report, sections=None):
     return ops, dtypes, cells
 
 
+def _optional_missing(r):
+    return r["outcome"] == "not-implemented" and not r["required"]
+
+
 def problem_groups(report):
-    """[(op or section, [case rows])] of cases that did not pass, groups with
-    the most severe outcome first, rows by severity."""
+    """[(op or section, [case rows], folded)] of cases that did not pass.
+
+    The rows are the real problems (crash, error, fail, required
+    not-implemented), then skipped ones; optional not-implemented cases are no
+    rows but ``folded``, one line per op: ``None`` or {count, dtypes, anchors
+    (the cells' link targets no row carries)}. Groups with the most severe row
+    first, so an op with only optional gaps comes after every real problem."""
     groups = {}
     for r in report["cases"]:
         if r["outcome"] != "pass":
             groups.setdefault(r["op"] or r["section"], []).append(r)
     rank = {o: i for i, o in enumerate(_SEVERITY)}
-    for rows in groups.values():
-        rows.sort(key=lambda r: rank[r["outcome"]])
-    return sorted(groups.items(), key=lambda g: (rank[g[1][0]["outcome"]], g[0]))
+
+    def key(r):
+        return len(_SEVERITY) if _optional_missing(r) else rank[r["outcome"]]
+    out = []
+    for name, rows in groups.items():
+        rows.sort(key=key)
+        shown = [r for r in rows if not _optional_missing(r)]
+        gaps = [r for r in rows if _optional_missing(r)]
+        folded = None
+        if gaps:
+            dtypes = list(dict.fromkeys(r["dtype"] for r in gaps if r["dtype"]))
+            op, linked = gaps[0]["op"], {r["dtype"] for r in shown}
+            folded = {"count": len(gaps), "dtypes": dtypes,
+                      "anchors": [anchor(op, d) for d in dtypes if op and d not in linked]}
+        out.append((name, shown, folded, key(rows[0])))
+    out.sort(key=lambda g: (g[3], g[0]))
+    return [g[:3] for g in out]
 
 
 def render(report):
