@@ -522,3 +522,29 @@ def test_released_wheel_must_be_the_certified_one(tmp_path):
     assert proc.returncode == 1 and "binary.sha256" in proc.stdout
     missing = gate("check", path, "--baseline", path, "--policy", pol, "--binary", tmp_path / "x.whl")
     assert missing.returncode == 3 and "--binary not found" in missing.stderr
+
+
+def test_refusals_are_grouped_by_op_with_counts_and_the_baseline_outcome(tmp_path):
+    """Issue 25: hundreds of flat rows read as one heading per op with its
+    count and a few examples, each with the baseline's outcome next to the new."""
+    from devicekit.gate import reports
+    adds = [(f"ops/add/float32/c{i}", "add", "float32") for i in range(8)]
+    muls = [(f"ops/mul/float32/c{i}", "mul", "float32") for i in range(7)]
+    base = make(tmp_path, "base", BASE_CASES[:1] + [(*c, "pass") for c in adds]
+                + [(*c, "not-implemented") for c in muls])
+    new = make(tmp_path, "new", BASE_CASES[:1] + [(*c, "fail") for c in adds]
+               + [(*c, "not-implemented") for c in muls])
+    v = _check(tmp_path, new, base)
+    mul = [r for r in v.refusals if r.rule == "conformance.required"]
+    assert len(mul) == 7 and {r.baseline for r in mul} == {"not-implemented"}
+    out = reports.text(v)
+    assert "Refused: 15 reason(s) in 2 group(s)" in out
+    assert "\nadd: 8 refused\n" in out and "\nmul: 7 refused\n" in out
+    assert out.index("add: 8 refused") < out.index("mul: 7 refused")
+    assert "... and 3 more add" in out and "... and 2 more mul" in out
+    assert sum("ops/" in line for line in out.splitlines()) == 2 * reports.EXAMPLES
+    assert "conformance.regression  ops/add/float32/c0  pass      fail" in out
+    assert "conformance.required  ops/mul/float32/c0  not-implemented  not-implemented" in out
+    page = reports.html(v)
+    assert "<h3>add (8)</h3>" in page and "<h3>mul (7)</h3>" in page
+    assert "3 more add" in page and page.count("ops/mul/float32/c") == 7

@@ -115,6 +115,7 @@ def _conformance(new, base, policy, v):
                                  detail or ("not in the new record" if now == "absent" else "")))
     v.gains += [{"suite": "conformance", "id": cid, "baseline": old, "new": now}
                 for cid, _, _, old, now in d["newly_passing"]]
+    was = {c["id"]: c["outcome"] for c in bc.get("cases", [])}
     for c in nc["cases"]:
         # the policy's dtypes are required whatever the spec says of them;
         # dtype-less cases (runtime, errors) as the suite marks them
@@ -123,7 +124,8 @@ def _conformance(new, base, policy, v):
         if c["id"] not in seen and required and c["outcome"] not in ("pass", "skipped"):
             detail = (nc.get("failures", {}).get(c["id"], {}).get("message", "").splitlines()
                       or [""])[0]
-            v.refusals.append(Reason("conformance.required", c["id"], "-", c["outcome"], detail))
+            v.refusals.append(Reason("conformance.required", c["id"], was.get(c["id"], "absent"),
+                                     c["outcome"], detail))
     corpus = nc.get("corpus", {})
     if corpus.get("checked") and not corpus.get("ok", True):
         v.refusals.append(Reason("conformance.required", "corpus", "complete", "collapsed",

@@ -23,6 +23,31 @@ def _cut(s, n=90):
     return s if len(s) <= n else s[:n - 3] + "..."
 
 
+EXAMPLES = 5  # rows shown per op before "... and N more"
+
+
+def _group(r):
+    """The op a refusal is about: ``add`` for ``ops/add/float32/basic`` and
+    ``models/mlp/float32/forward``'s ``mlp``; the section for a dtype-less case
+    (``runtime/...``); else the rule (binary, level, performance, corpus)."""
+    parts = r.subject.split("/")
+    if r.rule.startswith(("conformance.", "models.")) and len(parts) >= 3:
+        return parts[1]
+    if r.rule.startswith("conformance.") and len(parts) == 2:
+        return parts[0]
+    return r.rule
+
+
+def refusal_groups(refusals):
+    """[(op, [reasons])] in the order the ops first appear (the check lists the
+    sha256 first, then conformance, models, performance), so one partial
+    plugin's hundreds of rows read as one heading per op with its count."""
+    groups = {}
+    for r in refusals:
+        groups.setdefault(_group(r), []).append(r)
+    return list(groups.items())
+
+
 def text(v):
     p, b = v.plugin, v.baseline_plugin
     lines = [f"plugin:   {p['name']} {p['version']} ({p['vendor']}) sha256 {p['sha256'][:16]}",
@@ -31,9 +56,15 @@ def text(v):
     if v.binary.get("actual"):
         lines.append(f"binary:   {v.binary['path']} sha256 {v.binary['actual'][:16]}")
     if v.refusals:
-        lines += ["", f"Refused: {len(v.refusals)} reason(s)",
-                  _table([(r.rule, _cut(r.subject, 60), r.baseline, r.new, _cut(r.detail))
-                          for r in v.refusals], ["rule", "subject", "baseline", "new", "detail"])]
+        groups = refusal_groups(v.refusals)
+        lines += ["", f"Refused: {len(v.refusals)} reason(s) in {len(groups)} group(s)"]
+        for name, rows in groups:
+            lines += ["", f"{name}: {len(rows)} refused",
+                      _table([(r.rule, _cut(r.subject, 60), r.baseline, r.new, _cut(r.detail))
+                              for r in rows[:EXAMPLES]],
+                             ["rule", "subject", "baseline", "new", "detail"])]
+            if len(rows) > EXAMPLES:
+                lines.append(f"... and {len(rows) - EXAMPLES} more {name} (see --html or --junit)")
     if v.waived:
         lines += ["", f"Waived: {len(v.waived)}",
                   _table([(r.rule, _cut(r.subject, 60), r.new, r.waiver.expires.isoformat(),
@@ -83,4 +114,5 @@ def template(name):
 
 
 def html(v):
-    return _env().from_string(template("check.html.j2")).render(v=v)
+    return _env().from_string(template("check.html.j2")).render(
+        v=v, groups=refusal_groups(v.refusals), examples=EXAMPLES)
