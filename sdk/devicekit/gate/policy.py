@@ -20,7 +20,6 @@ import fnmatch
 import functools
 import math
 import os
-import stat
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import List, Optional
@@ -30,6 +29,7 @@ try:
 except ImportError:  # Python < 3.11: the same parser, packaged as tomli
     import tomli as tomllib
 
+from .._bounded import Unreadable, read_bounded
 from .errors import BadPolicy, MissingInput
 
 POLICY_VERSION = 1
@@ -344,23 +344,16 @@ def load(path):
             raise MissingInput(path, "the release policy is not installed with this devicekit "
                                      "(a source checkout: pass ci/policy.toml)")
     try:  # look before reading: a huge file or a device must not be read whole
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise MissingInput(path, "policy file not found") from None
-    except OSError as e:
-        raise MissingInput(path, f"cannot read the policy: {e.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise BadPolicy(path, "not a regular file (a policy is a TOML file)")
-    if info.st_size > MAX_BYTES:
-        raise BadPolicy(path, f"{info.st_size} bytes: larger than a policy can be "
-                              f"({MAX_BYTES} bytes)")
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)  # the file may have grown since stat
-    except OSError as e:
-        raise MissingInput(path, f"cannot read the policy: {e.strerror}") from None
-    if len(raw) > MAX_BYTES:
-        raise BadPolicy(path, f"larger than a policy can be ({MAX_BYTES} bytes)")
+        raw = read_bounded(path, MAX_BYTES)
+    except Unreadable as e:
+        if e.kind == "missing":
+            raise MissingInput(path, "policy file not found") from None
+        if e.kind == "unreadable":
+            raise MissingInput(path, f"cannot read the policy: {e.reason}") from None
+        if e.kind == "not_regular":
+            raise BadPolicy(path, "not a regular file (a policy is a TOML file)") from None
+        size = f"{e.size} bytes: larger" if e.size is not None else "larger"
+        raise BadPolicy(path, f"{size} than a policy can be ({MAX_BYTES} bytes)") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -29,8 +29,8 @@ import json
 import math
 import os
 import re
-import stat
 
+from .._bounded import Unreadable, read_bounded
 from ..errors import InputFileError
 from . import shard as sharding
 
@@ -85,24 +85,18 @@ def load(path):
     The file is looked at before it is read: a shard report larger than
     :data:`MAX_REPORT_BYTES` or not a regular file is refused unread."""
     file = os.path.join(path, "report.json") if os.path.isdir(path) else path
-    try:
-        info = os.stat(file)
-    except FileNotFoundError:
-        raise MissingReport(file, "shard report not found") from None
-    except OSError as e:
-        raise MissingReport(file, f"cannot read the shard report: {e.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise BadReport(file, "not a regular file (a shard report is a report.json)")
-    if info.st_size > MAX_REPORT_BYTES:
-        raise BadReport(file, f"{info.st_size} bytes: larger than a shard report can be "
-                              f"({MAX_REPORT_BYTES} bytes); not read")
-    try:
-        with open(file, "rb") as f:
-            raw = f.read(MAX_REPORT_BYTES + 1)  # it may have grown since the stat
-    except OSError as e:
-        raise MissingReport(file, f"cannot read the shard report: {e.strerror}") from None
-    if len(raw) > MAX_REPORT_BYTES:
-        raise BadReport(file, f"larger than a shard report can be ({MAX_REPORT_BYTES} bytes)")
+    try:  # looked at before it is read
+        raw = read_bounded(file, MAX_REPORT_BYTES)
+    except Unreadable as e:
+        if e.kind == "missing":
+            raise MissingReport(file, "shard report not found") from None
+        if e.kind == "unreadable":
+            raise MissingReport(file, f"cannot read the shard report: {e.reason}") from None
+        if e.kind == "not_regular":
+            raise BadReport(file, "not a regular file (a shard report is a report.json)") from None
+        size = f"{e.size} bytes: larger" if e.size is not None else "larger"
+        raise BadReport(file, f"{size} than a shard report can be ({MAX_REPORT_BYTES} "
+                              f"bytes); not read") from None
     return file, parse(raw, file)
 
 
