@@ -160,8 +160,9 @@ void worker_main(DK_Stream* s) {
       std::lock_guard<std::mutex> lock(s->error_mu);
       if (s->first_error == nullptr) {
         s->first_error = err;
-      } else {
-        delete err;
+      } else {  // a later error is dropped: the header reports the first one
+        DK_Error_Destroy_Args destroy = {DK_Error_Destroy_Args_STRUCT_SIZE, err};
+        dkh_Error_Destroy(&destroy);  // malloc'd by dkh_error: never `delete`
       }
     }
     s->head.store(h + 1);
