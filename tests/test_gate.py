@@ -525,7 +525,7 @@ def test_released_wheel_must_be_the_certified_one(tmp_path):
 
 
 def test_refusals_are_grouped_by_op_with_counts_and_the_baseline_outcome(tmp_path):
-    """Issue 25: hundreds of flat rows read as one heading per op with its
+    """Hundreds of flat rows read as one heading per op with its
     count and a few examples, each with the baseline's outcome next to the new."""
     from devicekit.gate import reports
     adds = [(f"ops/add/float32/c{i}", "add", "float32") for i in range(8)]
@@ -539,8 +539,8 @@ def test_refusals_are_grouped_by_op_with_counts_and_the_baseline_outcome(tmp_pat
     assert len(mul) == 7 and {r.baseline for r in mul} == {"not-implemented"}
     out = reports.text(v)
     assert "Refused: 15 reason(s) in 2 group(s)" in out
-    assert "\nadd: 8 refused\n" in out and "\nmul: 7 refused\n" in out
-    assert out.index("add: 8 refused") < out.index("mul: 7 refused")
+    assert "\n[add] 8 refused\n" in out and "\n[mul] 7 refused\n" in out
+    assert out.index("[add] 8 refused") < out.index("[mul] 7 refused")
     assert "... and 3 more add" in out and "... and 2 more mul" in out
     assert sum("ops/" in line for line in out.splitlines()) == 2 * reports.EXAMPLES
     assert "conformance.regression  ops/add/float32/c0  pass      fail" in out

@@ -241,7 +241,7 @@ def test_a_full_disk_leaves_the_previous_models_report(tmp_path, monkeypatch):
 
 
 def test_report_html_lists_real_problems_first_and_folds_optional_gaps_per_op():
-    """Issue 25: an op with 2 problems and 153 optional not-implemented cases
+    """An op with 2 problems and 153 optional not-implemented cases
     shows the 2 as rows and the 153 as one line, after every real problem."""
     from devicekit.conformance import html as conformance_html
 

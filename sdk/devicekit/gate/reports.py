@@ -59,7 +59,8 @@ def text(v):
         groups = refusal_groups(v.refusals)
         lines += ["", f"Refused: {len(v.refusals)} reason(s) in {len(groups)} group(s)"]
         for name, rows in groups:
-            lines += ["", f"{name}: {len(rows)} refused",
+            # "[op]": a heading no parser of the rule rows mistakes for a row
+            lines += ["", f"[{name}] {len(rows)} refused",
                       _table([(r.rule, _cut(r.subject, 60), r.baseline, r.new, _cut(r.detail))
                               for r in rows[:EXAMPLES]],
                              ["rule", "subject", "baseline", "new", "detail"])]
