@@ -19,23 +19,25 @@ How (:func:`time_check`):
   which prepares certify's performance set (:data:`.perf.SET`);
 - figure by figure, a **round** times one side, then the other, alternating
   which goes first (ABBA...), so a drift in load falls on both; the round's
-  paired ratio is candidate / baseline time per call. One figure's rounds
-  follow each other (under load the scheduler favours a process that slept:
-  a candidate sleeping in a slow add ran the next figure 2.7x faster than
-  the baseline when rounds went across figures);
+  paired ratio is candidate / baseline time per call;
 - a side's time in a round is the best of :data:`BATCHES` back-to-back
   batches of calls (each ending with a device synchronize), per call: the
   best-of drops the batches another process preempted. Both sides run the
   same number of calls (together ~5 ms on the faster one): batches of
   different lengths see different shares of preemption under load, which
   made a binary look 11x slower than itself;
-- the rounds run in sessions of :data:`SESSION_ROUNDS`, each with a fresh
-  pair of workers. Under load a process keeps where the scheduler placed its
-  threads (a plugin's two pool threads on one busy core, or on two), which
-  biased every round of one pair of processes alike (the same code timed
-  against itself gave medians from 0.3x to 4.9x with one pair at load 5 on 2
-  cores): a bias must now strike several independent pairs the same way to
-  move the verdict;
+- a figure's rounds run in sessions of :data:`SESSION_ROUNDS`, each in a
+  fresh pair of worker processes that prepare that one figure and time
+  nothing else. Two kinds of history biased whole sessions when a pair of
+  processes lived on: where the scheduler had placed a process's threads
+  (the same code timed against itself gave medians from 0.3x to 4.9x with
+  one pair at load 5 on 2 cores), and what the previous figure did to a
+  process (a candidate that had slept through a slow add's rounds then ran
+  mul 2.7x faster than the baseline when rounds went across figures, and
+  3.45x slower, interval 2.97-4.34x over three pairs, when they followed
+  each other, in CI under load). With a pair per figure and session, a bias
+  must strike several independent pairs the same way to move a verdict, and
+  no figure inherits another's;
 - per figure the statistic is the **median of the paired ratios** (robust to
   the rounds a burst of other work hit), with a distribution-free interval
   from order statistics (:func:`median_interval`, ~95%) as its noise;
@@ -129,11 +131,11 @@ class WorkerFailed(Exception):
 class _Worker:
     """One :mod:`.perf_worker` process; requests and answers are JSON lines."""
 
-    def __init__(self, side, library, index):
+    def __init__(self, side, library, index, keys=()):
         self.side, self._buf = side, b""
         self._err = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "devicekit.gate.perf_worker", library, str(index)],
+            [sys.executable, "-m", "devicekit.gate.perf_worker", library, str(index), *keys],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err)
 
     def _failed(self, why):
@@ -247,10 +249,11 @@ def time_check(new, base, policy, binary=None, baseline_binary=None, progress=No
         return _time_both(lib, cand, _device_index(new), policy, progress)
 
 
-def _start(base_lib, cand_lib, index):
-    """Both workers, started together; ({side: worker}, {side: ready answer})."""
-    workers = {"baseline": _Worker("baseline", base_lib, index),
-               "candidate": _Worker("candidate", cand_lib, index)}
+def _start(base_lib, cand_lib, index, keys=()):
+    """Both workers, started together, preparing ``keys`` (none: every
+    figure); ({side: worker}, {side: ready answer})."""
+    workers = {"baseline": _Worker("baseline", base_lib, index, keys),
+               "candidate": _Worker("candidate", cand_lib, index, keys)}
     try:
         return workers, {side: w.answer() for side, w in workers.items()}
     except WorkerFailed:
@@ -261,32 +264,23 @@ def _start(base_lib, cand_lib, index):
 
 def _time_both(base_lib, cand_lib, index, policy, progress):
     t0, target, limit = time.monotonic(), policy.rounds, EXTEND * policy.rounds
-    keys = missing = None
-    active = []
-    ratios, per_call, done = {}, {}, 0
     try:
-        while keys is None or (active and done < limit):
-            workers, ready = _start(base_lib, cand_lib, index)
-            try:
-                if keys is None:
-                    keys, missing = _figures(ready)
-                    active = list(keys)
-                    ratios = {k: [] for k in keys}
-                    per_call = {k: {"baseline": [], "candidate": []} for k in keys}
-                    if progress:
-                        progress(f"timing the baseline's and the candidate's binaries "
-                                 f"alternately: {len(keys)} figures x {target} rounds (up to "
-                                 f"{limit}), in sessions of {SESSION_ROUNDS} ...")
-                calls = {}  # ~5 ms of the faster side's calls, in BATCHES batches
-                for side in ("baseline", "candidate"):
-                    for f in ready[side]["figures"]:
-                        calls[f["key"]] = max(calls.get(f["key"], 1), f["calls"])
-                calls = {k: max(1, c // BATCHES) for k, c in calls.items()}
-                n = min(SESSION_ROUNDS, (target if done < target else limit) - done)
-                _rounds(workers, active, calls, done, n, ratios, per_call)
-            finally:
-                for w in workers.values():
-                    w.close()
+        # which figures both sides time: one pair, started and closed
+        workers, ready = _start(base_lib, cand_lib, index)
+        for w in workers.values():
+            w.close()
+        keys, missing = _figures(ready)
+        if progress:
+            progress(f"timing the baseline's and the candidate's binaries alternately: "
+                     f"{len(keys)} figures x {target} rounds (up to {limit}), in sessions of "
+                     f"{SESSION_ROUNDS}, each a fresh pair of processes ...")
+        ratios = {k: [] for k in keys}
+        per_call = {k: {"baseline": [], "candidate": []} for k in keys}
+        active, done = list(keys), 0
+        while active and done < limit:
+            n = min(SESSION_ROUNDS, (target if done < target else limit) - done)
+            for k in active:
+                _session(base_lib, cand_lib, index, k, done, n, ratios, per_call)
             done += n
             if done >= target:
                 active = [k for k in active if _undecided(ratios[k], policy.max_slowdown)]
@@ -324,27 +318,31 @@ def _undecided(ratios, threshold):
     return low <= threshold < median
 
 
-def _rounds(workers, keys, calls, first, n, ratios, per_call):
-    """Rounds ``first`` .. ``first + n - 1`` of ``keys``, appended to
-    ``ratios`` ({key: [candidate / baseline per round]}) and ``per_call``
-    ({key: {side: [seconds per call]}}). ``calls``: per figure, the calls of
-    one batch, the same for both sides."""
-    base, cand = workers["baseline"], workers["candidate"]
-    # Figure by figure, not round by round: under load the scheduler favours
-    # a process that slept (a candidate sleeping in a slow add ran its next
-    # mul 2.7x faster than the baseline did), so one figure's rounds follow
-    # each other, after a warm-up pair that is not counted.
-    for k in keys:
-        base.batch(k, calls[k])
-        cand.batch(k, calls[k])
+def _session(base_lib, cand_lib, index, key, first, n, ratios, per_call):
+    """Rounds ``first`` .. ``first + n - 1`` of figure ``key``, in a fresh pair
+    of workers that prepare only that figure, appended to ``ratios``
+    ({key: [candidate / baseline per round]}) and ``per_call`` ({key: {side:
+    [seconds per call]}}). Both sides run the same calls per batch: ~5 ms of
+    the faster side's, split over :data:`BATCHES` batches."""
+    workers, ready = _start(base_lib, cand_lib, index, (key,))
+    try:
+        base, cand = workers["baseline"], workers["candidate"]
+        calls = max(f["calls"] for side in ready.values() for f in side["figures"]
+                    if f["key"] == key)
+        calls = max(1, calls // BATCHES)
+        base.batch(key, calls)  # a warm-up pair, not counted
+        cand.batch(key, calls)
         for r in range(first, first + n):
             if r % 2 == 0:
-                b, c = base.batch(k, calls[k]), cand.batch(k, calls[k])
+                b, c = base.batch(key, calls), cand.batch(key, calls)
             else:
-                c, b = cand.batch(k, calls[k]), base.batch(k, calls[k])
-            per_call[k]["baseline"].append(b)
-            per_call[k]["candidate"].append(c)
-            ratios[k].append(c / max(b, 1e-12))
+                c, b = cand.batch(key, calls), base.batch(key, calls)
+            per_call[key]["baseline"].append(b)
+            per_call[key]["candidate"].append(c)
+            ratios[key].append(c / max(b, 1e-12))
+    finally:
+        for w in workers.values():
+            w.close()
 
 
 def judge(timing, policy):

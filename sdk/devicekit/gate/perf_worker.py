@@ -3,7 +3,12 @@ that loads one plugin library, prepares the performance set
 (:data:`.perf.SET`, the figures certify records) on one of its devices, and
 times one batch of calls per request.
 
-    python -m devicekit.gate.perf_worker LIBRARY DEVICE_INDEX
+    python -m devicekit.gate.perf_worker LIBRARY DEVICE_INDEX [KEY ...]
+
+With KEYs (figure keys, :func:`.perf.key`) only those figures are prepared
+and timed: the parent gives each figure a fresh pair of processes, so that
+what one figure did to a process (a slow kernel's sleeps, a pool's threads
+parked) cannot carry into the next figure's timing.
 
 Each side runs in its own process because the two binaries are usually two
 builds of one plugin: same plugin name, same symbols, possibly the same
@@ -36,9 +41,11 @@ def _say(stream, obj):
     stream.flush()
 
 
-def _prepare(library, index):
+def _prepare(library, index, only=None):
     """({key: (call, sync)}, figures, skipped) on device ``index`` of ``library``;
-    a figure's ``calls`` is this side's own calibration (~5 ms a batch)."""
+    a figure's ``calls`` is this side's own calibration (~5 ms a batch).
+    ``only``: the keys to prepare (None: all); the others are left out of
+    both lists."""
     import devicekit as dk
 
     from . import perf
@@ -56,6 +63,8 @@ def _prepare(library, index):
     with dk.no_grad():
         for op, kind, size in perf.SET:
             key = perf.key({"op": op, "dtype": "float32", "size": size})
+            if only is not None and key not in only:
+                continue
             if op not in implemented:
                 skipped.append({"key": key, "reason": "the plugin does not implement this "
                                                       "kernel in float32"})
@@ -76,8 +85,8 @@ def main(argv=None):
     os.dup2(2, 1)  # whatever else writes to fd 1 lands on stderr
     sys.stdout = sys.stderr
     try:
-        library, index = argv[0], int(argv[1])
-        batches, figures, skipped = _prepare(library, index)
+        library, index, only = argv[0], int(argv[1]), argv[2:] or None
+        batches, figures, skipped = _prepare(library, index, only)
     except Exception as e:  # any failure to start is the answer, in one line
         _say(answers, {"error": " ".join(f"{type(e).__name__}: {e}".split())})
         return 2
