@@ -5,6 +5,14 @@ The DeviceKit side is the model-regression harness's own forward (so the
 benchmark times what the goldens check); the PyTorch side is the same
 computation written as a PyTorch user would (F.scaled_dot_product_attention
 on the permuted q/k/v views, torch.optim.AdamW).
+
+Both sides run float32 or bfloat16. DeviceKit's bfloat16 is the harness's
+mixed precision (float32 master weights and AdamW state, each forward casts
+them to bfloat16, the loss in float32). PyTorch's has two forms a user would
+pick from (TORCH_BF16): ``autocast`` (float32 weights, the forward under
+``torch.autocast("cpu", dtype=torch.bfloat16)``, the same recipe as
+DeviceKit's) and ``weights`` (the weights themselves in bfloat16, AdamW on
+them; less work per step, as a speed yardstick).
 """
 
 import devicekit as dk
@@ -24,27 +32,39 @@ class _Trainer:
         return loss
 
 
+TORCH_BF16 = ("autocast", "weights")  # PyTorch's two bfloat16 forms (see above)
+
+
 class DeviceKitGPT(_Trainer):
-    def __init__(self, model, device="cpu:0", lr=H.LR, weight_decay=H.WEIGHT_DECAY):
-        self.model = model
-        self.master = H.master_params(model, device, "float32")
-        self.inp = H.device_inputs(model, device, "float32")
+    def __init__(self, model, device="cpu:0", lr=H.LR, weight_decay=H.WEIGHT_DECAY,
+                 dtype="float32"):
+        self.model, self.dtype = model, dtype
+        self.master = H.master_params(model, device, dtype)
+        self.inp = H.device_inputs(model, device, dtype)
         self.opt = AdamW(self.master.parameters(), lr=lr, weight_decay=weight_decay)
 
     def loss(self):
-        return H.loss_of(H.forward(self.model, self.master, self.inp, "float32"), self.inp)
+        return H.loss_of(H.forward(self.model, self.master, self.inp, self.dtype), self.inp)
 
     def infer(self):
         with dk.no_grad():
-            return H.forward(self.model, self.master, self.inp, "float32")
+            return H.forward(self.model, self.master, self.inp, self.dtype)
 
 
 class TorchGPT(_Trainer):
-    def __init__(self, model, lr=H.LR, weight_decay=H.WEIGHT_DECAY):
+    """``bf16``: None (float32) or one of TORCH_BF16."""
+
+    def __init__(self, model, lr=H.LR, weight_decay=H.WEIGHT_DECAY, bf16=None):
+        import contextlib
+
         import torch
+        assert bf16 in (None,) + TORCH_BF16, bf16
         self.torch, self.F, self.c = torch, torch.nn.functional, model.config
-        self.p = {n: torch.tensor(a, dtype=torch.float32, requires_grad=True)
+        wdt = torch.bfloat16 if bf16 == "weights" else torch.float32
+        self.p = {n: torch.tensor(a, dtype=torch.float32).to(wdt).requires_grad_()
                   for n, a in model.init_params().items()}
+        self.autocast = ((lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+                         if bf16 == "autocast" else contextlib.nullcontext)
         self.data = {k: torch.tensor(v) for k, v in model.make_data().items()}
         self.opt = torch.optim.AdamW(list(self.p.values()), lr=lr, weight_decay=weight_decay)
 
@@ -65,10 +85,12 @@ class TorchGPT(_Trainer):
         return F.linear(F.layer_norm(x, (d,), tp["ln_f.weight"], tp["ln_f.bias"]), tp["wte"])
 
     def loss(self):
-        logits = self.forward()
+        with self.autocast():
+            logits = self.forward()
+        logits = logits.float()  # the loss in float32, as DeviceKit's harness does
         return self.F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                     self.data["targets"].reshape(-1))
 
     def infer(self):
-        with self.torch.no_grad():
+        with self.torch.no_grad(), self.autocast():
             return self.forward()

@@ -1,14 +1,26 @@
 """Whole-model speed against PyTorch CPU eager (whole models, not single ops).
 
-A nanoGPT-style model (vocab 65, 2 layers, 4 heads, d_model 64,
-block 32; the zoo's GPT-2 architecture) in DeviceKit on cpu:0 and, when torch
-is installed, in PyTorch CPU eager, from identical weights, at the same thread
-count (``--threads``, default 1: DEVICEKIT_CPU_THREADS and
-torch.set_num_threads). Timed side by side in one run, alternating the sides
-each round (benchmarks/_timing.alternate), for
+A GPT-2-style model (the zoo's GPT-2 architecture, vocab 65) in DeviceKit on
+cpu:0 and, when torch is installed, in PyTorch CPU eager, from identical
+weights, at the same thread count (DEVICEKIT_CPU_THREADS and
+torch.set_num_threads), in two sizes (``--size``):
+
+- ``nano`` (default): 2 layers, 4 heads, d_model 64, block 32: the host
+  (Python, the SDK, launches) decides the time;
+- ``scaled``: 4 layers, 8 heads, d_model 256, block 128: the kernels do
+  (GEMMs of 1024 tokens x 256..1024, attention over 128 keys).
+
+Timed side by side in one run, alternating the sides each round
+(benchmarks/_timing.alternate), for
 
 - the training step (forward, loss, backward, AdamW) at batch 8;
-- the inference forward (no_grad) at batch 8 and 64.
+- the inference forward (no_grad) at batch 8 (and 64 for ``nano``).
+
+``--dtype bfloat16`` runs DeviceKit's mixed precision (the model harness's:
+float32 masters and AdamW state, the forward in bfloat16, the loss in
+float32) against both of PyTorch's bfloat16 forms, ``autocast`` (the same
+recipe) and ``weights`` (bfloat16 parameters); the ratio is taken against
+the faster of the two, which the line names.
 
 Prints per case both medians with their min-max spread, the ratio of the
 medians (DeviceKit / PyTorch; lower is better), DeviceKit's kernel launches
@@ -19,38 +31,76 @@ wall time. The reference plugin runs kernels on its stream's worker thread,
 so the host share is the time spent outside kernels (Python, the SDK,
 enqueueing); near 100% means the host, not the kernels, decides the time.
 Before timing, the two sides' losses over 3 AdamW steps are compared (they
-must agree to 1e-5 relative). Ratios are printed, never asserted.
+must agree to 1e-5 relative in float32, 1e-2 in bfloat16). Ratios are
+printed, never asserted.
 
-Usage: python benchmarks/bench_gpt_speed.py [--threads N] [--repeats R]
+``--threads`` and ``--dtype`` take comma-separated lists (``--threads 1,2
+--dtype float32,bfloat16``): the thread count is read once, when the plugin
+loads, so each combination then runs in a child process of its own.
+
+Usage: python benchmarks/bench_gpt_speed.py [--size nano|scaled] [--threads N[,N]]
+       [--dtype float32|bfloat16[,...]] [--repeats R] [--calls C]
 """
 
 import argparse
 import os
+import subprocess
 import sys
 
+SIZES = {  # GPT2Config fields besides batch; vocab 65 (characters) for both
+    "nano": dict(vocab=65, seq=32, dim=64, heads=4, layers=2),
+    "scaled": dict(vocab=65, seq=128, dim=256, heads=8, layers=4),
+}
+
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-ap.add_argument("--threads", type=int, default=1)
+ap.add_argument("--size", choices=sorted(SIZES), default="nano")
+ap.add_argument("--threads", default="1", help="thread count(s), comma-separated")
+ap.add_argument("--dtype", default="float32", help="float32 and / or bfloat16, comma-separated")
 ap.add_argument("--repeats", type=int, default=15, help="alternating rounds per case")
-ap.add_argument("--calls", type=int, default=3, help="calls per round")
+ap.add_argument("--calls", type=int, default=None,
+                help="calls per round (default 3 for nano, 1 for scaled)")
 args = ap.parse_args()
-os.environ["DEVICEKIT_CPU_THREADS"] = str(args.threads)  # read when the plugin loads
+threads = [int(t) for t in args.threads.split(",")]
+dtypes = args.dtype.split(",")
+if any(d not in ("float32", "bfloat16") for d in dtypes) or any(t < 1 for t in threads):
+    ap.error(f"--threads takes positive integers, --dtype float32 / bfloat16; got "
+             f"{args.threads!r}, {args.dtype!r}")
+if len(threads) * len(dtypes) > 1:  # one child per combination (see the docstring)
+    for t in threads:
+        for dt in dtypes:
+            argv = [sys.executable, __file__, "--size", args.size, "--threads", str(t),
+                    "--dtype", dt, "--repeats", str(args.repeats)]
+            if args.calls:
+                argv += ["--calls", str(args.calls)]
+            sys.stdout.flush()
+            if subprocess.call(argv):
+                sys.exit(1)
+    sys.exit(0)
+THREADS, DTYPE = threads[0], dtypes[0]
+CALLS = args.calls or (3 if args.size == "nano" else 1)
+os.environ["DEVICEKIT_CPU_THREADS"] = str(THREADS)  # read when the plugin loads
 
 import devicekit as dk  # noqa: E402
 from devicekit.models.transformers import GPT2, GPT2Config  # noqa: E402
 
-from _gpt import DeviceKitGPT, TorchGPT  # noqa: E402
+from _gpt import TORCH_BF16, DeviceKitGPT, TorchGPT  # noqa: E402
 from _timing import alternate, spread  # noqa: E402
 
 try:
     import torch
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(THREADS)
 except ImportError:
     torch = None
     print("PyTorch is not installed: DeviceKit's times only, no ratio")
 
 
-def nano(batch):
-    return GPT2(GPT2Config(vocab=65, seq=32, dim=64, heads=4, layers=2, batch=batch))
+def model(batch):
+    return GPT2(GPT2Config(**SIZES[args.size], batch=batch))
+
+
+# PyTorch's forms at this dtype: {label: TorchGPT's bf16 argument}
+TORCH_FORMS = ({"PyTorch": None} if DTYPE == "float32"
+               else {f"PyTorch bf16 {form}": form for form in TORCH_BF16})
 
 
 def launches(fn):
@@ -71,46 +121,56 @@ def launches(fn):
 def check_agreement(model):
     if torch is None:
         return
-    d, t = DeviceKitGPT(model), TorchGPT(model)
-    worst = 0.0
-    for _ in range(3):
-        a, b = float(d.step().item()), float(t.step().item())
-        worst = max(worst, abs(a - b) / abs(b))
-    print(f"  loss agreement over 3 AdamW steps: worst relative difference {worst:.1e}"
-          + ("" if worst <= 1e-5 else "  ** MORE THAN 1e-5: the two sides do not compute the same **"))
+    limit = 1e-5 if DTYPE == "float32" else 1e-2
+    for label, form in TORCH_FORMS.items():
+        d, t = DeviceKitGPT(model, dtype=DTYPE), TorchGPT(model, bf16=form)
+        worst = 0.0
+        for _ in range(3):
+            a, b = float(d.step().item()), float(t.step().item())
+            worst = max(worst, abs(a - b) / abs(b))
+        print(f"  loss agreement with {label} over 3 AdamW steps: worst relative difference "
+              f"{worst:.1e}" + ("" if worst <= limit else
+                                f"  ** MORE THAN {limit:g}: the two sides do not compute the same **"))
 
 
 def case(title, model, what):
-    d = DeviceKitGPT(model)
-    sides = {"devicekit": (getattr(d, what), dk.synchronize)}
+    d = DeviceKitGPT(model, dtype=DTYPE)
+    sides = {"DeviceKit": (getattr(d, what), dk.synchronize)}
     if torch is not None:
-        t = TorchGPT(model)
-        sides["pytorch"] = (getattr(t, what), None)
+        for label, form in TORCH_FORMS.items():
+            sides[label] = (getattr(TorchGPT(model, bf16=form), what), None)
     for fn, fin in sides.values():  # warm up: caches, first-call paths, optimizer state
         fn(), fn()
         if fin:
             fin()
-    times = alternate(sides, args.repeats, args.calls)
+    times = alternate(sides, args.repeats, CALLS)
     n, fills, fused, why = launches(getattr(d, what))
-    med, lo, hi = spread([w for w, _ in times["devicekit"]])
-    host = spread([h / w for w, h in times["devicekit"]])[0]
-    line = f"{title}: DeviceKit {med * 1e3:.2f} ms [{lo * 1e3:.2f}-{hi * 1e3:.2f}]"
-    if "pytorch" in times:
-        tmed, tlo, thi = spread([w for w, _ in times["pytorch"]])
-        line += (f", PyTorch {tmed * 1e3:.2f} ms [{tlo * 1e3:.2f}-{thi * 1e3:.2f}], "
-                 f"ratio {med / tmed:.2f}x")
-    print(line)
+    meds = {name: spread([w for w, _ in t]) for name, t in times.items()}
+    host = spread([h / w for w, h in times["DeviceKit"]])[0]
+    print(f"{title}: " + ", ".join(f"{name} {m * 1e3:.2f} ms [{lo * 1e3:.2f}-{hi * 1e3:.2f}]"
+                                   for name, (m, lo, hi) in meds.items()))
+    if len(meds) > 1:
+        best = min((name for name in meds if name != "DeviceKit"), key=lambda k: meds[k][0])
+        # the ratio of the medians, and the spread of the per-round ratios
+        # (each round times both sides back to back)
+        per_round = [dw / tw for (dw, _), (tw, _) in zip(times["DeviceKit"], times[best])]
+        _, rlo, rhi = spread(per_round)
+        print(f"  ratio DeviceKit / {best} (the faster PyTorch form): "
+              f"{meds['DeviceKit'][0] / meds[best][0]:.2f}x (per round {rlo:.2f}-{rhi:.2f})")
     print(f"  DeviceKit: {n} launches per call ({fills} fill, {fused} fused kernels), "
           f"host share (time outside kernels) {host:.0%}")
     for reason, count in sorted(why.items()):
         print(f"  decomposed {count}x: {reason}")
 
 
-print(f"threads {args.threads}, {args.repeats} alternating rounds of {args.calls} calls, "
-      f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-check_agreement(nano(8))
-case("train step (fwd+bwd+AdamW), batch 8", nano(8), "step")
-case("inference, batch 8", nano(8), "infer")
-case("inference, batch 64", nano(64), "infer")
+cfg = SIZES[args.size]
+print(f"== {args.size} GPT ({cfg['layers']} layers, {cfg['heads']} heads, d_model {cfg['dim']}, "
+      f"block {cfg['seq']}), {DTYPE}, threads {THREADS}: {args.repeats} alternating rounds of "
+      f"{CALLS} calls, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+check_agreement(model(8))
+case("train step (fwd+bwd+AdamW), batch 8", model(8), "step")
+case("inference, batch 8", model(8), "infer")
+if args.size == "nano":
+    case("inference, batch 64", model(64), "infer")
 print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 sys.exit(0)
