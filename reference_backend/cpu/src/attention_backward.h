@@ -1,6 +1,7 @@
 // The attention backward's work per (batch, kv head) group: what
-// kernels_fused_backward.cpp runs in its plain build and fast/attention.cpp
-// compiles again per ISA level, so both compute the very same sums.
+// kernels_fused_backward.cpp runs in its plain build. (fast/attention.cpp
+// replaces it with a block of query rows at a time as register-tiled GEMMs;
+// this header still gives it the launch record, SdpaBackward.)
 //
 // Per query row i the scores s_j = (q_i * scale) . k_j and dp_j = dout_i . v_j
 // are taken for all visible keys at once from transposed copies of the

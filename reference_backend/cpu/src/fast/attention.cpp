@@ -209,28 +209,219 @@ DKCPU_ATTEND_RANGE(attend_range_avx2, __attribute__((target("avx2,fma"))), 4, 16
 #endif
 DKCPU_ATTEND_RANGE(attend_range_base, , 4, 8, 16)
 
-// The backward's group loop (attention_backward.h) per ISA level: its
-// by-key sums and per-key axpys are plain loops the compiler widens.
+// ---- The backward: one (batch, kv head) group as register-tiled GEMMs ----------
+//
+// attention_backward.h's loop took each query row alone: two by-key sums,
+// then three D-long axpys per visible key (dv_j, dq_i, dk_j), all scalar
+// broadcasts and short vectors; it was 13% of a GPT training step, five times
+// the forward. Here a block of kBqBack query rows is one set of GEMMs with
+// the forward's register tile, in "keys as rows" form so that no product
+// needs a transposed operand (queries are the vector lanes):
+//   St  = K Qs^T       [keys x queries]  scores (q scaled first, as forward)
+//   dPt = V dO^T       [keys x queries]
+//   per query column: mask, max, P = exp(S - max) / sum (the sums run over
+//   keys in order), dS = P (dP - dout.out) scale
+//   dV += Pt dO,  dK += dSt Q          [keys x D]  (summed over every query
+//                                       block and head of the group in order)
+//   dQ^T = K^T dSt                     [D x queries], written transposed
+// K, V (rows padded to MR) and K^T are packed once per group, q and dout
+// once per block (q^T, dout^T and zero-padded copies), so every GEMM operand
+// has whole tiles; padded rows and columns are zero and fall out of the
+// sums. Under is_causal a block reads keys up to its last query only. As in
+// the forward, a masked key inside the block has p = 0 and 0 * (a NaN in K,
+// V or dout there) may reach the gradients, as in the decomposition.
+// Each group runs on one thread, so the result does not depend on the thread
+// count.
+constexpr int64_t kBqBack = 64;  // query rows per block: a multiple of every NR
+
+// c[MR x NR] (+)= a[MR x k] b[k x NR], row-major with leading dims lda, ldb, ldc.
+template <int MR, int NR, int VB>
+DKCPU_INLINE void tile_mm(int64_t k, const float* __restrict a, int64_t lda,
+                          const float* __restrict b, int64_t ldb, float* __restrict c, int64_t ldc,
+                          bool accumulate) {
+  typedef float V __attribute__((vector_size(VB)));
+  constexpr int kW = VB / int(sizeof(float)), kNV = NR / kW;
+  V acc[MR][kNV];
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < kNV; ++v) acc[i][v] = V{};
+  for (int64_t p = 0; p < k; ++p) {
+    V bv[kNV];
+    for (int v = 0; v < kNV; ++v) std::memcpy(&bv[v], b + p * ldb + v * kW, sizeof(V));
+    for (int i = 0; i < MR; ++i) {
+      const float ai = a[i * lda + p];
+      for (int v = 0; v < kNV; ++v) acc[i][v] += ai * bv[v];
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    for (int v = 0; v < kNV; ++v) {
+      float* dst = c + i * ldc + v * kW;
+      V r = acc[i][v];
+      if (accumulate) {
+        V old;
+        std::memcpy(&old, dst, sizeof(V));
+        r += old;
+      }
+      std::memcpy(dst, &r, sizeof(V));
+    }
+  }
+}
+
+// c[m x n] (+)= a[m x k] b[k x n]; m a multiple of MR, n of NR.
+template <int MR, int NR, int VB>
+DKCPU_INLINE void block_mm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                           const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  for (int64_t j = 0; j < n; j += NR)  // b's k x NR strip stays in L1 over the rows
+    for (int64_t i = 0; i < m; i += MR)
+      tile_mm<MR, NR, VB>(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+}
+
+template <int MR, int NR, int VB>
+DKCPU_INLINE void backward_group(const SdpaBackward& L, int64_t bi, int64_t g) {
+  const int64_t group = L.hq / L.hkv, lk = L.lk, d = L.d, dvd = L.dvd;
+  const int64_t dp = round_up(d, NR), dvp = round_up(dvd, NR), lkp = round_up(lk, MR);
+  constexpr int64_t QB = kBqBack;
+  thread_local std::vector<float> buffer;  // grows once per thread, then reused
+  buffer.resize(size_t(lkp * (d + dvd + dp + dp + dvp) + QB * (d + dvd + dp + dvp + dp) +
+                       2 * lkp * QB + 4 * QB));
+  float* __restrict kp = buffer.data();    // [lkp][d]   K, rows past lk zero
+  float* __restrict vp = kp + lkp * d;     // [lkp][dvd] V, rows past lk zero
+  float* __restrict kt = vp + lkp * dvd;   // [dp][lkp]  K^T, rows past d zero
+  float* __restrict dka = kt + dp * lkp;   // [lkp][dp]  dK accumulator
+  float* __restrict dva = dka + lkp * dp;  // [lkp][dvp] dV accumulator
+  float* __restrict qst = dva + lkp * dvp; // [d][nqp]   (q * scale)^T
+  float* __restrict dot = qst + QB * d;    // [dvd][nqp] dout^T
+  float* __restrict qz = dot + QB * dvd;   // [nqp][dp]  q, zero-padded
+  float* __restrict doz = qz + QB * dp;    // [nqp][dvp] dout, zero-padded
+  float* __restrict dqt = doz + QB * dvp;  // [dp][nqp]  dQ^T
+  float* __restrict st = dqt + QB * dp;    // [nkp][nqp] scores, then P
+  float* __restrict dst = st + lkp * QB;   // [nkp][nqp] dP, then dS
+  float* __restrict shift = dst + lkp * QB;  // [nqp] each: per query column
+  float* __restrict inv = shift + QB;
+  float* __restrict di = inv + QB;
+  float* __restrict total = di + QB;
+  for (int64_t j = 0; j < lkp; ++j) {
+    const float* kj = j < lk ? L.k.row(bi, g, j) : nullptr;
+    const float* vj = j < lk ? L.v.row(bi, g, j) : nullptr;
+    for (int64_t c = 0; c < d; ++c) kp[j * d + c] = kj ? kj[c] : 0.0f;
+    for (int64_t c = 0; c < dvd; ++c) vp[j * dvd + c] = vj ? vj[c] : 0.0f;
+  }
+  for (int64_t c = 0; c < dp; ++c)
+    for (int64_t j = 0; j < lkp; ++j) kt[c * lkp + j] = c < d ? kp[j * d + c] : 0.0f;
+  std::fill(dka, dka + lkp * dp, 0.0f);
+  std::fill(dva, dva + lkp * dvp, 0.0f);
+  const int64_t esize = L.mask_kind == DK_SDPA_MASK_BOOL ? 1 : 4;
+  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+    for (int64_t i0 = 0; i0 < L.lq; i0 += QB) {
+      const int64_t nq = std::min(QB, L.lq - i0), nqp = round_up(nq, NR);
+      const int64_t kend = L.causal ? std::min(lk, i0 + nq) : lk, nkp = round_up(kend, MR);
+      float* dq = L.dq + ((bi * L.hq + h) * L.lq + i0) * d;
+      if (kend == 0) {  // no visible key: no gradient from these rows
+        std::fill(dq, dq + nq * d, 0.0f);
+        continue;
+      }
+      for (int64_t i = 0; i < nqp; ++i) {
+        const float* q = i < nq ? L.q.row(bi, h, i0 + i) : nullptr;
+        const float* go = i < nq ? L.dout.row(bi, h, i0 + i) : nullptr;
+        for (int64_t c = 0; c < dp; ++c) {
+          const float x = q && c < d ? q[c] : 0.0f;
+          qz[i * dp + c] = x;
+          if (c < d) qst[c * nqp + i] = x * L.scale;
+        }
+        for (int64_t c = 0; c < dvp; ++c) {
+          const float x = go && c < dvd ? go[c] : 0.0f;
+          doz[i * dvp + c] = x;
+          if (c < dvd) dot[c * nqp + i] = x;
+        }
+        float t = 0.0f;
+        if (go) {
+          const float* o = L.out.row(bi, h, i0 + i);
+          for (int64_t c = 0; c < dvd; ++c) t += go[c] * o[c];
+        }
+        di[i] = t;
+      }
+      block_mm<MR, NR, VB>(nkp, nqp, d, kp, d, qst, nqp, st, nqp, false);
+      block_mm<MR, NR, VB>(nkp, nqp, dvd, vp, dvd, dot, nqp, dst, nqp, false);
+      if (L.mask) {  // the additive mask first, so a causal -inf stays -inf
+        for (int64_t i = 0; i < nq; ++i) {
+          const char* mrow = L.mask + (bi * L.mask_strides[0] + h * L.mask_strides[1] +
+                                       (i0 + i) * L.mask_strides[2]) * esize;
+          const int64_t mstep = L.mask_strides[3] * esize;
+          for (int64_t j = 0; j < kend; ++j) {
+            if (L.mask_kind == DK_SDPA_MASK_BOOL && !mrow[j * mstep]) st[j * nqp + i] = -INFINITY;
+            if (L.mask_kind == DK_SDPA_MASK_ADDITIVE)
+              st[j * nqp + i] += *reinterpret_cast<const float*>(mrow + j * mstep);
+          }
+        }
+      }
+      if (L.causal) {  // key j is visible to query i0 + i when j <= i0 + i
+        for (int64_t j = i0 + 1; j < kend; ++j)
+          for (int64_t i = 0; i < std::min(j - i0, nq); ++i) st[j * nqp + i] = -INFINITY;
+      }
+      for (int64_t i = 0; i < nqp; ++i) shift[i] = -INFINITY;
+      for (int64_t j = 0; j < kend; ++j)
+        for (int64_t i = 0; i < nqp; ++i) shift[i] = max_nan(shift[i], st[j * nqp + i]);
+      for (int64_t i = 0; i < nqp; ++i) {
+        inv[i] = shift[i] == -INFINITY || i >= nq ? 0.0f : 1.0f;  // 0: no visible key, padding
+        if (shift[i] == -INFINITY) shift[i] = 0.0f;  // exp(-inf) = 0, not exp(-inf - -inf)
+        di[i] = i < nq ? di[i] : 0.0f;
+      }
+      for (int64_t i = 0; i < nqp; ++i) total[i] = 0.0f;
+      for (int64_t j = 0; j < kend; ++j) {  // sums over keys in order, one lane per query
+        for (int64_t i = 0; i < nqp; ++i) {
+          const float e = exp_nonpositive(st[j * nqp + i] - shift[i]);
+          st[j * nqp + i] = e;
+          total[i] += e;
+        }
+      }
+      for (int64_t i = 0; i < nqp; ++i) inv[i] = inv[i] == 0.0f ? 0.0f : 1.0f / total[i];
+      for (int64_t j = 0; j < kend; ++j) {
+        for (int64_t i = 0; i < nqp; ++i) {
+          const float pj = st[j * nqp + i] * inv[i];
+          st[j * nqp + i] = pj;
+          dst[j * nqp + i] = pj * (dst[j * nqp + i] - di[i]) * L.scale;
+        }
+      }
+      for (int64_t j = kend; j < nkp; ++j)  // padding keys: p = ds = 0
+        for (int64_t i = 0; i < nqp; ++i) st[j * nqp + i] = dst[j * nqp + i] = 0.0f;
+      block_mm<MR, NR, VB>(nkp, dvp, nqp, st, nqp, doz, dvp, dva, dvp, true);
+      block_mm<MR, NR, VB>(nkp, dp, nqp, dst, nqp, qz, dp, dka, dp, true);
+      block_mm<MR, NR, VB>(dp, nqp, kend, kt, lkp, dst, nqp, dqt, nqp, false);
+      for (int64_t i = 0; i < nq; ++i)
+        for (int64_t c = 0; c < d; ++c) dq[i * d + c] = dqt[c * nqp + i];
+    }
+  }
+  float* dk = L.dk + (bi * L.hkv + g) * lk * d;
+  float* dv = L.dv + (bi * L.hkv + g) * lk * dvd;
+  for (int64_t j = 0; j < lk; ++j) {
+    for (int64_t c = 0; c < d; ++c) dk[j * d + c] = dka[j * dp + c];
+    for (int64_t c = 0; c < dvd; ++c) dv[j * dvd + c] = dva[j * dvp + c];
+  }
+}
+
+// One instantiation per ISA level, the forward's tile shapes.
+#define DKCPU_BACKWARD_GROUP(name, attr, MR, NR, VB)                        \
+  attr void name(const SdpaBackward& L, int64_t bi, int64_t g) {            \
+    backward_group<MR, NR, VB>(L, bi, g);                                   \
+  }
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512vl,avx2,fma,prefer-vector-width=512"))) void
-backward_group_avx512(const SdpaBackward& L, int64_t bi, int64_t g, float* scratch) {
-  sdpa_backward_group(L, bi, g, scratch);
-}
-__attribute__((target("avx2,fma"))) void backward_group_avx2(const SdpaBackward& L, int64_t bi,
-                                                             int64_t g, float* scratch) {
-  sdpa_backward_group(L, bi, g, scratch);
-}
+DKCPU_BACKWARD_GROUP(backward_group_avx512,
+                     __attribute__((target("avx512f,avx512vl,avx2,fma,prefer-vector-width=512"))),
+                     8, 32, 64)
+DKCPU_BACKWARD_GROUP(backward_group_avx2, __attribute__((target("avx2,fma"))), 4, 16, 32)
 #endif
+DKCPU_BACKWARD_GROUP(backward_group_base, , 4, 8, 16)
 
 }  // namespace
 
-void fast::sdpa_backward_group(const SdpaBackward& L, int64_t bi, int64_t g, float* scratch) {
+// The caller's scratch (sized for attention_backward.h's loop) is not used:
+// the tiled form keeps its own per-thread buffers.
+void fast::sdpa_backward_group(const SdpaBackward& L, int64_t bi, int64_t g, float*) {
 #if defined(__x86_64__)
   const Isa isa = cpu_isa();
-  if (isa == Isa::kAvx512) return backward_group_avx512(L, bi, g, scratch);
-  if (isa == Isa::kAvx2) return backward_group_avx2(L, bi, g, scratch);
+  if (isa == Isa::kAvx512) return backward_group_avx512(L, bi, g);
+  if (isa == Isa::kAvx2) return backward_group_avx2(L, bi, g);
 #endif
-  dkcpu::sdpa_backward_group(L, bi, g, scratch);
+  backward_group_base(L, bi, g);
 }
 
 void fast::sdpa(const SdpaLaunch& L) {

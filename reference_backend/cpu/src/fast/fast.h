@@ -64,7 +64,8 @@ void norm_rows(const NormLaunch& l, int64_t r0, int64_t r1);
 void sdpa(const SdpaLaunch& l);
 
 // fast/attention.cpp: one (batch, kv head) group of the attention backward,
-// attention_backward.h's loop in AVX2 and AVX-512 builds.
+// what attention_backward.h's loop computes, as register-tiled GEMMs over
+// blocks of query rows, per ISA level (its own scratch; `scratch` unused).
 void sdpa_backward_group(const SdpaBackward& L, int64_t bi, int64_t g, float* scratch);
 
 }  // namespace fast
