@@ -6,6 +6,8 @@
 // the SDK hands it nothing it did not promise to take), then copies what
 // it needs from the views, which die with the call, into a fixed-size
 // Launch record and enqueues that on the stream.
+#include <algorithm>
+
 #include "kernel_common.h"
 #include "parallel.h"
 
@@ -21,17 +23,32 @@ struct Launch {
 
 // ---- Work run by the stream's worker ----------------------------------------
 
-template <size_t kBytes> void copy_strided(const Launch& l) {
+// Rows [row0, row1) of the copy, a row being the innermost dim. A row that is
+// unit-stride on both sides is one memcpy (the permuted views attention
+// code merges back: [B, L, H, D] from [B, H, L, D], D-long runs).
+template <size_t kBytes> void copy_rows(const Launch& l, int64_t row0, int64_t row1) {
   const View &in = l.in[0], &out = l.out;
   const int32_t r = out.rank;  // rank 0: one element, no outer dims
   const int64_t inner = r > 0 ? out.shape[r - 1] : 1;
   const int64_t in_step = r > 0 ? in.strides[r - 1] * int64_t(kBytes) : 0;
   const int64_t out_step = r > 0 ? out.strides[r - 1] * int64_t(kBytes) : 0;
+  const bool dense_row = in_step == int64_t(kBytes) && out_step == int64_t(kBytes);
   int64_t idx[DK_MAX_RANK] = {};
   const char* src = in.data;
   char* dst = out.data;
-  for (int64_t done = 0; done < l.numel; done += inner) {
-    for (int64_t i = 0; i < inner; ++i) std::memcpy(dst + i * out_step, src + i * in_step, kBytes);
+  for (int64_t rest = row0, d = r - 2; d >= 0; --d) {  // the odometer at row0
+    idx[d] = rest % out.shape[d];
+    rest /= out.shape[d];
+    src += idx[d] * in.strides[d] * int64_t(kBytes);
+    dst += idx[d] * out.strides[d] * int64_t(kBytes);
+  }
+  for (int64_t row = row0; row < row1; ++row) {
+    if (dense_row) {
+      std::memcpy(dst, src, size_t(inner) * kBytes);
+    } else {
+      for (int64_t i = 0; i < inner; ++i)
+        std::memcpy(dst + i * out_step, src + i * in_step, kBytes);
+    }
     for (int32_t d = r - 2; d >= 0; --d) {  // advance the outer index like an odometer
       src += in.strides[d] * int64_t(kBytes);
       dst += out.strides[d] * int64_t(kBytes);
@@ -41,6 +58,14 @@ template <size_t kBytes> void copy_strided(const Launch& l) {
       idx[d] = 0;
     }
   }
+}
+
+// Split over rows (parallel_for) once there are about 16K elements a chunk.
+template <size_t kBytes> void copy_strided(const Launch& l) {
+  const int64_t inner = l.out.rank > 0 ? l.out.shape[l.out.rank - 1] : 1;
+  if (l.numel == 0 || inner == 0) return;
+  parallel_for(l.numel / inner, std::max<int64_t>(1, 16384 / inner),
+               [&](int64_t r0, int64_t r1) { copy_rows<kBytes>(l, r0, r1); });
 }
 
 DK_Error* run_copy(const void* payload) {
