@@ -103,6 +103,29 @@ DK_Error* run_fill(const void* payload) {
   return nullptr;
 }
 
+// One element, as convert<D> does. From float32 to float16 / bfloat16 and
+// back, convert's route through double is exact, so these call half.h's
+// float functions directly: float32 -> bfloat16 is then a few integer ops
+// the compiler vectorises (mixed-precision training casts every weight and
+// activation at each linear layer; through double it was 14% of a bfloat16
+// GPT step).
+template <class D, class S> D cast_one(S x) {
+  if constexpr (std::is_same<S, float>::value && std::is_same<D, bf16>::value) {
+    const uint32_t b = float_bits(x);
+    const uint32_t rne = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;  // float_to_bfloat16, branch-free
+    const uint32_t nan = (b >> 16) | 0x0040u;
+    return bf16{uint16_t((b & 0x7fffffffu) > 0x7f800000u ? nan : rne)};
+  } else if constexpr (std::is_same<S, bf16>::value && std::is_same<D, float>::value) {
+    return bfloat16_to_float(x.bits);
+  } else if constexpr (std::is_same<S, float>::value && std::is_same<D, f16>::value) {
+    return f16{float_to_half(x)};
+  } else if constexpr (std::is_same<S, f16>::value && std::is_same<D, float>::value) {
+    return half_to_float(x.bits);
+  } else {
+    return convert<D>(x);
+  }
+}
+
 DK_Error* run_cast(const void* payload) {
   const Launch& l = *static_cast<const Launch*>(payload);
   dispatch(l.in[0].dtype, [&](auto src_tag) {
@@ -111,7 +134,9 @@ DK_Error* run_cast(const void* payload) {
       using D = decltype(dst_tag);
       const S* in = reinterpret_cast<const S*>(l.in[0].data);
       D* out = reinterpret_cast<D*>(l.out.data);
-      for (int64_t i = 0; i < l.numel; ++i) out[i] = convert<D>(in[i]);
+      parallel_for(l.numel, 16384, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) out[i] = cast_one<D>(in[i]);
+      });
     });
   });
   return nullptr;
