@@ -148,7 +148,8 @@ template <class T> MacroKernel<T> pick_kernel() {
 // Per-thread packing buffers, 64-byte aligned and kept between launches (the
 // pool's threads and stream workers live as long as the process): allocating
 // and page-faulting 4 MiB per call cost a few percent at 1024^3. Slot 0 holds
-// the packed b panel (stream worker only), slot 1 a packed a block.
+// the packed b panel (stream worker only), slot 1 a packed a block, slot 2 a's
+// whole K slice packed once for the column split (stream worker only).
 // Throws std::bad_alloc, so callers inside parallel_for catch it (see below).
 template <class T> T* scratch(int slot, int64_t count) {
   struct Buffer {
@@ -156,7 +157,7 @@ template <class T> T* scratch(int slot, int64_t count) {
     size_t bytes = 0;
     ~Buffer() { std::free(p); }
   };
-  thread_local Buffer buffers[2];
+  thread_local Buffer buffers[3];
   Buffer& b = buffers[slot];
   const size_t bytes = (size_t(count) * sizeof(T) + 63) / 64 * 64;
   if (b.bytes < bytes) {
@@ -187,6 +188,14 @@ template <class T> void pack_b(const Gemm<T>& g, int64_t k0, int64_t kc, int64_t
   }
 }
 
+// One full strip of MR rows from a transposed a (a step of k is MR
+// contiguous elements): MR known at compile time, so each step is a
+// fixed-size copy rather than a loop of MR scalar moves. It was the
+// weight gradients' (x^T @ dy) bottleneck when out is narrow.
+template <class T, int MR> void pack_a_strip_t(const T* src, int64_t a_col, int64_t kc, T* dst) {
+  for (int64_t p = 0; p < kc; ++p) std::memcpy(dst + p * MR, src + p * a_col, MR * sizeof(T));
+}
+
 // a[i0 .. i0+mc, k0 .. k0+kc] -> strips of MR rows, each kc x MR (column of
 // the strip per step), zero-padded past mc.
 template <class T>
@@ -195,9 +204,17 @@ void pack_a(const Gemm<T>& g, int64_t i0, int64_t mc, int64_t k0, int64_t kc, in
     const int64_t h = std::min(mr, mc - i);
     T* dst = pa + i * kc;
     if (g.a_row == 1) {  // a transposed (x^T of a weight gradient): a step of k is h contiguous
+      const T* src = g.a + (i0 + i) + k0 * g.a_col;
+      if (h == 12 && mr == 12) {
+        pack_a_strip_t<T, 12>(src, g.a_col, kc, dst);
+        continue;
+      }
+      if (h == 6 && mr == 6) {
+        pack_a_strip_t<T, 6>(src, g.a_col, kc, dst);
+        continue;
+      }
       for (int64_t p = 0; p < kc; ++p) {
-        const T* src = g.a + (i0 + i) + (k0 + p) * g.a_col;
-        for (int64_t r = 0; r < h; ++r) dst[p * mr + r] = src[r];
+        for (int64_t r = 0; r < h; ++r) dst[p * mr + r] = src[p * g.a_col + r];
         for (int64_t r = h; r < mr; ++r) dst[p * mr + r] = T(0);
       }
       continue;
@@ -247,16 +264,23 @@ template <class T> void gemm_rows(const Gemm<T>& g, const MacroKernel<T>& mk, in
 }
 
 // Strips [s_begin, s_end) of the packed panel for all rows: the split used
-// when out is wide and short, so every core has work.
+// when out is wide and short, so every core has work. `pa_all` (not NULL):
+// a's whole KC slice, packed once for every chunk (see gemm); else a is read
+// in place as in gemm_rows.
 template <class T> void gemm_cols(const Gemm<T>& g, const MacroKernel<T>& mk, int64_t k0,
-                                  int64_t kc, int64_t j0, int64_t nc, const T* pb, int64_t s_begin,
-                                  int64_t s_end) {
-  T* pa = scratch<T>(1, (kMC + mk.mr) * kc);
+                                  int64_t kc, int64_t j0, int64_t nc, const T* pb, const T* pa_all,
+                                  int64_t s_begin, int64_t s_end) {
   const int64_t j = s_begin * mk.nr, w = std::min(s_end * mk.nr, nc) - j;
   if (w <= 0) return;
+  T* pa = pa_all ? nullptr : scratch<T>(1, (kMC + mk.mr) * kc);
   for (int64_t i = 0; i < g.m; i += kMC) {
     const int64_t mc = std::min(kMC, g.m - i);
-    block(g, mk, i, mc, k0, kc, pa, pb + j * kc, w, j0 + j);
+    if (pa_all) {
+      mk.fn(mc, w, kc, pa_all + i * kc, nullptr, 0, pb + j * kc, g.c + i * g.n + j0 + j, g.n,
+            k0 > 0);
+    } else {
+      block(g, mk, i, mc, k0, kc, pa, pb + j * kc, w, j0 + j);
+    }
   }
 }
 
@@ -284,8 +308,21 @@ template <class T> void gemm(const Gemm<T>& g) {
         parallel_for_may_throw(
             g.m, 64, [&](int64_t i0, int64_t i1) { gemm_rows(g, mk, k0, kc, j0, nc, pb, i0, i1); });
       } else {
+        // A layout that must be packed is packed once here, split over
+        // strips, not once per column chunk: each chunk would pack all of
+        // a for a few strips of b, as much work as its multiply.
+        T* pa_all = nullptr;
+        if (g.a_col != 1) {
+          pa_all = scratch<T>(2, (g.m + mk.mr) * kc);
+          const int64_t strips = (g.m + mk.mr - 1) / mk.mr;
+          parallel_for(strips, 4, [&](int64_t s0, int64_t s1) {
+            const int64_t i0 = s0 * mk.mr, i1 = std::min(g.m, s1 * mk.mr);
+            pack_a(g, i0, i1 - i0, k0, kc, mk.mr, pa_all + i0 * kc);
+          });
+        }
         parallel_for_may_throw(nc, 64, [&](int64_t c0, int64_t c1) {
-          gemm_cols(g, mk, k0, kc, j0, nc, pb, (c0 + mk.nr - 1) / mk.nr, (c1 + mk.nr - 1) / mk.nr);
+          gemm_cols(g, mk, k0, kc, j0, nc, pb, pa_all, (c0 + mk.nr - 1) / mk.nr,
+                    (c1 + mk.nr - 1) / mk.nr);
         });
       }
     }
