@@ -89,7 +89,9 @@ template <class T> void fill_as(const Launch& l) {
   T value;
   std::memcpy(&value, l.fill_value, sizeof value);
   T* out = reinterpret_cast<T*>(l.out.data);
-  for (int64_t i = 0; i < l.numel; ++i) out[i] = value;
+  parallel_for(l.numel, 16384, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = value;
+  });
 }
 
 DK_Error* run_fill(const void* payload) {
