@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <new>
+#include <vector>
 
 #include "../parallel.h"
 #include "fast.h"
@@ -149,7 +150,8 @@ template <class T> MacroKernel<T> pick_kernel() {
 // pool's threads and stream workers live as long as the process): allocating
 // and page-faulting 4 MiB per call cost a few percent at 1024^3. Slot 0 holds
 // the packed b panel (stream worker only), slot 1 a packed a block, slot 2 a's
-// whole K slice packed once for the column split (stream worker only).
+// whole K slice packed once for the column split (stream worker only),
+// slots 3..5 float16 / bfloat16 operands widened to float32 (gemm_half).
 // Throws std::bad_alloc, so callers inside parallel_for catch it (see below).
 template <class T> T* scratch(int slot, int64_t count) {
   struct Buffer {
@@ -157,7 +159,7 @@ template <class T> T* scratch(int slot, int64_t count) {
     size_t bytes = 0;
     ~Buffer() { std::free(p); }
   };
-  thread_local Buffer buffers[3];
+  thread_local Buffer buffers[6];
   Buffer& b = buffers[slot];
   const size_t bytes = (size_t(count) * sizeof(T) + 63) / 64 * 64;
   if (b.bytes < bytes) {
@@ -331,16 +333,44 @@ template <class T> void gemm(const Gemm<T>& g) {
 
 // ---- float16 / bfloat16: widen, multiply in float32, round once -------------
 
+// The float32 copies of up to 4 Mi elements each live in the calling thread's
+// buffers (slots 3..5, the stream worker's, kept between launches like the
+// packing buffers: fresh vectors per launch cost page faults and zeroing);
+// larger ones are allocated for the call, so a rare huge launch does not
+// keep its memory. The widening and the rounding are split over
+// parallel_for: on one thread they took as long as the multiply at 1024^3.
+struct Widened {
+  std::vector<float> own;
+  float* p;
+  Widened(int slot, int64_t count) {
+    if (count <= (int64_t(4) << 20)) {
+      p = scratch<float>(slot, count);
+    } else {
+      own.resize(size_t(count));
+      p = own.data();
+    }
+  }
+};
+
 template <class T>
 void gemm_half(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n, const int64_t* st) {
-  std::vector<float> fa(static_cast<size_t>(m * k)), fb(static_cast<size_t>(k * n));
-  std::vector<float> fc(static_cast<size_t>(m * n));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t p = 0; p < k; ++p) fa[i * k + p] = float(widen(a[i * st[0] + p * st[1]]));
-  for (int64_t p = 0; p < k; ++p)
-    for (int64_t j = 0; j < n; ++j) fb[p * n + j] = float(widen(b[p * st[2] + j * st[3]]));
-  gemm(Gemm<float>{fa.data(), fb.data(), fc.data(), m, k, n, k, 1, n, 1});
-  for (int64_t i = 0; i < m * n; ++i) out[i] = convert<T>(fc[i]);
+  Widened wa(3, m * k), wb(4, k * n), wc(5, m * n);
+  float *fa = wa.p, *fb = wb.p, *fc = wc.p;
+  parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t p = 0; p < k; ++p) fa[i * k + p] = float(widen(a[i * st[0] + p * st[1]]));
+  });
+  parallel_for(k, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t j = 0; j < n; ++j) fb[p * n + j] = float(widen(b[p * st[2] + j * st[3]]));
+  });
+  gemm(Gemm<float>{fa, fb, fc, m, k, n, k, 1, n, 1});
+  parallel_for(m * n, 16384, [&](int64_t i0, int64_t i1) {  // from float32, convert's exact route
+    for (int64_t i = i0; i < i1; ++i) {
+      if constexpr (std::is_same<T, bf16>::value) out[i] = bf16{float_to_bfloat16(fc[i])};
+      else out[i] = f16{float_to_half(fc[i])};
+    }
+  });
 }
 
 }  // namespace
