@@ -173,11 +173,35 @@ template <class T> T* scratch(int slot, int64_t count) {
 
 // b[k0 .. k0+kc, j0 .. j0+nc] -> strips of NR columns, each kc x NR row-major,
 // zero-padded past nc so the micro-kernel never needs a column edge case.
+// A full strip of a transposed b (a step of k is contiguous in each of the
+// strip's nr columns: the rows of W in x @ W^T), in 8 x 8 tiles: each tile
+// reads 8 contiguous elements of 8 columns and writes 8 contiguous of 8
+// steps, where an element at a time read nr different rows per step.
+template <class T>
+void pack_b_t(const T* b, int64_t ld, int64_t kc, int64_t nr, T* __restrict dst) {
+  int64_t p = 0;
+  for (; p + 8 <= kc; p += 8) {
+    for (int64_t q = 0; q < nr; q += 8) {
+      T t[8][8];
+      for (int r = 0; r < 8; ++r)
+        for (int c = 0; c < 8; ++c) t[c][r] = b[(q + r) * ld + p + c];
+      for (int c = 0; c < 8; ++c)
+        for (int r = 0; r < 8; ++r) dst[(p + c) * nr + q + r] = t[c][r];
+    }
+  }
+  for (; p < kc; ++p)
+    for (int64_t q = 0; q < nr; ++q) dst[p * nr + q] = b[q * ld + p];
+}
+
 template <class T> void pack_b(const Gemm<T>& g, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
                                int64_t nr, int64_t strip_begin, int64_t strip_end, T* pb) {
   for (int64_t s = strip_begin; s < strip_end; ++s) {
     const int64_t j = s * nr, w = std::min(nr, nc - j);
     T* dst = pb + j * kc;
+    if (g.b_row == 1 && w == nr && nr % 8 == 0) {  // b = W^T read in place (x @ W^T)
+      pack_b_t(g.b + k0 + (j0 + j) * g.b_col, g.b_col, kc, nr, dst);
+      continue;
+    }
     for (int64_t p = 0; p < kc; ++p) {
       const T* src = g.b + (k0 + p) * g.b_row + (j0 + j) * g.b_col;
       if (g.b_col == 1) {
