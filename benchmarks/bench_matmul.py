@@ -87,12 +87,12 @@ for label, m, k, n, la, lb in shapes:
     a, b = operand(m, k, la), operand(k, n, lb)
     da, db = dk_operand(a), dk_operand(b)
     calls = max(1, int(2e9 / (2.0 * m * k * n)))  # about a second of work per round at 1 GFLOP/s
-    sides = {"DeviceKit": (lambda: dk.ops.matmul(da, db), dev.synchronize),
-             "numpy": (lambda: a @ b, None)}
+    sides = {"DeviceKit": (lambda da=da, db=db: dk.ops.matmul(da, db), dev.synchronize),
+             "numpy": (lambda a=a, b=b: a @ b, None)}
     if torch is not None:
         tdt = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
         ta, tb = torch.from_numpy(a).to(tdt), torch.from_numpy(b).to(tdt)
-        sides["PyTorch"] = (lambda: ta @ tb, None)
+        sides["PyTorch"] = (lambda ta=ta, tb=tb: ta @ tb, None)
     for fn, fin in sides.values():
         fn()
         if fin:

@@ -235,10 +235,10 @@ DKCPU_ATTEND_RANGE(attend_range_base, , 4, 8, 16)
 constexpr int64_t kBqBack = 64;  // query rows per block: a multiple of every NR
 
 // c[MR x NR] (+)= a[MR x k] b[k x NR], row-major with leading dims lda, ldb, ldc.
-template <int MR, int NR, int VB>
-DKCPU_INLINE void tile_mm(int64_t k, const float* __restrict a, int64_t lda,
-                          const float* __restrict b, int64_t ldb, float* __restrict c, int64_t ldc,
-                          bool accumulate) {
+template <int MR, int NR, int VB> DKCPU_INLINE void tile_mm(int64_t k, const float* __restrict a,
+                                                            int64_t lda, const float* __restrict b,
+                                                            int64_t ldb, float* __restrict c,
+                                                            int64_t ldc, bool accumulate) {
   typedef float V __attribute__((vector_size(VB)));
   constexpr int kW = VB / int(sizeof(float)), kNV = NR / kW;
   V acc[MR][kNV];
@@ -343,8 +343,9 @@ DKCPU_INLINE void backward_group(const SdpaBackward& L, int64_t bi, int64_t g) {
       block_mm<MR, NR, VB>(nkp, nqp, dvd, vp, dvd, dot, nqp, dst, nqp, false);
       if (L.mask) {  // the additive mask first, so a causal -inf stays -inf
         for (int64_t i = 0; i < nq; ++i) {
-          const char* mrow = L.mask + (bi * L.mask_strides[0] + h * L.mask_strides[1] +
-                                       (i0 + i) * L.mask_strides[2]) * esize;
+          const int64_t at =
+              bi * L.mask_strides[0] + h * L.mask_strides[1] + (i0 + i) * L.mask_strides[2];
+          const char* mrow = L.mask + at * esize;
           const int64_t mstep = L.mask_strides[3] * esize;
           for (int64_t j = 0; j < kend; ++j) {
             if (L.mask_kind == DK_SDPA_MASK_BOOL && !mrow[j * mstep]) st[j * nqp + i] = -INFINITY;
@@ -399,9 +400,9 @@ DKCPU_INLINE void backward_group(const SdpaBackward& L, int64_t bi, int64_t g) {
 }
 
 // One instantiation per ISA level, the forward's tile shapes.
-#define DKCPU_BACKWARD_GROUP(name, attr, MR, NR, VB)                        \
-  attr void name(const SdpaBackward& L, int64_t bi, int64_t g) {            \
-    backward_group<MR, NR, VB>(L, bi, g);                                   \
+#define DKCPU_BACKWARD_GROUP(name, attr, MR, NR, VB)             \
+  attr void name(const SdpaBackward& L, int64_t bi, int64_t g) { \
+    backward_group<MR, NR, VB>(L, bi, g);                        \
   }
 #if defined(__x86_64__)
 DKCPU_BACKWARD_GROUP(backward_group_avx512,

@@ -335,9 +335,10 @@ template <class T> void gemm(const Gemm<T>& g) {
         // partial strip (64-row units gave every chunk one: 3% wasted
         // multiplies at 2 threads on 1024 rows).
         const int64_t strips = (g.m + mk.mr - 1) / mk.mr;
-        parallel_for_may_throw(strips, std::max<int64_t>(1, 64 / mk.mr), [&](int64_t s0, int64_t s1) {
-          gemm_rows(g, mk, k0, kc, j0, nc, pb, s0 * mk.mr, std::min(g.m, s1 * mk.mr));
-        });
+        parallel_for_may_throw(
+            strips, std::max<int64_t>(1, 64 / mk.mr), [&](int64_t s0, int64_t s1) {
+              gemm_rows(g, mk, k0, kc, j0, nc, pb, s0 * mk.mr, std::min(g.m, s1 * mk.mr));
+            });
       } else {
         // A layout that must be packed is packed once here, split over
         // strips, not once per column chunk: each chunk would pack all of
@@ -385,14 +386,18 @@ template <class T>
 void gemm_half(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n, const int64_t* st) {
   Widened wa(3, m * k), wb(4, k * n), wc(5, m * n);
   float *fa = wa.p, *fb = wb.p, *fc = wc.p;
-  parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)), [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i)
-      for (int64_t p = 0; p < k; ++p) fa[i * k + p] = float(widen(a[i * st[0] + p * st[1]]));
-  });
-  parallel_for(k, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p)
-      for (int64_t j = 0; j < n; ++j) fb[p * n + j] = float(widen(b[p * st[2] + j * st[3]]));
-  });
+  parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1)),
+               [&](int64_t i0, int64_t i1) {
+                 for (int64_t i = i0; i < i1; ++i)
+                   for (int64_t p = 0; p < k; ++p)
+                     fa[i * k + p] = float(widen(a[i * st[0] + p * st[1]]));
+               });
+  parallel_for(k, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)),
+               [&](int64_t p0, int64_t p1) {
+                 for (int64_t p = p0; p < p1; ++p)
+                   for (int64_t j = 0; j < n; ++j)
+                     fb[p * n + j] = float(widen(b[p * st[2] + j * st[3]]));
+               });
   gemm(Gemm<float>{fa, fb, fc, m, k, n, k, 1, n, 1});
   parallel_for(m * n, 16384, [&](int64_t i0, int64_t i1) {  // from float32, convert's exact route
     for (int64_t i = i0; i < i1; ++i) {
