@@ -60,11 +60,12 @@ template <size_t kBytes> void copy_rows(const Launch& l, int64_t row0, int64_t r
   }
 }
 
-// Split over rows (parallel_for) once there are about 16K elements a chunk.
+// Split over rows (parallel_for) once there are about 32K elements a chunk
+// (the elementwise engine's grain).
 template <size_t kBytes> void copy_strided(const Launch& l) {
   const int64_t inner = l.out.rank > 0 ? l.out.shape[l.out.rank - 1] : 1;
   if (l.numel == 0 || inner == 0) return;
-  parallel_for(l.numel / inner, std::max<int64_t>(1, 16384 / inner),
+  parallel_for(l.numel / inner, std::max<int64_t>(1, 32768 / inner),
                [&](int64_t r0, int64_t r1) { copy_rows<kBytes>(l, r0, r1); });
 }
 
@@ -89,7 +90,7 @@ template <class T> void fill_as(const Launch& l) {
   T value;
   std::memcpy(&value, l.fill_value, sizeof value);
   T* out = reinterpret_cast<T*>(l.out.data);
-  parallel_for(l.numel, 16384, [&](int64_t i0, int64_t i1) {
+  parallel_for(l.numel, 32768, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) out[i] = value;
   });
 }
@@ -136,7 +137,7 @@ DK_Error* run_cast(const void* payload) {
       using D = decltype(dst_tag);
       const S* in = reinterpret_cast<const S*>(l.in[0].data);
       D* out = reinterpret_cast<D*>(l.out.data);
-      parallel_for(l.numel, 16384, [&](int64_t i0, int64_t i1) {
+      parallel_for(l.numel, 32768, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) out[i] = cast_one<D>(in[i]);
       });
     });

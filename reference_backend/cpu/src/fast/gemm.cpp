@@ -317,13 +317,23 @@ template <class T> void gemm(const Gemm<T>& g) {
   }
   const MacroKernel<T> mk = pick_kernel<T>();
   T* pb = scratch<T>(0, kKC * (kNC + mk.nr));
+  // A small product (under 8 Mi multiply-adds, ~35 us on one AVX-512 core)
+  // runs on the calling thread alone: split, its jobs of a few microseconds
+  // each cost about what they save, and they keep the pool's workers
+  // spinning (parallel.cpp), which on a host-bound model (a nanoGPT step at
+  // 2 threads: 1.2-1.4x slower) takes the core the host thread needs.
+  const bool alone = double(g.m) * double(g.n) * double(g.k) < double(1 << 23);
+  auto split = [alone](int64_t n, int64_t grain, const auto& fn) {
+    if (alone) return fn(int64_t(0), n);
+    parallel_for_may_throw(n, grain, fn);
+  };
   for (int64_t j0 = 0; j0 < g.n; j0 += kNC) {
     const int64_t nc = std::min(kNC, g.n - j0);
     for (int64_t k0 = 0; k0 < g.k; k0 += kKC) {
       const int64_t kc = std::min(kKC, g.k - k0);
       // Each parallel_for returns when all chunks are done: packing b is
       // finished before any core reads it.
-      parallel_for(nc, 64, [&](int64_t c0, int64_t c1) {  // in columns: see below
+      split(nc, 64, [&](int64_t c0, int64_t c1) {  // in columns: see below
         pack_b(g, k0, kc, j0, nc, mk.nr, (c0 + mk.nr - 1) / mk.nr, (c1 + mk.nr - 1) / mk.nr, pb);
       });
       // Split whichever of M and the panel width is larger. Columns are
@@ -335,10 +345,9 @@ template <class T> void gemm(const Gemm<T>& g) {
         // partial strip (64-row units gave every chunk one: 3% wasted
         // multiplies at 2 threads on 1024 rows).
         const int64_t strips = (g.m + mk.mr - 1) / mk.mr;
-        parallel_for_may_throw(
-            strips, std::max<int64_t>(1, 64 / mk.mr), [&](int64_t s0, int64_t s1) {
-              gemm_rows(g, mk, k0, kc, j0, nc, pb, s0 * mk.mr, std::min(g.m, s1 * mk.mr));
-            });
+        split(strips, std::max<int64_t>(1, 64 / mk.mr), [&](int64_t s0, int64_t s1) {
+          gemm_rows(g, mk, k0, kc, j0, nc, pb, s0 * mk.mr, std::min(g.m, s1 * mk.mr));
+        });
       } else {
         // A layout that must be packed is packed once here, split over
         // strips, not once per column chunk: each chunk would pack all of
@@ -347,12 +356,12 @@ template <class T> void gemm(const Gemm<T>& g) {
         if (g.a_col != 1) {
           pa_all = scratch<T>(2, (g.m + mk.mr) * kc);
           const int64_t strips = (g.m + mk.mr - 1) / mk.mr;
-          parallel_for(strips, 4, [&](int64_t s0, int64_t s1) {
+          split(strips, 4, [&](int64_t s0, int64_t s1) {
             const int64_t i0 = s0 * mk.mr, i1 = std::min(g.m, s1 * mk.mr);
             pack_a(g, i0, i1 - i0, k0, kc, mk.mr, pa_all + i0 * kc);
           });
         }
-        parallel_for_may_throw(nc, 64, [&](int64_t c0, int64_t c1) {
+        split(nc, 64, [&](int64_t c0, int64_t c1) {
           gemm_cols(g, mk, k0, kc, j0, nc, pb, pa_all, (c0 + mk.nr - 1) / mk.nr,
                     (c1 + mk.nr - 1) / mk.nr);
         });
