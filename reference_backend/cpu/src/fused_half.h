@@ -110,17 +110,26 @@ inline int64_t span_elements(const View& v) {
 // and the pool (the 16-bit attention backward recomputes out with it).
 void sdpa_f32(const SdpaLaunch& l);
 
+// Scratch of at most this many floats stays with its thread for the next
+// launch (a block of rows is about 32 Ki elements); a larger one (a single
+// row longer than that) is freed after its chunk.
+constexpr size_t kKeptScratchFloats = size_t(1) << 20;
+
 // Rows [0, rows) of a row-wise half launch of N inputs and one output, each
 // dense [rows, d]: in blocks of up to `block` rows per thread, the block's
-// input rows widened into float32 scratch, body(in, out, n) run on the n rows
-// of the block (in[i], out: float32, dense [n, d]), and out rounded once
+// input rows widened into float32 scratch, body(in, out, b0, n) run on the n
+// rows from row b0 (in[i], out: float32, dense [n, d]), and out rounded once
 // into the output's rows.
 template <int N, class Body> void half_rows(DK_DType t, const void* const* in, void* out,
                                             int64_t rows, int64_t d, int64_t block,
                                             const Body& body) {
   parallel_for_may_throw(rows, block, [&](int64_t r0, int64_t r1) {
     const int64_t cap = std::min(block, r1 - r0) * d;  // floats per buffer
-    std::vector<float> scratch(size_t((N + 1) * cap));
+    const size_t need = size_t((N + 1) * cap);
+    thread_local std::vector<float> kept;
+    std::vector<float> once;
+    std::vector<float>& scratch = need <= kKeptScratchFloats ? kept : once;
+    if (scratch.size() < need) scratch.resize(need);
     for (int64_t b0 = r0; b0 < r1; b0 += block) {
       const int64_t n = std::min(block, r1 - b0);
       const float* ins[N];
@@ -130,7 +139,7 @@ template <int N, class Body> void half_rows(DK_DType t, const void* const* in, v
         ins[i] = buf;
       }
       float* o = scratch.data() + N * cap;
-      body(ins, o, n);
+      body(ins, o, b0, n);
       narrow(t, o, at(out, b0 * d), n * d);
     }
   });

@@ -69,7 +69,7 @@ DK_Error* run_norm_half(const void* payload) {
   const void* in[1] = {h.x};
   half_rows<1>(
       h.dtype, in, h.out, h.rows, h.d, row_grain(h.d),
-      [&](const float* const* x, float* y, int64_t n) {
+      [&](const float* const* x, float* y, int64_t, int64_t n) {
         const NormLaunch l{
             x[0],      h.weight ? w.data() : nullptr, h.bias ? b.data() : nullptr, y, n, h.d, h.eps,
             h.centered};
@@ -182,7 +182,7 @@ DK_Error* run_softmax_half(const void* payload) {
   const SoftmaxHalf h = *static_cast<const SoftmaxHalf*>(payload);
   const void* in[1] = {h.x};
   half_rows<1>(h.dtype, in, h.out, h.rows, h.d, row_grain(h.d),
-               [&](const float* const* x, float* y, int64_t n) {
+               [&](const float* const* x, float* y, int64_t, int64_t n) {
                  softmax_rows(SoftmaxLaunch{x[0], y, n, h.d}, 0, n);
                });
   return nullptr;

@@ -46,84 +46,126 @@ struct NormBackward {
   bool centered;
 };
 
+// dx of rows [r0, r1), and each row's stats into stats[r].
+void norm_backward_rows(const NormBackward& l, NormStats* stats, int64_t r0, int64_t r1) {
+  const NormLaunch stats_of{l.x, nullptr, nullptr, nullptr, l.rows, l.d, l.eps, l.centered};
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* __restrict x = l.x + r * l.d;
+    const float* __restrict g = l.dout + r * l.d;
+    float* __restrict dx = l.dx + r * l.d;
+    const NormStats s = norm_stats(stats_of, x);
+    stats[r] = s;
+    // dx = rstd * (wg - mean(wg) - xhat * mean(wg * xhat)); rms_norm has
+    // no mean(wg) term (its mean is 0 and it does not centre).
+    float sum_g = 0.0f, sum_gx = 0.0f;
+    for (int64_t i = 0; i < l.d; ++i) {
+      const float wg = l.weight ? g[i] * l.weight[i] : g[i];
+      sum_g += wg;
+      sum_gx += wg * ((x[i] - s.mean) * s.rstd);
+    }
+    const float mean_g = l.centered ? sum_g / float(l.d) : 0.0f;
+    const float mean_gx = sum_gx / float(l.d);
+    for (int64_t i = 0; i < l.d; ++i) {
+      const float wg = l.weight ? g[i] * l.weight[i] : g[i];
+      const float xhat = (x[i] - s.mean) * s.rstd;
+      dx[i] = s.rstd * (wg - mean_g - xhat * mean_gx);
+    }
+  }
+}
+
+// dweight / dbias columns [c0, c1), each summed over the rows in row order.
+// row(r, &g, &x) points g and x at row r's dout and x from column c0.
+template <class Row> void norm_backward_columns(const NormBackward& l, const NormStats* stats,
+                                                int64_t c0, int64_t c1, const Row& row) {
+  const int64_t n = c1 - c0;
+  float* __restrict dw = l.dweight ? l.dweight + c0 : nullptr;
+  float* __restrict db = l.dbias ? l.dbias + c0 : nullptr;
+  for (int64_t c = 0; c < n; ++c) {
+    if (dw) dw[c] = 0.0f;
+    if (db) db[c] = 0.0f;
+  }
+  for (int64_t r = 0; r < l.rows; ++r) {
+    const float* g;
+    const float* x;
+    row(r, &g, &x);
+    const NormStats s = stats[r];
+    if (dw)
+      for (int64_t c = 0; c < n; ++c) dw[c] += g[c] * ((x[c] - s.mean) * s.rstd);
+    if (db)
+      for (int64_t c = 0; c < n; ++c) db[c] += g[c];
+  }
+}
+
+constexpr int64_t norm_backward_grain(int64_t d) {
+  return std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(d, 1));
+}
+
 // dx row by row; then dweight/dbias column block by column block, each
 // column summed over the rows in row order by one thread.
 DK_Error* run_norm_backward(const void* payload) {
   const NormBackward l = *static_cast<const NormBackward*>(payload);
-  const NormLaunch stats_of{l.x, nullptr, nullptr, nullptr, l.rows, l.d, l.eps, l.centered};
   std::vector<NormStats> stats(size_t(l.rows));
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 14) / std::max<int64_t>(l.d, 1));
-  parallel_for(l.rows, grain, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* __restrict x = l.x + r * l.d;
-      const float* __restrict g = l.dout + r * l.d;
-      float* __restrict dx = l.dx + r * l.d;
-      const NormStats s = norm_stats(stats_of, x);
-      stats[size_t(r)] = s;
-      // dx = rstd * (wg - mean(wg) - xhat * mean(wg * xhat)); rms_norm has
-      // no mean(wg) term (its mean is 0 and it does not centre).
-      float sum_g = 0.0f, sum_gx = 0.0f;
-      for (int64_t i = 0; i < l.d; ++i) {
-        const float wg = l.weight ? g[i] * l.weight[i] : g[i];
-        sum_g += wg;
-        sum_gx += wg * ((x[i] - s.mean) * s.rstd);
-      }
-      const float mean_g = l.centered ? sum_g / float(l.d) : 0.0f;
-      const float mean_gx = sum_gx / float(l.d);
-      for (int64_t i = 0; i < l.d; ++i) {
-        const float wg = l.weight ? g[i] * l.weight[i] : g[i];
-        const float xhat = (x[i] - s.mean) * s.rstd;
-        dx[i] = s.rstd * (wg - mean_g - xhat * mean_gx);
-      }
-    }
-  });
+  parallel_for(l.rows, norm_backward_grain(l.d),
+               [&](int64_t r0, int64_t r1) { norm_backward_rows(l, stats.data(), r0, r1); });
   if (!l.dweight && !l.dbias) return nullptr;
   parallel_for(l.d, 64, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      if (l.dweight) l.dweight[c] = 0.0f;
-      if (l.dbias) l.dbias[c] = 0.0f;
-    }
-    for (int64_t r = 0; r < l.rows; ++r) {
-      const float* __restrict x = l.x + r * l.d;
-      const float* __restrict g = l.dout + r * l.d;
-      const NormStats s = stats[size_t(r)];
-      if (l.dweight)
-        for (int64_t c = c0; c < c1; ++c) l.dweight[c] += g[c] * ((x[c] - s.mean) * s.rstd);
-      if (l.dbias)
-        for (int64_t c = c0; c < c1; ++c) l.dbias[c] += g[c];
-    }
+    norm_backward_columns(l, stats.data(), c0, c1,
+                          [&](int64_t r, const float** g, const float** x) {
+                            *g = l.dout + r * l.d + c0;
+                            *x = l.x + r * l.d + c0;
+                          });
   });
   return nullptr;
 }
 
-// A float16 / bfloat16 norm backward: `l`'s pointers still at the 16-bit
-// views (dtype `dtype`); run_norm_backward_half swaps in float32 copies.
+// A float16 / bfloat16 norm backward: `l`'s pointers at the 16-bit views
+// (dtype `dtype`), weight's included.
 struct NormBackwardHalf {
   NormBackward l;
   DK_DType dtype;
 };
 
+// norm_backward_rows on blocks of widened rows (dx rounded once), then
+// norm_backward_columns on widened column slices into float32 sums, each
+// rounded once.
 DK_Error* run_norm_backward_half(const void* payload) {
   const NormBackwardHalf h = *static_cast<const NormBackwardHalf*>(payload);
-  NormBackward l = h.l;
-  const int64_t n = l.rows * l.d;
-  const std::vector<float> dout = widen_all(h.dtype, l.dout, n);
-  const std::vector<float> x = widen_all(h.dtype, l.x, n);
-  const std::vector<float> w = widen_all(h.dtype, l.weight, l.d);
-  std::vector<float> dx(static_cast<size_t>(n));
-  std::vector<float> dweight(static_cast<size_t>(l.dweight ? l.d : 0));
-  std::vector<float> dbias(static_cast<size_t>(l.dbias ? l.d : 0));
-  void* const out16[3] = {l.dx, l.dweight, l.dbias};
-  l.dout = dout.data();
-  l.x = x.data();
-  l.weight = l.weight ? w.data() : nullptr;
-  l.dx = dx.data();
-  l.dweight = l.dweight ? dweight.data() : nullptr;
-  l.dbias = l.dbias ? dbias.data() : nullptr;
-  run_norm_backward(&l);
-  narrow_all(h.dtype, dx.data(), out16[0], n);
-  narrow_all(h.dtype, dweight.data(), out16[1], int64_t(dweight.size()));
-  narrow_all(h.dtype, dbias.data(), out16[2], int64_t(dbias.size()));
+  const NormBackward& l16 = h.l;
+  const DK_DType t = h.dtype;
+  const int64_t d = l16.d;
+  const std::vector<float> w = widen_all(t, l16.weight, d);
+  std::vector<NormStats> stats(size_t(l16.rows));
+  NormBackward l = l16;
+  l.weight = l16.weight ? w.data() : nullptr;
+  const void* in[2] = {l16.dout, l16.x};
+  half_rows<2>(t, in, l16.dx, l16.rows, d, norm_backward_grain(d),
+               [&](const float* const* i, float* dx, int64_t b0, int64_t n) {
+                 NormBackward block = l;
+                 block.dout = i[0];
+                 block.x = i[1];
+                 block.dx = dx;
+                 norm_backward_rows(block, stats.data() + b0, 0, n);
+               });
+  if (l16.dweight == nullptr && l16.dbias == nullptr) return nullptr;
+  std::vector<float> dweight(size_t(l16.dweight ? d : 0)), dbias(size_t(l16.dbias ? d : 0));
+  l.dweight = l16.dweight ? dweight.data() : nullptr;
+  l.dbias = l16.dbias ? dbias.data() : nullptr;
+  constexpr int64_t kSlice = 256;  // columns widened at a time, per row
+  parallel_for(d, 64, [&](int64_t c0, int64_t c1) {
+    float gs[kSlice], xs[kSlice];
+    for (int64_t s0 = c0; s0 < c1; s0 += kSlice) {
+      const int64_t n = std::min(kSlice, c1 - s0);
+      norm_backward_columns(l, stats.data(), s0, s0 + n,
+                            [&](int64_t r, const float** g, const float** x) {
+                              widen(t, at(l16.dout, r * d + s0), gs, n);
+                              widen(t, at(l16.x, r * d + s0), xs, n);
+                              *g = gs;
+                              *x = xs;
+                            });
+    }
+  });
+  narrow_all(t, dweight.data(), l16.dweight, int64_t(dweight.size()));
+  narrow_all(t, dbias.data(), l16.dbias, int64_t(dbias.size()));
   return nullptr;
 }
 
@@ -226,7 +268,7 @@ DK_Error* run_softmax_backward_half(const void* payload) {
   const SoftmaxBackwardHalf h = *static_cast<const SoftmaxBackwardHalf*>(payload);
   const void* in[2] = {h.dout, h.out};
   half_rows<2>(h.dtype, in, h.dx, h.rows, h.d, row_grain(h.d),
-               [&](const float* const* i, float* dx, int64_t n) {
+               [&](const float* const* i, float* dx, int64_t, int64_t n) {
                  softmax_backward_rows(SoftmaxBackward{i[0], i[1], dx, n, h.d}, 0, n);
                });
   return nullptr;

@@ -67,13 +67,13 @@ DK_Error* run_gelu_half(const void* payload) {
   if (h.dout) {
     const void* in[2] = {h.dout, h.x};
     half_rows<2>(h.dtype, in, h.out, h.n, 1, kGeluGrain,
-                 [&](const float* const* i, float* o, int64_t n) {
+                 [&](const float* const* i, float* o, int64_t, int64_t n) {
                    gelu_f32_span(i[0], i[1], o, n, h.tanh_form);
                  });
   } else {
     const void* in[1] = {h.x};
     half_rows<1>(h.dtype, in, h.out, h.n, 1, kGeluGrain,
-                 [&](const float* const* i, float* o, int64_t n) {
+                 [&](const float* const* i, float* o, int64_t, int64_t n) {
                    gelu_f32_span(nullptr, i[0], o, n, h.tanh_form);
                  });
   }
