@@ -5,12 +5,15 @@
 // output. Nothing is rounded to 16 bits in between.
 //
 // Two shapes of it:
-// - row-wise ops (norms, softmax, gelu and their row-local backwards): a
-//   block of rows at a time in a per-thread scratch buffer (half_rows), so a
-//   row is read once from memory and converted while in cache;
-// - ops whose sums span rows (attention, the norms' dweight / dbias): the
-//   whole operand widened once into float32 (widen_all, widen_rows4), then
-//   the float32 launch runs on the copies.
+// - row-wise ops (norms, softmax, gelu, their backwards; the norms' dweight /
+//   dbias sum widened column slices): a block of rows at a time in a
+//   per-thread scratch buffer (half_rows), so a row is read once from memory
+//   and converted while in cache;
+// - attention, forward and backward, whose key loops span rows: q, k, v
+//   (dout) widened whole into dense float32 copies (widen_rows4), the mask's
+//   span as it lies (widen_all), then the float32 launch runs on the copies.
+//   Attention is compute-bound (Lq x Lk x D per head), so the copies cost
+//   little.
 #pragma once
 
 #include <algorithm>
