@@ -118,6 +118,13 @@ void sdpa_f32(const SdpaLaunch& l);
 // row longer than that) is freed after its chunk.
 constexpr size_t kKeptScratchFloats = size_t(1) << 20;
 
+// Element strides of dims 0..2 of a dense [n0, n1, n2, n3] (what widen_rows4 makes).
+inline void dense_strides4(const int64_t* shape, int64_t* s) {
+  s[2] = shape[3];
+  s[1] = shape[2] * s[2];
+  s[0] = shape[1] * s[1];
+}
+
 // Rows [0, rows) of a row-wise half launch of N inputs and one output, each
 // dense [rows, d]: in blocks of up to `block` rows per thread, the block's
 // input rows widened into float32 scratch, body(in, out, b0, n) run on the n

@@ -117,13 +117,9 @@ DK_Error* run_sdpa_half(const void* payload) {
   l.q = q.data();
   l.k = k.data();
   l.v = v.data();
-  const int64_t* dense[3] = {qs, ks, vs};
-  int64_t* strides[3] = {l.q_strides, l.k_strides, l.v_strides};
-  for (int t = 0; t < 3; ++t) {
-    strides[t][2] = dense[t][3];
-    strides[t][1] = dense[t][2] * strides[t][2];
-    strides[t][0] = dense[t][1] * strides[t][1];
-  }
+  dense_strides4(qs, l.q_strides);
+  dense_strides4(ks, l.k_strides);
+  dense_strides4(vs, l.v_strides);
   if (h.widen_mask) l.mask = reinterpret_cast<const char*>(mask.data());
   void* out16 = l.out;
   l.out = out.data();

@@ -1,8 +1,8 @@
 // Fused backward kernels (device API 1.3): the gradients of rms_norm,
 // layer_norm, softmax (last axis) and scaled_dot_product_attention in one
 // launch each, float32, float16 or bfloat16 (the 16-bit ones computed in
-// float32 on widened copies and rounded once, fused_half.h: softmax's a block
-// of rows at a time, the others whole operands, since their sums span rows).
+// float32 on widened copies and rounded once, fused_half.h: the norms and
+// softmax a block of rows at a time, attention on whole widened operands).
 // With them beside the forward kernels, the SDK runs
 // these composites fused while autograd records (see device_api.h, "Backward
 // ops"); conformance checks them against the gradients of the decompositions.
@@ -344,13 +344,9 @@ DK_Error* run_sdpa_backward_half(const void* payload) {
   f.v = v.data();
   f.mask = l.mask;
   f.out = out.data();
-  const int64_t* dims4[3] = {qs, ks, vs};
-  int64_t* strides[3] = {f.q_strides, f.k_strides, f.v_strides};
-  for (int t = 0; t < 3; ++t) {
-    strides[t][2] = dims4[t][3];
-    strides[t][1] = dims4[t][2] * strides[t][2];
-    strides[t][0] = dims4[t][1] * strides[t][1];
-  }
+  dense_strides4(qs, f.q_strides);
+  dense_strides4(ks, f.k_strides);
+  dense_strides4(vs, f.v_strides);
   for (int i = 0; i < 4; ++i) f.mask_strides[i] = l.mask_strides[i];
   f.mask_kind = l.mask_kind;
   f.causal = l.causal;
