@@ -23,6 +23,9 @@
 #include "fused_common.h"
 #include "half.h"
 #include "parallel.h"
+#if DKCPU_FAST
+#include "fast/fast.h"
+#endif
 
 namespace dkcpu {
 
@@ -31,6 +34,9 @@ inline bool is_half(DK_DType t) { return t == DK_DTYPE_FLOAT16 || t == DK_DTYPE_
 // n elements of float16 / bfloat16 `t` at src as float32 at dst (exact).
 inline void widen(DK_DType t, const void* src, float* __restrict dst, int64_t n) {
   const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
+#if DKCPU_FAST
+  if (t == DK_DTYPE_FLOAT16 && fast::widen_f16(s, dst, n)) return;
+#endif
   if (t == DK_DTYPE_BFLOAT16)
     for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16_to_float(s[i]);
   else
@@ -40,6 +46,9 @@ inline void widen(DK_DType t, const void* src, float* __restrict dst, int64_t n)
 // n float32 at src rounded once (to nearest even) into `t` at dst.
 inline void narrow(DK_DType t, const float* __restrict src, void* dst, int64_t n) {
   uint16_t* __restrict d = static_cast<uint16_t*>(dst);
+#if DKCPU_FAST
+  if (t == DK_DTYPE_FLOAT16 && fast::narrow_f16(src, d, n)) return;
+#endif
   if (t == DK_DTYPE_BFLOAT16)
     for (int64_t i = 0; i < n; ++i) d[i] = float_to_bfloat16(src[i]);
   else
