@@ -112,38 +112,41 @@ HALF_CASES = {
 }
 
 
+def _half_case(name, fn, shapes, kw, dtype, rounds, rng):
+    xs = [dk.tensor(rng.standard_normal(s), dtype=dtype) for s in shapes]
+    leaves = [x.detach().requires_grad_(True) for x in xs]
+    ones = dk.ones(list(fn(*xs, **kw).shape), dtype=dtype)
+
+    def fwd():
+        with dk.no_grad():
+            return fn(*xs, **kw)
+
+    def train():
+        fn(*leaves, **kw).backward(ones)
+
+    sides = {"fused": (fwd, dk.synchronize), "decomposed": (decomposed(fwd), dk.synchronize),
+             "fused train": (train, dk.synchronize),
+             "decomposed train": (decomposed(train), dk.synchronize)}
+    for f, _ in sides.values():  # warm-up
+        f()
+    dk.reset_composite_stats()
+    t = {k: [w * 1e3 for w, _ in v] for k, v in alternate(sides, rounds).items()}
+    kernels = sorted({k for s in dk.composite_stats().values() for k in s["fused"]})
+    line = []
+    for a, b in (("fused", "decomposed"), ("fused train", "decomposed train")):
+        (fm, flo, fhi), (dm, dlo, dhi) = spread(t[a]), spread(t[b])
+        line.append(f"{a} {fm:.2f} ({flo:.2f}-{fhi:.2f}) vs {dm:.2f} ({dlo:.2f}-{dhi:.2f}), "
+                    f"{dm / fm:.2f}x")
+    print(f"  {name}: " + " | ".join(line) + f"  [{', '.join(kernels)}]")
+
+
 def bench_half(dtype, rounds, names=None):
     """Fused vs decomposed, forward and forward + backward, alternated."""
     rng = np.random.default_rng(0)
     print(f"{dtype}: median (min-max) of {rounds} alternated rounds, ms per call")
     for name, (fn, shapes, kw) in HALF_CASES.items():
-        if names and not any(n in name for n in names):
-            continue
-        xs = [dk.tensor(rng.standard_normal(s), dtype=dtype) for s in shapes]
-        leaves = [x.detach().requires_grad_(True) for x in xs]
-        ones = dk.ones(list(fn(*xs, **kw).shape), dtype=dtype)
-
-        def fwd():
-            with dk.no_grad():
-                return fn(*xs, **kw)
-
-        def train():
-            fn(*leaves, **kw).backward(ones)
-
-        sides = {"fused": (fwd, dk.synchronize), "decomposed": (decomposed(fwd), dk.synchronize),
-                 "fused train": (train, dk.synchronize),
-                 "decomposed train": (decomposed(train), dk.synchronize)}
-        for f, _ in sides.values():  # warm-up
-            f()
-        dk.reset_composite_stats()
-        t = {k: [w * 1e3 for w, _ in v] for k, v in alternate(sides, rounds).items()}
-        kernels = sorted({k for s in dk.composite_stats().values() for k in s["fused"]})
-        line = []
-        for a, b in (("fused", "decomposed"), ("fused train", "decomposed train")):
-            (fm, flo, fhi), (dm, dlo, dhi) = spread(t[a]), spread(t[b])
-            line.append(f"{a} {fm:.2f} ({flo:.2f}-{fhi:.2f}) vs {dm:.2f} ({dlo:.2f}-{dhi:.2f}), "
-                        f"{dm / fm:.2f}x")
-        print(f"  {name}: " + " | ".join(line) + f"  [{', '.join(kernels)}]")
+        if not names or any(n in name for n in names):
+            _half_case(name, fn, shapes, kw, dtype, rounds, rng)
 
 
 def main():
