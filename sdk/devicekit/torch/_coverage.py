@@ -94,7 +94,8 @@ class Recorder:
 
     def missing(self, func, err, args, kwargs):
         row = self._row(func)
-        self._how(row, "missing", str(err))
+        gap = getattr(err, "missing_base_ops", ())
+        self._how(row, "missing", f"the plugin lacks base op {', '.join(gap)}" if gap else str(err))
         return _continue_on_cpu(func, args, kwargs)
 
 
@@ -179,15 +180,18 @@ class Coverage:
 
 
 def coverage(fn, device="dk:0"):
-    """Run ``fn(torch_device)`` once, recording every ATen op it reaches on
+    """Run ``fn(torch_device)`` once (``device``: a ``dk`` torch device, or a
+    DeviceKit device name such as ``"cpu:0"``), recording every ATen op it reaches on
     dk tensors; returns a ``Coverage``. An exception other than a missing op
     stops the run and is kept in ``Coverage.error``."""
     global _active
-    from ._device import dk_device
-    dev = torch.device(device) if isinstance(device, str) and device.startswith("dk") else None
-    if dev is None:
-        from ._device import device as by_name
-        dev = by_name(device)
+    from ._device import device as by_name, dk_device
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str) and device.split(":")[0] == "dk":
+        dev = torch.device(device)
+    else:
+        dev = by_name(device)  # a DeviceKit name: "cpu:0"
     dk_device(dev)  # a device that does not exist is an error before anything runs
     rec = Recorder()
     stats_before = _fallback.fallback_stats()
