@@ -38,6 +38,18 @@ def test_device_numbering_and_names(cpu):
     assert dkt.from_torch(x).device.name == "cpu:0"
 
 
+def test_the_table_lowers_tensor_ops_of_this_torch():
+    # Every overload the lowering modules name exists in this torch, and each
+    # one that is not a factory takes a tensor (TorchScript's scalar-scalar
+    # overloads such as eq.default would be lowered by mistake otherwise).
+    from devicekit.torch import _dispatch
+    assert _dispatch._ABSENT == []
+    for op, low in _dispatch.LOWERINGS.items():
+        if low.kind != "factory":
+            assert any("Tensor" in str(a.type) for a in op._schema.arguments), op
+    assert dkt.lowered_ops()["aten.native_layer_norm.default"] == "composite"
+
+
 def test_values_round_trip_every_dtype(cpu):
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
                   torch.int32, torch.int8, torch.uint8, torch.bool):

@@ -1,4 +1,5 @@
-"""devicekit.torch: Hugging Face models, unmodified, train on ``dk:0``.
+"""devicekit.torch: Hugging Face models, unmodified, train on ``dk:0``
+(GPT-2, Llama, BERT masked-LM, ViT classifier).
 
 Needs torch and transformers (skipped with the reason otherwise). Small
 configs with random weights (``devicekit.torch._models``; no download): the
@@ -45,7 +46,7 @@ def test_gpt2_trains_like_torch_cpu(cpu, foreach):
         assert stats[op]["fused"] and not stats[op]["decomposed"], (op, stats[op])
 
 
-@pytest.mark.parametrize("name", ["llama", "bert"])
+@pytest.mark.parametrize("name", ["llama", "bert", "vit"])
 def test_more_models_train_like_torch_cpu(cpu, name):
     ref = _models.run_steps(name, "cpu", 3, dropout=False)
     got = _models.run_steps(name, "dk:0", 3, dropout=False)

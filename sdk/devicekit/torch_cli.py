@@ -5,7 +5,7 @@
 ``devicekit.torch`` and lists every ATen op it reached with how it ran
 there: view, plugin kernel, fused kernel, SDK decomposition, decomposition,
 fallback or missing. ``--model`` is a small Hugging Face config
-(``devicekit.torch._models``: gpt2, llama, bert; needs ``transformers``) or a
+(``devicekit.torch._models``: gpt2, llama, bert, vit; needs ``transformers``) or a
 Python file defining ``run(device)``, which gets the ``torch.device``.
 
 This module imports torch only when the command runs, so ``devicekit``
@@ -41,7 +41,7 @@ def add_parser(sub):
                         epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--device", default="cpu:0", help="DeviceKit device name (default cpu:0)")
     c.add_argument("--model", required=True,
-                   help="a small transformers model (gpt2, llama, bert) or a .py file defining "
+                   help="a small transformers model (gpt2, llama, bert, vit) or a .py file defining "
                         "run(device)")
     c.add_argument("--fallback", choices=["cpu"], default=None,
                    help="run unlowered ops on the CPU, counted (default: off; they are 'missing')")

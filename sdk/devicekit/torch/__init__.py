@@ -30,7 +30,7 @@ except ImportError as e:  # pragma: no cover - the message is the point
 from . import _device
 from ._coverage import Coverage, coverage
 from ._device import DKTensor, device, dk_device
-from ._dispatch import LOWERINGS, dispatch as _dispatch
+from ._dispatch import LOWERINGS, dispatch as _dispatch_op
 from ._fallback import fallback, fallback_stats, reset_fallback_stats
 from . import _lower_views, _lower_ops, _lower_nn  # noqa: F401  (they fill LOWERINGS)
 
@@ -42,7 +42,7 @@ _lower_nn.register_attention(_lib)
 # has no generic form of, such as tril_indices(device="dk:0")) comes to the
 # same dispatch, so it is decomposed, falls back or is refused by its name.
 _fallback_lib = torch.library.Library("_", "IMPL")
-_fallback_lib.fallback(lambda op, *args, **kwargs: _dispatch(op, args, kwargs), "PrivateUse1")
+_fallback_lib.fallback(lambda op, *args, **kwargs: _dispatch_op(op, args, kwargs), "PrivateUse1")
 
 
 def lowered_ops():

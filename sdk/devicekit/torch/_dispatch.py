@@ -198,7 +198,7 @@ def _placeholder(func, args, kwargs):
 
 
 def _dispatch(func, args, kwargs):
-    from . import _coverage, _fallback
+    from . import _coverage
     rec = _coverage.active()
     lowering = _lookup(func)
     if lowering is not None:
@@ -216,6 +216,11 @@ def _dispatch(func, args, kwargs):
             if rec is not None:
                 return rec.missing(func, err, args, kwargs)
             raise err from None
+        except UnloweredOpError:
+            raise
+        except NotImplementedError as e:
+            # the lowering covers some calls of the op, not this one
+            return _unlowered(func, args, kwargs, rec, f"its lowering does not cover this call: {e}")
         if rec is not None:
             rec.lowered(func, lowering.kind, before)
         return out
@@ -238,16 +243,21 @@ def _dispatch(func, args, kwargs):
                 rec.leave()
         if out is not NotImplemented:
             return out
-    policy = _fallback.policy()
-    if policy is not None:
+    return _unlowered(func, args, kwargs, rec, None)
+
+
+def _unlowered(func, args, kwargs, rec, reason):
+    """The CPU fallback when it is on and accepts ``func``, else the error
+    (in a coverage run: recorded as missing, and the run goes on)."""
+    from . import _fallback
+    refusal = None
+    if _fallback.policy() is not None:
         refusal = _fallback.refusal(func, args, kwargs)
         if refusal is None:
             if rec is not None:
                 rec.note(func, "fallback")
             return _fallback.run(func, args, kwargs)
-    else:
-        refusal = None
-    err = unlowered(func, (*args, *kwargs.values()), refusal)
+    err = unlowered(func, (*args, *kwargs.values()), refusal, reason)
     if rec is not None:
         return rec.missing(func, err, args, kwargs)
     raise err
@@ -294,10 +304,13 @@ def _context():
     return f" (reached while decomposing {' -> '.join(outer)})" if outer else ""
 
 
-def unlowered(func, args, refusal=None):
+def unlowered(func, args, refusal=None, reason=None):
     where = _where(args) or "dk"
-    msg = (f"{_name(func)} has no DeviceKit lowering on {where}{_context()}: devicekit.torch "
-           f"lowers no such op and torch._decomp has no decomposition for it.")
+    if reason is None:
+        msg = (f"{_name(func)} has no DeviceKit lowering on {where}{_context()}: devicekit.torch "
+               f"lowers no such op and torch._decomp has no decomposition for it.")
+    else:
+        msg = f"{_name(func)} on {where}{_context()}: {reason}."
     if refusal is not None:
         msg += f" fallback('cpu') is on but refuses it: {refusal}."
     else:

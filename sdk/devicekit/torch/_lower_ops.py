@@ -41,7 +41,10 @@ _BINARY = {"mul": ops.mul, "div": ops.div, "maximum": ops.maximum, "minimum": op
            "logical_and": ops.logical_and, "logical_or": ops.logical_or,
            "logical_xor": ops.logical_xor}
 for _name, _fn in _BINARY.items():
-    lowers(f"{_name}.Tensor", f"{_name}.Scalar", f"{_name}.default")(lambda a, b, _fn=_fn: _fn(a, b))
+    # (eq.default, mul.default, ... are TorchScript's scalar-scalar ops, not these)
+    overloads = (("default",) if _name in ("maximum", "minimum") or _name.startswith("logical")
+                 else ("Tensor", "Scalar"))
+    lowers(*(f"{_name}.{o}" for o in overloads))(lambda a, b, _fn=_fn: _fn(a, b))
 lowers("max.other")(ops.maximum)
 lowers("min.other")(ops.minimum)
 

@@ -20,6 +20,10 @@ SMALL = {
     "bert": ("BertConfig", "BertForMaskedLM",
              dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
                   num_attention_heads=4, vocab_size=128, max_position_embeddings=64)),
+    "vit": ("ViTConfig", "ViTForImageClassification",
+            dict(image_size=16, patch_size=4, num_channels=3, hidden_size=64,
+                 num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                 num_labels=5)),
 }
 VOCAB, BATCH, LENGTH = 128, 2, 16
 
@@ -29,9 +33,10 @@ def names():
 
 
 def build(name, seed=0, dropout=True):
-    """(model, input_ids) on the CPU. ``dropout=False`` zeroes the configs'
-    dropout probabilities (a run comparable across devices draws no random
-    numbers in the step)."""
+    """(model, batch) on the CPU, the batch a dict of the model's inputs and
+    labels (token ids as their own labels; for vit, images and classes).
+    ``dropout=False`` zeroes the configs' dropout probabilities (a run
+    comparable across devices draws no random numbers in the step)."""
     import transformers
     if name not in SMALL:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(names())}")
@@ -44,14 +49,20 @@ def build(name, seed=0, dropout=True):
     torch.manual_seed(seed)
     config = getattr(transformers, config_cls)(**kwargs)
     model = getattr(transformers, model_cls)(config)
-    ids = torch.randint(0, VOCAB, (BATCH, LENGTH), generator=torch.Generator().manual_seed(seed))
-    return model, ids
+    gen = torch.Generator().manual_seed(seed)
+    if name == "vit":
+        batch = {"pixel_values": torch.randn(BATCH, 3, 16, 16, generator=gen),
+                 "labels": torch.randint(0, 5, (BATCH,), generator=gen)}
+    else:
+        ids = torch.randint(0, VOCAB, (BATCH, LENGTH), generator=gen)
+        batch = {"input_ids": ids, "labels": ids}
+    return model, batch
 
 
-def train_step(model, ids, optimizer):
-    """One step: forward with the model's own loss (labels = inputs), backward,
+def train_step(model, batch, optimizer):
+    """One step: forward with the model's own loss, backward,
     ``optimizer.step()``; returns the loss as a float."""
-    loss = model(input_ids=ids, labels=ids).loss
+    loss = model(**batch).loss
     loss.backward()
     optimizer.step()
     optimizer.zero_grad()
@@ -60,8 +71,8 @@ def train_step(model, ids, optimizer):
 
 def run_steps(name, device, steps=1, foreach=None, seed=0, dropout=True):
     """The losses of ``steps`` AdamW training steps of model ``name`` on ``device``."""
-    model, ids = build(name, seed, dropout)
+    model, batch = build(name, seed, dropout)
     model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=foreach)
-    ids = ids.to(device)
-    return [train_step(model, ids, opt) for _ in range(steps)]
+    batch = {k: v.to(device) for k, v in batch.items()}
+    return [train_step(model, batch, opt) for _ in range(steps)]
