@@ -21,8 +21,9 @@ from devicekit.torch import _models  # noqa: E402
 STEPS = 4
 # float32 end to end; the two sides sum in different orders (fused kernels,
 # blocked matmuls), so the losses agree to a few float32 ulps per step and the
-# optimizer carries that forward. Measured: |diff| <= 3e-5 over these steps.
-ATOL = 2e-4
+# optimizer carries that forward. Measured over four steps (torch 2.13): at
+# most 2.4e-7 for GPT-2 and Llama, 4.5e-6 for BERT, 2.7e-6 for ViT.
+ATOL = 5e-5
 
 
 @pytest.fixture(autouse=True)

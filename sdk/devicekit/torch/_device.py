@@ -94,11 +94,18 @@ def device(name):
                               f"{', '.join(d.name for d in devs) or 'none'}); see 'devicekit devices'")
 
 
+_torch_devices = {}  # DeviceKit device name -> torch.device (wrap runs on every op)
+
+
 def torch_device_of(dev):
     """``torch.device('dk', N)`` of a DeviceKit device."""
+    hit = _torch_devices.get(dev.name)
+    if hit is not None:
+        return hit
     for i, d in enumerate(_all()):
         if d is dev or d.name == dev.name:
-            return torch.device(BACKEND, i)
+            _torch_devices[dev.name] = torch.device(BACKEND, i)
+            return _torch_devices[dev.name]
     raise DeviceNotFoundError(f"DeviceKit device {dev.name} was not among devicekit.devices() when "
                               f"devicekit.torch numbered them")
 

@@ -73,25 +73,33 @@ def lowers(*names, kind=KERNEL, raw=False):
 # ---- unwrap / wrap -----------------------------------------------------------------
 
 def unwrap(x):
+    t = type(x)
+    if t is DKTensor:
+        return x._dk
+    if t is list or t is tuple:
+        return t(unwrap(v) for v in x) if x else x
+    if t in (int, float, bool, str) or x is None:
+        return x
     if isinstance(x, DKTensor):
         return x._dk
-    if isinstance(x, (list, tuple)):
-        return type(x)(unwrap(v) for v in x)
     if isinstance(x, torch.Tensor):
         if x.dim() == 0 and x.device.type == "cpu":
             return x.item()  # a CPU 0-d tensor is a scalar operand, as torch allows
         raise RuntimeError(f"expected all tensors on the same device, got a {x.device} tensor "
                            f"of shape {list(x.shape)} beside dk tensors")
-    if isinstance(x, torch.device) and x.type == _device.BACKEND:
-        return _device.dk_device(x)
     return x
 
 
+def unwrap_kwargs(kwargs):
+    return {k: unwrap(v) for k, v in kwargs.items()} if kwargs else kwargs
+
+
 def rewrap(x):
-    if isinstance(x, _core.Tensor):
+    t = type(x)
+    if t is _core.Tensor:
         return wrap(x)
-    if isinstance(x, (list, tuple)):
-        return type(x)(rewrap(v) for v in x)
+    if t is list or t is tuple:
+        return t(rewrap(v) for v in x)
     return x
 
 
@@ -266,7 +274,7 @@ def _unlowered(func, args, kwargs, rec, reason):
 def _run(lowering, args, kwargs):
     if lowering.raw:
         return lowering.fn(*args, **kwargs)
-    return rewrap(lowering.fn(*unwrap(args), **unwrap(kwargs)))
+    return rewrap(lowering.fn(*unwrap(args), **unwrap_kwargs(kwargs)))
 
 
 def _decomposition(func):

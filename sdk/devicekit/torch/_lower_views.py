@@ -17,7 +17,7 @@ from .. import ops as dk_ops
 from ..tensor import _contiguous_strides, _view_strides
 from . import _device
 from ._device import DKTensor, dk_dtype, from_host, to_host, wrap
-from ._dispatch import FACTORY, KERNEL, TRANSFER, VIEW, lowers, unwrap
+from ._dispatch import FACTORY, KERNEL, TRANSFER, VIEW, lowers, unwrap, unwrap_kwargs
 
 
 def _dim(d, n):
@@ -232,7 +232,7 @@ def local_scalar_dense(t):
 def write_through(lowering, args, kwargs):
     """An in-place op: its out-of-place lowering's result written into ``self``."""
     dst = args[0]
-    value = lowering.fn(*unwrap(args), **unwrap(kwargs))
+    value = lowering.fn(*unwrap(args), **unwrap_kwargs(kwargs))
     if isinstance(value, _core.Tensor) and value._dtype_id != dst._dk._dtype_id:
         src_float = value.dtype.is_floating_point
         if src_float and not dst._dk.dtype.is_floating_point:
