@@ -122,8 +122,7 @@ class DKTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from ._dispatch import dispatch
-        return dispatch(func, args, kwargs or {})
+        return _dispatch.dispatch(func, args, kwargs or {})
 
     # A "traceable wrapper subclass" to torch (it has these two), so that
     # Module.to("dk:0") swaps each parameter's contents in place
@@ -293,3 +292,6 @@ def install():
         from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
         _setup_privateuseone_for_python_backend(rename=BACKEND, backend_module=BackendModule())
     _installed = True
+
+
+from . import _dispatch  # noqa: E402  (it imports this module; DKTensor calls into it)

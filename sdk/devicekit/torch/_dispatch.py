@@ -23,7 +23,7 @@ import torch
 from .. import _core
 from .._fused import composite_stats
 from ..errors import NotImplementedByPlugin, UnloweredOpError
-from . import _device
+from . import _coverage, _device, _fallback
 from ._device import DKTensor, wrap
 
 aten = torch.ops.aten
@@ -77,7 +77,7 @@ def unwrap(x):
     if t is DKTensor:
         return x._dk
     if t is list or t is tuple:
-        return t(unwrap(v) for v in x) if x else x
+        return t([unwrap(v) for v in x]) if x else x
     if t in (int, float, bool, str) or x is None:
         return x
     if isinstance(x, DKTensor):
@@ -99,7 +99,7 @@ def rewrap(x):
     if t is _core.Tensor:
         return wrap(x)
     if t is list or t is tuple:
-        return t(rewrap(v) for v in x)
+        return t([rewrap(v) for v in x])
     return x
 
 
@@ -206,8 +206,7 @@ def _placeholder(func, args, kwargs):
 
 
 def _dispatch(func, args, kwargs):
-    from . import _coverage
-    rec = _coverage.active()
+    rec = _coverage._active
     lowering = _lookup(func)
     if lowering is not None:
         before = composite_stats() if rec is not None and lowering.kind == COMPOSITE else None
@@ -257,7 +256,6 @@ def _dispatch(func, args, kwargs):
 def _unlowered(func, args, kwargs, rec, reason):
     """The CPU fallback when it is on and accepts ``func``, else the error
     (in a coverage run: recorded as missing, and the run goes on)."""
-    from . import _fallback
     refusal = None
     if _fallback.policy() is not None:
         refusal = _fallback.refusal(func, args, kwargs)
@@ -274,7 +272,9 @@ def _unlowered(func, args, kwargs, rec, reason):
 def _run(lowering, args, kwargs):
     if lowering.raw:
         return lowering.fn(*args, **kwargs)
-    return rewrap(lowering.fn(*unwrap(args), **unwrap_kwargs(kwargs)))
+    out = lowering.fn(*[a._dk if type(a) is DKTensor else unwrap(a) for a in args],
+                      **(unwrap_kwargs(kwargs) if kwargs else {}))
+    return wrap(out) if type(out) is _core.Tensor else rewrap(out)  # (the common case first)
 
 
 def _decomposition(func):
