@@ -92,11 +92,9 @@ def run(args):
         fn = _runner(args.model)
     except (ValueError, errors.DeviceNotFoundError) as e:
         return _usage(str(e))
-    try:
+    if not args.model.endswith(".py"):
         import transformers
         transformers.logging.set_verbosity_error()
-    except ImportError:
-        pass
     with dkt.fallback(args.fallback):
         report = dkt.coverage(fn, dev)
     print(f"devicekit torch coverage: --model {args.model} on {args.device} ({dev})")
