@@ -13,7 +13,17 @@
   ``reshape(1, 1024, 8, 64).transpose(1, 2)``, against the dense call (target:
   about 1x; a kernel that declines the views shows the decomposition's time).
 
-Each time is the best of --repeats runs, each ending with a synchronize, so
+With ``--dtype bfloat16`` (or float16): the 16-bit fused kernels (cpu.<op>_bf16,
+cpu.<op>_f16) against the decomposition at the shapes of the scaled GPT of
+benchmarks/bench_gpt_speed.py (8 x 128 tokens, d_model 256, 8 heads of 32,
+MLP 1024): rms_norm and layer_norm on [1024, 256], softmax on [64, 128, 128],
+gelu on [1024, 1024], causal attention on 8 x 8 x 128 x 32, each forward
+alone and forward + backward (autograd, a ones cotangent), plus rms_norm on
+4096 x 4096. Sides alternate round by round (``_timing.alternate``), so load on
+a shared machine hits both alike; medians and the spread (min-max) of
+--rounds rounds are printed.
+
+Each float32 time is the best of --repeats runs, each ending with a synchronize, so
 every kernel has run. Ratios are printed, never asserted; composite_stats()
 is printed too, so a run where the fused path was not taken is visible.
 """
@@ -21,7 +31,7 @@ is printed too, so a run where the fused path was not taken is visible.
 import argparse
 
 import numpy as np
-from _timing import best_of
+from _timing import alternate, best_of, spread
 
 import devicekit as dk
 import devicekit.nn.functional as F
@@ -90,11 +100,70 @@ def bench_sdpa_permuted(repeats):
           f"dense {dense:.2f} ms (permuted / dense {permuted / dense:.2f}, target about 1)")
 
 
+# name -> (op, shapes of the floating inputs, kwargs): the scaled GPT's shapes
+HALF_CASES = {
+    "rms_norm [1024, 256]": (F.rms_norm, [(1024, 256), (256,)], {}),
+    "layer_norm [1024, 256]": (F.layer_norm, [(1024, 256), (256,), (256,)], {}),
+    "softmax [64, 128, 128]": (F.softmax, [(64, 128, 128)], {}),
+    "gelu [1024, 1024]": (F.gelu, [(1024, 1024)], {}),
+    "sdpa causal 8x8x128x32": (F.scaled_dot_product_attention,
+                               [(8, 8, 128, 32)] * 3, {"is_causal": True}),
+    "rms_norm [4096, 4096]": (F.rms_norm, [(4096, 4096), (4096,)], {}),
+}
+
+
+def _half_case(name, fn, shapes, kw, dtype, rounds, rng):
+    xs = [dk.tensor(rng.standard_normal(s), dtype=dtype) for s in shapes]
+    leaves = [x.detach().requires_grad_(True) for x in xs]
+    ones = dk.ones(list(fn(*xs, **kw).shape), dtype=dtype)
+
+    def fwd():
+        with dk.no_grad():
+            return fn(*xs, **kw)
+
+    def train():
+        fn(*leaves, **kw).backward(ones)
+
+    sides = {"fused": (fwd, dk.synchronize), "decomposed": (decomposed(fwd), dk.synchronize),
+             "fused train": (train, dk.synchronize),
+             "decomposed train": (decomposed(train), dk.synchronize)}
+    for f, _ in sides.values():  # warm-up
+        f()
+    dk.reset_composite_stats()
+    t = {k: [w * 1e3 for w, _ in v] for k, v in alternate(sides, rounds).items()}
+    kernels = sorted({k for s in dk.composite_stats().values() for k in s["fused"]})
+    line = []
+    for a, b in (("fused", "decomposed"), ("fused train", "decomposed train")):
+        (fm, flo, fhi), (dm, dlo, dhi) = spread(t[a]), spread(t[b])
+        line.append(f"{a} {fm:.2f} ({flo:.2f}-{fhi:.2f}) vs {dm:.2f} ({dlo:.2f}-{dhi:.2f}), "
+                    f"{dm / fm:.2f}x")
+    print(f"  {name}: " + " | ".join(line) + f"  [{', '.join(kernels)}]")
+
+
+def bench_half(dtype, rounds, names=None):
+    """Fused vs decomposed, forward and forward + backward, alternated."""
+    rng = np.random.default_rng(0)
+    print(f"{dtype}: median (min-max) of {rounds} alternated rounds, ms per call")
+    for name, (fn, shapes, kw) in HALF_CASES.items():
+        if not names or any(n in name for n in names):
+            _half_case(name, fn, shapes, kw, dtype, rounds, rng)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--only", choices=("rms_norm", "sdpa"), help="run one kernel's benchmarks")
+    ap.add_argument("--only", help="run one kernel's benchmarks (float32: rms_norm or sdpa; "
+                                   "16-bit: a substring of a case name)")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                    help="float32: the benchmarks above; bfloat16 / float16: the 16-bit kernels "
+                         "at the scaled GPT's shapes")
+    ap.add_argument("--rounds", type=int, default=11, help="alternated rounds (16-bit runs)")
     args = ap.parse_args()
+    if args.dtype != "float32":
+        bench_half(args.dtype, args.rounds, [args.only] if args.only else None)
+        return
+    if args.only not in (None, "rms_norm", "sdpa"):
+        ap.error("--only for float32: rms_norm or sdpa")
     dk.reset_composite_stats()
     if args.only != "sdpa":
         bench_rms_norm(args.repeats)

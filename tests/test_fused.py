@@ -92,18 +92,17 @@ def ref_sdpa(q, k, v, mask, scale, causal):
 
 def test_cpu_plugin_registers_its_fused_kernels(cpu):
     assert cpu.plugin.api_version == devicekit.API_VERSION == "1.4"
+    # one kernel per op and dtype, float32 first (the SDK asks them in this order)
     assert cpu.plugin.fused_kernels() == [
-        {"op": "rms_norm", "name": "cpu.rms_norm_f32"},
-        {"op": "layer_norm", "name": "cpu.layer_norm_f32"},
-        {"op": "softmax", "name": "cpu.softmax_lastdim_f32"},
-        {"op": SDPA, "name": "cpu.sdpa_flash_f32"},
-        {"op": "rms_norm_backward", "name": "cpu.rms_norm_backward_f32"},
-        {"op": "layer_norm_backward", "name": "cpu.layer_norm_backward_f32"},
-        {"op": "softmax_backward", "name": "cpu.softmax_lastdim_backward_f32"},
-        {"op": SDPA + "_backward", "name": "cpu.sdpa_backward_f32"},
-        {"op": "gelu", "name": "cpu.gelu_f32"},
-        {"op": "gelu_backward", "name": "cpu.gelu_backward_f32"},
-    ]
+        {"op": op, "name": f"{name}_{dt}"} for op, name in (
+            ("rms_norm", "cpu.rms_norm"), ("layer_norm", "cpu.layer_norm"),
+            ("softmax", "cpu.softmax_lastdim"), (SDPA, "cpu.sdpa_flash"),
+            ("rms_norm_backward", "cpu.rms_norm_backward"),
+            ("layer_norm_backward", "cpu.layer_norm_backward"),
+            ("softmax_backward", "cpu.softmax_lastdim_backward"),
+            (SDPA + "_backward", "cpu.sdpa_backward"),
+            ("gelu", "cpu.gelu"), ("gelu_backward", "cpu.gelu_backward"))
+        for dt in ("f32", "bf16", "f16")]
 
 
 def test_a_1_1_plugin_without_the_field_still_loads(bad_plugins):
@@ -187,6 +186,11 @@ def _rejected_cases():
         "weight of another length": ("rms_norm", lambda: (_t(x), _t(_randn(5))), {"eps": 1e-5}),
         "float64 weight": ("rms_norm", lambda: (_t(x), _t(_randn(6, dtype=np.float64))),
                            {"eps": 1e-5}),
+        # mixed dtypes: every kernel takes one dtype for all its operands
+        "bfloat16 x, float32 weight": ("rms_norm", lambda: (_t(x).to("bfloat16"), _t(_randn(6))),
+                                       {"eps": 1e-5}),
+        "float16 q, bfloat16 k and v": (SDPA, lambda: (_t(q).to("float16"), _t(k).to("bfloat16"),
+                                                       _t(v).to("bfloat16"), None), sdpa),
         "float64 sdpa": (SDPA, lambda: tuple(_t(a.astype(np.float64)) for a in (q, k, v)) + (None,),
                          sdpa),
         "non-contiguous q": (SDPA, lambda: (_t(_randn(1, 2, 4, 3)).transpose(2, 3), _t(k), _t(v),
@@ -214,17 +218,25 @@ def test_calls_no_kernel_accepts_go_to_the_decomposition(cpu, case):
     assert stats["why_decomposed"] == {DECLINED[case]: 1}
 
 
-_SDPA_NO = "cpu.sdpa_flash_f32 declined (operands: "
+def _no(kernel):
+    """The reason when all of a kernel's dtype variants (_f32, _bf16, _f16) declined."""
+    return ", ".join(f"{kernel}_{dt}" for dt in ("f32", "bf16", "f16")) + " declined (operands: "
+
+
+_SDPA_NO = _no("cpu.sdpa_flash")
+_RMS_NO, _SOFTMAX_NO = _no("cpu.rms_norm"), _no("cpu.softmax_lastdim")
 _MISFIT = "the operands do not fit the op's signature"
 DECLINED = {  # what composite_stats says about each case of _rejected_cases
-    "float64 rms_norm": "cpu.rms_norm_f32 declined (operands: float64 dense, none)",
-    "float64 layer_norm": "cpu.layer_norm_f32 declined (operands: float64 dense, none, none)",
-    "float64 softmax": "cpu.softmax_lastdim_f32 declined (operands: float64 dense)",
-    "non-contiguous rms_norm": "cpu.rms_norm_f32 declined (operands: float32 strided, none)",
-    "non-contiguous softmax": "cpu.softmax_lastdim_f32 declined (operands: float32 strided)",
-    "softmax over axis 0": "cpu.softmax_lastdim_f32 declined (operands: float32 dense)",
+    "float64 rms_norm": _RMS_NO + "float64 dense, none)",
+    "float64 layer_norm": _no("cpu.layer_norm") + "float64 dense, none, none)",
+    "float64 softmax": _SOFTMAX_NO + "float64 dense)",
+    "non-contiguous rms_norm": _RMS_NO + "float32 strided, none)",
+    "non-contiguous softmax": _SOFTMAX_NO + "float32 strided)",
+    "softmax over axis 0": _SOFTMAX_NO + "float32 dense)",
     "weight of another length": _MISFIT,
-    "float64 weight": "cpu.rms_norm_f32 declined (operands: float32 dense, float64 dense)",
+    "float64 weight": _RMS_NO + "float32 dense, float64 dense)",
+    "bfloat16 x, float32 weight": _RMS_NO + "bfloat16 dense, float32 dense)",
+    "float16 q, bfloat16 k and v": _SDPA_NO + "float16 dense, bfloat16 dense, bfloat16 dense, none)",
     "float64 sdpa": _SDPA_NO + "float64 dense, float64 dense, float64 dense, none)",
     "non-contiguous q": _SDPA_NO + "float32 strided, float32 dense, float32 dense, none)",
     "integer mask": _MISFIT,

@@ -147,7 +147,8 @@ def test_a_strided_last_dim_is_declined_with_the_reason(cpu):
     out, fused, decomposed = _attend(q, k, v, False)
     assert fused == {} and decomposed == 1
     assert _fused.composite_stats()[SDPA]["why_decomposed"] == {
-        f"{KERNEL} declined (operands: float32 dense, float32 strided, float32 dense, none)": 1}
+        f"{KERNEL}, cpu.sdpa_flash_bf16, cpu.sdpa_flash_f16 declined "
+        "(operands: float32 dense, float32 strided, float32 dense, none)": 1}
     with devicekit.fused_kernels(False):
         ref, _, _ = _attend(q, k, v, False)
     np.testing.assert_array_equal(out, ref)

@@ -186,6 +186,20 @@ Tensor narrow_into(const Tensor& g, const Dims& shape, int dim, int64_t start,
   return out;
 }
 
+void copy_into(const Tensor& dst, const Tensor& src) {
+  check_same_device("copy_into", {dst.get(), src.get()});
+  if (dst->numel() == 0) return;
+  Tensor v = expand(cast(src, dst->dtype()), dst->shape());
+  if (v->storage() == dst->storage()) {
+    // A source aliasing the destination (x.copy_(x.t())) would be read while
+    // it is written: take it out to a fresh buffer first.
+    Tensor fresh = TensorImpl::empty(v->device_ptr(), v->dtype(), v->rank(), v->shape_data());
+    launch(DK_OP_COPY, {v.get()}, {fresh.get()});
+    v = fresh;
+  }
+  launch(DK_OP_COPY, {v.get()}, {dst.get()});
+}
+
 Tensor unary(DK_OpId op, const Tensor& x) {
   // Float-only ops take integers and bools as float32, like PyTorch.
   DK_DType dt = x->dtype();

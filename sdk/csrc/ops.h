@@ -43,6 +43,13 @@ Tensor cat(const std::vector<Tensor>& ts, int dim);
 // view, as one fill and one copy into the slice.
 Tensor narrow_into(const Tensor& g, const Dims& shape, int dim, int64_t start,
                    const DK_Scalar& fill);
+// Writes `src` into the existing view `dst` (strided, any offset): src is cast
+// to dst's dtype and broadcast to its shape, then one copy launch whose output
+// is dst itself, so every view sharing dst's storage sees the new values (the
+// write-through that in-place ops of framework bridges need). A src that
+// shares dst's storage is copied out first, so overlapping views are safe.
+// Not differentiable.
+void copy_into(const Tensor& dst, const Tensor& src);
 
 // Generic paths for the 1.1 ops: type promotion, broadcasting, dtype fallback
 // through casts, then one launch.

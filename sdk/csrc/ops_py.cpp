@@ -117,6 +117,10 @@ void bind_ops(py::module_& m) {
       py::arg("g"), py::arg("shape"), py::arg("dim"), py::arg("start"), py::arg("fill"),
       "A new tensor of shape holding g at start along dim and fill elsewhere (the gradient of "
       "a narrow view): one fill and one copy launch (no autograd record)");
+  m.def("copy_into", &copy_into, py::arg("dst"), py::arg("src"),
+        "Write src (cast to dst's dtype, broadcast to its shape) into the existing, possibly "
+        "strided view dst: one copy launch whose output is dst, seen through every view of its "
+        "storage (no autograd record)");
   m.def("reduce",
         [](int op, const Tensor& x, uint32_t axes) { return reduce(checked_op(op), x, axes); });
   m.def("argmax", [](const Tensor& x, int axis) { return argmax(x, axis); });

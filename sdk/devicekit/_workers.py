@@ -8,7 +8,10 @@ thread per slot in the parent. This module holds what they share:
   parent only: no worker dies mid-case from it (which would make every case
   it was running a false ``crash``), and the parent decides what happens.
 - :func:`kill` stops a worker with its whole process group, so whatever the
-  worker started itself (the models' reference process) goes with it.
+  worker started itself (the models' reference process) goes with it;
+  :func:`finish` ends a worker that reads requests on stdin: end of input
+  (after a last line, if its protocol has one), a bounded wait, then
+  :func:`kill`. ``gate check``'s timing workers end the same way.
 - :class:`Pool` hands out units (cases, models) to the slots and, when the
   main thread is interrupted (Ctrl-C, or SIGTERM, which
   ``_output.signal_policy`` turns into the same KeyboardInterrupt), stops
@@ -47,6 +50,27 @@ def kill(proc):
         pass
     except OSError:
         proc.kill()
+
+
+def finish(proc, *, last=None, timeout=30, now=False):
+    """End ``proc``, a worker reading requests on its stdin: write ``last``
+    (bytes, e.g. a quit request) if given, close stdin and wait up to
+    ``timeout`` seconds for it to exit; :func:`kill` it (its whole group)
+    if it does not, or at once with ``now``. Returns its exit status."""
+    if now:
+        kill(proc)
+    else:
+        try:
+            if last:
+                proc.stdin.write(last)
+            proc.stdin.close()
+        except (OSError, ValueError):  # it died already, or stdin is closed
+            pass
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill(proc)
+        return proc.wait()
 
 
 class Pool:

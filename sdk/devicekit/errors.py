@@ -12,7 +12,7 @@ __all__ = [
     "DeviceKitError", "PluginLoadError", "PluginVersionError", "DeviceError",
     "PluginContractError", "OutOfMemoryError", "NotImplementedByPlugin", "InvalidArgumentError",
     "DTypeError", "DeviceNotFoundError", "InputOverflowError", "IndexOutOfRangeError",
-    "ForkedProcessError", "DuplicateArgumentError", "InputFileError",
+    "ForkedProcessError", "DuplicateArgumentError", "InputFileError", "UnloweredOpError",
 ]
 
 
@@ -66,6 +66,18 @@ class InvalidArgumentError(DeviceKitError, ValueError):
 class DuplicateArgumentError(InvalidArgumentError, TypeError):
     """One argument given under both of its names: numpy's ``axis=``/``keepdims=``
     and PyTorch's ``dim=``/``keepdim=`` (Python's own "got multiple values")."""
+
+
+class UnloweredOpError(DeviceKitError, NotImplementedError):
+    """A framework op (``devicekit.torch``: an ATen op overload) that DeviceKit
+    cannot run on the device: no lowering and no decomposition, or a lowering
+    whose base op the plugin lacks. Never a silent fallback. ``op`` names the
+    op (``"aten.tanh.default"``); ``missing_base_ops`` the plugin's missing base
+    ops, when that is the cause."""
+
+    def __init__(self, message, op=None, missing_base_ops=()):
+        super().__init__(message)
+        self.op, self.missing_base_ops = op, tuple(missing_base_ops)
 
 
 class DTypeError(DeviceKitError, TypeError):

@@ -27,10 +27,12 @@ inline bool is_view(const DK_TensorView* v) {
          v->rank <= DK_MAX_RANK && (v->rank == 0 || (v->shape && v->strides));
 }
 
-inline bool dense_f32(const DK_TensorView* v) {
-  return is_view(v) && v->dtype == DK_DTYPE_FLOAT32 &&
-         dkh_is_contiguous(v->rank, v->shape, v->strides);
+// A dense (row-major contiguous) view of dtype t.
+inline bool dense_as(const DK_TensorView* v, DK_DType t) {
+  return is_view(v) && v->dtype == t && dkh_is_contiguous(v->rank, v->shape, v->strides);
 }
+
+inline bool dense_f32(const DK_TensorView* v) { return dense_as(v, DK_DTYPE_FLOAT32); }
 
 // The args' frame: the right op, arity and attribute struct, and output 0
 // present (a backward op's later outputs may be NULL: not wanted). NULL when not.
@@ -46,18 +48,20 @@ template <class Attrs> inline const Attrs* fused_frame(const DK_Kernel_Args* a, 
   return attrs && attrs->struct_size >= attrs_size ? attrs : nullptr;
 }
 
-// A float32 rank-4 q, k, v, out or dout the attention kernels read in place:
-// its rows (the last dim) unit-stride, or of size 1; any non-negative
+// A rank-4 q, k, v, out or dout of dtype t the attention kernels read in
+// place: its rows (the last dim) unit-stride, or of size 1; any non-negative
 // strides in dims 0..2 (permuted heads, a piece of a split, a broadcast). A
 // view with no elements is never read, whatever its strides (the header's
 // rule for empty views).
-inline bool rows_f32(const DK_TensorView* v) {
-  if (!is_view(v) || v->dtype != DK_DTYPE_FLOAT32 || v->rank != 4) return false;
+inline bool rows_as(const DK_TensorView* v, DK_DType t) {
+  if (!is_view(v) || v->dtype != t || v->rank != 4) return false;
   if (v->shape[0] == 0 || v->shape[1] == 0 || v->shape[2] == 0 || v->shape[3] == 0) return true;
   for (int d = 0; d < 3; ++d)
     if (v->strides[d] < 0) return false;
   return v->strides[3] == 1 || v->shape[3] == 1;
 }
+
+inline bool rows_f32(const DK_TensorView* v) { return rows_as(v, DK_DTYPE_FLOAT32); }
 
 // Rows per parallel chunk of a row-wise fused kernel: about 32 Ki elements,
 // so tiny rows still batch up.

@@ -2,7 +2,10 @@
 // last dim is unit-stride, any strides elsewhere: the permuted views that
 // x.reshape(B, L, H, D).transpose(1, 2) makes are read in place; the mask
 // bool or additive float32, any strides): the supports predicate, the
-// launch's checks, and the plain kernel.
+// launch's checks, and the plain kernel. float16 / bfloat16 q/k/v (and an
+// additive mask of their dtype or float32) are widened to dense float32
+// copies, run through the same float32 launch, and out is rounded once
+// (run_sdpa_half).
 //
 // The plain kernel takes one query row at a time: its scores against every
 // key it may see (q is scaled before the dot products, as the header
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "fused_common.h"
+#include "fused_half.h"
 #include "parallel.h"
 #if DKCPU_FAST
 #include "fast/fast.h"
@@ -87,6 +91,43 @@ DK_Error* run_sdpa(const void* payload) {
 
 bool rank4(const DK_TensorView* v) { return v->rank == 4; }
 
+// A float16 / bfloat16 launch: `l` as the float32 launch would be, its q, k,
+// v, out and (an additive mask of the inputs' dtype) mask still pointing at
+// the 16-bit views; run_sdpa_half swaps in float32 copies.
+struct SdpaHalf {
+  SdpaLaunch l;
+  DK_DType dtype;
+  bool widen_mask;  // an additive mask of `dtype` (else bool, float32 or none: read as is)
+  int64_t mask_elements;  // the mask's span in elements, from its data pointer
+};
+
+DK_Error* run_sdpa_half(const void* payload) {
+  const SdpaHalf h = *static_cast<const SdpaHalf*>(payload);
+  SdpaLaunch l = h.l;
+  const int64_t qs[4] = {l.b, l.hq, l.lq, l.d}, ks[4] = {l.b, l.hkv, l.lk, l.d},
+                vs[4] = {l.b, l.hkv, l.lk, l.dv};
+  const std::vector<float> q = widen_rows4(h.dtype, l.q, qs, l.q_strides);
+  const std::vector<float> k = widen_rows4(h.dtype, l.k, ks, l.k_strides);
+  const std::vector<float> v = widen_rows4(h.dtype, l.v, vs, l.v_strides);
+  // The mask keeps its strides (broadcast dims stay stride 0): its span is
+  // widened as it lies in memory.
+  const std::vector<float> mask =
+      h.widen_mask ? widen_all(h.dtype, l.mask, h.mask_elements) : std::vector<float>();
+  std::vector<float> out(size_t(l.b * l.hq * l.lq * l.dv));
+  l.q = q.data();
+  l.k = k.data();
+  l.v = v.data();
+  dense_strides4(qs, l.q_strides);
+  dense_strides4(ks, l.k_strides);
+  dense_strides4(vs, l.v_strides);
+  if (h.widen_mask) l.mask = reinterpret_cast<const char*>(mask.data());
+  void* out16 = l.out;
+  l.out = out.data();
+  run_sdpa(&l);
+  narrow_all(h.dtype, out.data(), out16, int64_t(out.size()));
+  return nullptr;
+}
+
 // Strides of dims 0..2 of a q, k or v the launch read; 0 for an empty view,
 // which is never read (its data may be NULL: the pointer stays unmoved).
 void row_strides(const View& v, int64_t* s) {
@@ -94,25 +135,24 @@ void row_strides(const View& v, int64_t* s) {
   for (int d = 0; d < 3; ++d) s[d] = empty ? 0 : v.strides[d];
 }
 
-// float32 rank-4 q, k, v as rows_f32 says, a dense float32 rank-4 out; the
-// mask as DK_SdpaAttrs says, rank 4 with any strides (the SDK passes
-// broadcast dims with stride 0), bool or float32. Grouped-query heads,
-// Lq != Lk, empty dims: all handled. A view whose last dim is strided (k
-// transposed in memory) is declined: the SDK then decomposes.
-int32_t sdpa_supports(const DK_Kernel_Args* a) {
+// rank-4 q, k, v of dtype T as rows_as says, a dense rank-4 out of dtype T;
+// the mask as DK_SdpaAttrs says, rank 4 with any strides (the SDK passes
+// broadcast dims with stride 0), bool or additive (additive_mask_as).
+// Grouped-query heads, Lq != Lk, empty dims: all handled. A view whose last
+// dim is strided (k transposed in memory) is declined: the SDK then decomposes.
+template <DK_DType T> int32_t sdpa_supports(const DK_Kernel_Args* a) {
   const auto* attrs = fused_frame<DK_SdpaAttrs>(a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION, 4,
                                                 DK_SdpaAttrs_STRUCT_SIZE);
   if (!attrs || (attrs->is_causal != 0 && attrs->is_causal != 1)) return 0;
   for (int i = 0; i < 3; ++i) {
-    if (!rows_f32(a->inputs[i])) return 0;
+    if (!rows_as(a->inputs[i], T)) return 0;
   }
-  if (!dense_f32(a->outputs[0]) || !rank4(a->outputs[0])) return 0;
+  if (!dense_as(a->outputs[0], T) || !rank4(a->outputs[0])) return 0;
   const DK_TensorView* mask = a->inputs[3];
   switch (attrs->mask_kind) {
     case DK_SDPA_MASK_NONE: return mask == nullptr;
     case DK_SDPA_MASK_BOOL: return is_view(mask) && rank4(mask) && mask->dtype == DK_DTYPE_BOOL;
-    case DK_SDPA_MASK_ADDITIVE:
-      return is_view(mask) && rank4(mask) && mask->dtype == DK_DTYPE_FLOAT32;
+    case DK_SDPA_MASK_ADDITIVE: return additive_mask_as(mask, T);
     default: return 0;
   }
 }
@@ -127,20 +167,20 @@ DK_Error* bad_shape(const char* call, const FusedViews& v) {
 }
 
 }  // namespace
+
+void sdpa_f32(const SdpaLaunch& l) { run_sdpa(&l); }
+
 }  // namespace dkcpu
 
 using namespace dkcpu;
 
 extern "C" {
 
-int32_t dk_cpu_fused_sdpa_supports(const DK_Kernel_Args* a) { return sdpa_supports(a); }
-
-DK_Error* dk_cpu_fused_sdpa(const DK_Kernel_Args* a) {
+static DK_Error* launch_sdpa(const DK_Kernel_Args* a, DK_FusedSupportsFn* supports) {
   const char* call = "cpu.Fused(scaled_dot_product_attention)";
   return guarded(call, [&]() -> DK_Error* {
     FusedViews v;
-    if (DK_Error* e =
-            load_fused(call, a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION, 4, sdpa_supports, &v))
+    if (DK_Error* e = load_fused(call, a, DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION, 4, supports, &v))
       return e;
     const int64_t* q = v.in[0].shape;
     const int64_t* k = v.in[1].shape;
@@ -175,9 +215,36 @@ DK_Error* dk_cpu_fused_sdpa(const DK_Kernel_Args* a) {
     l.d = q[3];
     l.dv = val[3];
     l.scale = float(attrs->scale);
+    const DK_DType t = v.in[0].dtype;
+    if (is_half(t)) {
+      const bool widen_mask = v.present[3] && v.in[3].dtype == t;
+      enqueue(a->stream, run_sdpa_half,
+              SdpaHalf{l, t, widen_mask, widen_mask ? span_elements(v.in[3]) : 0});
+      return nullptr;
+    }
     enqueue(a->stream, run_sdpa, l);
     return nullptr;
   });
+}
+
+int32_t dk_cpu_fused_sdpa_supports(const DK_Kernel_Args* a) {
+  return sdpa_supports<DK_DTYPE_FLOAT32>(a);
+}
+int32_t dk_cpu_fused_sdpa_bf16_supports(const DK_Kernel_Args* a) {
+  return sdpa_supports<DK_DTYPE_BFLOAT16>(a);
+}
+int32_t dk_cpu_fused_sdpa_f16_supports(const DK_Kernel_Args* a) {
+  return sdpa_supports<DK_DTYPE_FLOAT16>(a);
+}
+
+DK_Error* dk_cpu_fused_sdpa(const DK_Kernel_Args* a) {
+  return launch_sdpa(a, sdpa_supports<DK_DTYPE_FLOAT32>);
+}
+DK_Error* dk_cpu_fused_sdpa_bf16(const DK_Kernel_Args* a) {
+  return launch_sdpa(a, sdpa_supports<DK_DTYPE_BFLOAT16>);
+}
+DK_Error* dk_cpu_fused_sdpa_f16(const DK_Kernel_Args* a) {
+  return launch_sdpa(a, sdpa_supports<DK_DTYPE_FLOAT16>);
 }
 
 }  // extern "C"

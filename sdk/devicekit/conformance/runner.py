@@ -76,18 +76,7 @@ class _Worker:
 
     def close(self, kill=False):
         self.pool.finished(self.proc)
-        if kill:
-            _workers.kill(self.proc)
-        else:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            _workers.kill(self.proc)
-            self.proc.wait()
+        _workers.finish(self.proc, now=kill)
         self.stderr.close()
 
 

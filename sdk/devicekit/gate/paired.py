@@ -69,6 +69,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import List
 
+from .. import _workers
 from .errors import GateError, MissingInput
 from .record import sha256_file
 
@@ -134,7 +135,8 @@ class _Worker:
     def __init__(self, side, library, index, keys=()):
         self.side, self._buf = side, b""
         self._err = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
+        # its own process group, killed whole (a plugin may start processes)
+        self.proc = _workers.spawn(
             [sys.executable, "-m", "devicekit.gate.perf_worker", library, str(index), *keys],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err)
 
@@ -171,16 +173,7 @@ class _Worker:
         return self.answer()["seconds"]
 
     def close(self):
-        try:
-            self.proc.stdin.write(b"quit\n")
-            self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        _workers.finish(self.proc, last=b"quit\n", timeout=10)
         self.proc.stdout.close()
         self._err.close()
 

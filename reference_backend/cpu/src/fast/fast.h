@@ -54,6 +54,13 @@ void tanh_f32(const float* in, float* out, int64_t n);
 // AVX-512 builds: out = gelu(x), or with dout its gradient.
 void gelu_f32(const float* dout, const float* x, float* out, int64_t n, bool tanh_form);
 
+// fast/convert.cpp: n float16 values widened to float32 (exact) or float32
+// narrowed to float16 (to nearest even), as half.h's half_to_float /
+// float_to_half do, with F16C. False, having done nothing, on a CPU without
+// F16C: the caller converts with half.h.
+bool widen_f16(const uint16_t* src, float* dst, int64_t n);
+bool narrow_f16(const float* src, uint16_t* dst, int64_t n);
+
 // fast/norm.cpp: rows [r0, r1) of an rms_norm / layer_norm launch, as the
 // core's norm_rows, in an AVX2 build and with streaming stores when the whole
 // output is larger than the caches.

@@ -30,7 +30,8 @@ typedef float V4 __attribute__((vector_size(16)));
 
 // One 16-byte-aligned streaming store. GCC before 15 lacks Clang's portable
 // __builtin_nontemporal_store, so x86-64 uses SSE's movntps (baseline there,
-// no target attribute needed): the plugin's one intrinsic. Elsewhere: a plain
+// no target attribute needed): one of the plugin's two intrinsic uses (the
+// other: F16C conversions, fast/convert.cpp). Elsewhere: a plain
 // store (correct, just not streaming).
 DKCPU_INLINE void stream_store(float* dst, V4 v) {
 #if defined(__has_builtin) && __has_builtin(__builtin_nontemporal_store)

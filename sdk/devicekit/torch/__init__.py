@@ -1,0 +1,69 @@
+"""devicekit.torch: PyTorch models, unmodified, on any DeviceKit plugin.
+
+``import devicekit.torch`` makes every DeviceKit device a torch device of
+type ``dk``, indexed in ``devicekit.devices()`` order::
+
+    import torch, devicekit.torch as dkt
+    model = model.to("dk:0")                 # or dkt.device("cpu:0"): by DeviceKit name
+    loss = model(x.to("dk:0")).sum(); loss.backward(); opt.step()
+
+Pure Python over the SDK: no extension is compiled against libtorch, so one
+DeviceKit install serves each torch release it supports (see docs/torch.md
+for the torch APIs this relies on). Every ATen op reaching a dk tensor is
+lowered to DeviceKit ops (the one table: ``lowered_ops()``), decomposed by
+``torch._decomp``, or refused with ``UnloweredOpError``; nothing falls back
+to the CPU unless ``fallback("cpu")`` says so, and then it is counted.
+
+Where each mechanism lives: ``_device`` (the ``dk`` device, ``DKTensor``,
+dtypes, host transfers, the Philox stream per device), ``_dispatch`` (lookup,
+decomposition, errors), ``_lower_views`` (views, copies, factories, in-place
+write-through), ``_lower_ops`` (base-op lowerings), ``_lower_nn``
+(composites with fused kernels, losses, random ops), ``_fallback``,
+``_coverage``, ``_models`` (small Hugging Face models for coverage and tests).
+"""
+
+try:
+    import torch
+except ImportError as e:  # pragma: no cover - the message is the point
+    raise ImportError("devicekit.torch needs PyTorch: pip install 'devicekit[torch]'") from e
+
+from . import _device
+from ._coverage import Coverage, coverage
+from ._device import DKTensor, device, dk_device
+from ._dispatch import LOWERINGS, dispatch as _dispatch_op
+from ._fallback import fallback, fallback_stats, reset_fallback_stats
+from . import _lower_views, _lower_ops, _lower_nn  # noqa: F401  (they fill LOWERINGS)
+
+_device.install()
+_lib = torch.library.Library("aten", "IMPL")  # kept alive: it holds the registrations
+_lower_views.register_factories(_lib)
+_lower_nn.register_attention(_lib)
+# Any other op reaching the dk backend key with no kernel (a factory torch
+# has no generic form of, such as tril_indices(device="dk:0")) comes to the
+# same dispatch, so it is decomposed, falls back or is refused by its name.
+_fallback_lib = torch.library.Library("_", "IMPL")
+_fallback_lib.fallback(lambda op, *args, **kwargs: _dispatch_op(op, args, kwargs), "PrivateUse1")
+
+
+def lowered_ops():
+    """``{"aten.add.Tensor": kind, ...}``: every ATen overload with a DeviceKit
+    lowering, and its kind (view, kernel, composite, factory, random,
+    transfer, meta). In-place forms (``add_``) and ``_foreach_*`` ops are
+    derived from these at first use."""
+    return {str(op): low.kind for op, low in sorted(LOWERINGS.items(), key=lambda kv: str(kv[0]))}
+
+
+def to_torch(t):
+    """A ``dk`` torch tensor sharing the memory of DeviceKit tensor ``t``."""
+    return _device.wrap(t)
+
+
+def from_torch(t):
+    """The DeviceKit tensor (a view of the same memory) behind a ``dk`` torch tensor."""
+    if not isinstance(t, DKTensor):
+        raise TypeError(f"from_torch: expected a dk tensor, got a {t.device} tensor")
+    return t._dk
+
+
+__all__ = ["Coverage", "DKTensor", "coverage", "device", "dk_device", "fallback", "fallback_stats",
+           "from_torch", "lowered_ops", "reset_fallback_stats", "to_torch"]

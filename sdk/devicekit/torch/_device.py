@@ -1,0 +1,297 @@
+"""The torch device ``dk``: device indices, dtypes, the tensor class, RNG state.
+
+``dk:N`` is ``devicekit.devices()[N]`` (the order of the first call in this
+process). A ``DKTensor`` is a torch wrapper tensor
+(``torch.Tensor._make_wrapper_subclass``) whose sizes, strides and storage
+offset are those of the DeviceKit tensor it holds in ``_dk``: torch sees the
+metadata, DeviceKit owns the memory, and a view made on either side is a view
+of the same DeviceKit storage. Every ATen call on a DKTensor reaches
+``DKTensor.__torch_dispatch__`` (below autograd, so torch's autograd records
+and differentiates as for any device) and goes to ``_dispatch.dispatch``.
+
+The registration (``install``) uses torch's out-of-tree backend slot,
+PrivateUse1, renamed to ``dk``; see ``docs/torch.md`` for which of these torch
+APIs are public and which are experimental.
+"""
+
+import collections
+import math
+import threading
+
+import numpy as np
+import torch
+
+from .. import _core
+from .. import dtypes as _dt
+from .._registry import devices as _dk_devices
+from ..errors import DeviceNotFoundError, DTypeError
+
+BACKEND = "dk"
+
+# torch dtype <-> DeviceKit dtype: the dtypes both have.
+_TO_DK = {
+    torch.float32: _dt.float32, torch.float16: _dt.float16, torch.bfloat16: _dt.bfloat16,
+    torch.float64: _dt.float64, torch.int8: _dt.int8, torch.int32: _dt.int32,
+    torch.int64: _dt.int64, torch.uint8: _dt.uint8, torch.bool: _dt.bool_,
+}
+_TO_TORCH = {d.id: t for t, d in _TO_DK.items()}
+
+
+def dk_dtype(dtype):
+    """The DeviceKit dtype of a torch dtype (DTypeError naming both sides when
+    DeviceKit has none)."""
+    try:
+        return _TO_DK[dtype]
+    except KeyError:
+        raise DTypeError(f"torch dtype {dtype} has no DeviceKit dtype (DeviceKit has: "
+                         f"{', '.join(str(t).replace('torch.', '') for t in _TO_DK)})") from None
+
+
+def torch_dtype(t):
+    """The torch dtype of a DeviceKit tensor."""
+    return _TO_TORCH[t._dtype_id]
+
+
+# ---- devices -----------------------------------------------------------------
+
+_lock = threading.Lock()
+_devices = None  # the DeviceKit devices, in dk:N order, fixed at first use
+
+
+def _all():
+    global _devices
+    with _lock:
+        if _devices is None:
+            _devices = list(_dk_devices())
+        return _devices
+
+
+def dk_device(device):
+    """The DeviceKit device of a torch device ``dk:N`` (or of N)."""
+    if isinstance(device, str):
+        device = torch.device(device)
+    index = device if isinstance(device, int) else device.index
+    if not isinstance(device, int) and device.type != BACKEND:
+        raise DeviceNotFoundError(f"{device} is not a DeviceKit torch device (expected '{BACKEND}:N')")
+    devs = _all()
+    index = 0 if index is None else index
+    if not 0 <= index < len(devs):
+        raise DeviceNotFoundError(
+            f"torch device '{BACKEND}:{index}' does not exist: DeviceKit has {len(devs)} device(s) "
+            f"({', '.join(d.name for d in devs) or 'none'}); see 'devicekit devices'")
+    return devs[index]
+
+
+def device(name):
+    """The torch device for a DeviceKit device name: ``device("cpu:0")`` ->
+    ``torch.device("dk:0")``. Several plugins share torch's one out-of-tree
+    device type this way: each DeviceKit device is one index of ``dk``."""
+    devs = _all()
+    for i, d in enumerate(devs):
+        if d.name == name:
+            return torch.device(BACKEND, i)
+    raise DeviceNotFoundError(f"no DeviceKit device named {name!r} (have: "
+                              f"{', '.join(d.name for d in devs) or 'none'}); see 'devicekit devices'")
+
+
+_torch_devices = {}  # DeviceKit device name -> torch.device (wrap runs on every op)
+
+
+def torch_device_of(dev):
+    """``torch.device('dk', N)`` of a DeviceKit device."""
+    hit = _torch_devices.get(dev.name)
+    if hit is not None:
+        return hit
+    for i, d in enumerate(_all()):
+        if d is dev or d.name == dev.name:
+            _torch_devices[dev.name] = torch.device(BACKEND, i)
+            return _torch_devices[dev.name]
+    raise DeviceNotFoundError(f"DeviceKit device {dev.name} was not among devicekit.devices() when "
+                              f"devicekit.torch numbered them")
+
+
+# ---- the tensor --------------------------------------------------------------
+
+class DKTensor(torch.Tensor):
+    """A torch tensor on ``dk:N`` whose data is the DeviceKit tensor ``_dk``.
+
+    Views share ``_dk``'s storage; ``repr`` shows the values read back to the
+    host, as torch prints any device's tensor."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _dispatch.dispatch(func, args, kwargs or {})
+
+    # A "traceable wrapper subclass" to torch (it has these two), so that
+    # Module.to("dk:0") swaps each parameter's contents in place
+    # (torch.utils.swap_tensors) instead of making new Parameters: parameters
+    # shared by two modules (tied embeddings) stay one object, as on CUDA.
+    # No inner torch tensors: the data is the DeviceKit tensor in the context.
+    def __tensor_flatten__(self):
+        return [], (self._dk,)
+
+    @staticmethod
+    def __tensor_unflatten__(inner_tensors, ctx, outer_size, outer_stride):
+        return wrap(ctx[0])
+
+    def __reduce_ex__(self, proto):
+        # Pickled (torch.save) as torch pickles any storage-less device tensor:
+        # its values on the CPU, rebuilt with .to("dk:N") on load. The Python
+        # state (the DeviceKit tensor in _dk) is not pickled; the rebuild
+        # makes a new one. A parameter is rebuilt as a parameter.
+        if getattr(self, "_is_param", False):
+            return (torch._utils._rebuild_parameter,
+                    (self.detach(), self.requires_grad, collections.OrderedDict()))
+        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                (to_host(self._dk), self.dtype, str(self.device), self.requires_grad))
+
+    def __repr__(self, *, tensor_contents=None):
+        host = self.detach().to("cpu")
+        text = repr(host)
+        # torch's suffix order: device, dtype, then grad_fn / requires_grad
+        body, suffix = text[:-1], ""
+        if ", dtype=" in body:
+            body, dtype_part = body.split(", dtype=", 1)
+            suffix = ", dtype=" + dtype_part
+        out = f"{body}, device='{self.device}'{suffix}"
+        if self.grad_fn is not None:
+            out += f", grad_fn=<{type(self.grad_fn).__name__}>"
+        elif self.requires_grad:
+            out += ", requires_grad=True"
+        out += ")"
+        return "Parameter containing:\n" + out if getattr(self, "_is_param", False) else out
+
+
+def wrap(t, requires_grad=False):
+    """A DKTensor over the DeviceKit tensor ``t``."""
+    out = torch.Tensor._make_wrapper_subclass(
+        DKTensor, t.shape, strides=t.strides, storage_offset=t._offset, dtype=torch_dtype(t),
+        device=torch_device_of(t.device), requires_grad=requires_grad)
+    out._dk = t
+    return out
+
+
+# ---- host transfers ------------------------------------------------------------
+
+def to_host(t):
+    """A CPU torch tensor holding the values of DeviceKit tensor ``t``."""
+    arr = t.numpy()
+    if t._dtype_id == _dt.bfloat16.id:  # numpy has no bfloat16: move the bits
+        return torch.from_numpy(arr.view(np.uint16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(arr))
+
+
+def from_host(x, dev):
+    """A DeviceKit tensor on ``dev`` with the values of CPU torch tensor ``x``."""
+    dt = dk_dtype(x.dtype)
+    x = x.detach().contiguous()
+    if x.dtype == torch.bfloat16:
+        arr = x.view(torch.uint16).numpy().view(_dt.bfloat16.numpy)
+    else:
+        arr = x.numpy()
+    return _core.from_host(dev, dt.id, arr.reshape(x.shape).view(
+        {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[arr.dtype.itemsize]))
+
+
+# ---- random numbers: one Philox stream per device --------------------------------
+
+class _Rng:
+    """(seed, offset) of a device's Philox stream. Each random op takes the
+    next counters: ``ceil(n / 4)`` for n uniforms (one Philox block gives four
+    32-bit words), twice that for n normals (Box-Muller)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.seed, self.offset = torch.initial_seed() % 2**64, 0
+
+    def take(self, n_words):
+        with self.lock:
+            seed, offset = self.seed, self.offset
+            self.offset += max(1, math.ceil(n_words / 4))
+            return seed, offset
+
+
+_rngs = {}
+
+
+def rng(dev):
+    with _lock:
+        return _rngs.setdefault(dev.name, _Rng())
+
+
+class BackendModule:
+    """``torch.dk``: what torch asks of an out-of-tree device's Python module
+    (device count, and seeding: ``torch.manual_seed`` calls ``manual_seed_all``)."""
+
+    @staticmethod
+    def is_available():
+        return bool(_all())
+
+    @staticmethod
+    def is_initialized():
+        return True
+
+    @staticmethod
+    def device_count():
+        return len(_all())
+
+    @staticmethod
+    def current_device():
+        return 0
+
+    @staticmethod
+    def _is_in_bad_fork():
+        return False
+
+    @staticmethod
+    def manual_seed_all(seed):
+        for d in _all():
+            BackendModule.manual_seed(seed, d)
+
+    @staticmethod
+    def manual_seed(seed, device=None):
+        dev = _all()[0] if device is None else (
+            device if isinstance(device, _core.Device) else dk_device(device))
+        r = rng(dev)
+        with r.lock:
+            r.seed, r.offset = int(seed) % 2**64, 0
+
+    @staticmethod
+    def get_rng_state(device="dk"):
+        """The device's (seed, offset) as 16 bytes in a CPU uint8 tensor."""
+        r = rng(dk_device(device))
+        with r.lock:
+            words = np.array([r.seed, r.offset], dtype=np.uint64)
+        return torch.from_numpy(words.view(np.uint8).copy())
+
+    @staticmethod
+    def set_rng_state(state, device="dk"):
+        words = state.detach().cpu().numpy().astype(np.uint8).view(np.uint64)
+        r = rng(dk_device(device))
+        with r.lock:
+            r.seed, r.offset = int(words[0]), int(words[1])
+
+
+_installed = False
+
+
+def install():
+    """Registers ``dk`` with torch, once per process."""
+    global _installed
+    if _installed:
+        return
+    name = torch._C._get_privateuse1_backend_name()
+    if name not in ("privateuseone", BACKEND):
+        raise RuntimeError(f"devicekit.torch: torch's out-of-tree device slot is already taken by "
+                           f"'{name}' in this process; one process can hold one such backend")
+    if name != BACKEND:
+        # Renames PrivateUse1 to "dk", adds Tensor.dk()/Module.dk(), registers
+        # torch.dk (BackendModule) and torch's Python device guard and hooks.
+        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+        _setup_privateuseone_for_python_backend(rename=BACKEND, backend_module=BackendModule())
+    _installed = True
+
+
+from . import _dispatch  # noqa: E402  (it imports this module; DKTensor calls into it)

@@ -1,0 +1,340 @@
+"""One ATen call on ``dk`` tensors: find its lowering, run it, say how.
+
+Order, for an ATen op overload ``func``:
+
+1. its lowering in ``LOWERINGS`` (registered by ``lowers`` in the
+   ``_lower_*`` modules; an in-place ``foo_`` without its own entry runs
+   ``foo``'s lowering and writes the result through into ``self``, and
+   ``_foreach_foo`` runs ``foo`` per element);
+2. a ``torch._decomp`` decomposition into other ATen ops (which come back
+   here), or torch's own decomposition of a CompositeImplicitAutograd op;
+3. with ``fallback("cpu")`` on, the op on the CPU (``_fallback``);
+4. else ``UnloweredOpError`` naming the op and overload.
+
+A lowering whose plugin lacks a base op raises ``UnloweredOpError`` naming
+the ATen op and the missing base op (the plugin's own message kept whole).
+Every call is reported to the coverage recorder when one is active.
+"""
+
+import threading
+
+import torch
+
+from .. import _core
+from .._fused import composite_stats
+from ..errors import NotImplementedByPlugin, UnloweredOpError
+from . import _coverage, _device, _fallback
+from ._device import DKTensor, wrap
+
+aten = torch.ops.aten
+
+VIEW, KERNEL, COMPOSITE, FACTORY, RANDOM, TRANSFER = (
+    "view", "kernel", "composite", "factory", "random", "transfer")
+
+
+class Lowering:
+    __slots__ = ("fn", "kind", "raw")
+
+    def __init__(self, fn, kind, raw):
+        self.fn, self.kind, self.raw = fn, kind, raw
+
+
+LOWERINGS = {}  # OpOverload -> Lowering: the one table
+_ABSENT = []    # names a lowering module gave that this torch release does not have
+
+
+def _resolve(name):
+    """``"add.Tensor"`` -> ``torch.ops.aten.add.Tensor`` (None if this torch lacks it)."""
+    packet, _, overload = name.partition(".")
+    try:
+        return getattr(getattr(aten, packet), overload or "default")
+    except AttributeError:
+        return None
+
+
+def lowers(*names, kind=KERNEL, raw=False):
+    """Registers the decorated function as the lowering of the ATen overloads
+    ``names``. It gets the call's arguments with every DKTensor replaced by its
+    DeviceKit tensor (``raw=True``: the arguments as they are) and returns
+    DeviceKit tensors (wrapped for torch here) or plain values."""
+    def deco(fn):
+        for name in names:
+            op = _resolve(name)
+            if op is None:
+                _ABSENT.append(name)
+                continue
+            if op in LOWERINGS:
+                raise RuntimeError(f"aten.{name} is lowered twice")
+            LOWERINGS[op] = Lowering(fn, kind, raw)
+        return fn
+    return deco
+
+
+# ---- unwrap / wrap -----------------------------------------------------------------
+
+def unwrap(x):
+    t = type(x)
+    if t is DKTensor:
+        return x._dk
+    if t is list or t is tuple:
+        return t([unwrap(v) for v in x]) if x else x
+    if t in (int, float, bool, str) or x is None:
+        return x
+    if isinstance(x, DKTensor):
+        return x._dk
+    if isinstance(x, torch.Tensor):
+        if x.dim() == 0 and x.device.type == "cpu":
+            return x.item()  # a CPU 0-d tensor is a scalar operand, as torch allows
+        raise RuntimeError(f"expected all tensors on the same device, got a {x.device} tensor "
+                           f"of shape {list(x.shape)} beside dk tensors")
+    return x
+
+
+def unwrap_kwargs(kwargs):
+    return {k: unwrap(v) for k, v in kwargs.items()} if kwargs else kwargs
+
+
+def rewrap(x):
+    t = type(x)
+    if t is _core.Tensor:
+        return wrap(x)
+    if t is list or t is tuple:
+        return t([rewrap(v) for v in x])
+    return x
+
+
+# ---- lookup -----------------------------------------------------------------------
+
+_derived = {}  # OpOverload -> Lowering or None, built on first use
+
+
+def _lookup(func):
+    hit = LOWERINGS.get(func)
+    if hit is not None:
+        return hit
+    if func in _derived:
+        return _derived[func]
+    _derived[func] = hit = _derive(func)
+    return hit
+
+
+def _functional_of(func):
+    """``add_.Tensor`` -> ``add.Tensor`` when that one is lowered."""
+    name = func._schema.name.split("::")[1]
+    if not name.endswith("_") or name.startswith("_foreach"):
+        return None
+    base = getattr(aten, name[:-1], None)
+    op = getattr(base, func._overloadname, None) if base is not None else None
+    return op if op in LOWERINGS else None
+
+
+def _derive(func):
+    functional = _functional_of(func)
+    if functional is not None:
+        from ._lower_views import write_through
+        inner = LOWERINGS[functional]
+        return Lowering(lambda *a, **k: write_through(inner, a, k), inner.kind, True)
+    name = func._schema.name.split("::")[1]
+    if name.startswith("_foreach_"):
+        from ._lower_ops import foreach
+        return Lowering(lambda *a, **k: foreach(func, a, k), KERNEL, True)
+    return None
+
+
+# ---- the dispatch -----------------------------------------------------------------------
+
+_local = threading.local()
+
+
+def _decomposing():
+    stack = getattr(_local, "decomposing", None)
+    if stack is None:
+        stack = _local.decomposing = set()
+    return stack
+
+
+_pending = []  # errors raised inside a backward pass, for the next op outside one
+
+
+def dispatch(func, args, kwargs):
+    if _pending and torch._C._current_autograd_node() is None:
+        raise _pending.pop(0)
+    try:
+        return _dispatch(func, args, kwargs)
+    except Exception as e:
+        if torch._C._current_autograd_node() is None:
+            raise
+        # Inside torch's backward, an exception leaving a dk op aborts the
+        # process (torch 2.13/2.14: the autograd engine's stream guard calls
+        # back into Python while the error is pending). So the op returns
+        # NaN-filled results of the right shapes, and its error is raised by
+        # the first dk op after the backward (like an asynchronous device
+        # error): optimizer.step(), .item(), .cpu(), ...
+        note = (f"(raised inside the backward pass by {_name(func)}; devicekit.torch reports "
+                f"such errors at the next dk op, here)")
+        if hasattr(e, "add_note"):
+            e.add_note(note)
+        _pending.append(e)
+        return _placeholder(func, args, kwargs)
+
+
+def _placeholder(func, args, kwargs):
+    """Results of ``func``'s shapes and dtypes (from torch's meta kernels),
+    NaN-filled (0 for integers); an in-place op returns its operand untouched."""
+    device = []
+
+    def meta(x):
+        if isinstance(x, DKTensor):
+            device.append(x._dk.device)
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        if isinstance(x, (list, tuple)):
+            return type(x)(meta(v) for v in x)
+        return x
+
+    out = func(*meta(args), **meta(kwargs))
+    if func._schema.is_mutable and func._schema.returns and args:
+        return args[0]
+
+    def fill(x):
+        if isinstance(x, torch.Tensor):
+            value = float("nan") if x.dtype.is_floating_point else 0
+            return wrap(_core.full(device[0], list(x.shape), _device.dk_dtype(x.dtype).id, value))
+        if isinstance(x, (list, tuple)):
+            return type(x)(fill(v) for v in x)
+        return x
+    return fill(out)
+
+
+def _dispatch(func, args, kwargs):
+    rec = _coverage._active
+    lowering = _lookup(func)
+    if lowering is not None:
+        before = composite_stats() if rec is not None and lowering.kind == COMPOSITE else None
+        try:
+            if rec is not None:
+                rec.enter(func)
+            try:
+                out = _run(lowering, args, kwargs)
+            finally:
+                if rec is not None:
+                    rec.leave()
+        except NotImplementedByPlugin as e:
+            err = _plugin_gap(func, args, e)
+            if rec is not None:
+                return rec.missing(func, err, args, kwargs)
+            raise err from None
+        except UnloweredOpError:
+            raise
+        except NotImplementedError as e:
+            # the lowering covers some calls of the op, not this one
+            return _unlowered(func, args, kwargs, rec, f"its lowering does not cover this call: {e}")
+        if rec is not None:
+            rec.lowered(func, lowering.kind, before)
+        return out
+    decomp = _decomposition(func)
+    if decomp is not None and func not in _decomposing():
+        if rec is not None:
+            rec.note(func, "decomposition")
+            rec.enter(func)
+        _decomposing().add(func)
+        chain = getattr(_local, "chain", None)
+        if chain is None:
+            chain = _local.chain = []
+        chain.append(_name(func))
+        try:
+            out = decomp(*args, **kwargs)
+        finally:
+            chain.pop()
+            _decomposing().discard(func)
+            if rec is not None:
+                rec.leave()
+        if out is not NotImplemented:
+            return out
+    return _unlowered(func, args, kwargs, rec, None)
+
+
+def _unlowered(func, args, kwargs, rec, reason):
+    """The CPU fallback when it is on and accepts ``func``, else the error
+    (in a coverage run: recorded as missing, and the run goes on)."""
+    refusal = None
+    if _fallback.policy() is not None:
+        refusal = _fallback.refusal(func, args, kwargs)
+        if refusal is None:
+            if rec is not None:
+                rec.note(func, "fallback")
+            return _fallback.run(func, args, kwargs)
+    err = unlowered(func, (*args, *kwargs.values()), refusal, reason)
+    if rec is not None:
+        return rec.missing(func, err, args, kwargs)
+    raise err
+
+
+def _run(lowering, args, kwargs):
+    if lowering.raw:
+        return lowering.fn(*args, **kwargs)
+    out = lowering.fn(*[a._dk if type(a) is DKTensor else unwrap(a) for a in args],
+                      **(unwrap_kwargs(kwargs) if kwargs else {}))
+    return wrap(out) if type(out) is _core.Tensor else rewrap(out)  # (the common case first)
+
+
+def _decomposition(func):
+    from torch._decomp import decomposition_table
+    fn = decomposition_table.get(func)
+    if fn is not None:
+        return fn
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        return func.decompose
+    return None
+
+
+# ---- errors -------------------------------------------------------------------------------
+
+def _where(args):
+    if isinstance(args, dict):
+        args = tuple(args.values())
+    for a in args:
+        if isinstance(a, DKTensor):
+            dev = a._dk.device
+            return f"{a.device} (DeviceKit {dev.name}, plugin '{dev.plugin.name}')"
+        if isinstance(a, (list, tuple)):
+            w = _where(a)
+            if w:
+                return w
+    return ""
+
+
+def _name(func):
+    return f"{func._schema.name}.{func._overloadname}"
+
+
+def _context():
+    outer = getattr(_local, "chain", None)
+    return f" (reached while decomposing {' -> '.join(outer)})" if outer else ""
+
+
+def unlowered(func, args, refusal=None, reason=None):
+    where = _where(args) or "dk"
+    if reason is None:
+        msg = (f"{_name(func)} has no DeviceKit lowering on {where}{_context()}: devicekit.torch "
+               f"lowers no such op and torch._decomp has no decomposition for it.")
+    else:
+        msg = f"{_name(func)} on {where}{_context()}: {reason}."
+    if refusal is not None:
+        msg += f" fallback('cpu') is on but refuses it: {refusal}."
+    else:
+        msg += (" devicekit.torch.fallback('cpu') runs such ops on the CPU (counted); "
+                "'devicekit torch coverage' lists every op a model needs.")
+    return UnloweredOpError(msg, op=str(func), missing_base_ops=())
+
+
+def _plugin_gap(func, args, e):
+    text = str(e)
+    missing = ()
+    if text.startswith("op '"):
+        missing = (text.split("'")[1],)
+    where = _where(args) or "dk"
+    names = ", ".join(missing) or "(see below)"
+    return UnloweredOpError(
+        f"{_name(func)} on {where}{_context()}: its lowering needs base op {names}, which the "
+        f"plugin lacks: {text}",
+        op=str(func), missing_base_ops=missing)

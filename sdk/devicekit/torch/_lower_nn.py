@@ -1,0 +1,470 @@
+"""Lowerings of torch's neural-network ops onto DeviceKit's composites, so a
+plugin's fused kernels are chosen exactly as for native DeviceKit models:
+layer norm, softmax, GELU and scaled dot-product attention forward go through
+``devicekit.nn.functional`` (``_fused.dispatch``: the first fused kernel
+whose ``supports`` accepts, else the decomposition); their backwards first
+offer the call to the plugin's fused backward kernel (``_core.try_fused``)
+and otherwise run the decomposition's gradient in base ops. Every choice is
+counted in ``devicekit.composite_stats()``.
+
+Also here: losses, embeddings, padding, and the random ops, which draw from
+the device's Philox stream (``_device.rng``; ``torch.manual_seed`` seeds it).
+"""
+
+import math
+
+import torch
+
+from .. import _core, _fused
+from .. import autograd as dk_autograd
+from .. import dtypes as _dt
+from .. import ops
+from ..nn import functional as F
+from . import _device
+from ._dispatch import COMPOSITE, RANDOM, lowers
+
+aten = torch.ops.aten
+META = "meta"
+
+
+def _fused_backward(op, inputs, attrs, want):
+    """The plugin's fused kernel for backward op ``op``: its outputs, or None
+    (counted as decomposed, with the reason) when none accepts."""
+    if not _fused._enabled():
+        _fused._count(op, why="fused_kernels(False)")
+        return None
+    hit = _core.try_fused(op, inputs, attrs, want)
+    if isinstance(hit, str):
+        _fused._count(op, why=hit)
+        return None
+    outs, kernel = hit
+    _fused._count(op, kernel)
+    return outs
+
+
+def _compute(x):
+    return x._cast(_dt.float32.id) if x.dtype in (_dt.float16, _dt.bfloat16) else x
+
+
+def _axis(dim, x):
+    return dim + x.ndim if dim < 0 else dim
+
+
+# ---- layer norm ---------------------------------------------------------------------
+
+def _flat(x, k):
+    """x as [..., prod(last k dims)] (the SDK's norms work on the last dim)."""
+    lead = list(x.shape[:x.ndim - k])
+    return x.reshape(*lead, math.prod(x.shape[x.ndim - k:]))
+
+
+@lowers("native_layer_norm.default", kind=COMPOSITE)
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    k = len(normalized_shape)
+    x2 = _flat(x, k)
+    w2 = weight.reshape(-1) if weight is not None else None
+    b2 = bias.reshape(-1) if bias is not None else None
+    out = F.layer_norm(x2, w2, b2, eps).reshape(*x.shape)
+    # torch returns the statistics too (its backward may use them); the fused
+    # kernel gives only `out`, so they are two reductions here.
+    xf = _compute(x2)
+    mean = ops.mean(xf, -1, keepdims=True)
+    d = ops.sub(xf, mean)
+    rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(d, d), -1, keepdims=True), float(eps)))
+    stat_shape = list(x.shape[:x.ndim - k]) + [1] * k
+    mean, rstd = mean.reshape(*stat_shape), rstd.reshape(*stat_shape)
+    rstd._dk_eps = float(eps)  # lets the backward offer the call to a fused kernel
+    return out, mean, rstd
+
+
+@lowers("native_layer_norm_backward.default", kind=COMPOSITE)
+def native_layer_norm_backward(g, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    k = len(normalized_shape)
+    g2, x2 = _flat(g, k).contiguous(), _flat(x, k)
+    w2 = weight.reshape(-1) if weight is not None else None
+    want = [bool(output_mask[0]), bool(output_mask[1]) and weight is not None,
+            bool(output_mask[2]) and bias is not None]
+    eps = getattr(rstd, "_dk_eps", None)
+    outs = None
+    if eps is not None:
+        outs = _fused_backward("layer_norm_backward", (g2, x2, w2), {"eps": eps}, want)
+    else:
+        _fused._count("layer_norm_backward", why="statistics not from devicekit's forward")
+    if outs is None:
+        outs = _layer_norm_backward(g2, x2, w2, _flat(mean, k), _flat(rstd, k), want)
+    dx, dw, db = outs
+    shape = list(normalized_shape)
+    return (dx.reshape(*x.shape) if dx is not None and want[0] else None,
+            dw.reshape(*shape) if dw is not None and want[1] else None,
+            db.reshape(*shape) if db is not None and want[2] else None)
+
+
+def _layer_norm_backward(g, x, w, mean, rstd, want):
+    """The layer norm gradient in base ops, from torch's saved statistics."""
+    gf, xf = _compute(g), _compute(x)
+    xhat = ops.mul(ops.sub(xf, mean), rstd)
+    lead = list(range(x.ndim - 1))
+    dx = dw = db = None
+    if want[0]:
+        wg = ops.mul(gf, _compute(w)) if w is not None else gf
+        inner = ops.add(ops.mean(wg, -1, keepdims=True),
+                        ops.mul(xhat, ops.mean(ops.mul(wg, xhat), -1, keepdims=True)))
+        dx = ops.mul(ops.sub(wg, inner), rstd)._cast(x._dtype_id)
+    if want[1]:
+        dw = ops.sum(ops.mul(gf, xhat), lead)._cast(w._dtype_id)
+    if want[2]:
+        db = ops.sum(gf, lead)._cast(g._dtype_id)
+    return dx, dw, db
+
+
+# ---- softmax family ------------------------------------------------------------------
+
+@lowers("_softmax.default", kind=COMPOSITE)
+def softmax(x, dim, half_to_float=False):
+    return F.softmax(x._cast(_dt.float32.id) if half_to_float else x, _axis(dim, x))
+
+
+@lowers("_safe_softmax.default", kind=COMPOSITE)
+def safe_softmax(x, dim, dtype=None):
+    if dtype is not None:
+        x = x._cast(_device.dk_dtype(dtype).id)
+    d = _axis(dim, x)
+    out = F.softmax(x, d)
+    masked = ops.eq(ops.amax(x, d, keepdims=True), -math.inf)  # a row with nothing to attend
+    return ops.where(masked, 0.0, out)
+
+
+@lowers("_softmax_backward_data.default", kind=COMPOSITE)
+def softmax_backward(g, out, dim, input_dtype):
+    d = _axis(dim, out)
+    hit = _fused_backward("softmax_backward", (g.contiguous(), out), {"axis": d}, [True])
+    if hit is not None:
+        return hit[0]
+    return ops.mul(out, ops.sub(g, ops.sum(ops.mul(g, out), d, keepdims=True)))
+
+
+@lowers("_log_softmax.default", kind=COMPOSITE)
+def log_softmax(x, dim, half_to_float=False):
+    return F.log_softmax(x._cast(_dt.float32.id) if half_to_float else x, _axis(dim, x))
+
+
+@lowers("_log_softmax_backward_data.default")
+def log_softmax_backward(g, out, dim, input_dtype):
+    d = _axis(dim, out)
+    return ops.sub(g, ops.mul(ops.exp(out), ops.sum(g, d, keepdims=True)))
+
+
+# ---- GELU -------------------------------------------------------------------------------
+
+@lowers("gelu.default", kind=COMPOSITE)
+def gelu(x, *, approximate="none"):
+    return F.gelu(x, approximate)
+
+
+@lowers("gelu_backward.default", kind=COMPOSITE)
+def gelu_backward(g, x, *, approximate="none"):
+    hit = _fused_backward("gelu_backward", (g.contiguous(), x), {"approximate": approximate == "tanh"},
+                          [True])
+    if hit is not None:
+        return hit[0]
+    xf, gf = _compute(x), _compute(g)
+    if approximate == "tanh":
+        k, c = math.sqrt(2.0 / math.pi), 0.044715
+        t = ops.tanh(ops.mul(ops.add(xf, ops.mul(ops.mul(ops.mul(xf, xf), xf), c)), k))
+        left = ops.mul(ops.add(t, 1.0), 0.5)
+        dt = ops.mul(ops.sub(1.0, ops.mul(t, t)), ops.add(ops.mul(ops.mul(xf, xf), 3 * c * k), k))
+        d = ops.add(left, ops.mul(ops.mul(xf, 0.5), dt))
+    else:
+        cdf = ops.mul(ops.add(ops.erf(ops.mul(xf, 1.0 / math.sqrt(2.0))), 1.0), 0.5)
+        pdf = ops.mul(ops.exp(ops.mul(ops.mul(xf, xf), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
+        d = ops.add(cdf, ops.mul(xf, pdf))
+    return ops.mul(gf, d)._cast(x._dtype_id)
+
+
+# ---- scaled dot-product attention --------------------------------------------------------
+
+@lowers("_fused_sdp_choice.default", kind=META)
+def sdp_choice(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+               enable_gqa=False):
+    """torch asks the device which SDPA implementation to use: DeviceKit's
+    (torch's "overrideable" slot) unless dropout is asked for, which its SDPA
+    op has not; then torch's math decomposition."""
+    from torch.nn.attention import SDPBackend
+    if dropout_p > 0.0 or (attn_mask is not None and is_causal):
+        return int(SDPBackend.MATH)
+    return int(SDPBackend.OVERRIDEABLE)
+
+
+def _sdpa_attrs(q, is_causal, scale):
+    return {"scale": 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale),
+            "is_causal": bool(is_causal)}
+
+
+@lowers("_scaled_dot_product_fused_attention_overrideable.default", kind=COMPOSITE)
+def sdpa(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *,
+         scale=None):
+    if dropout_p > 0.0:
+        raise NotImplementedError("DeviceKit's scaled_dot_product_attention has no dropout; "
+                                  "torch picks its math path for dropout_p > 0")
+    out = F.scaled_dot_product_attention(q, k, v, attn_bias, bool(is_causal), scale)
+    nothing = _core.empty(q.device, [0], _dt.float32.id)  # logsumexp, seeds: not produced
+    return (out, nothing, nothing, nothing, q.shape[-2], k.shape[-2], nothing, nothing, nothing)
+
+
+@lowers("_scaled_dot_product_fused_attention_overrideable_backward.default", kind=COMPOSITE)
+def sdpa_backward(g, q, k, v, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
+                  max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+    attrs = _sdpa_attrs(q, is_causal, scale)
+    mask_grad = bool(grad_input_mask[3]) and attn_bias is not None
+    hit = None
+    if not mask_grad:
+        hit = _fused_backward("scaled_dot_product_attention_backward",
+                              (g.contiguous(), q, k, v, out, attn_bias), attrs, [True] * 3)
+    if hit is not None:
+        return (*hit, None)
+    grads = _vjp(lambda q, k, v, m: F.scaled_dot_product_attention(
+        q, k, v, m, attrs["is_causal"], attrs["scale"]), (q, k, v, attn_bias),
+        [True, True, True, mask_grad], g)
+    return tuple(grads)
+
+
+class _Attention(torch.autograd.Function):
+    """torch's scaled_dot_product_attention on dk: DeviceKit's SDPA forward and
+    backward through torch's "overrideable" fused-attention ops (lowered
+    above), so a plugin's fused SDPA kernels run as for native models."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, is_causal, scale):
+        out = aten._scaled_dot_product_fused_attention_overrideable(
+            q, k, v, mask, 0.0, is_causal, False, scale=scale)[0]
+        ctx.save_for_backward(q, k, v, out, mask)
+        ctx.is_causal, ctx.scale = is_causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, v, out, mask = ctx.saved_tensors
+        want = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2],
+                mask is not None and ctx.needs_input_grad[3]]
+        empty = q.new_empty([0])
+        dq, dk, dv, dmask = aten._scaled_dot_product_fused_attention_overrideable_backward(
+            g, q, k, v, mask, want, out, empty, empty, empty, q.shape[-2], k.shape[-2], 0.0,
+            ctx.is_causal, empty, empty, scale=ctx.scale)
+        return dq, dk, dv, dmask, None, None
+
+
+def _attention_kernel(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                      enable_gqa=False):
+    """``aten::scaled_dot_product_attention`` for dk tensors, at torch's autograd
+    level (the op is a CompositeImplicitAutograd decomposition in torch, which
+    would otherwise never reach the device as one op). Dropout, or a mask
+    together with is_causal, take torch's math decomposition."""
+    if dropout_p > 0.0 or (attn_mask is not None and is_causal):
+        return aten._scaled_dot_product_attention_math(
+            q, k, v, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+    return _Attention.apply(q, k, v, attn_mask, bool(is_causal), scale)
+
+
+def register_attention(lib):
+    lib.impl("scaled_dot_product_attention", _attention_kernel, "AutogradPrivateUse1")
+
+
+def _vjp(fn, inputs, needs, g):
+    """Gradients of ``fn`` at ``inputs`` (DeviceKit's autograd over its decomposition)."""
+    leaves = [t.detach().requires_grad_(True) if t is not None and n else t
+              for t, n in zip(inputs, needs)]
+    with dk_autograd.enable_grad():
+        out = fn(*leaves)
+    out.backward(g)
+    return [t.grad if n and t is not None else None for t, n in zip(leaves, needs)]
+
+
+# ---- losses, embedding, padding -----------------------------------------------------------
+
+_NONE, _MEAN, _SUM = 0, 1, 2
+
+
+def _nll_parts(x, target, weight, ignore_index):
+    t = target._cast(_dt.int64.id)
+    valid = ops.ne(t, ignore_index)
+    safe = ops.where(valid, t, 0)
+    w = ops.gather(weight, 0, safe.reshape(-1)).reshape(*t.shape) if weight is not None else None
+    coef = ops.where(valid, w if w is not None else 1.0, 0.0)._cast(x._dtype_id)
+    return safe, coef
+
+
+@lowers("nll_loss_forward.default")
+def nll_loss_forward(x, target, weight, reduction, ignore_index):
+    x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
+    t2 = target.reshape(1) if x.ndim == 1 else target
+    safe, coef = _nll_parts(x2, t2, weight, ignore_index)
+    picked = ops.gather(x2, 1, safe.reshape(-1, 1)).reshape(*t2.shape)
+    loss = ops.neg(ops.mul(picked, coef))
+    total = ops.sum(coef)
+    if reduction == _NONE:
+        return (loss.reshape(*target.shape), total)
+    loss = ops.sum(loss)
+    return (ops.div(loss, total) if reduction == _MEAN else loss, total)
+
+
+@lowers("nll_loss_backward.default")
+def nll_loss_backward(g, x, target, weight, reduction, ignore_index, total_weight):
+    x2 = x.reshape(1, x.shape[0]) if x.ndim == 1 else x
+    t2 = target.reshape(1) if x.ndim == 1 else target
+    safe, coef = _nll_parts(x2, t2, weight, ignore_index)
+    if reduction == _MEAN:
+        coef = ops.div(coef, total_weight)
+    src = ops.neg(ops.mul(coef, g.reshape(*t2.shape) if reduction == _NONE else g))
+    out = _core.full(x.device, list(x2.shape), x._dtype_id, 0)
+    out = ops.scatter_add(out, 1, safe.reshape(-1, 1), src.reshape(-1, 1)._cast(x._dtype_id))
+    return out.reshape(*x.shape)
+
+
+@lowers("embedding.default")
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    n, dim = indices.numel(), weight.shape[1]
+    idx = indices.reshape(n, 1)._cast(_dt.int64.id).expand(n, dim)
+    return ops.gather(weight, 0, idx).reshape(*indices.shape, dim)
+
+
+@lowers("embedding_dense_backward.default")
+def embedding_dense_backward(g, indices, num_weights, padding_idx, scale_grad_by_freq):
+    n, dim = indices.numel(), g.shape[-1]
+    idx = indices.reshape(n, 1)._cast(_dt.int64.id)
+    g2 = g.reshape(n, dim)
+    if padding_idx >= 0:
+        g2 = ops.where(ops.ne(idx, padding_idx), g2, 0.0)
+    if scale_grad_by_freq:
+        count = ops.scatter_add(_core.full(g.device, [num_weights, 1], g._dtype_id, 0), 0, idx,
+                                _core.full(g.device, [n, 1], g._dtype_id, 1))
+        g2 = ops.div(g2, ops.gather(count, 0, idx).expand(n, dim))
+    out = _core.full(g.device, [num_weights, dim], g._dtype_id, 0)
+    return ops.scatter_add(out, 0, idx.expand(n, dim), g2.contiguous())
+
+
+@lowers("constant_pad_nd.default")
+def constant_pad_nd(x, pad, value=0):
+    shape, src = list(x.shape), x
+    starts = [0] * x.ndim
+    for i in range(len(pad) // 2):
+        d = x.ndim - 1 - i
+        lo, hi = int(pad[2 * i]), int(pad[2 * i + 1])
+        cut_lo, cut_hi = max(-lo, 0), max(-hi, 0)
+        if cut_lo or cut_hi:
+            src = src.narrow(d, cut_lo, src.shape[d] - cut_lo - cut_hi)
+        shape[d] = x.shape[d] + lo + hi
+        starts[d] = max(lo, 0)
+    out = _core.full(x.device, shape, x._dtype_id, value)
+    if src.numel():
+        offset = out._offset + sum(s * st for s, st in zip(starts, out.strides))
+        _core.copy_into(out._view(list(src.shape), list(out.strides), offset), src)
+    return out
+
+
+def _conv2d_args(x, weight, stride, padding, dilation, transposed, output_padding, groups):
+    if x.ndim != 4 or transposed or groups != 1 or any(d != 1 for d in dilation):
+        raise NotImplementedError(
+            f"DeviceKit's conv2d is 2-D, groups=1, dilation 1, not transposed (got input rank "
+            f"{x.ndim}, groups={groups}, dilation={list(dilation)}, transposed={transposed})")
+    pad = list(padding) if len(padding) == 2 else [padding[0]] * 2
+    st = list(stride) if len(stride) == 2 else [stride[0]] * 2
+    return st, pad
+
+
+@lowers("convolution.default")
+def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    st, pad = _conv2d_args(x, weight, stride, padding, dilation, transposed, output_padding, groups)
+    return F.conv2d(x, weight, bias, tuple(st), tuple(pad))
+
+
+@lowers("convolution_backward.default")
+def convolution_backward(g, x, weight, bias_sizes, stride, padding, dilation, transposed,
+                         output_padding, groups, output_mask):
+    st, pad = _conv2d_args(x, weight, stride, padding, dilation, transposed, output_padding, groups)
+    dx, dw = _vjp(lambda x, w: F.conv2d(x, w, None, tuple(st), tuple(pad)), (x, weight),
+                  [bool(output_mask[0]), bool(output_mask[1])], g.contiguous())
+    db = ops.sum(g, [0, 2, 3]) if output_mask[2] and bias_sizes is not None else None
+    return dx, dw, db
+
+
+# ---- random ops: the device's Philox stream -----------------------------------------------
+
+def _no_generator(generator, op):
+    if generator is not None:
+        raise NotImplementedError(f"aten.{op}: a torch.Generator cannot drive a dk device; "
+                                  f"DeviceKit's Philox stream is seeded by torch.manual_seed")
+
+
+def _uniform(t, dtype=_dt.float32):
+    seed, offset = _device.rng(t.device).take(t.numel())
+    return ops.rand(list(t.shape), seed, offset, dtype=dtype, device=t.device)
+
+
+@lowers("bernoulli_.float", kind=RANDOM, raw=True)
+def bernoulli_(self, p=0.5, *, generator=None):
+    _no_generator(generator, "bernoulli_")
+    _core.copy_into(self._dk, ops.lt(_uniform(self._dk), float(p)))
+    return self
+
+
+@lowers("bernoulli.p", kind=RANDOM)
+def bernoulli_p(x, p=0.5, *, generator=None):
+    _no_generator(generator, "bernoulli")
+    return ops.lt(_uniform(x), float(p))._cast(x._dtype_id)
+
+
+@lowers("bernoulli.default", kind=RANDOM)
+def bernoulli(x, *, generator=None):
+    _no_generator(generator, "bernoulli")
+    return ops.lt(_uniform(x), x)._cast(x._dtype_id)
+
+
+@lowers("native_dropout.default", kind=RANDOM)
+def native_dropout(x, p, train):
+    if not train or p == 0:
+        return (ops.clone(x), _core.full(x.device, list(x.shape), _dt.bool_.id, True))
+    keep = ops.ge(_uniform(x), float(p))
+    scale = 1.0 / (1.0 - p) if p < 1 else 0.0
+    return (ops.where(keep, ops.mul(x, scale), 0.0)._cast(x._dtype_id), keep)
+
+
+@lowers("native_dropout_backward.default")
+def native_dropout_backward(g, mask, scale):
+    return ops.where(mask, ops.mul(g, scale), 0.0)._cast(g._dtype_id)
+
+
+@lowers("uniform_.default", kind=RANDOM, raw=True)
+def uniform_(self, from_=0.0, to=1.0, *, generator=None):
+    _no_generator(generator, "uniform_")
+    u = _uniform(self._dk, _dt.float64 if self.dtype == torch.float64 else _dt.float32)
+    _core.copy_into(self._dk, ops.add(ops.mul(u, float(to - from_)), float(from_)))
+    return self
+
+
+@lowers("normal_.default", kind=RANDOM, raw=True)
+def normal_(self, mean=0.0, std=1.0, *, generator=None):
+    _no_generator(generator, "normal_")
+    t = self._dk
+    seed, offset = _device.rng(t.device).take(2 * t.numel())
+    z = ops.randn(list(t.shape), seed, offset, device=t.device)
+    _core.copy_into(t, ops.add(ops.mul(z, float(std)), float(mean)))
+    return self
+
+
+@lowers("random_.from", kind=RANDOM, raw=True)
+def random_from(self, from_, to=None, *, generator=None):
+    _no_generator(generator, "random_")
+    t = self._dk
+    if to is None:
+        raise NotImplementedError("aten.random_.from with to=None (the dtype's whole range) is "
+                                  "not lowered")
+    seed, offset = _device.rng(t.device).take(t.numel())
+    _core.copy_into(t, ops.randint(int(from_), int(to), list(t.shape), seed, offset,
+                                   device=t.device))
+    return self
+
+
+@lowers("random_.to", kind=RANDOM, raw=True)
+def random_to(self, to, *, generator=None):
+    return random_from(self, 0, to, generator=generator)
+

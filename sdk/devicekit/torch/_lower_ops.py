@@ -1,0 +1,380 @@
+"""Lowerings onto DeviceKit base ops: elementwise, reductions, matmul, joins,
+indexing, and the ``_foreach_*`` lists.
+
+Each function gets DeviceKit tensors (``devicekit.Tensor``) and Python
+scalars and calls ``devicekit.ops``: type promotion, broadcasting and the
+casts around a kernel that lacks a dtype happen in the SDK core, once, as
+for native DeviceKit code. The in-place forms (``add_``, ``mul_``, ...) need
+no entry: ``_dispatch`` runs the functional lowering and writes through.
+"""
+
+import math
+
+import torch
+
+from .. import _core
+from .. import dtypes as _dt
+from .. import ops
+from ..nn import functional as F
+from ._device import dk_dtype
+from ._dispatch import lowers
+
+aten = torch.ops.aten
+
+
+def _scaled(b, alpha):
+    return b if alpha == 1 else ops.mul(b, alpha)
+
+
+# ---- elementwise -------------------------------------------------------------------
+
+_UNARY = {"abs": ops.abs, "neg": ops.neg, "exp": ops.exp, "log": ops.log, "sqrt": ops.sqrt,
+          "rsqrt": ops.rsqrt, "reciprocal": ops.reciprocal, "sin": ops.sin, "cos": ops.cos,
+          "tanh": ops.tanh, "erf": ops.erf, "floor": ops.floor, "sign": ops.sign,
+          "logical_not": ops.logical_not, "sigmoid": F.sigmoid, "relu": F.relu,
+          "silu": F.silu}
+for _name, _fn in _UNARY.items():
+    lowers(f"{_name}.default")(lambda x, _fn=_fn: _fn(x))
+
+_BINARY = {"mul": ops.mul, "div": ops.div, "maximum": ops.maximum, "minimum": ops.minimum,
+           "eq": ops.eq, "ne": ops.ne, "lt": ops.lt, "le": ops.le, "gt": ops.gt, "ge": ops.ge,
+           "logical_and": ops.logical_and, "logical_or": ops.logical_or,
+           "logical_xor": ops.logical_xor}
+for _name, _fn in _BINARY.items():
+    # (eq.default, mul.default, ... are TorchScript's scalar-scalar ops, not these)
+    overloads = (("default",) if _name in ("maximum", "minimum") or _name.startswith("logical")
+                 else ("Tensor", "Scalar"))
+    lowers(*(f"{_name}.{o}" for o in overloads))(lambda a, b, _fn=_fn: _fn(a, b))
+lowers("max.other")(ops.maximum)
+lowers("min.other")(ops.minimum)
+
+
+def _bool_only(name, fn):
+    def lowered(a, b=None):
+        for x in (a, b):
+            if isinstance(x, _core.Tensor) and x.dtype != _dt.bool_:
+                raise NotImplementedError(
+                    f"aten.{name} on {x.dtype} is not lowered (DeviceKit's base ops have logical "
+                    f"ops on bool only)")
+        return fn(a) if b is None else fn(a, b)
+    return lowered
+
+
+lowers("bitwise_and.Tensor", "bitwise_and.Scalar")(_bool_only("bitwise_and", ops.logical_and))
+lowers("bitwise_or.Tensor", "bitwise_or.Scalar")(_bool_only("bitwise_or", ops.logical_or))
+lowers("bitwise_xor.Tensor", "bitwise_xor.Scalar")(_bool_only("bitwise_xor", ops.logical_xor))
+lowers("bitwise_not.default")(_bool_only("bitwise_not", ops.logical_not))
+
+
+@lowers("add.Tensor", "add.Scalar")
+def add(a, b, alpha=1):
+    return ops.add(a, _scaled(b, alpha))
+
+
+@lowers("sub.Tensor", "sub.Scalar")
+def sub(a, b, alpha=1):
+    return ops.sub(a, _scaled(b, alpha))
+
+
+@lowers("rsub.Tensor", "rsub.Scalar")
+def rsub(a, b, alpha=1):
+    return ops.sub(b, _scaled(a, alpha))
+
+
+@lowers("div.Tensor_mode", "div.Scalar_mode")
+def div_mode(a, b, rounding_mode=None):
+    q = ops.div(a, b)
+    if rounding_mode is None:
+        return q
+    if rounding_mode == "floor":
+        q = ops.floor(q)
+    else:  # trunc
+        q = ops.mul(ops.sign(q), ops.floor(ops.abs(q)))
+    ints = [x.dtype for x in (a, b) if isinstance(x, _core.Tensor)]
+    if ints and not any(d.is_floating_point for d in ints):
+        q = q._cast(_core.promote_types(*(d.id for d in ints)) if len(ints) == 2 else ints[0].id)
+    return q
+
+
+@lowers("pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar")
+def pow_(a, b):
+    if isinstance(b, (int, float)) and b == 2 and isinstance(a, _core.Tensor):
+        return ops.mul(a, a)
+    return ops.pow(a, b)
+
+
+@lowers("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
+def where(cond, a, b):
+    return ops.where(cond, a, b)
+
+
+@lowers("clamp.default", "clamp.Tensor")
+def clamp(x, min=None, max=None):
+    return ops.clamp(x, min, max)
+
+
+@lowers("clamp_min.default", "clamp_min.Tensor")
+def clamp_min(x, min):
+    return ops.clamp(x, min, None)
+
+
+@lowers("clamp_max.default", "clamp_max.Tensor")
+def clamp_max(x, max):
+    return ops.clamp(x, None, max)
+
+
+@lowers("lerp.Scalar", "lerp.Tensor")
+def lerp(a, end, weight):
+    return ops.add(a, ops.mul(ops.sub(end, a), weight))
+
+
+@lowers("addcmul.default")
+def addcmul(x, t1, t2, value=1):
+    return ops.add(x, _scaled(ops.mul(t1, t2), value))
+
+
+@lowers("addcdiv.default")
+def addcdiv(x, t1, t2, value=1):
+    return ops.add(x, _scaled(ops.div(t1, t2), value))
+
+
+@lowers("masked_fill.Scalar", "masked_fill.Tensor")
+def masked_fill(x, mask, value):
+    return ops.masked_fill(x, mask, value)
+
+
+@lowers("tril.default")
+def tril(x, diagonal=0):
+    return ops.tril(x, diagonal)
+
+
+@lowers("triu.default")
+def triu(x, diagonal=0):
+    return ops.triu(x, diagonal)
+
+
+@lowers("tanh_backward.default")
+def tanh_backward(g, out):
+    return ops.mul(g, ops.sub(1.0, ops.mul(out, out)))
+
+
+@lowers("sigmoid_backward.default")
+def sigmoid_backward(g, out):
+    return ops.mul(g, ops.mul(out, ops.sub(1.0, out)))
+
+
+@lowers("threshold_backward.default")
+def threshold_backward(g, x, threshold):
+    return ops.where(ops.le(x, threshold), 0.0, g)
+
+
+@lowers("silu_backward.default")
+def silu_backward(g, x):
+    s = F.sigmoid(x)
+    return ops.mul(g, ops.mul(s, ops.add(ops.mul(x, ops.sub(1.0, s)), 1.0)))
+
+
+# ---- reductions ---------------------------------------------------------------------
+
+def _dims(x, dim):
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return None
+    return list(dim) if isinstance(dim, (list, tuple)) else [dim]
+
+
+def _as(x, dtype):
+    return x if dtype is None else x._cast(dk_dtype(dtype).id)
+
+
+@lowers("sum.dim_IntList", "sum.default")
+def sum_(x, dim=None, keepdim=False, *, dtype=None):
+    return ops.sum(_as(x, dtype), _dims(x, dim), keepdim)
+
+
+@lowers("mean.dim", "mean.default")
+def mean(x, dim=None, keepdim=False, *, dtype=None):
+    return ops.mean(_as(x, dtype), _dims(x, dim), keepdim)
+
+
+@lowers("amax.default")
+def amax(x, dim=(), keepdim=False):
+    return ops.amax(x, _dims(x, dim), keepdim)
+
+
+@lowers("amin.default")
+def amin(x, dim=(), keepdim=False):
+    return ops.amin(x, _dims(x, dim), keepdim)
+
+
+@lowers("max.default")
+def max_all(x):
+    return ops.amax(x)
+
+
+@lowers("min.default")
+def min_all(x):
+    return ops.amin(x)
+
+
+@lowers("max.dim")
+def max_dim(x, dim, keepdim=False):
+    return tuple(x.max(dim, keepdim))
+
+
+@lowers("min.dim")
+def min_dim(x, dim, keepdim=False):
+    return tuple(x.min(dim, keepdim))
+
+
+@lowers("argmax.default")
+def argmax(x, dim=None, keepdim=False):
+    return ops.argmax(x, dim, keepdim)
+
+
+@lowers("argmin.default")
+def argmin(x, dim=None, keepdim=False):
+    return ops.argmin(x, dim, keepdim)
+
+
+@lowers("cumsum.default")
+def cumsum(x, dim, *, dtype=None):
+    return ops.cumsum(_as(x, dtype), dim)
+
+
+@lowers("any.default", "any.dim", "any.dims")
+def any_(x, dim=None, keepdim=False):
+    return ops.ne(ops.sum(ops.ne(x, 0), _dims(x, dim), keepdim), 0)
+
+
+@lowers("all.default", "all.dim", "all.dims")
+def all_(x, dim=None, keepdim=False):
+    return ops.eq(ops.sum(ops.eq(x, 0), _dims(x, dim), keepdim), 0)
+
+
+@lowers("var.correction")
+def var(x, dim=None, *, correction=None, keepdim=False):
+    return F.var(x, _dims(x, dim), keepdim, 1 if correction is None else correction)
+
+
+@lowers("linalg_vector_norm.default")
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    x = ops.abs(_as(x, dtype))
+    axes = _dims(x, dim)
+    if ord == float("inf"):
+        return ops.amax(x, axes, keepdim)
+    if ord == 2:
+        return ops.sqrt(ops.sum(ops.mul(x, x), axes, keepdim))
+    if ord == 1:
+        return ops.sum(x, axes, keepdim)
+    return ops.pow(ops.sum(ops.pow(x, float(ord)), axes, keepdim), 1.0 / ord)
+
+
+# ---- matmul ---------------------------------------------------------------------------
+
+@lowers("mm.default", "bmm.default")
+def mm(a, b):
+    return _core.matmul(a, b)
+
+
+@lowers("addmm.default")
+def addmm(bias, a, b, *, beta=1, alpha=1):
+    return ops.add(_scaled(_core.matmul(a, b), alpha), _scaled(bias, beta))
+
+
+@lowers("baddbmm.default")
+def baddbmm(x, a, b, *, beta=1, alpha=1):
+    return ops.add(_scaled(_core.matmul(a, b), alpha), _scaled(x, beta))
+
+
+# ---- joins and indexing -------------------------------------------------------------------
+
+@lowers("cat.default")
+def cat(tensors, dim=0):
+    # torch's legacy rule: 1-D empty tensors are skipped whatever the rank
+    kept = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors[:1])
+    dt = kept[0]._dtype_id
+    for t in kept[1:]:
+        dt = _core.promote_types(dt, t._dtype_id)
+    kept = [t if t._dtype_id == dt else t._cast(dt) for t in kept]
+    d = dim + kept[0].ndim if dim < 0 else dim
+    return _core.cat(kept, d)
+
+
+@lowers("stack.default")
+def stack(tensors, dim=0):
+    return ops.stack(list(tensors), dim)
+
+
+@lowers("gather.default")
+def gather(x, dim, index, *, sparse_grad=False):
+    return ops.gather(x, dim, index)
+
+
+@lowers("scatter_add.default")
+def scatter_add(x, dim, index, src):
+    return ops.scatter_add(x, dim, index, src)
+
+
+@lowers("index_select.default")
+def index_select(x, dim, index):
+    d = dim + x.ndim if dim < 0 else dim
+    shape = [1] * x.ndim
+    shape[d] = index.numel()
+    full = list(x.shape)
+    full[d] = index.numel()
+    idx = index.reshape(shape)._cast(_dt.int64.id).expand(*full)
+    return ops.gather(x, d, idx)
+
+
+@lowers("index.Tensor")
+def index_tensor(x, indices):
+    """``x[..., i, j, ...]`` with integer index tensors on adjacent dims (the
+    common case: ``table[ids]``, ``cos[position_ids]``), as one gather: the
+    indexed dims are merged into one, the index made flat over it."""
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    if not dims:
+        return x
+    if dims != list(range(dims[0], dims[-1] + 1)):
+        raise NotImplementedError("aten.index.Tensor with index tensors on non-adjacent dims is "
+                                  "not lowered")
+    if any(indices[d].dtype == _dt.bool_ for d in dims):
+        raise NotImplementedError("aten.index.Tensor with a bool mask (a data-dependent shape) is "
+                                  "not lowered")
+    d0, k = dims[0], len(dims)
+    shape = list(x.shape)
+    flat = None
+    for d in dims:  # row-major position within the merged dims, negatives wrapped
+        i = indices[d]._cast(_dt.int64.id)
+        i = ops.where(ops.lt(i, 0), ops.add(i, shape[d]), i)
+        flat = i if flat is None else ops.add(ops.mul(flat, shape[d]), i)
+    merged = shape[:d0] + [math.prod(shape[d0:d0 + k])] + shape[d0 + k:]
+    xm = x.reshape(*merged)
+    out_idx = list(flat.shape)
+    n = flat.numel()
+    view = [1] * len(merged)
+    view[d0] = n
+    full = list(merged)
+    full[d0] = n
+    idx = flat.reshape(*view).expand(*full)
+    return ops.gather(xm, d0, idx).reshape(*shape[:d0], *out_idx, *shape[d0 + k:])
+
+
+# ---- _foreach_*: one op per list element ---------------------------------------------------
+
+def foreach(func, args, kwargs):
+    """``_foreach_<op>[_](lists..., scalars...)`` as ``<op>[_]`` on each element
+    (each a dispatched ATen call of its own, so each is lowered and counted).
+    Arguments a foreach op takes positionally that ``<op>`` takes by keyword
+    (``_foreach_addcmul_(s, t1, t2, value)``) are passed by that keyword."""
+    name = func._schema.name.split("::")[1][len("_foreach_"):]
+    packet = getattr(aten, name)
+    schema = getattr(packet, packet.overloads()[0])._schema
+    positional = [a.name for a in schema.arguments if not a.kwarg_only]
+    keyword = [a.name for a in schema.arguments if a.kwarg_only]
+    n = len(args[0])
+    out = []
+    for i in range(n):
+        per = [a[i] if isinstance(a, (list, tuple)) and len(a) == n else a for a in args]
+        extra = dict(zip(keyword, per[len(positional):]))
+        out.append(packet(*per[:len(positional)], **extra, **kwargs))
+    return None if name.endswith("_") else out

@@ -1,0 +1,418 @@
+"""Lowerings that move no data or move it between places: views, copies,
+transfers, conversions, factories, and the write-through of in-place ops.
+
+Views are DeviceKit views (``Tensor._view``: shape, strides, offset over the
+same storage), so a view and its base share memory as in torch. Every
+in-place op ends in ``_core.copy_into(dst, value)``: one strided copy into
+the destination view (the ``copy`` base op, which every plugin has), so a
+write to a view is seen through its base and every other view.
+"""
+
+import math
+
+import torch
+
+from .. import _core
+from .. import ops as dk_ops
+from ..tensor import _contiguous_strides, _view_strides
+from . import _device
+from ._device import DKTensor, dk_dtype, from_host, to_host, wrap
+from ._dispatch import FACTORY, KERNEL, TRANSFER, VIEW, lowers, unwrap, unwrap_kwargs
+
+
+def _dim(d, n):
+    n = max(n, 1)
+    if not -n <= d < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], "
+                         f"but got {d})")
+    return d + n if d < 0 else d
+
+
+def _view(t, shape, strides, offset=None):
+    return t._view(list(shape), list(strides), t._offset if offset is None else offset)
+
+
+def _infer(shape, n):
+    shape = [int(s) for s in shape]
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        shape[shape.index(-1)] = n // known if known else 0
+    if math.prod(shape) != n:
+        raise RuntimeError(f"shape '{shape}' is invalid for input of size {n}")
+    return shape
+
+
+# ---- views ------------------------------------------------------------------------
+
+@lowers("view.default", kind=VIEW)
+def view(t, size):
+    shape = _infer(size, t.numel())
+    strides = _view_strides(list(t.shape), list(t.strides), shape)
+    if strides is None:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride (at "
+                           "least one dimension spans across two contiguous subspaces). Use "
+                           ".reshape(...) instead.")
+    return _view(t, shape, strides)
+
+
+@lowers("_unsafe_view.default", "_reshape_alias.default", kind=VIEW)
+def unsafe_view(t, size, stride=None):
+    shape = _infer(size, t.numel())
+    strides = _view_strides(list(t.shape), list(t.strides), shape)
+    if strides is None:  # a fresh result (its producer's): copy when it cannot be a view
+        t, strides = t.contiguous(), _contiguous_strides(shape)
+    return _view(t, shape, strides)
+
+
+@lowers("as_strided.default", kind=VIEW)
+def as_strided(t, size, stride, storage_offset=None):
+    return _view(t, size, stride, storage_offset)
+
+
+@lowers("alias.default", "detach.default", "lift_fresh.default", kind=VIEW)
+def alias(t):
+    return t  # the same DeviceKit view: a new torch tensor over the same memory
+
+
+@lowers("t.default", kind=VIEW)
+def t_(t):
+    return t if t.ndim < 2 else transpose(t, 0, 1)
+
+
+@lowers("transpose.int", kind=VIEW)
+def transpose(t, dim0, dim1):
+    n = t.ndim
+    a, b = _dim(dim0, n), _dim(dim1, n)
+    shape, strides = list(t.shape), list(t.strides)
+    if n:
+        shape[a], shape[b] = shape[b], shape[a]
+        strides[a], strides[b] = strides[b], strides[a]
+    return _view(t, shape, strides)
+
+
+@lowers("permute.default", kind=VIEW)
+def permute(t, dims):
+    dims = [_dim(d, t.ndim) for d in dims]
+    return _view(t, [t.shape[d] for d in dims], [t.strides[d] for d in dims])
+
+
+@lowers("expand.default", kind=VIEW)
+def expand(t, size, implicit=False):
+    lead = len(size) - t.ndim
+    shape = [t.shape[i - lead] if s == -1 and i >= lead else int(s) for i, s in enumerate(size)]
+    return t._expand(shape)
+
+
+@lowers("slice.Tensor", kind=VIEW)
+def slice_(t, dim=0, start=None, end=None, step=1):
+    d = _dim(dim, t.ndim)
+    size = t.shape[d]
+    start, end, step = slice(start, end, step).indices(size)
+    count = max(0, (end - start + step - 1) // step)
+    shape, strides = list(t.shape), list(t.strides)
+    shape[d], strides[d] = count, strides[d] * step
+    return _view(t, shape, strides, t._offset + (start * t.strides[d] if count else 0))
+
+
+@lowers("select.int", kind=VIEW)
+def select(t, dim, index):
+    d = _dim(dim, t.ndim)
+    size = t.shape[d]
+    i = index + size if index < 0 else index
+    if not 0 <= i < size:
+        raise IndexError(f"select(): index {index} out of range for tensor of size "
+                         f"{list(t.shape)} at dimension {dim}")
+    shape, strides = list(t.shape), list(t.strides)
+    del shape[d], strides[d]
+    return _view(t, shape, strides, t._offset + i * t.strides[d])
+
+
+@lowers("unsqueeze.default", kind=VIEW)
+def unsqueeze(t, dim):
+    d = _dim(dim, t.ndim + 1)
+    shape, strides = list(t.shape), list(t.strides)
+    stride = strides[d] * shape[d] if d < t.ndim else 1
+    shape.insert(d, 1)
+    strides.insert(d, stride)
+    return _view(t, shape, strides)
+
+
+@lowers("squeeze.default", "squeeze.dim", "squeeze.dims", kind=VIEW)
+def squeeze(t, dim=None):
+    if dim is None:
+        dims = range(t.ndim)
+    else:
+        dims = [_dim(d, t.ndim) for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+    keep = [i for i in range(t.ndim) if not (i in dims and t.shape[i] == 1)]
+    return _view(t, [t.shape[i] for i in keep], [t.strides[i] for i in keep])
+
+
+@lowers("split.Tensor", kind=VIEW)
+def split(t, split_size, dim=0):
+    d = _dim(dim, t.ndim)
+    size = t.shape[d]
+    sizes = [min(split_size, size - s) for s in range(0, size, split_size)] if split_size else []
+    return split_with_sizes(t, sizes or [size], d)
+
+
+@lowers("split_with_sizes.default", kind=VIEW)
+def split_with_sizes(t, split_sizes, dim=0):
+    d = _dim(dim, t.ndim)
+    out, start = [], 0
+    for s in split_sizes:
+        out.append(slice_(t, d, start, start + s))
+        start += s
+    return out
+
+
+@lowers("unbind.int", kind=VIEW)
+def unbind(t, dim=0):
+    d = _dim(dim, t.ndim)
+    return [select(t, d, i) for i in range(t.shape[d])]
+
+
+# ---- copies, transfers and conversions ---------------------------------------------
+
+def _value_on(dev, src):
+    """``src`` (a DKTensor, CPU tensor or Python scalar) as a DeviceKit operand on ``dev``."""
+    if isinstance(src, DKTensor):
+        return src._dk
+    if isinstance(src, torch.Tensor):
+        return from_host(src, dev)
+    return src
+
+
+@lowers("copy_.default", kind=TRANSFER, raw=True)
+def copy_(dst, src, non_blocking=False):
+    if isinstance(dst, DKTensor):
+        value = _value_on(dst._dk.device, src)
+        if isinstance(src, DKTensor) and src._dk.device is not dst._dk.device:
+            value = value._to_device(dst._dk.device)
+        _core.copy_into(dst._dk, value)
+        return dst
+    dst.copy_(to_host(src._dk))  # device -> host into an existing CPU tensor
+    return dst
+
+
+@lowers("_to_copy.default", kind=TRANSFER, raw=True)
+def to_copy(t, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+            memory_format=None):
+    device = torch.device(device) if device is not None else t.device
+    x = t._dk
+    if device.type == "cpu":
+        host = to_host(x)
+        return host.to(dtype) if dtype is not None else host
+    if device.type != _device.BACKEND:
+        raise RuntimeError(f"_to_copy from {t.device} to {device}: devicekit.torch moves data "
+                           f"between dk devices and the CPU only")
+    target = _device.dk_device(device)
+    if target is not x.device:
+        x = x._to_device(target)
+    if dtype is not None:
+        x = x._cast(dk_dtype(dtype).id)
+    if x is t._dk:  # _to_copy always copies
+        x = clone(x)
+    return wrap(x)
+
+
+@lowers("clone.default", kind=TRANSFER)
+def clone(t, memory_format=None):
+    out = _core.empty(t.device, list(t.shape), t._dtype_id)
+    _core.copy_into(out, t)
+    return out
+
+
+@lowers("_local_scalar_dense.default", kind=TRANSFER)
+def local_scalar_dense(t):
+    if t.numel() != 1:
+        raise RuntimeError(f"a Tensor with {t.numel()} elements cannot be converted to Scalar")
+    return to_host(t).reshape(()).item()
+
+
+def write_through(lowering, args, kwargs):
+    """An in-place op: its out-of-place lowering's result written into ``self``."""
+    dst = args[0]
+    value = lowering.fn(*unwrap(args), **unwrap_kwargs(kwargs))
+    if isinstance(value, _core.Tensor) and value._dtype_id != dst._dk._dtype_id:
+        src_float = value.dtype.is_floating_point
+        if src_float and not dst._dk.dtype.is_floating_point:
+            raise RuntimeError(f"result type {_device.torch_dtype(value)} can't be cast to the "
+                               f"desired output type {dst.dtype}")
+    _core.copy_into(dst._dk, value)
+    return dst
+
+
+# ---- factories (reached through torch.library kernels on the PrivateUse1 key) ----------
+
+def _dev(device):
+    return _device.dk_device(torch.device(device) if device is not None else "dk:0")
+
+
+def _dtype_id(dtype, default=None):
+    return dk_dtype(dtype if dtype is not None else (default or torch.get_default_dtype())).id
+
+
+@lowers("empty.memory_format", kind=FACTORY)
+def empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _core.empty(_dev(device), [int(s) for s in size], _dtype_id(dtype))
+
+
+@lowers("empty_strided.default", kind=FACTORY)
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    size, stride = [int(s) for s in size], [int(s) for s in stride]
+    span = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
+    base = _core.empty(_dev(device), [span], _dtype_id(dtype))
+    return base._view(size, stride, 0)
+
+
+@lowers("full.default", kind=FACTORY)
+def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    if dtype is None:
+        dtype = (torch.bool if isinstance(fill_value, bool) else torch.int64
+                 if isinstance(fill_value, int) else torch.get_default_dtype())
+    return _core.full(_dev(device), [int(s) for s in size], _dtype_id(dtype), fill_value)
+
+
+@lowers("zeros.default", kind=FACTORY)
+def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _core.full(_dev(device), [int(s) for s in size], _dtype_id(dtype), 0)
+
+
+@lowers("ones.default", kind=FACTORY)
+def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _core.full(_dev(device), [int(s) for s in size], _dtype_id(dtype), 1)
+
+
+@lowers("scalar_tensor.default", kind=FACTORY)
+def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _core.full(_dev(device), [], _dtype_id(dtype), s)
+
+
+@lowers("arange.start_step", kind=FACTORY)
+def arange(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    ints = all(isinstance(v, int) for v in (start, end, step))
+    if dtype is None:
+        dtype = torch.int64 if ints else torch.get_default_dtype()
+    return dk_ops.arange(start, end, step, dtype=dk_dtype(dtype), device=_dev(device))
+
+
+@lowers("arange.default", kind=FACTORY)
+def arange_end(end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return arange(0, end, 1, dtype=dtype, device=device)
+
+
+@lowers("arange.start", kind=FACTORY)
+def arange_start(start, end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return arange(start, end, 1, dtype=dtype, device=device)
+
+
+def _like(t, dtype, device, fill):
+    dev = _device.dk_device(torch.device(device)) if device is not None else t.device
+    dt = dk_dtype(dtype).id if dtype is not None else t._dtype_id
+    if fill is None:
+        return _core.empty(dev, list(t.shape), dt)
+    return _core.full(dev, list(t.shape), dt, fill)
+
+
+@lowers("empty_like.default", kind=FACTORY)
+def empty_like(t, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _like(t, dtype, device, None)
+
+
+@lowers("zeros_like.default", kind=FACTORY)
+def zeros_like(t, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _like(t, dtype, device, 0)
+
+
+@lowers("ones_like.default", kind=FACTORY)
+def ones_like(t, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _like(t, dtype, device, 1)
+
+
+@lowers("full_like.default", kind=FACTORY)
+def full_like(t, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
+              memory_format=None):
+    return _like(t, dtype, device, fill_value)
+
+
+def _new(t, size, dtype, device, fill):
+    dev = _device.dk_device(torch.device(device)) if device is not None else t.device
+    dt = dk_dtype(dtype).id if dtype is not None else t._dtype_id
+    size = [int(s) for s in size]
+    return _core.empty(dev, size, dt) if fill is None else _core.full(dev, size, dt, fill)
+
+
+@lowers("new_empty.default", kind=FACTORY)
+def new_empty(t, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _new(t, size, dtype, device, None)
+
+
+@lowers("new_empty_strided.default", kind=FACTORY)
+def new_empty_strided(t, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _new(t, size, dtype, device, None)._view([int(s) for s in size],
+                                                    _contiguous_strides(list(size)), 0)
+
+
+@lowers("new_zeros.default", kind=FACTORY)
+def new_zeros(t, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _new(t, size, dtype, device, 0)
+
+
+@lowers("new_ones.default", kind=FACTORY)
+def new_ones(t, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _new(t, size, dtype, device, 1)
+
+
+@lowers("new_full.default", kind=FACTORY)
+def new_full(t, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _new(t, size, dtype, device, fill_value)
+
+
+@lowers("fill_.Scalar", "fill_.Tensor", kind=KERNEL, raw=True)
+def fill_(t, value):
+    if isinstance(value, torch.Tensor):
+        value = unwrap(value)
+        if isinstance(value, _core.Tensor):
+            _core.copy_into(t._dk, value)
+            return t
+    _core.copy_into(t._dk, _core.full(t._dk.device, [], t._dk._dtype_id, value))
+    return t
+
+
+@lowers("zero_.default", raw=True)
+def zero_(t):
+    return fill_(t, 0)
+
+
+# The factories a torch call can reach with no tensor argument (device="dk:N"):
+# torch.library kernels on PrivateUse1 route them to the same dispatch.
+FACTORY_OPS = ("empty.memory_format", "empty_strided.default", "full.default", "zeros.default",
+               "ones.default", "scalar_tensor.default", "arange.start_step", "arange.default",
+               "arange.start")
+
+
+def _copy_from(src, dst, non_blocking=False):
+    """``aten::_copy_from``: where torch's own ``copy_`` lands for a dk tensor
+    when the Python key is off (``torch.tensor(data, device="dk:0")`` builds
+    its result that way)."""
+    from ._dispatch import dispatch
+    return dispatch(torch.ops.aten.copy_.default, (dst, src, non_blocking), {})
+
+
+def register_factories(lib):
+    from ._dispatch import _resolve
+    lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    for name in FACTORY_OPS:
+        op = _resolve(name)
+        if op is None:
+            continue
+        lib.impl(name[:-len(".default")] if name.endswith(".default") else name,
+                 _factory_kernel(op), "PrivateUse1")
+
+
+def _factory_kernel(op):
+    def kernel(*args, **kwargs):
+        from ._dispatch import dispatch
+        return dispatch(op, args, kwargs)
+    return kernel
+

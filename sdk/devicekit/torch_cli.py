@@ -1,0 +1,104 @@
+"""``devicekit torch``: PyTorch on a DeviceKit device (docs/torch.md).
+
+``devicekit torch coverage --device cpu:0 --model gpt2`` runs a model once
+(a training step: forward, loss, backward, AdamW) on the device through
+``devicekit.torch`` and lists every ATen op it reached with how it ran
+there: view, plugin kernel, fused kernel, SDK decomposition, decomposition,
+fallback or missing. ``--model`` is a small Hugging Face config
+(``devicekit.torch._models``: gpt2, llama, bert, vit; needs ``transformers``) or a
+Python file defining ``run(device)``, which gets the ``torch.device``.
+
+This module imports torch only when the command runs, so ``devicekit``
+starts without it.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+EXIT_MISSING, EXIT_USAGE = 1, 2
+EXIT_CODES_HELP = """\
+exit codes:
+  0    every ATen op the model reached has a DeviceKit lowering on the device
+  1    some op is missing (listed), or the model itself failed (its error printed)
+  2    usage error: no torch or transformers, an unknown model or device, a bad file
+  3    the --json file cannot be written
+  130  stopped by Ctrl-C (SIGINT); 143: stopped by SIGTERM
+"""
+
+
+def add_parser(sub):
+    p = sub.add_parser("torch", help="PyTorch models on a DeviceKit device (coverage)",
+                       description="PyTorch models, unmodified, on DeviceKit devices "
+                                   "(devicekit.torch; docs/torch.md).")
+    tsub = p.add_subparsers(dest="torch_command")
+    c = tsub.add_parser("coverage", help="run a model once and list how each ATen op ran",
+                        description="Run a model once on a DeviceKit device through "
+                                    "devicekit.torch and list every ATen op it reached with how "
+                                    "it ran there.",
+                        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--device", default="cpu:0", help="DeviceKit device name (default cpu:0)")
+    c.add_argument("--model", required=True,
+                   help="a small transformers model (gpt2, llama, bert, vit) or a .py file defining "
+                        "run(device)")
+    c.add_argument("--fallback", choices=["cpu"], default=None,
+                   help="run unlowered ops on the CPU, counted (default: off; they are 'missing')")
+    c.add_argument("--json", metavar="FILE", help="also write the coverage as JSON to FILE")
+    p.set_defaults(func=lambda args: run(args) if args.torch_command else _no_subcommand(p))
+
+
+def _no_subcommand(parser):
+    parser.print_usage(sys.stderr)
+    print("devicekit torch: error: a subcommand is required (coverage)", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _usage(msg):
+    print(f"devicekit torch coverage: error: {msg}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _runner(model):
+    if model.endswith(".py"):
+        if not os.path.isfile(model):
+            raise ValueError(f"{model}: no such file")
+        spec = importlib.util.spec_from_file_location("devicekit_torch_model", model)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if not callable(getattr(module, "run", None)):
+            raise ValueError(f"{model}: defines no run(device)")
+        return module.run
+    from .torch import _models
+    if model not in _models.SMALL:
+        raise ValueError(f"unknown model {model!r}: give one of {', '.join(_models.names())} or a "
+                         f".py file defining run(device)")
+    if importlib.util.find_spec("transformers") is None:
+        raise ValueError(f"--model {model} needs transformers: pip install transformers")
+    return lambda device: _models.run_steps(model, device, steps=1)
+
+
+def run(args):
+    from . import _output, errors
+    if importlib.util.find_spec("torch") is None:
+        return _usage("needs PyTorch: pip install 'devicekit[torch]'")
+    if args.json and (why := _output.output_problem(args.json, "--json")):
+        print(f"devicekit torch coverage: error: {why}", file=sys.stderr)
+        return _output.EXIT_OUTPUT
+    import devicekit.torch as dkt
+    try:
+        dev = dkt.device(args.device)
+        fn = _runner(args.model)
+    except (ValueError, errors.DeviceNotFoundError) as e:
+        return _usage(str(e))
+    if not args.model.endswith(".py"):
+        import transformers
+        transformers.logging.set_verbosity_error()
+    with dkt.fallback(args.fallback):
+        report = dkt.coverage(fn, dev)
+    print(f"devicekit torch coverage: --model {args.model} on {args.device} ({dev})")
+    print(report.format())
+    if args.json:
+        _output.write_files({args.json: json.dumps(report.to_json(), indent=2) + "\n"})
+    return EXIT_MISSING if report.missing() or report.error is not None else 0
