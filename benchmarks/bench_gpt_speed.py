@@ -34,6 +34,14 @@ Before timing, the two sides' losses over 3 AdamW steps are compared (they
 must agree to 1e-5 relative in float32, 1e-2 in bfloat16). Ratios are
 printed, never asserted.
 
+At 2 threads and more the sides share the process, so they share the
+cores: PyTorch's OpenMP workers spin for a while after each of its calls
+(libgomp's default wait policy) and take a core from DeviceKit's next round.
+On a quiet 2-core host the nano step at 2 threads read DeviceKit 4.9 ms
+that way, 2.5 ms with ``OMP_WAIT_POLICY=PASSIVE`` (which slows PyTorch's own
+side instead: 4.2 -> 7.9 ms). Read the 2-thread ratios with that in mind, and
+time one side alone (no torch imported) for DeviceKit's own scaling.
+
 ``--threads`` and ``--dtype`` take comma-separated lists (``--threads 1,2
 --dtype float32,bfloat16``): the thread count is read once, when the plugin
 loads, so each combination then runs in a child process of its own.
