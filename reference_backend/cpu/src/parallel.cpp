@@ -32,14 +32,6 @@ constexpr auto kSpinTime = std::chrono::microseconds(200);
 
 thread_local bool t_in_pool = false;
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // Spins until ready() for up to kSpinTime (yielding now and then, so a thread
 // sharing the core runs); true if ready() came true.
 template <class Ready> bool spin_until(Ready ready) {

@@ -23,6 +23,16 @@ namespace dkcpu {
 void parallel_for(int64_t n, int64_t grain,
                   const std::function<void(int64_t begin, int64_t end)>& fn);
 
+// A spin-wait's pause: lets the core's other hardware thread run and saves
+// power while a thread polls (the pool's and the streams' short spins).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 // The number of threads parallel_for may use, the calling one included.
 int parallel_threads();
 

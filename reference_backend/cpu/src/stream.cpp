@@ -18,6 +18,7 @@
 
 #include "api.h"
 #include "internal.h"
+#include "parallel.h"
 
 namespace dkcpu {
 namespace {
@@ -30,14 +31,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSpinTime = std::chrono::microseconds(50);
 constexpr uint64_t kQueueSlots = 256;  // a full queue makes the producer wait, like a
                                        // full command buffer on a real device
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 // Waits for a condition that usually comes true within microseconds. Whoever
 // makes the condition true calls wake(), which costs one atomic load unless
