@@ -21,9 +21,9 @@ MUTANTS = [
      "if (rem >= 0x1000u) ++h;", "casts"),
     ("bf16_round_half_up", "half.h", "return uint16_t((x + 0x7fffu + lsb) >> 16);",
      "return uint16_t((x + 0x8000u) >> 16);", "casts"),
-    ("bf16_nan_truncated", "half.h",
-     "if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x0040u);",
-     "if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t(x >> 16);", "casts"),
+    # the float32 -> bfloat16 cast kernel's own branch-free rounding (kernels.cpp)
+    ("bf16_nan_truncated", "kernels.cpp", "const uint32_t nan = (b >> 16) | 0x0040u;",
+     "const uint32_t nan = b >> 16;", "casts"),
     ("half_overflow_saturates", "half.h",
      "if (ax >= 0x47800000u) return uint16_t(sign | 0x7c00u);",
      "if (ax >= 0x7f800000u) return uint16_t(sign | 0x7c00u);\n"
@@ -47,9 +47,9 @@ MUTANTS = [
      "const T x = is_int ? convert<T>(v.value.i) : convert<T>(v.value.f);",
      "const T x = is_int ? convert<T>(double(v.value.i)) : convert<T>(v.value.f);", "casts"),
     # ---- elementwise numerics ----
-    ("add_half_drops_lsb", "kernels.cpp",
-     "return f16{float_to_half(half_to_float(a.bits) + half_to_float(b.bits))};",
-     "return f16{uint16_t(float_to_half(half_to_float(a.bits) + half_to_float(b.bits)) & ~1u)};",
+    ("half_store_drops_lsb", "kernels_elementwise.cpp",
+     "if constexpr (std::is_same<T, f16>::value) return f16{float_to_half(x)};",
+     "if constexpr (std::is_same<T, f16>::value) return f16{uint16_t(float_to_half(x) & ~1u)};",
      "numerics"),
     ("abs_keeps_neg_zero", "kernels_elementwise.cpp", "else return std::fabs(x);  // abs(-0.0) = +0.0",
      "else return x < 0 ? -x : x;", "numerics"),
@@ -59,9 +59,8 @@ MUTANTS = [
      'DKCPU_MATH(RSQRT, "rsqrt", C(1.0f / std::sqrt(float(x))))', "numerics"),
     ("exp_float64_in_float32", "kernels_elementwise.cpp", 'DKCPU_MATH(EXP, "exp", std::exp(x))',
      'DKCPU_MATH(EXP, "exp", C(std::exp(float(x))))', "numerics"),
-    ("tanh_early_saturation", "kernels_elementwise.cpp", 'DKCPU_MATH(TANH, "tanh", std::tanh(x))',
-     'DKCPU_MATH(TANH, "tanh", (x > C(7) ? C(1) : x < C(-7) ? C(-1) : std::tanh(x)))',
-     "numerics"),
+    ("tanh_early_saturation", "kernels_elementwise.cpp", "    else return std::tanh(x);",
+     "    else return x > C(7) ? C(1) : x < C(-7) ? C(-1) : std::tanh(x);", "numerics"),
     ("sign_keeps_neg_zero", "kernels_elementwise.cpp",
      "else return x > 0 ? C(1) : x < 0 ? C(-1) : x == x ? C(0) : x;",
      "else return x > 0 ? C(1) : x < 0 ? C(-1) : x;", "numerics"),
@@ -85,9 +84,9 @@ MUTANTS = [
     ("odometer_carry_ignores_inner", "kernels_elementwise.cpp",
      "off[k] += p.strides[k][d - 1] - p.shape[d] * p.strides[k][d];",
      "off[k] += p.strides[k][d - 1];", "strides"),
-    ("add_chunk_drops_last", "kernels.cpp",
-     "add_loop(a + begin, b + begin, out + begin, end - begin);",
-     "add_loop(a + begin, b + begin, out + begin, end - begin - (begin > 0));", "strides"),
+    ("elementwise_chunk_drops_last", "kernels_elementwise.cpp",
+     "for_each_row(p, begin, end, [&]", "for_each_row(p, begin, end - (begin > 0), [&]",
+     "strides"),
     ("elementwise_chunk_capped", "kernels_elementwise.cpp",
      "for_each_row(p, begin, end, [&]", "for_each_row(p, begin, std::min(end, begin + 65536), [&]",
      "strides"),
@@ -143,8 +142,8 @@ MUTANTS = [
      "const T ai = kDirect ? pa[i * lda + p] : pa[p * MR + i];",
      "const T ai = kDirect ? pa[i * kc + p] : pa[p * MR + i];", "gemm"),
     ("gemm_pack_transposed_a_first_strip", "fast/gemm.cpp",
-     "const T* src = g.a + (i0 + i) + (k0 + p) * g.a_col;",
-     "const T* src = g.a + i0 + (k0 + p) * g.a_col;", "gemm"),
+     "const T* src = g.a + (i0 + i) + k0 * g.a_col;",
+     "const T* src = g.a + i0 + k0 * g.a_col;", "gemm"),
     ("gemm_k_block_drops_one", "fast/gemm.cpp",
      "const int64_t kc = std::min(kKC, g.k - k0);",
      "const int64_t kc = std::min(kKC, g.k - k0 - (k0 > 0));", "gemm"),
@@ -167,10 +166,14 @@ MUTANTS = [
      "devicekit_block(l.seed, l.offset + uint64_t(b))",
      "devicekit_block(l.seed, uint64_t(uint32_t(l.offset + uint64_t(b))))", "rng"),
     # ---- fused kernels ----
-    ("sdpa_backward_dots_drop_last_dim", "attention_backward.h",
-     "for (int64_t c = 0; c < dims; ++c) {", "for (int64_t c = 0; c + 1 < dims; ++c) {", "fused"),
-    ("sdpa_backward_causal_sees_one_more", "attention_backward.h",
-     "L.causal ? std::min(i + 1, lk) : lk;", "L.causal ? std::min(i + 2, lk) : lk;", "fused"),
+    # the default build's attention backward is fast/attention.cpp's blocked one
+    ("sdpa_backward_dots_drop_last_dim", "fast/attention.cpp",
+     "block_mm<MR, NR, VB>(nkp, nqp, d, kp, d, qst, nqp, st, nqp, false);",
+     "block_mm<MR, NR, VB>(nkp, nqp, d - 1, kp, d, qst, nqp, st, nqp, false);", "fused"),
+    ("sdpa_backward_causal_sees_one_more", "fast/attention.cpp",
+     "for (int64_t i = 0; i < std::min(j - i0, nq); ++i) st[j * nqp + i] = -INFINITY;",
+     "for (int64_t i = 0; i < std::min(j - i0 - 1, nq); ++i) st[j * nqp + i] = -INFINITY;",
+     "fused"),
     ("gelu_grad_drops_cubic_factor", "gelu.h", "(1.0 + 3.0 * kGeluA * x * x)",
      "(1.0 + kGeluA * x * x)", "fused"),
     ("gelu_erf_grad_sign", "gelu.h", "+ x * kInvSqrt2Pi * exp_neg", "- x * kInvSqrt2Pi * exp_neg",
@@ -204,7 +207,7 @@ MUTANTS = [
     ("attention_v_rows_dense", "fast/attention.cpp", "int64_t ldv = vs;", "int64_t ldv = dv;",
      "fused"),
     # supports() accepting a q/k/v whose last dim is strided (k transposed in memory)
-    ("attention_accepts_strided_rows", "kernels_attention.cpp",
+    ("attention_accepts_strided_rows", "fused_common.h",
      "return v->strides[3] == 1 || v->shape[3] == 1;", "return true;", "fused"),
 ]
 
@@ -273,10 +276,12 @@ MUTANTS += [
      "        const int at = r * l.inner;\n        std::fill(out + at, out + at + l.inner, v);",
      "overflow"),
     ("stream_keeps_last_error", "stream.cpp",
-     "      if (s->first_error == nullptr) {\n        s->first_error = err;\n      } else {\n"
-     "        delete err;\n      }",
-     "      delete s->first_error;  // the latest error is the one to report\n"
-     "      s->first_error = err;", "runtime"),
+     "      if (s->first_error == nullptr) {\n        s->first_error = err;\n      } else {"
+     "  // a later error is dropped: the header reports the first one\n"
+     "        DK_Error_Destroy_Args destroy = {DK_Error_Destroy_Args_STRUCT_SIZE, err};",
+     "      {  // the latest error is the one to report\n"
+     "        DK_Error_Destroy_Args destroy = {DK_Error_Destroy_Args_STRUCT_SIZE, s->first_error};\n"
+     "        s->first_error = err;", "runtime"),
 ]
 
 #: A fast subset for CI: one per kind, each cheap to build (small files).
