@@ -97,6 +97,9 @@ class Context:
     #: (op, dtype) of the kernels this case checked, as the case ran them
     #: (helpers record it; the corpus floor counts these, not the case labels).
     ran: set = field(default_factory=set)
+    #: facts a case reports whatever its outcome (kept in the result's
+    #: ``details``; the torch section's per-ATen-op sample counts).
+    details: dict = field(default_factory=dict)
 
     @property
     def device(self):
@@ -153,6 +156,8 @@ def run_case(case, target):
     except Exception as e:  # anything else the plugin or the case raised
         outcome, message = ERROR, f"{type(e).__name__}: {e}"
         details["traceback"] = _short_tb(e)
+    if ctx.details:
+        details = {**ctx.details, **details}
     return {"outcome": outcome, "message": message, "details": details,
             "ran": sorted([op, dt] for op, dt in ctx.ran),
             "duration_s": round(time.perf_counter() - start, 6)}

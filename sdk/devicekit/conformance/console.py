@@ -82,7 +82,7 @@ def not_implemented_summary(report):
 
 
 def print_outcome(rep):
-    from .report import summary_table
+    from .report import summary_table, torch_lines
 
     bad = [c for c in rep["cases"] if c["outcome"] in _BAD]
     groups = {}
@@ -116,6 +116,8 @@ def print_outcome(rep):
         for _, line in ni:
             print(f"  {line}")
     print(summary_table(rep))
+    for line in torch_lines(rep):
+        print(line)
     if rep.get("implementation"):
         from .registry import status_line
         print(f"status: {status_line(rep['implementation'])}")

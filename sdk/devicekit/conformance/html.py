@@ -17,7 +17,8 @@ from .case import OUTCOMES
 
 _SEVERITY = ["crash", "error", "fail", "not-implemented", "skipped", "pass"]
 TABLES = [("Base ops", ("ops", "kernels")), ("Composites", ("composites",)),
-          ("Fused kernels", ("fused",)), ("Gradients", ("autograd",))]
+          ("Fused kernels", ("fused",)), ("Gradients", ("autograd",)),
+          ("PyTorch OpInfos (cases: samples, noncontig, grad)", ("torch",))]
 LISTS = [("Runtime", "runtime"), ("RNG", "rng"), ("Errors", "errors")]
 
 

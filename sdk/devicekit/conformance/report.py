@@ -67,11 +67,87 @@ def assemble(meta, run, rows, corpus, unavailable, status=None):
         sec[r["outcome"]] += 1
         fatal += r["outcome"] in _FATAL or (r["outcome"] == NOT_IMPLEMENTED and r["required"])
     ok = fatal == 0 and corpus.get("ok", True) and bool(rows)
-    return {"schema_version": SCHEMA_VERSION, **meta, "run": run,
-            "summary": {"total": len(rows), "by_outcome": by_outcome, "by_section": by_section,
-                        "by_requirement": by_need, "fatal": fatal, "passed": ok},
-            "implementation": status or {},
-            "corpus": corpus, "unavailable_sections": unavailable, "cases": rows}
+    rep = {"schema_version": SCHEMA_VERSION, **meta, "run": run,
+           "summary": {"total": len(rows), "by_outcome": by_outcome, "by_section": by_section,
+                       "by_requirement": by_need, "fatal": fatal, "passed": ok},
+           "implementation": status or {},
+           "corpus": corpus, "unavailable_sections": unavailable, "cases": rows}
+    torch = torch_summary(rows, status)
+    if torch is not None:
+        rep["torch"] = torch
+    return rep
+
+
+TORCH_OUTCOMES = (PASS, FAIL, ERROR, NOT_IMPLEMENTED)
+
+
+def torch_summary(rows, status=None):
+    """The torch section (PyTorch OpInfo samples, conformance_tests/torch_opinfo.py)
+    per lowered ATen op, added up from its cases' sample counts; None when the
+    run has no torch case. ``per_aten_op``: {op: {pass, fail, error,
+    not-implemented, total (samples that reached it), opinfos}}; ``unlowered``:
+    {ATen op with no lowering, or whose base op the plugin lacks: samples};
+    ``samples``: {outcome: n}; and the section's facts (torch version, op_db
+    entries, OpInfos in scope, not attempted, sample cap) or why it was skipped."""
+    mine = [r for r in rows if r["section"] == "torch"]
+    if not mine:
+        return None
+    facts = dict(((status or {}).get("sections") or {}).get("torch") or {})
+    facts.pop("line", None)
+    per_op, unlowered, samples = {}, {}, {o: 0 for o in (*TORCH_OUTCOMES, SKIPPED)}
+    for r in mine:
+        t = (r.get("details") or {}).get("torch")
+        if not t:
+            continue
+        for o, n in t.get("outcomes", {}).items():
+            samples[o] = samples.get(o, 0) + n
+        for op, counts in t.get("aten", {}).items():
+            cell = per_op.setdefault(op, {**{o: 0 for o in TORCH_OUTCOMES}, "total": 0,
+                                          "opinfos": set()})
+            for o, n in counts.items():
+                cell[o] = cell.get(o, 0) + n
+                cell["total"] += n
+            cell["opinfos"].add(t.get("opinfo"))
+        for op, n in t.get("unlowered", {}).items():
+            unlowered[op] = unlowered.get(op, 0) + n
+    skipped = [r for r in mine if r["id"] == "torch/unavailable"]
+    out = {"available": facts.pop("available", not skipped), **facts}
+    if skipped:
+        out["reason"] = skipped[0].get("message", "")
+    out.update(samples=samples, unlowered=dict(sorted(unlowered.items())),
+               per_aten_op={op: {**c, "opinfos": len(c["opinfos"])}
+                            for op, c in sorted(per_op.items())})
+    return out
+
+
+def torch_lines(report, per_line=3):
+    """The console's torch block: per lowered ATen op, samples passed/reached."""
+    t = report.get("torch")
+    if not t:
+        return []
+    if not t.get("available", True):
+        return [f"torch section skipped: {t.get('reason', '')}"]
+    ops = t["per_aten_op"]
+    s = t["samples"]
+    clean = sum(1 for c in ops.values() if c[PASS] == c["total"])
+    lines = [f"torch (OpInfo samples per lowered ATen op, torch {t.get('torch_version', '?')}): "
+             f"{len(ops)} ATen ops reached, {clean} with every sample passing; samples "
+             f"{s[PASS]} passed, {s[FAIL]} fail, {s[ERROR]} error, {s[NOT_IMPLEMENTED]} not "
+             f"implemented, {s[SKIPPED]} skipped (the CPU refuses them); "
+             f"{t.get('not_attempted', '?')} of {t.get('op_db_entries', '?')} op_db entries "
+             f"not attempted (no lowered ATen op)"]
+    cells = []
+    for op, c in ops.items():
+        bad = ", ".join(f"{c[o]} {o}" for o in (FAIL, ERROR, NOT_IMPLEMENTED) if c[o])
+        cells.append(f"{op} {c[PASS]}/{c['total']}" + (f" ({bad})" if bad else ""))
+    width = max((len(x) for x in cells), default=0) + 2
+    for i in range(0, len(cells), per_line):
+        lines.append("  " + "".join(x.ljust(width) for x in cells[i:i + per_line]).rstrip())
+    if t["unlowered"]:
+        shown = [f"{op} ({n})" for op, n in t["unlowered"].items()]
+        lines.append(f"  reached with no lowering (samples): {', '.join(shown[:12])}"
+                     + (f" and {len(shown) - 12} more" if len(shown) > 12 else ""))
+    return lines
 
 
 def summary_table(report):
@@ -120,6 +196,15 @@ def junit_xml(report):
             ET.SubElement(tc, "skipped", message=f"not-implemented: {msg}"[:500])
         elif o == SKIPPED:
             ET.SubElement(tc, "skipped", message=msg[:500])
+    torch = report.get("torch")
+    if torch and "torch" in suites:  # per lowered ATen op: samples passed/reached
+        el = suites["torch"].find("properties")
+        if el is None:
+            el = ET.Element("properties")
+            suites["torch"].insert(0, el)
+        for op, c in torch.get("per_aten_op", {}).items():
+            ET.SubElement(el, "property", name=f"devicekit.torch.{op}",
+                          value=f"{c['pass']}/{c['total']}")
     for el in [root, *suites.values()]:
         cases = list(el.iter("testcase"))
         el.set("tests", str(len(cases)))

@@ -96,6 +96,26 @@ def _first_layer(sec, cid):
     return text
 
 
+def _torch_notes(nc, bc, v):
+    """What the torch section (PyTorch OpInfo samples) says about the two
+    records: either may lack it (made without torch, or before the section
+    existed). Its cases are conformance cases like any other, so a passing
+    one the new record lacks is a regression; the note says why it is missing."""
+    nt, bt = nc.get("torch"), bc.get("torch")
+    ran = lambda t: bool(t) and t.get("available", False)  # noqa: E731
+    if ran(bt) and not ran(nt):
+        why = (nt or {}).get("reason") or "the new record has no torch section"
+        v.notes.append(f"the baseline ran the torch section (torch {bt.get('torch_version')}); the "
+                       f"new record did not ({why}): its passing torch cases count as missing")
+    elif ran(nt) and not bt:
+        v.notes.append(f"the baseline has no torch section (made without torch, or before the "
+                       f"section existed): the new record's torch cases (torch "
+                       f"{nt.get('torch_version')}) are new, not compared")
+    elif ran(nt) and ran(bt) and nt.get("torch_version") != bt.get("torch_version"):
+        v.notes.append(f"torch section: baseline ran torch {bt.get('torch_version')}, the new "
+                       f"record torch {nt.get('torch_version')} (OpInfo samples may differ)")
+
+
 def _conformance(new, base, policy, v):
     nc, bc = new["conformance"], base["conformance"]
     partial = nc.get("partial") and not policy.allow_partial
@@ -103,6 +123,7 @@ def _conformance(new, base, policy, v):
         v.refusals.append(Reason("conformance.level", "conformance", policy.level,
                                  nc["level"] + (" (partial)" if partial else ""),
                                  "certify at the level the policy requires, without filters"))
+    _torch_notes(nc, bc, v)
     d = compare(bc, nc)
     seen = set()
     for cid, _op, _dtype, old, now in d["regressed"]:

@@ -118,6 +118,7 @@ def conformance_section(rep):
             "corpus": rep.get("corpus", {}), "implementation": rep.get("implementation", {}),
             "unavailable_sections": rep.get("unavailable_sections", {}),
             "per_op": _per_op(rep["cases"]), "failures": _failures(rep["cases"]),
+            **({"torch": rep["torch"]} if rep.get("torch") else {}),
             "cases_sha256": cases_sha256(cases), "cases": cases}
 
 

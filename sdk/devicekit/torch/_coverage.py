@@ -37,6 +37,11 @@ class Recorder:
     def __init__(self):
         self.rows = {}  # op name -> row dict
         self.local = threading.local()
+        # An object with before(func, kind, args, kwargs) -> token and
+        # after(token, out), told about every lowered call (the conformance
+        # section "torch" uses one to name the first call that differs from
+        # torch on the CPU); None: no such checks.
+        self.checker = None
 
     def _stack(self):
         s = getattr(self.local, "stack", None)

@@ -180,7 +180,8 @@ def to_host(t):
     arr = t.numpy()
     if t._dtype_id == _dt.bfloat16.id:  # numpy has no bfloat16: move the bits
         return torch.from_numpy(arr.view(np.uint16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(arr))
+    # (np.ascontiguousarray makes a 0-d array 1-d: keep the shape)
+    return torch.from_numpy(np.ascontiguousarray(arr).reshape(arr.shape))
 
 
 def from_host(x, dev):

@@ -211,13 +211,18 @@ def _dispatch(func, args, kwargs):
     if lowering is not None:
         before = composite_stats() if rec is not None and lowering.kind == COMPOSITE else None
         try:
+            check = None
             if rec is not None:
                 rec.enter(func)
+                if rec.checker is not None:  # compares each lowered call with torch's CPU op
+                    check = rec.checker.before(func, lowering.kind, args, kwargs)
             try:
                 out = _run(lowering, args, kwargs)
             finally:
                 if rec is not None:
                     rec.leave()
+            if check is not None:
+                rec.checker.after(check, out)
         except NotImplementedByPlugin as e:
             err = _plugin_gap(func, args, e)
             if rec is not None:

@@ -1,0 +1,190 @@
+"""Section "torch": PyTorch's own test corpus (OpInfo) through ``devicekit.torch``.
+
+For every OpInfo of ``op_db`` that names an ATen op the bridge lowers
+(``_opinfo.scope``), cases ``torch/<opinfo>[.<variant>]/<dtype>/<kind>``:
+
+- ``samples``: the OpInfo's first ``SAMPLE_CAP`` sample inputs, on the dk
+  device vs torch on the CPU;
+- ``noncontig``: the same samples made non-contiguous (``noncontiguous()``);
+- ``grad`` (float32, ``supports_autograd``): gradients of sum(out * w) for a
+  seeded w, backward on the device vs on the CPU.
+
+dtype: float32 (level core) where the OpInfo supports it, else bool or
+int64; float16 and bfloat16 samples at level full where the OpInfo declares
+them (what the plugin lacks for them is not-implemented). Every case is
+*optional* (``required=False``): a sample the bridge cannot lower (no
+lowering, a call its lowering does not cover, a base op the plugin lacks) is
+not-implemented, listed with the op, and never fails the run; a wrong value,
+shape or dtype (fail) or an unexpected exception (error) does. A case's
+``details`` count its samples per outcome and per ATen op reached
+(``aten``), and the ops it needed that have no lowering (``unlowered``); the
+report adds them up per ATen op (``report.json`` ``torch``).
+
+Without torch (or with a torch whose OpInfo cannot be imported) the section
+is one skipped case, ``torch/unavailable``, whose message is the reason.
+"""
+
+import functools
+
+from devicekit.conformance.case import Case, Section, Skip
+from devicekit.errors import NotImplementedByPlugin
+
+from . import _opinfo
+
+KINDS = ("samples", "noncontig", "grad")
+
+
+@functools.lru_cache(maxsize=None)
+def _corpus():
+    """(torch, dkt, {name: OpInfo in scope}, op_db size), or the Unavailable reason (a str)."""
+    try:
+        torch, dkt, op_db = _opinfo.load()
+    except _opinfo.Unavailable as e:
+        return str(e)
+    packets = _opinfo.lowered_packets(dkt)
+    in_scope = {}
+    for op in op_db:
+        if _opinfo.scope(op, packets):
+            in_scope.setdefault(_opinfo.full_name(op), op)
+    return torch, dkt, in_scope, len(op_db)
+
+
+def _floor(target):
+    c = _corpus()
+    return None if isinstance(c, str) else len(c[2])  # one samples case per OpInfo in scope
+
+
+SECTION = Section("torch", "PyTorch OpInfo samples through devicekit.torch", order=90,
+                  min_cases=_floor)
+
+
+def status(target):
+    """The section's facts for the status line and the report."""
+    c = _corpus()
+    if isinstance(c, str):
+        return {"line": f"torch section skipped: {c}", "available": False, "reason": c}
+    torch, _, in_scope, total = c
+    cap = _opinfo.sample_cap()
+    return {"line": f"torch {torch.__version__}: {len(in_scope)} of {total} OpInfos name a lowered "
+                    f"ATen op ({total - len(in_scope)} not attempted); at most "
+                    f"{cap or 'all'} samples per case",
+            "available": True, "torch_version": torch.__version__, "op_db_entries": total,
+            "opinfos_in_scope": len(in_scope), "not_attempted": total - len(in_scope),
+            "sample_cap": cap}
+
+
+def cases(target):
+    c = _corpus()
+    if isinstance(c, str):
+        return [Case(id="torch/unavailable", fn=_skip(c), section="torch", required=False)]
+    torch, _, in_scope, _ = c
+    out = []
+    for name, op in in_scope.items():
+        for dtype, level in _opinfo.dtypes_of(op, torch):
+            kinds = KINDS if dtype == "float32" and op.supports_autograd else KINDS[:2]
+            for kind in kinds:
+                out.append(Case(id=f"torch/{name}/{dtype}/{kind}", section="torch",
+                                op=f"opinfo:{name}", dtype=dtype, required=False, level=level,
+                                fn=functools.partial(_run, name, dtype, kind)))
+    return out
+
+
+def _skip(reason):
+    def fn(ctx):
+        raise Skip(reason)
+    return fn
+
+
+def _run(name, dtype, kind, ctx):
+    from devicekit.torch import _dispatch
+
+    torch, dkt, in_scope, _ = _corpus()
+    op = in_scope[name]
+    try:
+        dev = dkt.device(ctx.device.name)
+    except Exception as e:  # noqa: BLE001 - e.g. a --plugin build devicekit.torch does not list
+        raise Skip(f"devicekit.torch has no torch device for {ctx.device.name}: {e}") from None
+    try:
+        made = _opinfo.samples(op, dtype, kind, torch)
+    except Exception as e:  # noqa: BLE001 - torch's own generator: an error, with its reason
+        raise RuntimeError(f"OpInfo {name}'s sample_inputs({dtype}) raised in torch "
+                           f"{torch.__version__}: {type(e).__name__}: {e}") from None
+    counts = {"pass": 0, "fail": 0, "error": 0, "not-implemented": 0, "skipped": 0}
+    aten, unlowered, problems, gaps, skips = {}, {}, [], [], []
+    for i, s in made:
+        text = f"sample {i}"
+        try:
+            desc = _opinfo.describe_sample(s, torch)
+            expected = _opinfo.to_cpu(_opinfo.call(op, s, kind, ctx.seed, torch), torch)
+        except Exception as e:  # noqa: BLE001 - torch on the CPU refuses it: not a sample
+            counts["skipped"] += 1
+            skips.append(f"{text}: torch on the CPU raises {type(e).__name__}")
+            continue
+        if kind == "grad" and expected is None:
+            counts["skipped"] += 1
+            skips.append(f"{text}: no differentiable output")
+            continue
+        _dispatch._pending.clear()
+        rec = _opinfo.recorder(dkt)
+        outcome, why = "pass", None
+        try:
+            on_dev = _opinfo.to_device(s, dev, torch)
+            with _opinfo.recording(rec):
+                out = _opinfo.call(op, on_dev, kind, ctx.seed, torch)
+            actual = _opinfo.to_cpu(out, torch)  # (a backward's pending error is raised here)
+            bad = _opinfo.compare(actual, expected, dtype, kind, torch)
+            if bad is not None:
+                outcome, why = "fail", bad
+        except NotImplementedError as e:
+            outcome, why = "not-implemented", (str(e).splitlines()[0][:300], None, None)
+        except Exception as e:  # noqa: BLE001
+            outcome, why = "error", (f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                                     None, None)
+        lowered, missing = _opinfo.reached(rec)
+        counts[outcome] += 1
+        for a in lowered:
+            cell = aten.setdefault(a, {})
+            cell[outcome] = cell.get(outcome, 0) + 1
+        for a in missing:
+            if a not in lowered:
+                unlowered[a] = unlowered.get(a, 0) + 1
+        if outcome == "not-implemented":
+            gaps.append(f"{text} ({desc}): {why[0]}")
+        elif outcome in ("fail", "error"):
+            where = _opinfo.localize(op, s, kind, ctx.seed, dev, torch, dkt) \
+                if outcome == "fail" else ""
+            problems.append((outcome, f"{text} ({desc}): {why[0]}\n"
+                                      f"    ATen ops reached: {_ops_line(lowered)}"
+                                      + (f"\n    {where}" if where else ""), why))
+    ctx.details.update(torch={"opinfo": name, "kind": kind, "samples": len(made),
+                              "outcomes": counts, "aten": aten, "unlowered": unlowered})
+    head = f"OpInfo {name} ({dtype}, {kind}; torch {torch.__version__})"
+    if problems:
+        fails = [p for p in problems if p[0] == "fail"]
+        worst = max((p[2] for p in fails if p[2][1] is not None), default=None,
+                    key=lambda w: w[1])
+        nums = (f"max abs error {worst[1]:.4g}, max rel error {worst[2]:.4g}\n"
+                if worst else "")
+        first = problems[0][1].splitlines()[0]
+        lines = [f"{head}: {counts['fail']} wrong and {counts['error']} raising of "
+                 f"{len(made)} samples; first: {first}", nums.rstrip("\n")]
+        lines += [p[1] for p in problems[:4]]
+        if len(problems) > 4:
+            lines.append(f"... and {len(problems) - 4} more")
+        if gaps:
+            lines.append(f"(and {len(gaps)} samples not implemented: {gaps[0]})")
+        msg = "\n".join(lines)
+        if fails:
+            raise AssertionError(msg)
+        raise RuntimeError(msg)
+    if gaps:
+        raise NotImplementedByPlugin(
+            f"{head}: {len(gaps)} of {len(made)} samples cannot run on the device "
+            f"({counts['pass']} passed): {gaps[0]}" + (f"; and {len(gaps) - 1} more"
+                                                         if len(gaps) > 1 else ""))
+    if not counts["pass"]:
+        raise Skip(f"{head}: no sample to run ({'; '.join(skips[:3]) or 'the generator made none'})")
+
+
+def _ops_line(lowered):
+    return ", ".join(f"{a} ({how})" for a, how in lowered.items()) or "none lowered"
