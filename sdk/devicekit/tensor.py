@@ -160,7 +160,7 @@ def _view_strides(shape, strides, new):
     when every chunk of the old shape is the product of whole dims of the
     new one. A piece of ``qkv.split(d, dim=-1)`` reshaped to heads is one;
     a transposed matrix flattened is not."""
-    if math.prod(shape) == 0:
+    if math.prod(shape) == 0 or not shape:  # nothing to move, or one element (0-d)
         return _contiguous_strides(new)
     out = [0] * len(new)
     view_d = len(new) - 1

@@ -128,11 +128,22 @@ def _functional_of(func):
     return op if op in LOWERINGS else None
 
 
+def _no_inplace_view(func):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(
+            f"{func} changes its operand's sizes and strides in place, which a dk tensor "
+            f"(a wrapper whose metadata torch fixes when it is made) cannot; its out-of-place "
+            f"form is lowered")
+    return refuse
+
+
 def _derive(func):
     functional = _functional_of(func)
     if functional is not None:
         from ._lower_views import write_through
         inner = LOWERINGS[functional]
+        if inner.kind == VIEW:  # squeeze_, t_, ...: a copy cannot change sizes and strides
+            return Lowering(_no_inplace_view(func), KERNEL, True)
         return Lowering(lambda *a, **k: write_through(inner, a, k), inner.kind, True)
     name = func._schema.name.split("::")[1]
     if name.startswith("_foreach_"):

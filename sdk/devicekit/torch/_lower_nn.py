@@ -22,6 +22,7 @@ from .. import ops
 from ..nn import functional as F
 from . import _device
 from ._dispatch import COMPOSITE, RANDOM, lowers
+from ._lower_ops import _in_float32, _zero_d
 
 aten = torch.ops.aten
 META = "meta"
@@ -120,11 +121,13 @@ def _layer_norm_backward(g, x, w, mean, rstd, want):
 # ---- softmax family ------------------------------------------------------------------
 
 @lowers("_softmax.default", kind=COMPOSITE)
+@_zero_d
 def softmax(x, dim, half_to_float=False):
     return F.softmax(x._cast(_dt.float32.id) if half_to_float else x, _axis(dim, x))
 
 
 @lowers("_safe_softmax.default", kind=COMPOSITE)
+@_zero_d
 def safe_softmax(x, dim, dtype=None):
     if dtype is not None:
         x = x._cast(_device.dk_dtype(dtype).id)
@@ -135,6 +138,8 @@ def safe_softmax(x, dim, dtype=None):
 
 
 @lowers("_softmax_backward_data.default", kind=COMPOSITE)
+@_in_float32
+@_zero_d
 def softmax_backward(g, out, dim, input_dtype):
     d = _axis(dim, out)
     hit = _fused_backward("softmax_backward", (g.contiguous(), out), {"axis": d}, [True])
@@ -144,11 +149,14 @@ def softmax_backward(g, out, dim, input_dtype):
 
 
 @lowers("_log_softmax.default", kind=COMPOSITE)
+@_zero_d
 def log_softmax(x, dim, half_to_float=False):
     return F.log_softmax(x._cast(_dt.float32.id) if half_to_float else x, _axis(dim, x))
 
 
 @lowers("_log_softmax_backward_data.default")
+@_in_float32
+@_zero_d
 def log_softmax_backward(g, out, dim, input_dtype):
     d = _axis(dim, out)
     return ops.sub(g, ops.mul(ops.exp(out), ops.sum(g, d, keepdims=True)))

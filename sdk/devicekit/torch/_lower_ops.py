@@ -26,6 +26,47 @@ def _scaled(b, alpha):
     return b if alpha == 1 else ops.mul(b, alpha)
 
 
+_HALF = (_dt.float16.id, _dt.bfloat16.id)
+
+
+def _in_float32(fn):
+    """A lowering of several base ops run in float32 for float16/bfloat16
+    operands and rounded once at the end, as torch computes these ops (its
+    CPU and CUDA kernels use float32 math for 16-bit inputs): rounding each
+    step to 16 bits is several ulps off (addcmul, lerp), overflows where the
+    result does not (x**6 in a vector norm) or floors the wrong quotient."""
+    def lowered(*args, **kwargs):
+        ids = [a._dtype_id for a in args if isinstance(a, _core.Tensor)]
+        if not any(i in _HALF for i in ids):
+            return fn(*args, **kwargs)
+        out_id = ids[0]
+        for i in ids[1:]:
+            out_id = _core.promote_types(out_id, i)
+        up = [a._cast(_dt.float32.id) if isinstance(a, _core.Tensor) and a._dtype_id in _HALF
+              else a for a in args]
+        out = fn(*up, **kwargs)
+        if out._dtype_id != _dt.float32.id:  # (an explicit dtype= asked for another)
+            return out
+        return out._cast(out_id) if out_id in _HALF else out
+    lowered.__name__ = fn.__name__
+    return lowered
+
+
+def _zero_d(fn):
+    """torch lets a dim-taking op treat a 0-d tensor as one element along dim
+    0 (or -1); DeviceKit's ops want a real axis. So the 0-d tensor operands
+    run as shape [1] and the results come back 0-d."""
+    def lowered(x, *args, **kwargs):
+        if not (isinstance(x, _core.Tensor) and x.ndim == 0):
+            return fn(x, *args, **kwargs)
+        one = lambda t: t.reshape([1]) if isinstance(t, _core.Tensor) and t.ndim == 0 else t  # noqa: E731
+        out = fn(one(x), *[one(a) for a in args], **{k: one(v) for k, v in kwargs.items()})
+        zero = lambda t: t.reshape([]) if isinstance(t, _core.Tensor) and t.ndim == 1 else t  # noqa: E731
+        return tuple(zero(t) for t in out) if isinstance(out, tuple) else zero(out)
+    lowered.__name__ = fn.__name__
+    return lowered
+
+
 # ---- elementwise -------------------------------------------------------------------
 
 _UNARY = {"abs": ops.abs, "neg": ops.neg, "exp": ops.exp, "log": ops.log, "sqrt": ops.sqrt,
@@ -82,6 +123,7 @@ def rsub(a, b, alpha=1):
 
 
 @lowers("div.Tensor_mode", "div.Scalar_mode")
+@_in_float32
 def div_mode(a, b, rounding_mode=None):
     q = ops.div(a, b)
     if rounding_mode is None:
@@ -124,22 +166,28 @@ def clamp_max(x, max):
 
 
 @lowers("lerp.Scalar", "lerp.Tensor")
+@_in_float32
 def lerp(a, end, weight):
     return ops.add(a, ops.mul(ops.sub(end, a), weight))
 
 
 @lowers("addcmul.default")
+@_in_float32
 def addcmul(x, t1, t2, value=1):
     return ops.add(x, _scaled(ops.mul(t1, t2), value))
 
 
 @lowers("addcdiv.default")
+@_in_float32
 def addcdiv(x, t1, t2, value=1):
     return ops.add(x, _scaled(ops.div(t1, t2), value))
 
 
 @lowers("masked_fill.Scalar", "masked_fill.Tensor")
 def masked_fill(x, mask, value):
+    shape = _core.broadcast_shapes(list(x.shape), list(mask.shape))
+    if list(shape) != list(x.shape):  # torch's out-of-place form broadcasts x to the mask too
+        x = x.expand(*shape)
     return ops.masked_fill(x, mask, value)
 
 
@@ -187,21 +235,25 @@ def _as(x, dtype):
 
 
 @lowers("sum.dim_IntList", "sum.default")
+@_zero_d
 def sum_(x, dim=None, keepdim=False, *, dtype=None):
     return ops.sum(_as(x, dtype), _dims(x, dim), keepdim)
 
 
 @lowers("mean.dim", "mean.default")
+@_zero_d
 def mean(x, dim=None, keepdim=False, *, dtype=None):
     return ops.mean(_as(x, dtype), _dims(x, dim), keepdim)
 
 
 @lowers("amax.default")
+@_zero_d
 def amax(x, dim=(), keepdim=False):
     return ops.amax(x, _dims(x, dim), keepdim)
 
 
 @lowers("amin.default")
+@_zero_d
 def amin(x, dim=(), keepdim=False):
     return ops.amin(x, _dims(x, dim), keepdim)
 
@@ -217,46 +269,56 @@ def min_all(x):
 
 
 @lowers("max.dim")
+@_zero_d
 def max_dim(x, dim, keepdim=False):
     return tuple(x.max(dim, keepdim))
 
 
 @lowers("min.dim")
+@_zero_d
 def min_dim(x, dim, keepdim=False):
     return tuple(x.min(dim, keepdim))
 
 
 @lowers("argmax.default")
+@_zero_d
 def argmax(x, dim=None, keepdim=False):
     return ops.argmax(x, dim, keepdim)
 
 
 @lowers("argmin.default")
+@_zero_d
 def argmin(x, dim=None, keepdim=False):
     return ops.argmin(x, dim, keepdim)
 
 
 @lowers("cumsum.default")
+@_zero_d
 def cumsum(x, dim, *, dtype=None):
     return ops.cumsum(_as(x, dtype), dim)
 
 
 @lowers("any.default", "any.dim", "any.dims")
+@_zero_d
 def any_(x, dim=None, keepdim=False):
     return ops.ne(ops.sum(ops.ne(x, 0), _dims(x, dim), keepdim), 0)
 
 
 @lowers("all.default", "all.dim", "all.dims")
+@_zero_d
 def all_(x, dim=None, keepdim=False):
     return ops.eq(ops.sum(ops.eq(x, 0), _dims(x, dim), keepdim), 0)
 
 
 @lowers("var.correction")
+@_zero_d
 def var(x, dim=None, *, correction=None, keepdim=False):
     return F.var(x, _dims(x, dim), keepdim, 1 if correction is None else correction)
 
 
 @lowers("linalg_vector_norm.default")
+@_in_float32
+@_zero_d
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     x = ops.abs(_as(x, dtype))
     axes = _dims(x, dim)
@@ -266,6 +328,10 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
         return ops.sqrt(ops.sum(ops.mul(x, x), axes, keepdim))
     if ord == 1:
         return ops.sum(x, axes, keepdim)
+    if ord == 0:  # the number of non-zero elements
+        return ops.sum(ops.ne(x, 0)._cast(x._dtype_id), axes, keepdim)
+    if ord == float("-inf"):
+        return ops.amin(x, axes, keepdim)
     return ops.pow(ops.sum(ops.pow(x, float(ord)), axes, keepdim), 1.0 / ord)
 
 
@@ -307,15 +373,29 @@ def stack(tensors, dim=0):
 
 @lowers("gather.default")
 def gather(x, dim, index, *, sparse_grad=False):
-    return ops.gather(x, dim, index)
+    if index.numel() == 0:  # torch: an empty index of any rank gives an empty result
+        return _core.full(x.device, list(index.shape), x._dtype_id, 0)
+    if x.ndim == 0 or index.ndim == 0:  # the result has the index's shape, 0-d or not
+        one = lambda t: t.reshape([1]) if t.ndim == 0 else t  # noqa: E731
+        return ops.gather(one(x), 0, _int64(one(index))).reshape(list(index.shape))
+    return ops.gather(x, dim, _int64(index))
+
+
+def _int64(index):
+    """torch's gather and scatter take int32 (and, empty, uint8) indices; DeviceKit's int64."""
+    return index if index.dtype == _dt.int64 else index._cast(_dt.int64.id)
 
 
 @lowers("scatter_add.default")
+@_zero_d
 def scatter_add(x, dim, index, src):
-    return ops.scatter_add(x, dim, index, src)
+    if index.numel() == 0:  # nothing to add (torch allows an empty index of any rank)
+        return ops.mul(x, 1)
+    return ops.scatter_add(x, dim, _int64(index), src)
 
 
 @lowers("index_select.default")
+@_zero_d
 def index_select(x, dim, index):
     d = dim + x.ndim if dim < 0 else dim
     shape = [1] * x.ndim
