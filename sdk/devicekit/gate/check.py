@@ -142,6 +142,10 @@ def _conformance(new, base, policy, v):
         # dtype-less cases (runtime, errors) as the suite marks them
         required = (c.get("dtype") in policy.required_dtypes
                     or (c.get("dtype") is None and c.get("required", True)))
+        if c.get("section") == "torch":
+            # PyTorch OpInfo samples measure devicekit.torch's coverage as much as
+            # the plugin: optional in the suite, so they only must not regress
+            required = False
         if c["id"] not in seen and required and c["outcome"] not in ("pass", "skipped"):
             detail = (nc.get("failures", {}).get(c["id"], {}).get("message", "").splitlines()
                       or [""])[0]
