@@ -98,7 +98,8 @@ def test_section_passes_on_cpu0_and_reports_per_aten_op(core_run):
 def test_section_cost_is_bounded(core_run):
     _, rep, _ = core_run
     seconds = sum(c["duration_s"] for c in rep["cases"] if c["section"] == "torch")
-    assert seconds < 120, f"the torch section's cases took {seconds:.0f} s of worker time"
+    # (measured: 15-60 s on 2 shared cores; the cap keeps it there, see docs/torch.md)
+    assert seconds < 180, f"the torch section's cases took {seconds:.0f} s of worker time"
 
 
 # ---- planted wrong lowerings ----------------------------------------------------------------

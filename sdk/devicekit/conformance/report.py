@@ -133,7 +133,7 @@ def torch_lines(report, per_line=3):
     lines = [f"torch (OpInfo samples per lowered ATen op, torch {t.get('torch_version', '?')}): "
              f"{len(ops)} ATen ops reached, {clean} with every sample passing; samples "
              f"{s[PASS]} passed, {s[FAIL]} fail, {s[ERROR]} error, {s[NOT_IMPLEMENTED]} not "
-             f"implemented, {s[SKIPPED]} skipped (the CPU refuses them); "
+             f"implemented, {s[SKIPPED]} skipped (reasons in the cases); "
              f"{t.get('not_attempted', '?')} of {t.get('op_db_entries', '?')} op_db entries "
              f"not attempted (no lowered ATen op)"]
     cells = []
@@ -145,7 +145,7 @@ def torch_lines(report, per_line=3):
         lines.append("  " + "".join(x.ljust(width) for x in cells[i:i + per_line]).rstrip())
     if t["unlowered"]:
         shown = [f"{op} ({n})" for op, n in t["unlowered"].items()]
-        lines.append(f"  reached with no lowering (samples): {', '.join(shown[:12])}"
+        lines.append(f"  could not run on the device (samples): {', '.join(shown[:12])}"
                      + (f" and {len(shown) - 12} more" if len(shown) > 12 else ""))
     return lines
 
