@@ -299,7 +299,10 @@ def compare(actual, expected, dtype, kind, torch, name="", truth=None):
         except AssertionError:
             if truth is not None:
                 if t_flat is None:
-                    t_flat = _flat(truth(), torch)
+                    try:
+                        t_flat = _flat(truth(), torch)
+                    except Exception:  # noqa: BLE001 - no float64 form: the plain verdict stands
+                        t_flat = []
                 t = t_flat[i] if i < len(t_flat) else None
                 if isinstance(t, torch.Tensor) and t.shape == e.shape:
                     t = t.double()

@@ -354,7 +354,7 @@ def merge(items):
     suite = first.get("suite", "conformance")
     meta = {k: v for k, v in first.items() if k not in (
         "schema_version", "run", "summary", "implementation", "corpus", "unavailable_sections",
-        "cases", "suite", "models")}
+        "cases", "suite", "models", "torch")}  # (torch: added up again from all the rows)
     if suite == "models":
         run["models"] = units
         executed = sum(rep["corpus"].get("executed", 0) for _, rep in items)
