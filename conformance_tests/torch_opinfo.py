@@ -107,6 +107,7 @@ def _run(name, dtype, kind, ctx):
         dev = dkt.device(ctx.device.name)
     except Exception as e:  # noqa: BLE001 - e.g. a --plugin build devicekit.torch does not list
         raise Skip(f"devicekit.torch has no torch device for {ctx.device.name}: {e}") from None
+    torch.manual_seed(ctx.seed)  # OpInfo draws its sample values from torch's global generator
     try:
         made = _opinfo.samples(op, dtype, kind, torch)
     except Exception as e:  # noqa: BLE001 - torch's own generator: not the device's fault
