@@ -141,7 +141,7 @@ def _run(name, dtype, kind, ctx):
                 out = _opinfo.call(op, on_dev, kind, ctx.seed, torch)
             actual = _opinfo.to_cpu(out, torch)  # (a backward's pending error is raised here)
             bad = _opinfo.compare(actual, expected, dtype, kind, torch, op.name,
-                                  lambda: _opinfo.in_float64(op, s, kind, ctx.seed, torch))
+                                  lambda s=s: _opinfo.in_float64(op, s, kind, ctx.seed, torch))
             if bad is not None:
                 outcome, why = "fail", bad
         except NotImplementedError as e:

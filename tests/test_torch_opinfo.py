@@ -27,7 +27,7 @@ try:
 except Exception as e:  # noqa: BLE001 - OpInfo is internal to torch
     pytest.skip(f"torch's OpInfo corpus cannot be imported: {e}", allow_module_level=True)
 
-import devicekit.torch as dkt  # noqa: E402
+import devicekit.torch  # noqa: E402,F401  (registers the dk device)
 from devicekit import ops  # noqa: E402
 from devicekit.conformance import report as report_mod  # noqa: E402
 from devicekit.conformance.case import Target, run_case  # noqa: E402
