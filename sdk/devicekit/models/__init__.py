@@ -43,5 +43,6 @@ def get(name):
     return ZOO[name]()
 
 
-__all__ = ["ALL_NAMES", "CNN", "CNNConfig", "Encoder", "EncoderConfig", "GPT2", "GPT2Config", "HF_NAMES", "Layer", "Llama",
-           "LlamaConfig", "MLP", "MLPConfig", "Model", "NAMES", "ViT", "ViTConfig", "ZOO", "get"]
+__all__ = ["ALL_NAMES", "CNN", "CNNConfig", "Encoder", "EncoderConfig", "GPT2", "GPT2Config",
+           "HF_NAMES", "Layer", "Llama", "LlamaConfig", "MLP", "MLPConfig", "Model", "NAMES", "ViT",
+           "ViTConfig", "ZOO", "get"]

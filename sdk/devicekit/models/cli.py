@@ -45,9 +45,11 @@ def _list(values):
 def add_parser(sub):
     from .harness import DEFAULT_STEPS, DTYPES
 
-    p = sub.add_parser("models", help="run the model regression (zoo and Hugging Face models) against a device",
-                       description="Run the zoo's models forward, backward, AdamW steps and "
-                                   "inference on a device against a float64 reference.",
+    p = sub.add_parser("models", help="run the model regression (zoo and Hugging Face models) "
+                                      "against a device",
+                       description="Run the zoo's and the hf-* transformers models forward, "
+                                   "backward, AdamW steps and inference on a device against a "
+                                   "float64 reference.",
                        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", help="device name, e.g. cpu:0 (with --plugin: one of its devices)")
     p.add_argument("--plugin", help="a plugin library path (development builds; no install needed)")
