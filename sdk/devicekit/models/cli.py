@@ -210,8 +210,12 @@ def _run_suite(models, dtypes, target, args, shard=None, selected=None):
     progress.finish()
     for m, info in infos.items():
         z = zoo[m]
+        # an hf model's worker sends its module names: listing them here would
+        # import torch and transformers into this process only for that
+        layers = info.pop("layers", []) if getattr(z, "hf", False) else \
+            [layer.name for layer in z.layers()]
         info.update(title=z.title, config=z.config_dict(), config_hash=z.config_hash(),
-                    layers=[layer.name for layer in z.layers()])
+                    layers=layers)
     run_info = {"run_id": new_run_id(), "suite": "models", "level": "full", "jobs": args.jobs,
                 "steps": args.steps, "models": models, "dtypes": dtypes,
                 "partial": corpus is not None, "interrupted": corpus is not None, "filter": [],

@@ -71,6 +71,8 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
         return
     ref = runs["float64"]
     info = {"curves": {"float64": ref.curve}, "needs": {}}
+    if is_hf:
+        info["layers"] = [layer.name for layer in model.layers()]
     for dtype in dtypes:
         emit({"start": dtype})
         if dtype not in target.dtypes:
