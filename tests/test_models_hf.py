@@ -28,6 +28,7 @@ from devicekit.gate import policy, record
 from devicekit.gate.errors import BadPolicy
 from devicekit.models import hf
 from test_gate import BASE_CASES, _conf_report, write_policy
+from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
 
 HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit")
 needs_hf = pytest.mark.skipif(hf.missing() is not None, reason=f"hf models: {hf.missing()}")
@@ -209,6 +210,38 @@ def test_planted_bug_names_the_first_diverging_module(monkeypatch, op, wrong, mo
         assert _outcomes(got)["forward"] == "pass" and "backward" in failed
     first = got[f"models/{model}/float32/{failed[0]}"]["details"]["divergence"]["first"]
     assert (first["layer"].split("#")[0], first["direction"]) == (module, direction), first
+
+
+@pytest.fixture(scope="module")
+def add_rel_plugin(tmp_path_factory):
+    """faulty.c with FAULT=1: the reference plugin with an add 1e-3 off."""
+    import devicekit_cpu
+    compiler = _find_c_compiler()
+    if compiler is None:
+        pytest.skip("no C compiler on PATH: the faulty plugin cannot be built")
+    real = f'-DREAL_PLUGIN="{devicekit_cpu.library_path()}"'
+    return compile_test_plugin(compiler, REPO_ROOT / "tests" / "conformance_plugins" / "faulty.c",
+                               DEVICE_API_INCLUDE, tmp_path_factory.mktemp("hf") / "faulty_add.so",
+                               flags=("-Werror", "-DFAULT=1", real), libs=("-ldl", "-lm"))
+
+
+@needs_hf
+def test_a_vendor_plugin_with_a_wrong_add_fails_hf_llama_at_its_first_rms_norm(add_rel_plugin,
+                                                                                tmp_path):
+    # given by path, the plugin must be the one the bridge runs the hf model
+    # on, not the installed reference plugin it wraps
+    lib = add_rel_plugin
+    out = tmp_path / "rep"
+    proc = models_cli("--plugin", lib, "--model", "hf-llama", "--dtype", "float32",
+                      "--jobs", "1", "--report", out)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["plugin"]["library_path"] == str(lib)
+    assert {c["outcome"] for c in rep["cases"]} == {"fail"}
+    first = rep["cases"][0]["details"]["divergence"]["first"]
+    assert (first["layer"], first["kind"]) == ("model.layers.0.input_layernorm", "LlamaRMSNorm")
+    assert "add" in first["base_ops"]  # the base ops the plugin launched inside that module
+    assert f"replay module: devicekit models --plugin {lib} --model hf-llama" in proc.stdout
 
 
 # ---- without transformers: skipped with the reason ---------------------------

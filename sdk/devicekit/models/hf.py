@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -220,11 +221,23 @@ def _phase(run, name):
 
 def torch_device(device):
     """The torch device of ``device``: ``"cpu"`` (the reference side) or a
-    DeviceKit device (name or object), as ``dk:N`` through ``devicekit.torch``."""
+    DeviceKit device (name or object), as ``dk:N`` through ``devicekit.torch``.
+    For a device object, the ``dk`` device must be that very plugin library
+    (``devicekit models --plugin`` puts it into discovery: ``worker.main``),
+    never an installed plugin that happens to share its device's name."""
     if device == "cpu":
         return "cpu"
     import devicekit.torch as dkt
-    return dkt.device(device if isinstance(device, str) else device.name)
+    if isinstance(device, str):
+        return dkt.device(device)
+    tdev = dkt.device(device.name)
+    got = dkt.dk_device(tdev).plugin.path
+    if os.path.realpath(got) != os.path.realpath(device.plugin.path):
+        from ..errors import DeviceKitError
+        raise DeviceKitError(f"devicekit.torch maps {device.name} to the plugin at {got}, not to "
+                             f"the one under test ({device.plugin.path}): the hf models run "
+                             f"through devicekit.torch, which uses discovered plugins only")
+    return tdev
 
 
 def execute(model, device, dtype, steps=H.DEFAULT_STEPS, lr=H.LR):
