@@ -242,6 +242,11 @@ def test_a_vendor_plugin_with_a_wrong_add_fails_hf_llama_at_its_first_rms_norm(a
     assert (first["layer"], first["kind"]) == ("model.layers.0.input_layernorm", "LlamaRMSNorm")
     assert "add" in first["base_ops"]  # the base ops the plugin launched inside that module
     assert f"replay module: devicekit models --plugin {lib} --model hf-llama" in proc.stdout
+    # the printed replay, run as printed: that module only, on the plugin
+    replay = rep["cases"][0]["details"]["layer_replay"].split()[2:]
+    proc = models_cli(*replay)
+    assert proc.returncode == 1 and "on faulty:0" in proc.stdout, proc.stdout + proc.stderr
+    assert "FAIL forward  output" in proc.stdout and proc.stdout.endswith("FAILED\n")
 
 
 # ---- without transformers: skipped with the reason ---------------------------

@@ -158,7 +158,10 @@ def _run(args):
     if not args.device and not args.plugin:
         return _error("give --device NAME or --plugin PATH")
     from ..conformance.target import open_target
+    from . import hf
 
+    if args.plugin and args.layer and any(m in hf.NAMES for m in models):
+        hf.discover(args.plugin)  # the replay runs devicekit.torch in this process
     try:
         target = open_target(args.device, os.path.abspath(args.plugin) if args.plugin else None)
     except errors.DeviceKitError as e:

@@ -219,11 +219,22 @@ def _phase(run, name):
             raise NotImplementedByPlugin(str(e)) from e
 
 
+def discover(plugin):
+    """Makes the development build at ``plugin`` (``--plugin PATH``) a
+    discovered plugin of this process, as ``devicekit dev`` does
+    (``DEVICEKIT_PLUGIN_OVERRIDE``: it shadows an installed plugin of its
+    file's name): ``devicekit.torch`` numbers the discovered devices only.
+    Call it before anything discovers plugins; :func:`torch_device` checks
+    that the ``dk`` device is that very library."""
+    from .._registry import OVERRIDE_ENV
+    os.environ[OVERRIDE_ENV] = os.path.abspath(plugin)
+
+
 def torch_device(device):
     """The torch device of ``device``: ``"cpu"`` (the reference side) or a
     DeviceKit device (name or object), as ``dk:N`` through ``devicekit.torch``.
     For a device object, the ``dk`` device must be that very plugin library
-    (``devicekit models --plugin`` puts it into discovery: ``worker.main``),
+    (``devicekit models --plugin`` puts it into discovery: :func:`discover`),
     never an installed plugin that happens to share its device's name."""
     if device == "cpu":
         return "cpu"

@@ -174,14 +174,10 @@ def main(argv=None):
     sys.stdout = sys.stderr
 
     from . import get, hf
-    from .._registry import OVERRIDE_ENV
     from ..conformance.target import open_target
 
     if args.plugin and args.model in hf.NAMES:
-        # devicekit.torch numbers the *discovered* devices: the development
-        # build joins discovery as `devicekit dev`'s does (shadowing an
-        # installed plugin of its file's name); hf.torch_device checks it is this file
-        os.environ[OVERRIDE_ENV] = os.path.abspath(args.plugin)
+        hf.discover(args.plugin)  # devicekit.torch runs the discovered devices only
 
     def emit(obj):
         proto.write(json.dumps(obj, default=float) + "\n")
