@@ -204,7 +204,8 @@ class _Setup:
 
 
 def _np(t):
-    return t.detach().to("cpu", dtype=__import__("torch").float64).numpy()
+    import torch
+    return t.detach().to("cpu", dtype=torch.float64).numpy()
 
 
 @contextlib.contextmanager
