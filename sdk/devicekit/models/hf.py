@@ -15,7 +15,8 @@ reference, bounds from a correct run's own error, goldens.
   module; each forward is ``torch.func.functional_call`` with the masters cast
   to the run dtype (a recorded cast: gradients land on the masters in float32),
   so bfloat16 and float16 are mixed precision with 16-bit *weights and
-  activations* (not autocast: the bridge has no autocast kernels for ``dk``).
+  activations* (not autocast: ``torch.autocast("dk")`` is not supported by
+  the bridge yet).
   The loss is computed in the master dtype; ``torch.optim.AdamW`` steps the
   masters. Dropout is 0, so a training forward draws no random numbers.
 - Reference (``float64``) and correct runs (float32, bfloat16, float16) are
