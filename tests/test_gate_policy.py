@@ -175,4 +175,10 @@ def test_valid_patterns_and_every_known_name_are_accepted():
         text += WAIVER.format(rule=rule, subject=subject)
     pol = policy.parse(text, "p.toml")
     assert pol.required_dtypes == list(known["dtype"]) and len(pol.waivers) == 10
-    assert policy.parse(CI_POLICY.read_text(), "ci").models == list(known["model"])
+    # the release policy requires the whole zoo; the hf-* models are known (a
+    # policy may require them) but not required there: the committed baseline
+    # predates them (test_models_hf.py)
+    assert policy.parse(CI_POLICY.read_text(), "ci").models == [
+        m for m in known["model"] if not m.startswith("hf-")]
+    assert [m for m in known["model"] if m.startswith("hf-")] == [
+        "hf-gpt2", "hf-llama", "hf-bert", "hf-vit"]

@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
+from devicekit import models as zoo
 
 # faulty.c's fault numbers used here (see its header)
 FAULTS = {"add_rel": 1, "fused_rms": 8, "erf_segv": 9, "no_scatter": 10}
@@ -52,7 +53,9 @@ def outcomes(report):
 
 
 def test_reference_plugin_passes_every_model(tmp_path):
-    proc, report, out = run_report(tmp_path, "--device", "cpu:0", "--jobs", "2")
+    # the zoo; the hf-* models (in the default run too) are test_models_hf.py's
+    proc, report, out = run_report(tmp_path, "--device", "cpu:0", "--jobs", "2",
+                                   "--model", ",".join(zoo.NAMES))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     s = report["summary"]
     assert s["passed"] and s["total"] == s["by_outcome"]["pass"] == 6 * 3 * 5

@@ -95,7 +95,8 @@ def add_parser(sub):
     c.add_argument("--case", action="append", default=[], metavar="ID",
                    help="conformance: only this case id (repeatable; a partial record)")
     c.add_argument("--model", action="append", default=[], metavar="NAME",
-                   help="models: only these (repeatable; default: the whole zoo)")
+                   help="models: only these (repeatable; default: every model, the zoo and the "
+                        "hf-* transformers models)")
     c.add_argument("--model-dtype", action="append", default=[], metavar="DTYPE",
                    help="models: only these dtypes (repeatable; default: all)")
     c.add_argument("--perf-json", metavar="BENCH.json",

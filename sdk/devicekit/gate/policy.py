@@ -55,7 +55,7 @@ def known():
 
     return {"dtype": tuple(name for name, _ in _core.DTYPES),
             "op": tuple(_op_facts.OPS),
-            "model": tuple(zoo.NAMES),
+            "model": tuple(zoo.ALL_NAMES),  # the zoo and the hf-* models
             "model dtype": tuple(harness.DTYPES),
             "phase": tuple(harness.PHASES),
             "section": tuple(dict.fromkeys(s.name for s, _ in sections()))}

@@ -10,9 +10,12 @@ named layer boundaries (:class:`~devicekit.models.base.Layer`)::
     [layer.name for layer in model.layers()]    # ['embed', 'block0.attn', ...]
 
 ``devicekit models --device NAME`` runs the regression protocol
-(``devicekit.models.harness``) against every model.
+(``devicekit.models.harness``) against every model: the zoo (``NAMES``) and
+the Hugging Face ``transformers`` models run through ``devicekit.torch``
+(``HF_NAMES``, ``devicekit.models.hf``); ``ALL_NAMES`` is both, in report order.
 """
 
+from . import hf
 from .base import Layer, Model
 from .transformers import (GPT2, Encoder, EncoderConfig, GPT2Config, Llama, LlamaConfig, ViT,
                            ViTConfig)
@@ -23,16 +26,23 @@ ZOO = {"mlp": lambda: MLP(MLPConfig()), "cnn": lambda: CNN(CNNConfig()),
        "gpt2": lambda: GPT2(GPT2Config()), "llama": lambda: Llama(LlamaConfig()),
        "encoder": lambda: Encoder(EncoderConfig()), "vit": lambda: ViT(ViTConfig())}
 NAMES = tuple(ZOO)
+HF_NAMES = hf.NAMES  # torch + transformers models: hf-gpt2, hf-llama, hf-bert, hf-vit
+ALL_NAMES = NAMES + HF_NAMES
 
 
 def get(name):
-    """The zoo model ``name`` at its default config."""
+    """The model ``name`` at its default config: a zoo ``Model``, or an
+    ``hf.HFModel`` for the ``hf-*`` names (built without importing torch)."""
     from ..errors import InvalidArgumentError
 
+    if name in HF_NAMES:
+        return hf.get(name)
     if name not in ZOO:
-        raise InvalidArgumentError(f"unknown model {name!r}; the zoo has: {', '.join(NAMES)}")
+        raise InvalidArgumentError(f"unknown model {name!r}; the models are: "
+                                   f"{', '.join(ALL_NAMES)}")
     return ZOO[name]()
 
 
-__all__ = ["CNN", "CNNConfig", "Encoder", "EncoderConfig", "GPT2", "GPT2Config", "Layer", "Llama",
-           "LlamaConfig", "MLP", "MLPConfig", "Model", "NAMES", "ViT", "ViTConfig", "ZOO", "get"]
+__all__ = ["ALL_NAMES", "CNN", "CNNConfig", "Encoder", "EncoderConfig", "GPT2", "GPT2Config",
+           "HF_NAMES", "Layer", "Llama", "LlamaConfig", "MLP", "MLPConfig", "Model", "NAMES", "ViT",
+           "ViTConfig", "ZOO", "get"]

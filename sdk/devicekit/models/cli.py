@@ -45,14 +45,18 @@ def _list(values):
 def add_parser(sub):
     from .harness import DEFAULT_STEPS, DTYPES
 
-    p = sub.add_parser("models", help="run the model regression (zoo models) against a device",
-                       description="Run the zoo's models forward, backward, AdamW steps and "
-                                   "inference on a device against a float64 reference.",
+    p = sub.add_parser("models", help="run the model regression (zoo and Hugging Face models) "
+                                      "against a device",
+                       description="Run the zoo's and the hf-* transformers models forward, "
+                                   "backward, AdamW steps and inference on a device against a "
+                                   "float64 reference.",
                        epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", help="device name, e.g. cpu:0 (with --plugin: one of its devices)")
     p.add_argument("--plugin", help="a plugin library path (development builds; no install needed)")
     p.add_argument("--model", action="append", default=[], metavar="NAME",
-                   help="model(s) to run (repeatable or comma-separated; default: all)")
+                   help="model(s) to run (repeatable or comma-separated; default: all: the zoo "
+                        "and hf-gpt2, hf-llama, hf-bert, hf-vit, which need torch and "
+                        "transformers and are skipped with the reason without them)")
     p.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
                    help=f"dtype(s) (default: {','.join(DTYPES)}; float32 is required, the others "
                         f"run as mixed precision where the plugin declares them)")
@@ -63,7 +67,8 @@ def add_parser(sub):
                    help="models run in parallel worker processes (default: CPU count)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per model (default 600)")
     p.add_argument("--layer", metavar="NAME",
-                   help="compare just this layer against the reference (how a divergence replays)")
+                   help="compare just this layer (an hf-* model: this module) against the "
+                        "reference (how a divergence replays)")
     p.add_argument("--inference", action="store_true",
                    help="with --layer: forward under no_grad, where fused kernels run")
     p.add_argument("--advise-padding", action="store_true",
@@ -108,14 +113,15 @@ def _output_problem(args):
 
 def _run(args):
     from .. import errors
-    from . import NAMES, get
+    from . import ALL_NAMES, get
     from .harness import DTYPES
 
-    models = _list(args.model) or list(NAMES)
+    models = _list(args.model) or list(ALL_NAMES)
     dtypes = _list(args.dtype) or list(DTYPES)
-    unknown = [m for m in models if m not in NAMES]
+    unknown = [m for m in models if m not in ALL_NAMES]
     if unknown:
-        return _error(f"unknown model(s) {', '.join(unknown)}; the zoo has: {', '.join(NAMES)}")
+        return _error(f"unknown model(s) {', '.join(unknown)}; the models are: "
+                      f"{', '.join(ALL_NAMES)}")
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
         return _error(f"unsupported dtype(s) {', '.join(bad)}; choose from {', '.join(DTYPES)}")
@@ -139,16 +145,23 @@ def _run(args):
         print(f"devicekit models: error: {why}", file=sys.stderr)
         return EXIT_OUTPUT
     if args.list:
+        from . import hf
         for m in models:
             model = get(m)
-            print(f"{m}: {model.title}\n    layers: {', '.join(layer.name for layer in model.layers())}")
+            why = getattr(model, "hf", False) and hf.missing()
+            print(f"{m}: {model.title}\n    " + (f"skipped: {why}" if why else (
+                "modules" if getattr(model, "hf", False) else "layers") + ": " +
+                ", ".join(layer.name for layer in model.layers())))
         return EXIT_OK
     if args.update_goldens:
         return _update_goldens(models, args)
     if not args.device and not args.plugin:
         return _error("give --device NAME or --plugin PATH")
     from ..conformance.target import open_target
+    from . import hf
 
+    if args.plugin and args.layer and any(m in hf.NAMES for m in models):
+        hf.discover(args.plugin)  # the replay runs devicekit.torch in this process
     try:
         target = open_target(args.device, os.path.abspath(args.plugin) if args.plugin else None)
     except errors.DeviceKitError as e:
@@ -200,8 +213,12 @@ def _run_suite(models, dtypes, target, args, shard=None, selected=None):
     progress.finish()
     for m, info in infos.items():
         z = zoo[m]
+        # an hf model's worker sends its module names: listing them here would
+        # import torch and transformers into this process only for that
+        layers = info.pop("layers", []) if getattr(z, "hf", False) else \
+            [layer.name for layer in z.layers()]
         info.update(title=z.title, config=z.config_dict(), config_hash=z.config_hash(),
-                    layers=[layer.name for layer in z.layers()])
+                    layers=layers)
     run_info = {"run_id": new_run_id(), "suite": "models", "level": "full", "jobs": args.jobs,
                 "steps": args.steps, "models": models, "dtypes": dtypes,
                 "partial": corpus is not None, "interrupted": corpus is not None, "filter": [],
@@ -259,14 +276,18 @@ def _print_outcome(rep, summary_table):
 
 
 def _replay_layer(model, target, dtype, layer, inference):
-    from . import divergence, reference
+    from . import divergence, hf, reference
     from .harness import _fmt
 
-    layers = [layer.name for layer in model.layers()] + ["loss"]
+    is_hf = getattr(model, "hf", False)
+    if is_hf and hf.missing():
+        return _error(f"{model.name} {hf.missing()}")
+    layers = [layer.name for layer in model.layers()] + ([] if is_hf else ["loss"])
     if layer not in layers:
-        return _error(f"model {model.name} has no layer {layer!r}; its layers: {', '.join(layers)}")
+        return _error(f"model {model.name} has no {'module' if is_hf else 'layer'} {layer!r}; "
+                      f"its {'modules' if is_hf else 'layers'}: {', '.join(layers)}")
     data = reference.fetch(model.name, layers=(dtype, inference))["layers"]
-    found = divergence.localise(model, target.device, dtype, data, only=layer)
+    found = (hf if is_hf else divergence).localise(model, target.device, dtype, data, only=layer)
     print(f"{model.name} {dtype} layer {layer} on {target.device.name} "
           f"({'inference, no_grad' if inference else 'training: forward and backward'})")
     for row in found["rows"]:
@@ -284,8 +305,13 @@ def _update_goldens(models, args):
     from . import get, goldens, reference
     from .harness import DTYPES
 
+    from . import hf
     for m in models:
         model = get(m)
+        if getattr(model, "hf", False) and hf.missing():
+            print(f"devicekit models: {m} {hf.missing()}: its golden is left as it is",
+                  file=sys.stderr)
+            continue
         runs = reference.compute(m, DTYPES, args.steps)["runs"]
         problems = {dt: r.problems for dt, r in runs.items() if r.problems}
         if problems:

@@ -11,6 +11,10 @@ faulty plugins do), may crash, or may change process-wide state.
 dev``'s fresh build, which would shadow an installed plugin of the same name)
 are cleared there: only the installed reference plugin is needed. Results cross as a
 pickle in a temporary file.
+
+For the Hugging Face models (``hf-*``) the reference side is torch on the
+CPU (float64, and the correct run in each dtype) and never ``devicekit.torch``
+(``hf.compute``, ``hf.reference_modules``).
 """
 
 import argparse
@@ -29,9 +33,13 @@ _PLUGIN_ENV = ("DEVICEKIT_PLUGIN_PATH", OVERRIDE_ENV)
 
 def compute(model_name, dtypes, steps, layers=None):
     """{"runs": {dtype: harness.Run} (float64 included), "layers": per-layer data or None}."""
-    from . import divergence, get
+    from . import divergence, get, hf
     from . import harness as H
 
+    if model_name in hf.NAMES:
+        if layers is not None:
+            return {"runs": {}, "layers": hf.reference_modules(model_name, *layers)}
+        return hf.compute(model_name, dtypes, steps)
     model = get(model_name)
     if layers is not None:
         dtype, inference = layers

@@ -10,7 +10,10 @@ prints cannot corrupt the protocol, and a crash kills only this process.
 Per model: the reference side (the float64 reference and the correct run
 of each dtype, on cpu:0 in a separate process: ``models.reference``), then
 per dtype the plugin's run, the verdicts, and, when a phase fails, the search
-for the first diverging layer.
+for the first diverging layer. The Hugging Face models (``hf-*``) run
+the same way through ``devicekit.torch`` (``models.hf``); without torch or
+transformers their cases are skipped with the reason, and their first
+diverging *module* is found with module hooks.
 """
 
 import argparse
@@ -44,10 +47,19 @@ def _needed(correct, phase):
 
 def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold=None):
     """Runs ``model`` against ``target`` (a conformance ``Target``); ``emit(obj)`` answers."""
-    from ..conformance.case import ERROR, FAIL, NOT_IMPLEMENTED
-    from . import goldens, reference
+    from ..conformance.case import ERROR, FAIL, NOT_IMPLEMENTED, SKIPPED
+    from . import goldens, hf, reference
     from . import harness as H
 
+    is_hf = getattr(model, "hf", False)
+    why = is_hf and hf.missing()
+    if why:  # never a pass: every case says why it did not run
+        for dtype in dtypes:
+            for phase in H.PHASES:
+                emit({"case": case_id(model.name, dtype, phase), "outcome": SKIPPED,
+                      "message": f"{model.name} {why}", "details": {}, "duration_s": 0.0})
+        emit({"model": {"skipped": f"{model.name} {why}"}})
+        return
     try:
         runs = reference.fetch(model.name, [d for d in dtypes if d in target.dtypes], steps)["runs"]
     except Exception as e:  # no reference, no verdict: every case is an error, with the cause
@@ -59,6 +71,8 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
         return
     ref = runs["float64"]
     info = {"curves": {"float64": ref.curve}, "needs": {}}
+    if is_hf:
+        info["layers"] = [layer.name for layer in model.layers()]
     for dtype in dtypes:
         emit({"start": dtype})
         if dtype not in target.dtypes:
@@ -68,9 +82,12 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
                       "message": why, "details": {}, "duration_s": 0.0})
             continue
         correct = runs[dtype]
+        # (an hf model's correct run is torch's CPU: it launches no base ops to count)
         needs = {p: blocked_by(_needed(correct, p), target.declared) for p in H.PHASES}
         info["needs"][dtype] = sorted(_needed(correct, "train") | _needed(correct, "inference"))
-        if needs["forward"]:
+        if is_hf:
+            plugin = hf.execute(model, target.device, dtype, steps)
+        elif needs["forward"]:
             plugin = H.Run(model.name, target.device.name, dtype)
             plugin.problems = {p: (NOT_IMPLEMENTED, "") for p in H.PHASES}
         else:
@@ -91,7 +108,10 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
             emit({"case": case_id(model.name, dtype, phase), "outcome": outcome,
                   "message": message, "details": details, "duration_s": 0.0})
     info["golden"] = goldens.compare(model, runs, steps)
-    if padding_threshold is not None:
+    if padding_threshold is not None and is_hf:
+        info["padding"] = {"threshold": padding_threshold, "rows": [], "suggestions": [],
+                           "not_run": "the padding advisor times zoo models only"}
+    elif padding_threshold is not None:
         from . import align
         rows = align.advise(model, target.device, padding_threshold)
         info["padding"] = {"threshold": padding_threshold, "rows": rows,
@@ -101,25 +121,30 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
 
 def _locate(model, target, dtype, failed, results, target_args):
     """Adds the first diverging layer (or why there is none) to the failed phases."""
-    from . import divergence, reference
+    from . import divergence, hf, reference
 
     inference = all(p == "inference" for p in failed)
+    where = hf if getattr(model, "hf", False) else divergence  # modules, or the zoo's layers
     try:
         layers = reference.fetch(model.name, layers=(dtype, inference))["layers"]
-        found = divergence.localise(model, target.device, dtype, layers)
+        found = where.localise(model, target.device, dtype, layers)
     except Exception as e:  # the search is a diagnosis: its failure must not hide the verdict
         found = {"error": f"{type(e).__name__}: {e}", "first": None, "worst": None, "rows": []}
     first = found["first"]
     if first is not None:
-        replay = divergence.replay_command(target_args, model.name, dtype, first["layer"], inference)
-        line = f"first diverging layer: {divergence.describe(first)}"
+        replay = divergence.replay_command(target_args, model.name, dtype,
+                                           first["layer"].split("#")[0], inference)
+        line = (f"first diverging {'module' if where is hf else 'layer'}: "
+                f"{divergence.describe(first)}")
     elif found.get("error"):
         replay, line = None, f"the per-layer search failed: {found['error']}"
     else:
         replay = None
         worst = found["worst"]
-        line = ("no single layer exceeds its bound when given the reference's inputs: the error "
-                "builds up across layers" + (" or optimizer steps" if "train" in failed else "") +
+        line = (("no module's output or input gradient exceeds its bound in one forward and "
+                 "backward: the error builds up across modules" if where is hf else
+                 "no single layer exceeds its bound when given the reference's inputs: the error "
+                 "builds up across layers") + (" or optimizer steps" if "train" in failed else "") +
                 (f" (closest: {divergence.describe(worst)})" if worst else ""))
     for phase in failed:
         outcome, message, details = results[phase]
@@ -128,7 +153,8 @@ def _locate(model, target, dtype, failed, results, target_args):
                                  "rows": [r for r in found["rows"] if not r["ok"]][:10]}
         if replay:
             details["layer_replay"] = replay
-        results[phase][1] = f"{message}\n{line}" + (f"\nreplay layer: {replay}" if replay else "")
+        results[phase][1] = f"{message}\n{line}" + (
+            f"\nreplay {'module' if where is hf else 'layer'}: {replay}" if replay else "")
 
 
 def main(argv=None):
@@ -147,8 +173,11 @@ def main(argv=None):
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
-    from . import get
+    from . import get, hf
     from ..conformance.target import open_target
+
+    if args.plugin and args.model in hf.NAMES:
+        hf.discover(args.plugin)  # devicekit.torch runs the discovered devices only
 
     def emit(obj):
         proto.write(json.dumps(obj, default=float) + "\n")

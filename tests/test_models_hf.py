@@ -1,0 +1,315 @@
+"""The Hugging Face models in the model gate (``devicekit models``, ``hf-*``).
+
+- the four transformers models (GPT-2, Llama, BERT masked-LM, ViT) pass every
+  phase in float32, bfloat16 and float16 on cpu:0 through ``devicekit.torch``,
+  their float64 reference matches the committed goldens, and they reach the
+  gate record;
+- a planted bug in one of ``devicekit.torch``'s lowerings fails the models
+  that use it (and only those), naming the first diverging module and the
+  command that replays it;
+- without transformers their cases are *skipped* with the reason, never
+  passed, and a policy that requires them refuses such a record;
+- the gate policy knows their names, and a baseline without them still checks.
+
+Needs torch and transformers (skipped with the reason otherwise), except the
+missing-transformers tests, which hide transformers themselves.
+"""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from devicekit.gate import check as check_mod
+from devicekit.gate import policy, record
+from devicekit.gate.errors import BadPolicy
+from devicekit.models import hf
+from test_gate import BASE_CASES, _conf_report, write_policy
+from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
+
+HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit")
+needs_hf = pytest.mark.skipif(hf.missing() is not None, reason=f"hf models: {hf.missing()}")
+
+
+def models_cli(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "devicekit", "models", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _record(tmp_path, name, models_report):
+    """A gate record of ``models_report`` (the conformance part hand-made, as in test_gate.py)."""
+    lib = tmp_path / "libacme.so"
+    if not lib.exists():
+        lib.write_bytes(b"\x7fELF acme build 1")
+    perf = {"measured": False, "reason": "not measured in this test", "results": [], "skipped": []}
+    rec = record.build(_conf_report(lib, BASE_CASES), models_report, perf,
+                       [{"op": "add", "implemented": True, "dtypes": ["float32"]}], [])
+    path = tmp_path / f"{name}.json"
+    record.write(rec, path)
+    return path
+
+
+def _without(report, names):
+    """``report`` as an older run that did not have the models ``names``."""
+    old = copy.deepcopy(report)
+    old["cases"] = [c for c in old["cases"] if c["op"] not in names]
+    old["models"] = {m: i for m, i in old["models"].items() if m not in names}
+    old["run"]["models"] = [m for m in old["run"]["models"] if m not in names]
+    return old
+
+
+def _policy(tmp_path, required):
+    p = write_policy(tmp_path, perf=False)
+    text = p.read_text().replace('required = ["mlp"]', f"required = {json.dumps(required)}")
+    p.write_text(text)
+    return policy.load(p)
+
+
+# ---- the four models pass on the reference plugin --------------------------
+
+@pytest.fixture(scope="module")
+def hf_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hf_models") / "rep"
+    proc = models_cli("--device", "cpu:0", "--model", ",".join(("mlp",) + HF), "--jobs", "2",
+                      "--report", out)
+    assert (out / "report.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, json.loads((out / "report.json").read_text())
+
+
+@needs_hf
+def test_four_hf_models_pass_every_phase_and_dtype_on_cpu0(hf_run):
+    proc, rep = hf_run
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    s = rep["summary"]
+    assert s["passed"] and s["total"] == s["by_outcome"]["pass"] == 5 * 3 * 5
+    assert set(s["by_section"]) == {"mlp", *HF}
+    for name in HF:
+        info = rep["models"][name]
+        assert info["golden"]["match"], (name, info["golden"])
+        assert len(info["curves"]["float64"]) == 6
+        for dt in ("float32", "bfloat16", "float16"):
+            curve = info["curves"][dt]["plugin"]
+            assert len(curve) == 6 and curve[-1] < curve[0], (name, dt, curve)
+        assert info["config"]["arch"] and info["layers"]  # module names, in the report
+    bert = next(c for c in rep["cases"] if c["id"] == "models/hf-bert/float32/inference")
+    # the bridge sends BERT's layer norms and attention to the plugin's fused kernels
+    assert "cpu.layer_norm_f32" in bert["details"]["fused_kernels"], bert["details"]
+    for c in rep["cases"]:
+        if c["op"] in HF and c["id"].endswith("/backward"):
+            assert c["details"]["worst"]["ratio"] <= 1.0 and c["details"]["tensors"] > 10
+
+
+@needs_hf
+def test_hf_models_reach_the_gate_record_and_an_old_baseline_still_checks(hf_run, tmp_path):
+    _, rep = hf_run
+    new = _record(tmp_path, "new", rep)
+    old = _record(tmp_path, "old", _without(rep, HF))  # certified before the hf models existed
+    rec = record.load(new)
+    for name in HF:
+        for dt in ("float32", "bfloat16", "float16"):
+            entry = rec["models"]["per_model"][name][dt]
+            assert entry["passed"] and set(entry["phases"]) == {
+                "forward", "loss", "backward", "inference", "train"}
+    pol = _policy(tmp_path, ["mlp", *HF])
+    v = check_mod.check(rec, record.load(old), pol, new, old, check_binary=False)
+    assert v.admitted, [vars(r) for r in v.refusals]
+    assert {g["id"].split("/")[1] for g in v.gains} == set(HF)
+    # the old record itself, against a policy that now requires the hf models
+    base = record.load(old)
+    v = check_mod.check(base, base, pol, old, old, check_binary=False)
+    assert {(r.rule, r.subject) for r in v.refusals} == {
+        ("models.required", f"models/{m}/float32") for m in HF}
+    # and the command line agrees: an old baseline still checks
+    proc = subprocess.run([sys.executable, "-m", "devicekit", "gate", "check", new, "--baseline",
+                           old, "--policy", pol.path, "--binary", tmp_path / "libacme.so"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "ADMITTED" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ---- a planted bug in the bridge ---------------------------------------------
+
+def _run_in_process(name, dtypes=("float32",), steps=2):
+    """``worker.run_model`` in this process (so a monkeypatched lowering is the
+    one that runs; the reference side is its own process, untouched):
+    {case id: result}."""
+    from devicekit.conformance.target import open_target
+    from devicekit.models import get, worker
+
+    out = {}
+    worker.run_model(get(name), open_target("cpu:0"), list(dtypes), steps, "--device cpu:0",
+                     lambda m: out.__setitem__(m["case"], m) if "case" in m else None)
+    return out
+
+
+def _plant(monkeypatch, op_name, wrong):
+    """Replaces ``devicekit.torch``'s lowering of ATen ``op_name`` by
+    ``wrong(original_fn, *args, **kwargs)``."""
+    import torch
+    from devicekit.torch import _dispatch
+
+    op = getattr(torch.ops.aten, op_name.split(".")[0]).default
+    orig = _dispatch.LOWERINGS[op]
+    monkeypatch.setitem(_dispatch.LOWERINGS, op, _dispatch.Lowering(
+        lambda *a, **k: wrong(orig.fn, *a, **k), orig.kind, orig.raw))
+
+
+def _outcomes(results):
+    return {cid.rsplit("/", 1)[1]: r["outcome"] for cid, r in results.items()}
+
+
+@needs_hf
+def test_planted_gelu_bug_fails_bert_names_its_first_gelu_and_spares_gpt2(monkeypatch, capsys):
+    import devicekit.torch  # noqa: F401  (fills the table before it is patched)
+    # erf GELU lowered as the tanh approximation: ~1e-3 off, a classic wrong lowering
+    _plant(monkeypatch, "gelu", lambda fn, x, approximate="none": fn(x, approximate="tanh"))
+    bert = _run_in_process("hf-bert")
+    assert _outcomes(bert) == {"forward": "fail", "loss": "fail", "backward": "fail",
+                               "inference": "fail", "train": "fail"}
+    fwd = bert["models/hf-bert/float32/forward"]
+    first = fwd["details"]["divergence"]["first"]
+    assert (first["layer"], first["kind"], first["direction"]) == (
+        "bert.encoder.layer.0.intermediate.intermediate_act_fn", "GELUActivation", "forward")
+    assert "cpu.gelu_f32" in first["fused_kernels"] and first["ratio"] > 10
+    replay = ("devicekit models --device cpu:0 --model hf-bert --dtype float32 "
+              "--layer bert.encoder.layer.0.intermediate.intermediate_act_fn")
+    assert fwd["details"]["layer_replay"] == replay
+    assert ("first diverging module: layer bert.encoder.layer.0.intermediate.intermediate_act_fn "
+            "(GELUActivation), forward output" in fwd["message"])
+    assert f"replay module: {replay}" in fwd["message"]
+    # GPT-2's gelu_new is written with tanh in Python: it never reaches aten.gelu
+    assert set(_outcomes(_run_in_process("hf-gpt2")).values()) == {"pass"}
+    # the replay: that one module, on both sides, training (forward and backward)
+    from devicekit.conformance.target import open_target
+    from devicekit.models import cli, get
+    code = cli._replay_layer(get("hf-bert"), open_target("cpu:0"), "float32",
+                             "bert.encoder.layer.0.intermediate.intermediate_act_fn", False)
+    printed = capsys.readouterr().out
+    assert code == cli.EXIT_FAILED and "FAIL forward" in printed and printed.endswith("FAILED\n")
+
+
+@needs_hf
+@pytest.mark.parametrize("op, wrong, model, module, direction", [
+    # a layer norm with a wrong epsilon (1e-5 read as 0.1): GPT-2's first ln_1
+    ("native_layer_norm", lambda fn, x, shape, w, b, eps: fn(x, shape, w, b, eps * 1e4),
+     "hf-gpt2", "transformer.h.0.ln_1", "forward"),
+    # GELU right forward, its backward the tanh approximation's: ViT's last MLP, backward
+    ("gelu_backward", lambda fn, g, x, approximate="none": fn(g, x, approximate="tanh"),
+     "hf-vit", "vit.layers.1.mlp.activation_fn", "backward"),
+], ids=["layer_norm_eps-gpt2", "gelu_backward-vit"])
+def test_planted_bug_names_the_first_diverging_module(monkeypatch, op, wrong, model, module,
+                                                      direction):
+    import devicekit.torch  # noqa: F401
+    _plant(monkeypatch, op, wrong)
+    got = _run_in_process(model)
+    failed = [p for p, o in _outcomes(got).items() if o == "fail"]
+    assert failed and set(_outcomes(got).values()) <= {"pass", "fail"}
+    if direction == "backward":
+        assert _outcomes(got)["forward"] == "pass" and "backward" in failed
+    first = got[f"models/{model}/float32/{failed[0]}"]["details"]["divergence"]["first"]
+    assert (first["layer"].split("#")[0], first["direction"]) == (module, direction), first
+
+
+@pytest.fixture(scope="module")
+def add_rel_plugin(tmp_path_factory):
+    """faulty.c with FAULT=1: the reference plugin with an add 1e-3 off."""
+    import devicekit_cpu
+    compiler = _find_c_compiler()
+    if compiler is None:
+        pytest.skip("no C compiler on PATH: the faulty plugin cannot be built")
+    real = f'-DREAL_PLUGIN="{devicekit_cpu.library_path()}"'
+    return compile_test_plugin(compiler, REPO_ROOT / "tests" / "conformance_plugins" / "faulty.c",
+                               DEVICE_API_INCLUDE, tmp_path_factory.mktemp("hf") / "faulty_add.so",
+                               flags=("-Werror", "-DFAULT=1", real), libs=("-ldl", "-lm"))
+
+
+@needs_hf
+def test_a_vendor_plugin_with_a_wrong_add_fails_hf_llama_at_its_first_rms_norm(add_rel_plugin,
+                                                                                tmp_path):
+    # given by path, the plugin must be the one the bridge runs the hf model
+    # on, not the installed reference plugin it wraps
+    lib = add_rel_plugin
+    out = tmp_path / "rep"
+    proc = models_cli("--plugin", lib, "--model", "hf-llama", "--dtype", "float32",
+                      "--jobs", "1", "--report", out)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["plugin"]["library_path"] == str(lib)
+    assert {c["outcome"] for c in rep["cases"]} == {"fail"}
+    first = rep["cases"][0]["details"]["divergence"]["first"]
+    assert (first["layer"], first["kind"]) == ("model.layers.0.input_layernorm", "LlamaRMSNorm")
+    assert "add" in first["base_ops"]  # the base ops the plugin launched inside that module
+    assert f"replay module: devicekit models --plugin {lib} --model hf-llama" in proc.stdout
+    # the printed replay, run as printed: that module only, on the plugin
+    replay = rep["cases"][0]["details"]["layer_replay"].split()[2:]
+    proc = models_cli(*replay)
+    assert proc.returncode == 1 and "on faulty:0" in proc.stdout, proc.stdout + proc.stderr
+    assert "FAIL forward  output" in proc.stdout and proc.stdout.endswith("FAILED\n")
+
+
+# ---- without transformers: skipped with the reason ---------------------------
+
+@pytest.fixture
+def no_transformers(tmp_path):
+    """An environment whose ``import transformers`` fails (a shadowing
+    package that raises), for this process's children."""
+    shim = tmp_path / "shim" / "transformers"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text(
+        'raise ImportError("No module named \'transformers\' (hidden by the test)")\n')
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(shim.parent), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_missing_transformers_is_a_reason_not_a_crash(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert hf.missing().startswith("needs transformers")
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert hf.missing().startswith("needs torch")
+    assert hf.get("hf-gpt2").layers() == []  # listing needs no torch
+
+
+def test_without_transformers_hf_cases_are_skipped_with_the_reason(no_transformers, tmp_path):
+    out = tmp_path / "rep"
+    proc = models_cli("--device", "cpu:0", "--model", "mlp,hf-gpt2", "--dtype", "float32",
+                      "--jobs", "2", "--report", out, env=no_transformers)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    cases = {c["id"]: c for c in rep["cases"]}
+    for phase in ("forward", "loss", "backward", "inference", "train"):
+        c = cases[f"models/hf-gpt2/float32/{phase}"]
+        assert c["outcome"] == "skipped", c  # never a pass
+        assert "hf-gpt2 needs transformers" in c["message"] and "hidden by the test" in c["message"]
+        assert cases[f"models/mlp/float32/{phase}"]["outcome"] == "pass"
+    assert rep["summary"]["by_section"]["hf-gpt2"]["skipped"] == 5
+    assert "needs transformers" in rep["models"]["hf-gpt2"]["skipped"]
+    listed = models_cli("--list", "--model", "hf-vit", env=no_transformers)
+    assert listed.returncode == 0 and "skipped: needs transformers" in listed.stdout
+    # a policy that requires the model refuses such a record; one that does not, admits it
+    path = _record(tmp_path, "rec", rep)
+    rec = record.load(path)
+    assert rec["models"]["per_model"]["hf-gpt2"]["float32"]["phases"]["forward"] == "skipped"
+    v = check_mod.check(rec, rec, _policy(tmp_path, ["mlp", "hf-gpt2"]), path, path,
+                        check_binary=False)
+    assert {(r.rule, r.subject, r.new) for r in v.refusals} == {
+        ("models.required", f"models/hf-gpt2/float32/{p}", "skipped")
+        for p in ("forward", "loss", "backward", "inference", "train")}
+    v = check_mod.check(rec, rec, _policy(tmp_path, ["mlp"]), path, path, check_binary=False)
+    assert v.admitted, [vars(r) for r in v.refusals]
+
+
+# ---- the policy knows their names --------------------------------------------
+
+def test_policy_validation_knows_the_hf_models(tmp_path):
+    pol = _policy(tmp_path, ["gpt2", *HF])
+    assert pol.models == ["gpt2", *HF]
+    with pytest.raises(BadPolicy, match="hf-gpt3") as e:
+        _policy(tmp_path, ["hf-gpt3"])
+    assert all(name in str(e.value) for name in HF)  # the error lists what is allowed
+    p = write_policy(tmp_path, perf=False, extra='\n[[waivers]]\nrule = "models.required"\n'
+                     'subject = "models/hf-vit/float32/*"\nreason = "pending"\n'
+                     'expires = 2099-01-01\n')
+    assert policy.load(p).waivers[0].subject == "models/hf-vit/float32/*"
