@@ -1,6 +1,7 @@
 // Flash-style scaled_dot_product_attention, forward and backward, templates
 // over the storage type T only (causal, mask kind, GQA, scale, sizes and
-// strides are runtime parameters). Launched by fused_attention.cu.
+// strides are runtime parameters). Launched by
+// kernels_fused_attention.cu.
 //
 // Shapes: q [B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv] read in place through
 // their strides; out, dq, dk, dv dense. D, Dv <= kMaxHead.

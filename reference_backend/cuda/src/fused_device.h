@@ -1,4 +1,5 @@
-// The device side the fused kernels share (fused_rows.cu, fused_attention.cu),
+// The device side the fused kernels share (kernels_fused_rows.cu,
+// kernels_fused_attention.cu),
 // written once in the SIMT dialect (simt/simt.h): loads and stores of the
 // three storage types (float32, float16, bfloat16: load, compute in float32,
 // round once on the store), warp and block reductions, and the GELU of one

@@ -1,5 +1,5 @@
-// The host side the fused kernels' registry entries share (fused_rows.cu,
-// fused_attention.cu): the cheap view tests their supports() predicates
+// The host side the fused kernels' registry entries share (kernels_fused_rows.cu,
+// kernels_fused_attention.cu): the cheap view tests their supports() predicates
 // make, the checks a launch makes before it enqueues anything, and
 // stream-ordered scratch memory for what a backward passes from one kernel
 // to the next.
