@@ -112,6 +112,7 @@ inline unsigned dk_grid_stride_blocks(int64_t n, int block) {
 // ------------------------------------------------------------ the emulator
 #include <cstring>
 #include <functional>
+#include <tuple>
 #include <type_traits>
 
 #define DK_SIMT_EMULATED 1
@@ -228,6 +229,20 @@ std::string enqueue(void* stream, const char* kernel, std::function<std::string(
 // Validates a launch configuration as the CUDA runtime does.
 std::string check_config(const char* kernel, Dim3 grid, Dim3 block);
 
+// DK_LAUNCH: the arguments become the kernel's parameter types at the launch,
+// as with <<<>>> (so a pointer, never the container it came from, is what the
+// queued launch keeps), and the launch runs later, on the stream.
+template <class... P, class... A>
+std::string launch(const char* kernel, Dim3 grid, Dim3 block, void* stream, void (*k)(P...),
+                   A&&... args) {
+  std::string e = check_config(kernel, grid, block);
+  if (!e.empty()) return e;
+  const std::tuple<typename std::decay<P>::type...> params(std::forward<A>(args)...);
+  return enqueue(stream, kernel, [=]() -> std::string {
+    return run_grid(kernel, grid, block, [&]() { std::apply(k, params); });
+  });
+}
+
 }  // namespace sim
 }  // namespace dk
 
@@ -256,16 +271,8 @@ std::string check_config(const char* kernel, Dim3 grid, Dim3 block);
 
 typedef ::dk::sim::Dim3 dk_dim3;
 
-// The lambdas copy the arguments: the launch runs later, on the stream.
-#define DK_LAUNCH(k, grid, block, stream, ...)                                              \
-  ([&]() -> std::string {                                                                   \
-    const ::dk::sim::Dim3 dk_g_ = (grid), dk_b_ = (block);                                  \
-    std::string dk_e_ = ::dk::sim::check_config(#k, dk_g_, dk_b_);                          \
-    if (!dk_e_.empty()) return dk_e_;                                                       \
-    return ::dk::sim::enqueue((stream), #k, [=]() -> std::string {                          \
-      return ::dk::sim::run_grid(#k, dk_g_, dk_b_, [=]() { k(__VA_ARGS__); });               \
-    });                                                                                     \
-  }())
+#define DK_LAUNCH(k, grid, block, stream, ...) \
+  ::dk::sim::launch(#k, (grid), (block), (stream), k, __VA_ARGS__)
 
 inline unsigned dk_grid_stride_blocks(int64_t n, int block) {
   const int64_t b = (n + block - 1) / block;
