@@ -178,6 +178,35 @@ def test_conformance_passes_copy_fill_cast_add(sim_library, tmp_path):
     assert outcomes.get("pass", 0) >= 400, outcomes
 
 
+# A kernel's data error (kernel.h report_error) reaches the SDK at the
+# stream's synchronize as one DK_Error naming the op, the input, the index
+# and the bound, and is cleared: the next op on the device works.
+KERNEL_ERROR = r"""
+import numpy as np, devicekit as dk
+x = dk.zeros((4, 5), device="cuda_sim:0")
+idx = dk.tensor(np.array([[0, 1, 2, 3, 9], [0, 7, 0, 0, 0]], dtype=np.int64), device="cuda_sim:0")
+try:
+    dk.ops.gather(x, 0, idx).numpy()
+    print("no error")
+except dk.DeviceKitError as e:
+    print(type(e).__name__, "|", e)
+print("after", dk.ops.add(x, x).numpy().sum())
+"""
+
+
+@pytest.mark.slow
+def test_a_kernels_index_error_is_reported_once_at_synchronize(sim_library, run_python):
+    if "gather" not in (CUDA / "src" / "ops_1_1.def").read_text():
+        pytest.skip("no gather kernel in ops_1_1.def yet")
+    p = run_python(KERNEL_ERROR, plugin_path=[sim_library])
+    assert p.returncode == 0, p.stderr
+    first, after = p.stdout.strip().splitlines()
+    assert "[OUT_OF_RANGE]: cuda_sim.Kernel(gather): input 1 holds index " in first, first
+    assert ("index 9," in first or "index 7," in first) and "dimension of size 4" in first, first
+    assert "(2 element(s) reported" in first, first
+    assert after == "after 0.0"
+
+
 # ----------------------------------------------------------------------- the real build
 
 @pytest.fixture(scope="session")
