@@ -7,7 +7,8 @@ What can be proven here, grouped by what it needs:
 - the emulated build (`cuda_sim`, built once per session with CMake, ~1 min;
   or the one in DEVICEKIT_CUDA_SIM_LIBRARY): it loads under its own name, its
   copy / fill / cast / add give the CPU plugin's bits on every dtype and
-  layout, and the conformance suite passes those ops;
+  layout, the conformance suite passes those ops, and a kernel's data error
+  (a gather index out of range) is reported once at the stream's synchronize;
 - nvcc (the real build for sm_90, built once per session): the library
   exports only DK_GetApi, needs only libc / libstdc++ / libm / libgcc_s, and
   on a machine without the NVIDIA driver `devicekit devices` shows plugin
