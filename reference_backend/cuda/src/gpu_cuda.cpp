@@ -6,10 +6,12 @@
 //
 // Pageable host memory (every host buffer the SDK passes is ordinary,
 // pageable memory), in the header's terms:
-//  * Memcpy with stream == NULL (cudaMemcpy): synchronous, as the header
-//    asks. It runs on the legacy default stream, which does not wait for our
-//    streams because they are created cudaStreamNonBlocking: "not ordered
-//    with any stream", as the header says.
+//  * Memcpy with stream == NULL (cudaMemcpy, then a synchronize of the
+//    legacy default stream: cudaMemcpy itself may return before a device to
+//    device copy, or a staged host to device one, has landed): synchronous,
+//    as the header asks. It runs on the legacy default stream, which does not
+//    wait for our streams because they are created cudaStreamNonBlocking:
+//    "not ordered with any stream", as the header says.
 //  * Memcpy on a stream (cudaMemcpyAsync), host to device: CUDA first copies
 //    the pageable source into a pinned staging buffer and returns once it has
 //    (so the host buffer is free sooner than the header promises the SDK);
@@ -155,6 +157,10 @@ Status memcpy(int32_t device, void* dst, const void* src, size_t bytes, CopyKind
   DKCUDA_TRY(cudaSetDevice(device));
   if (stream == nullptr) {
     DKCUDA_TRY(cudaMemcpy(dst, src, bytes, kKinds[kind]));
+    // cudaMemcpy may return before the copy is done (device to device, and
+    // host to device from pageable memory once it is staged); the header's
+    // synchronous copy has finished when the call returns.
+    DKCUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));
   } else {
     DKCUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kKinds[kind], stream->stream));
   }
