@@ -15,6 +15,7 @@
 // results are bit-identical to it and from run to run. Work is
 // out elements x index length: fine for a reference, and what a GPU does
 // when it must not reorder float additions.
+#include "convert.h"
 #include "kernel.h"
 #include "ops_math.h"
 
@@ -36,8 +37,8 @@ template <class T> DK_KERNEL iota_kernel(IotaPlan p) {
   for (int64_t e = global_index(); e < p.numel; e += global_stride()) {
     const int64_t i = e / p.inner % p.length;
     out[e] = p.exact_int
-                 ? ops::from_int<T>(int64_t(uint64_t(p.start_i) + uint64_t(i) * uint64_t(p.step_i)))
-                 : ops::from_double<T>(p.start_f + double(i) * p.step_f);
+                 ? dk_convert<T>(int64_t(uint64_t(p.start_i) + uint64_t(i) * uint64_t(p.step_i)))
+                 : dk_convert<T>(p.start_f + double(i) * p.step_f);
   }
 }
 

@@ -177,36 +177,5 @@ template <class T> DK_HD T sum_store(SumAcc<T> a) {
   else return T(typename std::make_unsigned<T>::type(a));  // modulo 2^bits
 }
 
-// ---- Conversions by the rules of cast (iota's values) -------------------------------
-// Float targets round once to nearest even; float to integer truncates toward
-// zero, NaN gives 0 and out-of-range values saturate (the CPU plugin's choice
-// for what the header leaves unspecified); integer to integer wraps.
-// (Limits as macros: std::numeric_limits' constexpr members are host
-// functions to nvcc without --expt-relaxed-constexpr.)
-template <class T> struct IntRange;  // [lo, hi] and their doubles (hi rounds up for int64)
-template <> struct IntRange<int8_t> { static constexpr int8_t lo = INT8_MIN, hi = INT8_MAX; };
-template <> struct IntRange<int32_t> { static constexpr int32_t lo = INT32_MIN, hi = INT32_MAX; };
-template <> struct IntRange<int64_t> { static constexpr int64_t lo = INT64_MIN, hi = INT64_MAX; };
-template <> struct IntRange<uint8_t> { static constexpr uint8_t lo = 0, hi = UINT8_MAX; };
-
-template <class T> DK_HD T from_double(double v) {
-  if constexpr (std::is_same<T, dk_f16>::value) return dk_f16{dk_double_to_half(v)};
-  else if constexpr (std::is_same<T, dk_bf16>::value) return dk_bf16{dk_double_to_bfloat16(v)};
-  else if constexpr (std::is_same<T, dk_bool>::value) return dk_bool{uint8_t(v != 0.0)};
-  else if constexpr (std::is_floating_point<T>::value) return T(v);
-  else {
-    if (v != v) return T(0);
-    v = trunc(v);
-    if (v <= double(IntRange<T>::lo)) return IntRange<T>::lo;
-    if (v >= double(IntRange<T>::hi)) return IntRange<T>::hi;  // max + 1 is a power of two
-    return T(v);
-  }
-}
-template <class T> DK_HD T from_int(int64_t i) {
-  if constexpr (dk_is_float<T>::value) return from_double<T>(double(i));
-  else if constexpr (std::is_same<T, dk_bool>::value) return dk_bool{uint8_t(i != 0)};
-  else return T(typename std::make_unsigned<T>::type(uint64_t(i)));  // wraps
-}
-
 }  // namespace ops
 }  // namespace dkcuda
