@@ -1,7 +1,6 @@
 // Flash-style scaled_dot_product_attention, forward and backward, templates
 // over the storage type T only (causal, mask kind, GQA, scale, sizes and
-// strides are runtime parameters). Launched by
-// kernels_fused_attention.cu.
+// strides are runtime parameters). Launched by kernels_fused_attention.cu.
 //
 // Shapes: q [B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv] read in place through
 // their strides; out, dq, dk, dv dense. D, Dv <= kMaxHead.
@@ -16,9 +15,10 @@
 // row that sees no key gives 0.
 //
 // Backward: sdpa_backward_rows (a warp per query row, as the forward)
-// recomputes the row's softmax (m, l) and out in float32 (never the rounded
-// forward out: with 16-bit out, dout.v - dout.out cancels), keeps
-// m, 1/l and D = dout . out for the key kernel, and then
+// recomputes the row's softmax (its shift m and sum l) and out = acc / l in
+// float32 (never the rounded forward out: with a 16-bit out, dout.v -
+// dout.out cancels), keeps m, 1/l and D = dout . out (scratch) for the key
+// kernel, and then
 // dq_i = scale * sum_j p_ij (dout_i . v_j - D_i) k_j over the key tiles.
 // sdpa_backward_keys takes a warp per key row j of a kv head: over every
 // query head of the group and every query row, in order, it recomputes
@@ -52,7 +52,7 @@ template <class T> struct SdpaArgs {
   T* out;            // forward: out; backward: dq
   T* dk;             // backward only
   T* dv;             // backward only
-  float* stats;      // backward: [B*Hq*Lq][3] m, 1/l, D
+  float* stats;      // backward: [B*Hq*Lq][3] shift m, 1/l, D (scratch)
   int64_t qs[4], ks[4], vs[4], ds[4], ms[4];  // element strides
   int64_t b, hq, hkv, lq, lk, d, dv_dim;
   int mask_kind, causal;

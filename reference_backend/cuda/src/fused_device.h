@@ -1,9 +1,8 @@
 // The device side the fused kernels share (kernels_fused_rows.cu,
-// kernels_fused_attention.cu),
-// written once in the SIMT dialect (simt/simt.h): loads and stores of the
-// three storage types (float32, float16, bfloat16: load, compute in float32,
-// round once on the store), warp and block reductions, and the GELU of one
-// element.
+// kernels_fused_attention.cu), written once in the SIMT dialect
+// (simt/simt.h): loads and stores of the three storage types (float32,
+// float16, bfloat16: load, compute in float32, round once on the store),
+// warp and block reductions, compensated sums, and the GELU of one element.
 //
 // Reductions are deterministic: a warp reduces with xor shuffles (a fixed
 // butterfly), a block adds its warps' partials in warp order, and no kernel

@@ -1,8 +1,8 @@
 // The row-wise fused kernels: rms_norm / layer_norm over the last dim,
-// softmax over any axis, and gelu, forward and backward, each a template over the storage type
-// T (float, dk_f16, dk_bf16) with everything else a runtime parameter, so a
-// build compiles one variant per kernel and dtype. Launched by
-// kernels_fused_rows.cu.
+// softmax over any axis, and gelu, forward and backward, each a template
+// over the storage type T (float, dk_f16, dk_bf16) with everything else a
+// runtime parameter, so a build compiles one variant per kernel and dtype.
+// Launched by kernels_fused_rows.cu.
 //
 // Norms and softmax take one block per row (a grid-stride loop over rows,
 // the block's size a multiple of 32); every thread strides over the row, and
