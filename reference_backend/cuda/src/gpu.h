@@ -80,9 +80,12 @@ Status stream_create(int32_t device, Stream** out);
 Status stream_destroy(Stream* s);
 // What DK_LAUNCH takes as its stream (cudaStream_t; the emulator's Stream*).
 void* stream_handle(Stream* s);
-// The stream's kernel error word, zeroed at creation, readable by kernels
-// (mapped pinned host memory on CUDA) and by the host after a synchronize.
+// The stream's kernel error word (launch.h): device memory, zeroed at
+// creation, that the stream's kernels report data errors into.
 KernelErrors* stream_errors(Stream* s);
+// After stream_synchronize: copies the error word into *out and, when a
+// kernel reported something, zeroes it again (in stream order).
+Status take_kernel_errors(Stream* s, KernelErrors* out);
 // Blocks until the stream's work has finished; returns the first
 // asynchronous error that work raised (the emulator: a kernel's failed check;
 // CUDA: a fault, sticky for the whole context).

@@ -33,7 +33,7 @@ namespace gpu {
 struct Stream {
   int32_t device;
   cudaStream_t stream;
-  KernelErrors* errors;  // mapped pinned host memory: a kernel writes, the host reads after sync
+  KernelErrors* errors;  // device memory: kernels report into it, the host copies it after sync
 };
 
 struct Event {
@@ -165,15 +165,18 @@ Status stream_create(int32_t device, Stream** out) {
   DKCUDA_TRY(cudaSetDevice(device));
   std::unique_ptr<Stream> s(new Stream{device, nullptr, nullptr});
   DKCUDA_TRY(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
-  void* host = nullptr;
-  const cudaError_t e = cudaHostAlloc(&host, sizeof(KernelErrors), cudaHostAllocMapped);
+  // The error word in device memory, not mapped host memory: atomics on
+  // mapped memory are not guaranteed over every PCIe link. Reading it costs
+  // one small copy per synchronize.
+  void* word = nullptr;
+  cudaError_t e = cudaMalloc(&word, sizeof(KernelErrors));
+  if (e == cudaSuccess) e = cudaMemsetAsync(word, 0, sizeof(KernelErrors), s->stream);
   if (e != cudaSuccess) {
+    if (word != nullptr) cudaFree(word);
     cudaStreamDestroy(s->stream);
-    return from_cuda(e, "cudaHostAlloc(kernel error word)");
+    return from_cuda(e, "cudaMalloc(kernel error word)");
   }
-  s->errors =
-      static_cast<KernelErrors*>(host);  // unified addressing: the same address on the device
-  *s->errors = KernelErrors{};
+  s->errors = static_cast<KernelErrors*>(word);
   *out = s.release();
   return Status{};
 }
@@ -182,13 +185,22 @@ Status stream_destroy(Stream* s) {
   std::unique_ptr<Stream> owned(s);
   DKCUDA_TRY(cudaSetDevice(s->device));
   DKCUDA_TRY(cudaStreamDestroy(s->stream));
-  DKCUDA_TRY(cudaFreeHost(s->errors));
+  DKCUDA_TRY(cudaFree(s->errors));
   return Status{};
 }
 
 void* stream_handle(Stream* s) { return s->stream; }
 
 KernelErrors* stream_errors(Stream* s) { return s->errors; }
+
+Status take_kernel_errors(Stream* s, KernelErrors* out) {
+  DKCUDA_TRY(cudaSetDevice(s->device));
+  // Into pageable memory: CUDA returns once the copy is done.
+  DKCUDA_TRY(cudaMemcpyAsync(out, s->errors, sizeof *out, cudaMemcpyDeviceToHost, s->stream));
+  DKCUDA_TRY(cudaStreamSynchronize(s->stream));
+  if (out->count != 0) DKCUDA_TRY(cudaMemsetAsync(s->errors, 0, sizeof *out, s->stream));
+  return Status{};
+}
 
 Status stream_synchronize(Stream* s) {
   DKCUDA_TRY(cudaStreamSynchronize(s->stream));

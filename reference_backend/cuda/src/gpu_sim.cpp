@@ -261,6 +261,15 @@ void* stream_handle(Stream* s) { return s; }
 
 KernelErrors* stream_errors(Stream* s) { return &s->errors; }
 
+// The stream is idle (the caller synchronized): its kernels wrote the word
+// on the worker, before the handoff under s->mu.
+Status take_kernel_errors(Stream* s, KernelErrors* out) {
+  std::lock_guard<std::mutex> lock(s->mu);
+  *out = s->errors;
+  s->errors = KernelErrors{};
+  return Status{};
+}
+
 Status stream_synchronize(Stream* s) {
   std::unique_lock<std::mutex> lock(s->mu);
   s->changed.wait(lock, [&] { return s->unfinished == 0; });

@@ -21,8 +21,8 @@ enum KernelErrorKind : int32_t {
   kIndexOutOfRange = 1,  // value: the index; bound: the size it must stay below
 };
 
-// One per stream, in memory both the kernel and the host can read (the
-// emulator: host memory; CUDA: mapped pinned host memory, see gpu_cuda.cpp).
+// One per stream, in the stream's device memory (the emulator: host memory);
+// the host copies it back after a synchronize (gpu::take_kernel_errors).
 // A kernel reports with report_error(); the stream's next synchronize reads
 // it, turns it into a DK_Error naming the op (DK_ERROR_OUT_OF_RANGE for
 // kIndexOutOfRange), and clears it. Only the first report's details are

@@ -35,35 +35,33 @@ DK_Error* check_event(const char* call, const char* what, const DK_Event* e) {
 
 // The error kernels reported on this stream since the last look, as a
 // DK_Error (and cleared), or NULL. Call only after the stream's work finished.
-DK_Error* take_kernel_error(DK_Stream* s) {
-  KernelErrors* k = gpu::stream_errors(s->gpu);
-  if (k->count == 0) return nullptr;
-  const dkh_OpSignature* sig = dkh_op_signature(k->op);
+DK_Error* take_kernel_error(const char* call, DK_Stream* s) {
+  KernelErrors k{};
+  const gpu::Status st = gpu::take_kernel_errors(s->gpu, &k);
+  if (!st.ok()) return error_from_status(call, st);
+  if (k.count == 0) return nullptr;
+  const dkh_OpSignature* sig = dkh_op_signature(k.op);
   const char* op = sig != nullptr ? sig->name : "?";
-  DK_Error* e = nullptr;
-  switch (k->kind) {
+  switch (k.kind) {
     case kIndexOutOfRange:
-      e = dkh_error(DK_ERROR_OUT_OF_RANGE,
-                    "%s.Kernel(%s): input %d holds index %lld, out of range for a dimension of "
-                    "size %lld (%d element(s) reported; their outputs were not written). Hint: "
-                    "indices must lie in [0, size).",
-                    DKCUDA_NAME, op, (int)k->input, (long long)k->value, (long long)k->bound,
-                    (int)k->count);
-      break;
+      return dkh_error(DK_ERROR_OUT_OF_RANGE,
+                       "%s.Kernel(%s): input %d holds index %lld, out of range for a dimension "
+                       "of size %lld (%d element(s) reported; their outputs were not written). "
+                       "Hint: indices must lie in [0, size).",
+                       DKCUDA_NAME, op, (int)k.input, (long long)k.value, (long long)k.bound,
+                       (int)k.count);
     default:
-      e = dkh_error(DK_ERROR_INTERNAL, "%s.Kernel(%s): the kernel reported error kind %d",
-                    DKCUDA_NAME, op, (int)k->kind);
+      return dkh_error(DK_ERROR_INTERNAL, "%s.Kernel(%s): the kernel reported error kind %d",
+                       DKCUDA_NAME, op, (int)k.kind);
   }
-  *k = KernelErrors{};
-  return e;
 }
 
 // Waits for the stream; returns its first asynchronous error: the runtime's
 // (a fault, a failed emulator check) before a kernel's data error.
 DK_Error* synchronize(const char* call, DK_Stream* s) {
   const gpu::Status st = gpu::stream_synchronize(s->gpu);
-  DK_Error* kernel_error = take_kernel_error(s);
-  if (st.ok()) return kernel_error;
+  if (st.ok()) return take_kernel_error(call, s);
+  DK_Error* kernel_error = take_kernel_error(call, s);
   if (kernel_error != nullptr) {
     DK_Error_Destroy_Args destroy = {DK_Error_Destroy_Args_STRUCT_SIZE, kernel_error};
     dkh_Error_Destroy(&destroy);  // the header reports the first error only
