@@ -107,7 +107,7 @@ def bench_matmul(b):
     for dtype in ("float32", "bfloat16"):
         da, ta = b.both((n, n), dtype)
         db, tb = b.both((n, n), dtype)
-        s_dk, s_t = b.pair(lambda: da @ db, lambda: ta @ tb)
+        s_dk, s_t = b.pair(lambda da=da, db=db: da @ db, lambda ta=ta, tb=tb: ta @ tb)
         flop = 2.0 * n ** 3 / 1e12
         b.record(f"matmul {n}^3 {dtype}", "TFLOP/s", rate(flop, s_dk), rate(flop, s_t))
 

@@ -3,7 +3,7 @@
 #
 # From a clean tree on a machine with an NVIDIA GPU and no network:
 #   bash reference_backend/cuda/verify_on_gpu.sh [--out DIR] [--arch SM] [--wheelhouse DIR]
-#                                                [--python PY] [--quick] [--dry-run]
+#                                                [--python PY [--skip-build]] [--quick] [--dry-run]
 # it builds the SDK and the plugin for this GPU, installs both offline into a
 # venv of its own (the machine's packages visible beneath it), and runs, in
 # order, each step recorded in DIR/summary.md and DIR/summary.json (status,
@@ -31,11 +31,13 @@
 # --find-links DIR); make one on a networked machine with
 #   pip download -d DIR --only-binary=:all: --python-version 3.12 jsonschema cryptography ...
 # --python PY: install into PY's environment instead of a new venv.
+# --skip-build: with --python, use the devicekit and devicekit_cuda already
+# installed there (CI's dry run: the real wheel was built by the step before).
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-out="" arch="" wheelhouse="" python="" quick=0 dry=0
+out="" arch="" wheelhouse="" python="" quick=0 dry=0 skip_build=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
@@ -43,11 +45,15 @@ while [ $# -gt 0 ]; do
     --wheelhouse) wheelhouse="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
     --quick) quick=1; shift ;;
+    --skip-build) skip_build=1; shift ;;
     --dry-run) dry=1; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "verify_on_gpu: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+if [ "$skip_build" = 1 ] && [ -z "$python" ]; then
+  echo "verify_on_gpu: --skip-build needs --python (the environment that has the builds)" >&2; exit 2
+fi
 out="${out:-$root/gpu-verify-$(date -u +%Y%m%dT%H%M%SZ)}"
 mkdir -p "$out/logs" || { echo "verify_on_gpu: cannot create $out" >&2; exit 3; }
 out="$(cd "$out" && pwd)"
@@ -113,7 +119,11 @@ build() {
     "$py" -m pip install -q "${pipargs[@]}" "$here" -C "cmake.define.CMAKE_CUDA_ARCHITECTURES=$arch" &&
     "$py" -c "import devicekit, devicekit_cuda; print('installed', devicekit.__version__, devicekit_cuda.library_path())"
 }
-step build cpu build
+if [ "$skip_build" = 1 ]; then
+  step build cpu "$py" -c "import devicekit, devicekit_cuda; print('prebuilt (--skip-build):', devicekit.__version__, devicekit_cuda.__file__)"
+else
+  step build cpu build
+fi
 dkcli=("$py" -m devicekit)
 
 # ---------------------------------------------------------------- 3. devices
@@ -147,6 +157,17 @@ for tool in memcheck racecheck initcheck synccheck; do
     --report "$out/sanitize-$tool"
 done
 
+# In a dry run the suites' command lines above and below are still checked:
+# the same arguments, on cpu:0, with --list (prints the selection, runs nothing).
+if [ "$dry" = 1 ]; then
+  check_args() {
+    "${dkcli[@]}" conformance --device cpu:0 --level core "${sel[@]}" --list | tail -1 &&
+      "${dkcli[@]}" conformance --device cpu:0 --list | tail -1 &&
+      "${dkcli[@]}" models --device cpu:0 --list | tail -1
+  }
+  step suite-args cpu check_args
+fi
+
 # ---------------------------------------------------------------- 6-7. suites
 step conform gpu "${dkcli[@]}" conformance --device cuda:0 --report "$out/conformance"
 step models gpu "${dkcli[@]}" models --device cuda:0 --report "$out/models"
@@ -175,7 +196,7 @@ if doc["bench"]:
     lines += ["", "| figure | unit | devicekit median | torch median |", "| --- | --- | --- | --- |"]
     for name, f in doc["bench"]["figures"].items():
         d = f.get("devicekit", {}).get("median")
-        lines.append(f"| {name} | {f['unit']} | {'' if d is None else f'{d:.3f}'} | {f['torch']['median']:.3f} |")
+        lines.append(f"| {name} | {f['unit']} | {'' if d is None else f'{d:.4g}'} | {f['torch']['median']:.4g} |")
 (out / "summary.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF
