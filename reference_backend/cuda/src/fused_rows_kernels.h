@@ -111,18 +111,18 @@ template <class T> DK_KERNEL norm_backward_rows(NormBackwardArgs<T> a) {
 
 // dweight = sum over rows of dout * xhat, dbias = sum over rows of dout: a
 // thread per column (grid-stride), each summing its column over the rows in
-// row order, so the result does not depend on the launch shape.
+// row order (compensated), so the result does not depend on the launch shape.
 template <class T> DK_KERNEL norm_backward_columns(NormBackwardArgs<T> a) {
   const int64_t step = dk_grid_dim_x() * dk_block_dim_x();
   for (int64_t c = dk_block_x() * dk_block_dim_x() + dk_thread_x(); c < a.d; c += step) {
-    float dw = 0.0f, db = 0.0f;
+    CompensatedSum dw, db;
     for (int64_t r = 0; r < a.rows; ++r) {
       const float g = load(a.dout[r * a.d + c]);
-      dw += g * ((load(a.x[r * a.d + c]) - a.stats[2 * r]) * a.stats[2 * r + 1]);
-      db += g;
+      dw.add(g * ((load(a.x[r * a.d + c]) - a.stats[2 * r]) * a.stats[2 * r + 1]));
+      db.add(g);
     }
-    if (a.dweight) a.dweight[c] = store<T>(dw);
-    if (a.dbias) a.dbias[c] = store<T>(db);
+    if (a.dweight) a.dweight[c] = store<T>(dw.value());
+    if (a.dbias) a.dbias[c] = store<T>(db.value());
   }
 }
 
