@@ -1,7 +1,6 @@
 // Flash-style scaled_dot_product_attention, forward and backward, templates
 // over the storage type T only (causal, mask kind, GQA, scale, sizes and
-// strides are runtime parameters). Launched by
-// kernels_fused_attention.cu.
+// strides are runtime parameters). Launched by kernels_fused_attention.cu.
 //
 // Shapes: q [B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv] read in place through
 // their strides; out, dq, dk, dv dense. D, Dv <= kMaxHead.
@@ -16,16 +15,17 @@
 // row that sees no key gives 0.
 //
 // Backward: sdpa_backward_rows (a warp per query row, as the forward)
-// recomputes the row's softmax (m, l) and out in float32 (never the rounded
-// forward out: with 16-bit out, dout.v - dout.out cancels), keeps
-// m, 1/l and D = dout . out for the key kernel, and then
+// recomputes the row's softmax (its shift m and sum l) and out = acc / l in
+// float32 (never the rounded forward out: with a 16-bit out, dout.v -
+// dout.out cancels), keeps m, 1/l and D = dout . out (scratch) for the key
+// kernel, and then
 // dq_i = scale * sum_j p_ij (dout_i . v_j - D_i) k_j over the key tiles.
 // sdpa_backward_keys takes a warp per key row j of a kv head: over every
 // query head of the group and every query row, in order, it recomputes
 // p_ij from the row's m and 1/l (the same arithmetic as the row kernel) and
 // sums dv_j = sum_i p_ij dout_i and dk_j = scale * sum_i ds_ij q_i. Each
-// gradient element is summed by one thread in a fixed order: no atomics,
-// the same bits on every run.
+// gradient element is summed by one thread in a fixed order (compensated,
+// fused_device.h): no atomics, the same bits on every run.
 #pragma once
 
 #include "fused_device.h"
@@ -52,7 +52,7 @@ template <class T> struct SdpaArgs {
   T* out;            // forward: out; backward: dq
   T* dk;             // backward only
   T* dv;             // backward only
-  float* stats;      // backward: [B*Hq*Lq][3] m, 1/l, D
+  float* stats;      // backward: [B*Hq*Lq][3] shift m, 1/l, D (scratch)
   int64_t qs[4], ks[4], vs[4], ds[4], ms[4];  // element strides
   int64_t b, hq, hkv, lq, lk, d, dv_dim;
   int mask_kind, causal;
@@ -175,11 +175,10 @@ template <class T> DK_KERNEL sdpa_forward(SdpaArgs<T> a) {
     float m, l, acc[kPer];
     online_softmax(a, qsh, ksh, vsh, b, h, g, i, i_last, i < a.lq, &m, &l, acc);
     if (i < a.lq) {
-      const float inv = l == 0.0f ? 0.0f : 1.0f / l;
       T* o = a.out + ((b * a.hq + h) * a.lq + i) * a.dv_dim;
       for (int t = 0; t < kPer; ++t) {
-        const int64_t c = lane + 32 * t;
-        if (c < a.dv_dim) o[c] = store<T>(acc[t] * inv);
+        const int64_t c = lane + 32 * t;  // acc / l: one rounding (0 when no key is visible)
+        if (c < a.dv_dim) o[c] = store<T>(l == 0.0f ? 0.0f : acc[t] / l);
       }
     }
   }
@@ -217,13 +216,12 @@ template <class T> DK_KERNEL sdpa_backward_rows(SdpaArgs<T> a) {
         const int64_t c = lane + 32 * t;
         if (c < a.dv_dim) {
           const float gv = gsh[int64_t(w) * kPad + c];
-          dpart += gv * (acc[t] * inv);
+          dpart += gv * (acc[t] / l);
         }
       }
     }
     const float D = active ? warp_sum(dpart) : 0.0f;
-    float dq[kPer];
-    for (int t = 0; t < kPer; ++t) dq[t] = 0.0f;
+    CompensatedSum dq[kPer];
     const int64_t keys = a.causal ? (i_last + 1 < a.lk ? i_last + 1 : a.lk) : a.lk;
     // A row that sees no key (l == 0) contributes nothing: its tiles are skipped.
     for (int64_t j0 = 0; j0 < keys; j0 += kTile) {
@@ -249,7 +247,7 @@ template <class T> DK_KERNEL sdpa_backward_rows(SdpaArgs<T> a) {
           const int64_t c = lane + 32 * t;
           if (c < a.d) {
             const float kv = ksh[int64_t(jj) * kPad + c];
-            dq[t] += dsj * kv;
+            dq[t].add(dsj * kv);
           }
         }
       }
@@ -258,7 +256,7 @@ template <class T> DK_KERNEL sdpa_backward_rows(SdpaArgs<T> a) {
       T* o = a.out + ((b * a.hq + h) * a.lq + i) * a.d;
       for (int t = 0; t < kPer; ++t) {
         const int64_t c = lane + 32 * t;
-        if (c < a.d) o[c] = store<T>(dq[t]);
+        if (c < a.d) o[c] = store<T>(dq[t].value());
       }
       if (lane == 0) {
         float* st = a.stats + 3 * ((b * a.hq + h) * a.lq + i);
@@ -300,8 +298,7 @@ template <class T> DK_KERNEL sdpa_backward_keys(SdpaArgs<T> a) {
         vrow[r * kMaxHead + c] =
             load(a.v[b * a.vs[0] + g * a.vs[1] + (j0 + r) * a.vs[2] + c * a.vs[3]]);
     }
-    float dk[kPer], dv[kPer];
-    for (int t = 0; t < kPer; ++t) dk[t] = dv[t] = 0.0f;
+    CompensatedSum dk[kPer], dv[kPer];
     // Under is_causal only queries i >= j see key j: start at the block's first key.
     const int64_t first = a.causal ? j0 - j0 % kTile : 0;
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
@@ -344,11 +341,11 @@ template <class T> DK_KERNEL sdpa_backward_keys(SdpaArgs<T> a) {
             const int64_t c = lane + 32 * t;
             if (c < a.dv_dim) {
               const float gv = gsh[int64_t(ii) * kPad + c];
-              dv[t] += pi * gv;
+              dv[t].add(pi * gv);
             }
             if (c < a.d) {
               const float qv = qsh[int64_t(ii) * kPad + c];
-              dk[t] += dsi * qv;
+              dk[t].add(dsi * qv);
             }
           }
         }
@@ -359,8 +356,8 @@ template <class T> DK_KERNEL sdpa_backward_keys(SdpaArgs<T> a) {
       T* dvo = a.dv + ((b * a.hkv + g) * a.lk + j) * a.dv_dim;
       for (int t = 0; t < kPer; ++t) {
         const int64_t c = lane + 32 * t;
-        if (c < a.d) dko[c] = store<T>(dk[t]);
-        if (c < a.dv_dim) dvo[c] = store<T>(dv[t]);
+        if (c < a.d) dko[c] = store<T>(dk[t].value());
+        if (c < a.dv_dim) dvo[c] = store<T>(dv[t].value());
       }
     }
   }

@@ -1,9 +1,8 @@
 // The device side the fused kernels share (kernels_fused_rows.cu,
-// kernels_fused_attention.cu),
-// written once in the SIMT dialect (simt/simt.h): loads and stores of the
-// three storage types (float32, float16, bfloat16: load, compute in float32,
-// round once on the store), warp and block reductions, and the GELU of one
-// element.
+// kernels_fused_attention.cu), written once in the SIMT dialect
+// (simt/simt.h): loads and stores of the three storage types (float32,
+// float16, bfloat16: load, compute in float32, round once on the store),
+// warp and block reductions, compensated sums, and the GELU of one element.
 //
 // Reductions are deterministic: a warp reduces with xor shuffles (a fixed
 // butterfly), a block adds its warps' partials in warp order, and no kernel
@@ -68,6 +67,21 @@ template <class S> DK_DEV float block_reduce(float v, bool is_max, S& red) {
 }
 template <class S> DK_DEV float block_sum(float v, S& red) { return block_reduce(v, false, red); }
 template <class S> DK_DEV float block_max(float v, S& red) { return block_reduce(v, true, red); }
+
+// A compensated (Neumaier) float32 sum: its error stays near one rounding
+// whatever the number of terms, where a plain running sum's grows with it.
+// For the sums one thread takes over many rows (dweight, dbias; attention's
+// dk and dv over every query row of a kv head, dq over every key), which
+// the decomposition takes as pairwise reductions.
+struct CompensatedSum {
+  float s = 0.0f, c = 0.0f;
+  DK_HD void add(float v) {
+    const float t = s + v;
+    c += fabsf(s) >= fabsf(v) ? (s - t) + v : (v - t) + s;
+    s = t;
+  }
+  DK_HD float value() const { return s + c; }
+};
 
 // ---- GELU of one element ---------------------------------------------------------
 //

@@ -1,8 +1,8 @@
-// The host side the fused kernels' registry entries share (kernels_fused_rows.cu,
-// kernels_fused_attention.cu): the cheap view tests their supports() predicates
-// make, the checks a launch makes before it enqueues anything, and
-// stream-ordered scratch memory for what a backward passes from one kernel
-// to the next.
+// The host side the fused kernels' registry entries share
+// (kernels_fused_rows.cu, kernels_fused_attention.cu): the cheap view tests
+// their supports() predicates make, the checks a launch makes before it
+// enqueues anything, and stream-ordered scratch memory for what a backward
+// passes from one kernel to the next.
 //
 // supports() must be pure, fast and allocation-free: it reads the raw views
 // and never builds an error. A launch first runs its own supports() (it

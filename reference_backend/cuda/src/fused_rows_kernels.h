@@ -1,8 +1,8 @@
 // The row-wise fused kernels: rms_norm / layer_norm over the last dim,
-// softmax over any axis, and gelu, forward and backward, each a template over the storage type
-// T (float, dk_f16, dk_bf16) with everything else a runtime parameter, so a
-// build compiles one variant per kernel and dtype. Launched by
-// kernels_fused_rows.cu.
+// softmax over any axis, and gelu, forward and backward, each a template
+// over the storage type T (float, dk_f16, dk_bf16) with everything else a
+// runtime parameter, so a build compiles one variant per kernel and dtype.
+// Launched by kernels_fused_rows.cu.
 //
 // Norms and softmax take one block per row (a grid-stride loop over rows,
 // the block's size a multiple of 32); every thread strides over the row, and
@@ -109,20 +109,44 @@ template <class T> DK_KERNEL norm_backward_rows(NormBackwardArgs<T> a) {
   }
 }
 
-// dweight = sum over rows of dout * xhat, dbias = sum over rows of dout: a
-// thread per column (grid-stride), each summing its column over the rows in
-// row order, so the result does not depend on the launch shape.
+// dweight = sum over rows of dout * xhat, dbias = sum over rows of dout.
+// A block of 8 warps takes a tile of 32 columns (grid-stride over tiles):
+// lane l owns column tile + l, warp w the rows w, w + 8, w + 16, ... (so a
+// warp reads 32 adjacent elements of a row at once), summed compensated in
+// row order; the 8 partials of a column are then added (compensated) in
+// warp order. The assignment depends on the sizes only, so the result has
+// the same bits whatever the scheduling. Launched with kColumnWarps * 32
+// threads.
+constexpr int kColumnWarps = 8;
 template <class T> DK_KERNEL norm_backward_columns(NormBackwardArgs<T> a) {
-  const int64_t step = dk_grid_dim_x() * dk_block_dim_x();
-  for (int64_t c = dk_block_x() * dk_block_dim_x() + dk_thread_x(); c < a.d; c += step) {
-    float dw = 0.0f, db = 0.0f;
-    for (int64_t r = 0; r < a.rows; ++r) {
-      const float g = load(a.dout[r * a.d + c]);
-      dw += g * ((load(a.x[r * a.d + c]) - a.stats[2 * r]) * a.stats[2 * r + 1]);
-      db += g;
+  DK_SHARED(float, part_w, kColumnWarps * 32);
+  DK_SHARED(float, part_b, kColumnWarps * 32);
+  const int lane = dk_thread_x() & 31, w = dk_thread_x() >> 5;
+  const int64_t tiles = (a.d + 31) / 32;
+  for (int64_t tile = dk_block_x(); tile < tiles; tile += dk_grid_dim_x()) {
+    const int64_t c = tile * 32 + lane;
+    CompensatedSum dw, db;
+    if (c < a.d) {
+      for (int64_t r = w; r < a.rows; r += kColumnWarps) {
+        const float g = load(a.dout[r * a.d + c]);
+        dw.add(g * ((load(a.x[r * a.d + c]) - a.stats[2 * r]) * a.stats[2 * r + 1]));
+        db.add(g);
+      }
     }
-    if (a.dweight) a.dweight[c] = store<T>(dw);
-    if (a.dbias) a.dbias[c] = store<T>(db);
+    part_w[w * 32 + lane] = dw.value();
+    part_b[w * 32 + lane] = db.value();
+    dk_barrier();
+    if (w == 0 && c < a.d) {
+      CompensatedSum sw, sb;
+      for (int k = 0; k < kColumnWarps; ++k) {
+        const float pw = part_w[k * 32 + lane], pb = part_b[k * 32 + lane];
+        sw.add(pw);
+        sb.add(pb);
+      }
+      if (a.dweight) a.dweight[c] = store<T>(sw.value());
+      if (a.dbias) a.dbias[c] = store<T>(sb.value());
+    }
+    dk_barrier();  // the partials are read before the next tile writes them
   }
 }
 

@@ -150,8 +150,8 @@ DK_Error* launch_norm_backward(const char* call, const DK_Kernel_Args* a, int32_
     if (!columns) return nullptr;
     // rows == 0 leaves dweight and dbias sums of nothing: 0.
     return launched(call, DK_LAUNCH(norm_backward_columns<T>,
-                                    dk_dim3(dk_grid_stride_blocks(d, 128)), dk_dim3(128),
-                                    l.stream, args));
+                                    dk_dim3(dk_grid_stride_blocks((d + 31) / 32, 1)),
+                                    dk_dim3(kColumnWarps * 32), l.stream, args));
   });
 }
 

@@ -34,13 +34,15 @@ namespace {
 struct Dims {
   int32_t n;
   int64_t shape[DK_MAX_RANK], stride[DK_MAX_RANK];
-  DK_HD int64_t offset(int64_t i) const {  // element offset of row-major index i
+  // Element offset of row-major index i (i < the dims' product): the
+  // outermost dim takes what is left, so one dim costs no division.
+  DK_HD int64_t offset(int64_t i) const {
     int64_t off = 0;
-    for (int32_t d = n - 1; d >= 0; --d) {
+    for (int32_t d = n - 1; d > 0; --d) {
       off += (i % shape[d]) * stride[d];
       i /= shape[d];
     }
-    return off;
+    return n > 0 ? off + i * stride[0] : 0;
   }
 };
 
