@@ -13,8 +13,8 @@ also on permuted q/k/v views, with causal, bool and additive masks (a fully
 masked row), grouped-query heads and Lq != Lk. The predicates' exactness:
 mixed dtypes and what a kernel does not take are declined.
 
-Needs: the cuda_sim plugin (reference_backend/cuda built with
-DEVICEKIT_CUDA_SIM=ON, installed or on DEVICEKIT_PLUGIN_PATH) and the
+Needs: the cuda_sim plugin (installed, or built for the session by
+conftest.py with cmake and a C++ compiler) and the
 reference CPU plugin (float64 gradients of the decomposition).
 """
 
@@ -37,17 +37,8 @@ SUFFIX = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 DTYPES = sorted(SUFFIX)
 
 
-def _has_cuda_sim():
-    try:
-        return any(str(d) == DEV for d in dk.devices())
-    except Exception:  # noqa: BLE001 - a broken plugin load is "not available" here
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not _has_cuda_sim(),
-    reason="the cuda_sim plugin is not installed (pip install reference_backend/cuda "
-           "-C cmake.define.DEVICEKIT_CUDA_SIM=ON, or DEVICEKIT_PLUGIN_PATH)")
+# The installed cuda_sim, or one built and loaded for the session (conftest.py).
+pytestmark = pytest.mark.usefixtures("cuda_sim_device")
 
 
 def _u(rng, *shape, scale=2.0):

@@ -19,8 +19,8 @@ here on the same data on cpu:0 and cuda_sim:0:
 - an out-of-range gather or scatter_add index is reported at the next
   synchronize, naming the op.
 
-Needs: the cuda_sim plugin (pip install reference_backend/cuda -C
-cmake.define.DEVICEKIT_CUDA_SIM=ON, or DEVICEKIT_PLUGIN_PATH) and the CPU
+Needs: the cuda_sim plugin (installed, DEVICEKIT_CUDA_SIM_LIBRARY, or built for the
+session by conftest.py with cmake and a C++ compiler) and the CPU
 plugin.
 """
 
@@ -35,17 +35,8 @@ FLOATS = ["float32", "float16", "bfloat16", "float64"]
 INTS = ["int8", "int32", "int64", "uint8"]
 
 
-def _has_cuda_sim():
-    try:
-        return any(str(d) == DEV for d in dk.devices())
-    except Exception:  # noqa: BLE001 - a broken plugin load is "not available" here
-        return False
-
-
-pytestmark = pytest.mark.skipif(
-    not _has_cuda_sim(),
-    reason="the cuda_sim plugin is not installed (pip install reference_backend/cuda "
-           "-C cmake.define.DEVICEKIT_CUDA_SIM=ON, or DEVICEKIT_PLUGIN_PATH)")
+# The installed cuda_sim, or one built and loaded for the session (conftest.py).
+pytestmark = pytest.mark.usefixtures("cuda_sim_device")
 
 SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, 1e-3, -7.25, 100.0, np.inf, -np.inf, np.nan]
 
@@ -94,7 +85,7 @@ def test_exact_unary_ops_give_the_cpu_plugins_bits(op):
     for dt in UNARY_EXACT[op]:
         x = _data(dt, (6, 5, 7), 1)
         fn = getattr(ops, op)
-        a, b = _both(lambda t: fn(t.permute(2, 0, 1)), x, dtype=dt)  # strided, read in place
+        a, b = _both(lambda t, fn=fn: fn(t.permute(2, 0, 1)), x, dtype=dt)  # strided, read in place
         assert _same_bits(a, b), (op, dt, a, b)
 
 
@@ -130,8 +121,8 @@ def test_scatter_add_cumsum_and_gather_give_the_cpu_plugins_bits(dt):
     if dt in FLOATS:  # cumsum of finite values (a NaN would hide the summation order)
         x = np.random.default_rng(10).standard_normal((3, 700, 4))
     for axis in (0, 1, 2):
-        a, b = _both(lambda p: ops.cumsum(p, axis), x if dt in FLOATS else _data(dt, (3, 70, 4), 11),
-                     dtype=dt)
+        data = x if dt in FLOATS else _data(dt, (3, 70, 4), 11)
+        a, b = _both(lambda p, axis=axis: ops.cumsum(p, axis), data, dtype=dt)
         assert _same_bits(a, b), ("cumsum", axis)
 
 
@@ -159,10 +150,11 @@ def test_max_min_argmax_give_the_cpu_plugins_bits_and_sums_are_reproducible(dt):
     for axis in (0, 1, 2, (0, 2), (1, 2)):
         for name in ("max", "min"):
             fn = getattr(ops, name)
-            a, b = _both(lambda t: fn(t.permute(1, 0, 2), axis=axis), x, dtype=dt)
+            a, b = _both(lambda t, fn=fn, axis=axis: fn(t.permute(1, 0, 2), axis=axis), x,
+                         dtype=dt)
             assert _same_bits(a, b), (name, axis)
     for axis in (0, 1, 2):
-        a, b = _both(lambda t: ops.argmax(t, axis=axis), x, dtype=dt)
+        a, b = _both(lambda t, axis=axis: ops.argmax(t, axis=axis), x, dtype=dt)
         assert _same_bits(a, b), ("argmax", axis)
     t = dk.tensor(x, device=DEV, dtype=dt).permute(2, 1, 0)
     runs = [ops.sum(t, axis=(1, 2)).numpy() for _ in range(2)]

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cmake_build
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = ROOT / "reference_backend" / "cuda"
@@ -47,17 +48,6 @@ def _nvcc():
     return None
 
 
-def _cmake_build(src, build, defines, timeout=1200):
-    """Configures and builds src into build with CMake (Ninja when there is
-    one, two jobs); returns the folder. A failure fails the test with the log."""
-    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    cfg = ["cmake", "-S", str(src), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=Release",
-           *[f"-D{k}={v}" for k, v in defines.items()]]
-    for cmd in (cfg, ["cmake", "--build", str(build), "-j", "2"]):
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        if p.returncode != 0:
-            pytest.fail(f"$ {' '.join(cmd)}\n{p.stdout[-4000:]}{p.stderr[-4000:]}")
-    return build
 
 
 # ------------------------------------------------------------ needs a host compiler
@@ -102,13 +92,8 @@ def test_library_path_refuses_a_package_without_exactly_one_library(tmp_path, li
 # ------------------------------------------------------------------ the emulated build
 
 @pytest.fixture(scope="session")
-def sim_library(tmp_path_factory):
-    given = os.environ.get("DEVICEKIT_CUDA_SIM_LIBRARY")
-    if given:
-        return Path(given)
-    _cxx()
-    build = _cmake_build(CUDA, tmp_path_factory.mktemp("cuda_sim"), {"DEVICEKIT_CUDA_SIM": "ON"})
-    return build / "libdevicekit_cuda_sim.so"
+def sim_library(cuda_sim_library):
+    return cuda_sim_library
 
 
 @pytest.mark.slow
@@ -215,7 +200,7 @@ def real_library(tmp_path_factory):
     nvcc = _nvcc()
     if nvcc is None:
         pytest.skip("no nvcc (CUDACXX, PATH, /usr/local/cuda/bin): the real build needs one")
-    build = _cmake_build(CUDA, tmp_path_factory.mktemp("cuda_real"),
+    build = cmake_build(CUDA, tmp_path_factory.mktemp("cuda_real"),
                          {"CMAKE_CUDA_COMPILER": nvcc, "CMAKE_CUDA_ARCHITECTURES": "90"})
     return build / "libdevicekit_cuda.so"
 

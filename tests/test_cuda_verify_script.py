@@ -22,7 +22,7 @@ def test_help_lists_every_step_and_option():
     p = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True)
     assert p.returncode == 0
     for word in ("--dry-run", "--wheelhouse", "--arch", "memcheck", "racecheck", "initcheck",
-                 "synccheck", "summary.md", "bench_gpu.py"):
+                 "synccheck", "summary.json", "bench_gpu.py"):
         assert word in p.stdout
 
 

@@ -73,8 +73,8 @@ DK_DEV float mask_at(const SdpaArgs<T>& a, int64_t b, int64_t h, int64_t i, int6
 // The visible score of query i against key j, s = (q*scale).k + mask, or
 // -inf when j is out of range or masked; qrow/krow index shared tiles.
 template <class T, class S1, class S2>
-DK_DEV float score(const SdpaArgs<T>& a, S1& qsh, int64_t qoff, S2& ksh, int64_t koff,
-                   int64_t b, int64_t h, int64_t i, int64_t j) {
+DK_DEV float score(const SdpaArgs<T>& a, S1& qsh, int64_t qoff, S2& ksh, int64_t koff, int64_t b,
+                   int64_t h, int64_t i, int64_t j) {
   if (j >= a.lk || i >= a.lq || (a.causal && j > i)) return -INFINITY;
   float s = 0.0f;
   for (int64_t c = 0; c < a.d; ++c) {
@@ -119,8 +119,8 @@ DK_DEV void online_softmax(const SdpaArgs<T>& a, SQ& qsh, S& ksh, S& vsh, int64_
     load_kv_tile(a, ksh, vsh, b, g, j0);
     dk_barrier();
     if (!active) continue;
-    const float s = score(a, qsh, int64_t(w) * kMaxHead, ksh, int64_t(lane) * kPad, b, h, i,
-                          j0 + lane);
+    const float s =
+        score(a, qsh, int64_t(w) * kMaxHead, ksh, int64_t(lane) * kPad, b, h, i, j0 + lane);
     // The tile's max skips NaN scores; their p = exp(NaN) makes the row NaN,
     // as the decomposition's softmax does. While no key is visible the
     // shift is 0, so every p is exp(-inf) = 0 (never exp(-inf - -inf)).
@@ -154,13 +154,14 @@ DK_DEV void load_q_rows(const SdpaArgs<T>& a, SQ& qsh, int64_t b, int64_t h, int
   for (int64_t e = t; e < int64_t(kWarps) * a.d; e += nt) {
     const int64_t r = e / a.d, c = e % a.d;
     if (i0 + r < a.lq)
-      qsh[r * kMaxHead + c] = load(a.q[b * a.qs[0] + h * a.qs[1] + (i0 + r) * a.qs[2] + c * a.qs[3]]);
+      qsh[r * kMaxHead + c] =
+          load(a.q[b * a.qs[0] + h * a.qs[1] + (i0 + r) * a.qs[2] + c * a.qs[3]]);
   }
 }
 
 // Work items: (b, h, block of kWarps query rows), grid-stride.
 template <class T> DK_KERNEL sdpa_forward(SdpaArgs<T> a) {
-  DK_SHARED(float, qsh, kWarps * kMaxHead);
+  DK_SHARED(float, qsh, kWarps* kMaxHead);
   DK_SHARED(float, ksh, kTileElems);
   DK_SHARED(float, vsh, kTileElems);
   const int lane = dk_lane(), w = dk_thread_x() >> 5;
@@ -185,10 +186,10 @@ template <class T> DK_KERNEL sdpa_forward(SdpaArgs<T> a) {
 }
 
 template <class T> DK_KERNEL sdpa_backward_rows(SdpaArgs<T> a) {
-  DK_SHARED(float, qsh, kWarps * kMaxHead);
+  DK_SHARED(float, qsh, kWarps* kMaxHead);
   DK_SHARED(float, ksh, kTileElems);
   DK_SHARED(float, vsh, kTileElems);
-  DK_SHARED(float, gsh, kWarps * kPad);  // the block's dout rows
+  DK_SHARED(float, gsh, kWarps* kPad);  // the block's dout rows
   const int lane = dk_lane(), w = dk_thread_x() >> 5, nt = dk_block_dim_x();
   const int64_t qblocks = (a.lq + kWarps - 1) / kWarps;
   const int64_t items = a.b * a.hq * qblocks;
@@ -275,8 +276,8 @@ template <class T> DK_KERNEL sdpa_backward_keys(SdpaArgs<T> a) {
   DK_SHARED(float, qsh, kTileElems);
   DK_SHARED(float, gsh, kTileElems);
   DK_SHARED(float, ssh, 3 * kTile);
-  DK_SHARED(float, krow, kWarps * kMaxHead);
-  DK_SHARED(float, vrow, kWarps * kMaxHead);
+  DK_SHARED(float, krow, kWarps* kMaxHead);
+  DK_SHARED(float, vrow, kWarps* kMaxHead);
   const int lane = dk_lane(), w = dk_thread_x() >> 5, t0 = dk_thread_x(), nt = dk_block_dim_x();
   const int64_t kblocks = (a.lk + kWarps - 1) / kWarps;
   const int64_t items = a.b * a.hkv * kblocks;
@@ -323,7 +324,8 @@ template <class T> DK_KERNEL sdpa_backward_keys(SdpaArgs<T> a) {
         // Lane ii scores query i0 + ii against this warp's key, exactly as the
         // row kernel did (same operands, same order).
         float s = -INFINITY;
-        if (lane < rows) s = score(a, qsh, int64_t(lane) * kPad, krow, int64_t(w) * kMaxHead, b, h, i, j);
+        if (lane < rows)
+          s = score(a, qsh, int64_t(lane) * kPad, krow, int64_t(w) * kMaxHead, b, h, i, j);
         float p = 0.0f, ds = 0.0f;
         if (s != -INFINITY) {
           const float m = ssh[3 * lane], inv = ssh[3 * lane + 1], D = ssh[3 * lane + 2];

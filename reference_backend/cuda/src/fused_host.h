@@ -54,12 +54,12 @@ inline bool strided_as(const DK_TensorView* v, int32_t t, int32_t rank) {
 
 // The args' frame: the right op, arity and attribute struct, output 0
 // present (a backward op's later outputs may be NULL: not wanted). NULL when not.
-template <class Attrs>
-inline const Attrs* frame(const DK_Kernel_Args* a, int32_t op, int32_t num_inputs,
-                          size_t attrs_size, int32_t num_outputs = 1) {
+template <class Attrs> inline const Attrs* frame(const DK_Kernel_Args* a, int32_t op,
+                                                 int32_t num_inputs, size_t attrs_size,
+                                                 int32_t num_outputs = 1) {
   if (a == nullptr || a->struct_size < DK_Kernel_Args_STRUCT_SIZE || a->op != op ||
-      a->num_inputs != num_inputs || a->num_outputs != num_outputs || !a->inputs ||
-      !a->outputs || !a->outputs[0])
+      a->num_inputs != num_inputs || a->num_outputs != num_outputs || !a->inputs || !a->outputs ||
+      !a->outputs[0])
     return nullptr;
   const Attrs* attrs = static_cast<const Attrs*>(a->attrs);
   return attrs && attrs->struct_size >= attrs_size ? attrs : nullptr;
@@ -150,7 +150,8 @@ class Scratch {
     p_ = ::malloc(bytes ? bytes : 1);
     return p_ ? std::string() : std::string("out of host memory for the emulator's scratch");
 #else
-    const cudaError_t e = cudaMallocAsync(&p_, bytes ? bytes : 1, static_cast<cudaStream_t>(stream));
+    const cudaError_t e =
+        cudaMallocAsync(&p_, bytes ? bytes : 1, static_cast<cudaStream_t>(stream));
     if (e == cudaSuccess) return std::string();
     p_ = nullptr;
     return std::string("cudaMallocAsync: ") + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) +

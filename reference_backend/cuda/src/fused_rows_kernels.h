@@ -28,9 +28,9 @@ template <class T> struct NormArgs {
 
 // One row's mean (0 for rms_norm) and 1 / sqrt(variance + eps), the variance
 // in two passes (the header prescribes two passes or Welford for layer_norm).
-template <class T, class S>
-DK_DEV void norm_row_stats(const T* x, int64_t d, float eps, int centered, S& red, float* mean,
-                           float* rstd) {
+template <class T, class S> DK_DEV void norm_row_stats(const T* x, int64_t d, float eps,
+                                                       int centered, S& red, float* mean,
+                                                       float* rstd) {
   const int t = dk_thread_x(), nt = dk_block_dim_x();
   float m = 0.0f;
   if (centered) {

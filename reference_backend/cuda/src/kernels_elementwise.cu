@@ -173,17 +173,16 @@ DK_Error* launch_elementwise(const char* call, const DK_Kernel_Args* args, DK_Op
       case kUnary:
         return dispatch(dtype, [&](auto tag) -> DK_Error* {
           using T = decltype(tag);
-          if constexpr (std::is_same<T, dk_bool>::value) return nullptr;  // no unary op declares bool
+          if constexpr (std::is_same<T, dk_bool>::value)
+            return nullptr;  // no unary op declares bool
           else return launch_plan<UnaryJob<T>>(call, l, p);
         });
       case kBinary:
-        return dispatch(dtype, [&](auto tag) {
-          return launch_plan<BinaryJob<decltype(tag)>>(call, l, p);
-        });
+        return dispatch(
+            dtype, [&](auto tag) { return launch_plan<BinaryJob<decltype(tag)>>(call, l, p); });
       case kCompare:
-        return dispatch(dtype, [&](auto tag) {
-          return launch_plan<CompareJob<decltype(tag)>>(call, l, p);
-        });
+        return dispatch(
+            dtype, [&](auto tag) { return launch_plan<CompareJob<decltype(tag)>>(call, l, p); });
       case kLogical: return launch_plan<LogicalJob>(call, l, p);
       default:
         return dispatch_bits(dkh_dtype_size(dtype), [&](auto tag) {
@@ -198,8 +197,8 @@ DK_Error* launch_elementwise(const char* call, const DK_Kernel_Args* args, DK_Op
 
 // The kernel functions, one per elementwise row of ops_1_1.def.
 extern "C" {
-#define DKCUDA_EW(name, ID, family)                                                          \
-  DK_Error* dk_cuda_kernel_##name(const DK_Kernel_Args* args) {                              \
+#define DKCUDA_EW(name, ID, family)                                                                \
+  DK_Error* dk_cuda_kernel_##name(const DK_Kernel_Args* args) {                                    \
     return dkcuda::launch_elementwise("cuda.Kernel(" #name ")", args, DK_OP_##ID, dkcuda::family); \
   }
 DKCUDA_EW(neg, NEG, kUnary)

@@ -68,27 +68,25 @@ void strides_of(const DK_TensorView* v, int64_t* s) {
   for (int d = 0; d < 4; ++d) s[d] = empty ? 0 : v->strides[d];
 }
 
-template <class T>
-DK_Error* launch_sdpa(const char* call, const DK_Kernel_Args* a, bool backward,
-                      DK_FusedSupportsFn* supports) {
+template <class T> DK_Error* launch_sdpa(const char* call, const DK_Kernel_Args* a, bool backward,
+                                         DK_FusedSupportsFn* supports) {
   return guarded(call, [&]() -> DK_Error* {
     const int32_t op = backward ? DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD
                                 : DK_FUSED_SCALED_DOT_PRODUCT_ATTENTION;
     const int32_t nin = backward ? 6 : 4, nout = backward ? 3 : 1, first = backward ? 1 : 0;
     Launch l;
     if (DK_Error* e = begin(call, a, op, nin, nout, supports, &l)) return e;
-    const DK_TensorView *q = a->inputs[first], *k = a->inputs[first + 1],
-                        *v = a->inputs[first + 2], *mask = a->inputs[nin - 1];
+    const DK_TensorView *q = a->inputs[first], *k = a->inputs[first + 1], *v = a->inputs[first + 2],
+                        *mask = a->inputs[nin - 1];
     const int64_t B = q->shape[0], Hq = q->shape[1], Lq = q->shape[2], D = q->shape[3];
     const int64_t Hkv = k->shape[1], Lk = k->shape[2], Dv = v->shape[3];
     bool fits = Hkv >= 1 && Hq % Hkv == 0 && dims_are(k, B, Hkv, Lk, D) &&
                 dims_are(v, B, Hkv, Lk, Dv) && (!mask || dims_are(mask, B, Hq, Lq, Lk));
     if (backward)
-      fits = fits && dims_are(a->inputs[0], B, Hq, Lq, Dv) && dims_are(a->inputs[4], B, Hq, Lq, Dv) &&
-             dims_are(a->outputs[0], B, Hq, Lq, D) && dims_are(a->outputs[1], B, Hkv, Lk, D) &&
-             dims_are(a->outputs[2], B, Hkv, Lk, Dv);
-    else
-      fits = fits && dims_are(a->outputs[0], B, Hq, Lq, Dv);
+      fits = fits && dims_are(a->inputs[0], B, Hq, Lq, Dv) &&
+             dims_are(a->inputs[4], B, Hq, Lq, Dv) && dims_are(a->outputs[0], B, Hq, Lq, D) &&
+             dims_are(a->outputs[1], B, Hkv, Lk, D) && dims_are(a->outputs[2], B, Hkv, Lk, Dv);
+    else fits = fits && dims_are(a->outputs[0], B, Hq, Lq, Dv);
     if (!fits) {
       char sq[96], sk[96], sv[96], sm[96], so[96];
       return dkh_error(DK_ERROR_INVALID_ARGUMENT,
@@ -140,15 +138,15 @@ DK_Error* launch_sdpa(const char* call, const DK_Kernel_Args* a, bool backward,
         return dkh_error(DK_ERROR_OUT_OF_MEMORY, "%s: scratch for %lld query rows' statistics: %s",
                          call, (long long)(B * Hq * Lq), e.c_str());
       s.stats = stats.floats();
-      if (DK_Error* e = launched(call, DK_LAUNCH(sdpa_backward_rows<T>,
-                                                 dk_dim3(dk_grid_stride_blocks(row_items, 1)),
-                                                 block, l.stream, s)))
+      if (DK_Error* e = launched(
+              call, DK_LAUNCH(sdpa_backward_rows<T>, dk_dim3(dk_grid_stride_blocks(row_items, 1)),
+                              block, l.stream, s)))
         return e;
     }
     if (key_items == 0) return nullptr;
-    return launched(call, DK_LAUNCH(sdpa_backward_keys<T>,
-                                    dk_dim3(dk_grid_stride_blocks(key_items, 1)), block, l.stream,
-                                    s));
+    return launched(
+        call, DK_LAUNCH(sdpa_backward_keys<T>, dk_dim3(dk_grid_stride_blocks(key_items, 1)), block,
+                        l.stream, s));
   });
 }
 
@@ -158,20 +156,19 @@ DK_Error* launch_sdpa(const char* call, const DK_Kernel_Args* a, bool backward,
 
 using namespace dkcuda::fused;
 
-#define DKCUDA_SDPA_KERNELS(sfx, T)                                                             \
-  extern "C" int32_t dk_cuda_fused_sdpa_##sfx##_supports(const DK_Kernel_Args* a) {             \
-    return sdpa_supports<T>(a);                                                                 \
-  }                                                                                             \
-  extern "C" DK_Error* dk_cuda_fused_sdpa_##sfx(const DK_Kernel_Args* a) {                      \
-    return launch_sdpa<T>("cuda.Fused(scaled_dot_product_attention)", a, false,                 \
-                          sdpa_supports<T>);                                                    \
-  }                                                                                             \
-  extern "C" int32_t dk_cuda_fused_sdpa_backward_##sfx##_supports(const DK_Kernel_Args* a) {    \
-    return sdpa_backward_supports<T>(a);                                                        \
-  }                                                                                             \
-  extern "C" DK_Error* dk_cuda_fused_sdpa_backward_##sfx(const DK_Kernel_Args* a) {             \
-    return launch_sdpa<T>("cuda.Fused(scaled_dot_product_attention_backward)", a, true,         \
-                          sdpa_backward_supports<T>);                                           \
+#define DKCUDA_SDPA_KERNELS(sfx, T)                                                                \
+  extern "C" int32_t dk_cuda_fused_sdpa_##sfx##_supports(const DK_Kernel_Args* a) {                \
+    return sdpa_supports<T>(a);                                                                    \
+  }                                                                                                \
+  extern "C" DK_Error* dk_cuda_fused_sdpa_##sfx(const DK_Kernel_Args* a) {                         \
+    return launch_sdpa<T>("cuda.Fused(scaled_dot_product_attention)", a, false, sdpa_supports<T>); \
+  }                                                                                                \
+  extern "C" int32_t dk_cuda_fused_sdpa_backward_##sfx##_supports(const DK_Kernel_Args* a) {       \
+    return sdpa_backward_supports<T>(a);                                                           \
+  }                                                                                                \
+  extern "C" DK_Error* dk_cuda_fused_sdpa_backward_##sfx(const DK_Kernel_Args* a) {                \
+    return launch_sdpa<T>("cuda.Fused(scaled_dot_product_attention_backward)", a, true,            \
+                          sdpa_backward_supports<T>);                                              \
   }
 DKCUDA_SDPA_KERNELS(f32, float)
 DKCUDA_SDPA_KERNELS(f16, dk_f16)

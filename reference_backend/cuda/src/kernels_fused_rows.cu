@@ -41,8 +41,7 @@ bool absent_or_dense(const DK_TensorView* v, int32_t t) { return v == nullptr ||
 template <class T> int32_t norm_supports(const DK_Kernel_Args* a, int32_t op, int32_t nin) {
   if (!frame<DK_NormAttrs>(a, op, nin, DK_NormAttrs_STRUCT_SIZE)) return 0;
   const int32_t t = dtype_of<T>();
-  if (!dense_as(a->inputs[0], t) || a->inputs[0]->rank < 1 || !dense_as(a->outputs[0], t))
-    return 0;
+  if (!dense_as(a->inputs[0], t) || a->inputs[0]->rank < 1 || !dense_as(a->outputs[0], t)) return 0;
   for (int32_t i = 1; i < nin; ++i)
     if (!absent_or_dense(a->inputs[i], t)) return 0;
   return 1;
@@ -77,8 +76,13 @@ template <class T> DK_Error* launch_norm(const char* call, const DK_Kernel_Args*
     if (DK_Error* e = check_vectors(call, a->inputs + 1, nin - 1, "weight / bias", d)) return e;
     const int64_t n = numel(x);
     if (n == 0) return nullptr;
-    NormArgs<T> args{in<T>(a, 0), in<T>(a, 1), nin > 2 ? in<T>(a, 2) : nullptr, out<T>(a, 0),
-                     n / d, d, float(static_cast<const DK_NormAttrs*>(a->attrs)->eps),
+    NormArgs<T> args{in<T>(a, 0),
+                     in<T>(a, 1),
+                     nin > 2 ? in<T>(a, 2) : nullptr,
+                     out<T>(a, 0),
+                     n / d,
+                     d,
+                     float(static_cast<const DK_NormAttrs*>(a->attrs)->eps),
                      op == DK_FUSED_LAYER_NORM};
     return launched(call, DK_LAUNCH(norm_forward<T>, dk_dim3(dk_grid_stride_blocks(n / d, 1)),
                                     dk_dim3(row_block(d)), l.stream, args));
@@ -110,9 +114,9 @@ template <class T> int32_t layer_norm_backward_supports(const DK_Kernel_Args* a)
 // dx by norm_backward_rows (a block per row); when dweight or dbias is
 // wanted, the rows' mean and rstd go to scratch and norm_backward_columns
 // sums the columns.
-template <class T>
-DK_Error* launch_norm_backward(const char* call, const DK_Kernel_Args* a, int32_t op,
-                               int32_t nout, DK_FusedSupportsFn* supports) {
+template <class T> DK_Error* launch_norm_backward(const char* call, const DK_Kernel_Args* a,
+                                                  int32_t op, int32_t nout,
+                                                  DK_FusedSupportsFn* supports) {
   return guarded(call, [&]() -> DK_Error* {
     Launch l;
     if (DK_Error* e = begin(call, a, op, 3, nout, supports, &l)) return e;
@@ -125,8 +129,7 @@ DK_Error* launch_norm_backward(const char* call, const DK_Kernel_Args* a, int32_
       return e;
     const int64_t d = x->shape[x->rank - 1];
     if (DK_Error* e = check_vectors(call, a->inputs + 2, 1, "weight", d)) return e;
-    if (DK_Error* e = check_vectors(call, a->outputs + 1, nout - 1, "dweight / dbias", d))
-      return e;
+    if (DK_Error* e = check_vectors(call, a->outputs + 1, nout - 1, "dweight / dbias", d)) return e;
     const int64_t n = numel(x), rows = d ? n / d : 0;
     if (d == 0) return nullptr;  // no element anywhere: dx, dweight and dbias are empty
     const bool columns = a->outputs[1] || (nout > 2 && a->outputs[2]);
@@ -137,21 +140,28 @@ DK_Error* launch_norm_backward(const char* call, const DK_Kernel_Args* a, int32_
         return dkh_error(DK_ERROR_OUT_OF_MEMORY, "%s: scratch for %lld rows' statistics: %s", call,
                          (long long)rows, e.c_str());
     }
-    NormBackwardArgs<T> args{in<T>(a, 0), in<T>(a, 1), in<T>(a, 2), out<T>(a, 0), out<T>(a, 1),
-                             nout > 2 ? out<T>(a, 2) : nullptr, stats.floats(), rows, d,
+    NormBackwardArgs<T> args{in<T>(a, 0),
+                             in<T>(a, 1),
+                             in<T>(a, 2),
+                             out<T>(a, 0),
+                             out<T>(a, 1),
+                             nout > 2 ? out<T>(a, 2) : nullptr,
+                             stats.floats(),
+                             rows,
+                             d,
                              float(static_cast<const DK_NormAttrs*>(a->attrs)->eps),
                              op == DK_FUSED_LAYER_NORM_BACKWARD};
     if (rows > 0) {
-      if (DK_Error* e = launched(call, DK_LAUNCH(norm_backward_rows<T>,
-                                                 dk_dim3(dk_grid_stride_blocks(rows, 1)),
-                                                 dk_dim3(row_block(d)), l.stream, args)))
+      if (DK_Error* e = launched(
+              call, DK_LAUNCH(norm_backward_rows<T>, dk_dim3(dk_grid_stride_blocks(rows, 1)),
+                              dk_dim3(row_block(d)), l.stream, args)))
         return e;
     }
     if (!columns) return nullptr;
     // rows == 0 leaves dweight and dbias sums of nothing: 0.
-    return launched(call, DK_LAUNCH(norm_backward_columns<T>,
-                                    dk_dim3(dk_grid_stride_blocks((d + 31) / 32, 1)),
-                                    dk_dim3(kColumnWarps * 32), l.stream, args));
+    return launched(
+        call, DK_LAUNCH(norm_backward_columns<T>, dk_dim3(dk_grid_stride_blocks((d + 31) / 32, 1)),
+                        dk_dim3(kColumnWarps * 32), l.stream, args));
   });
 }
 
@@ -200,8 +210,8 @@ template <class T> DK_Error* launch_softmax(const char* call, const DK_Kernel_Ar
     int64_t inner = 1;
     for (int32_t d = axis + 1; d < x->rank; ++d) inner *= x->shape[d];
     const int64_t d = x->shape[axis];
-    SoftmaxArgs<T> args{in<T>(a, nin - 1), nin > 1 ? in<T>(a, 0) : nullptr, out<T>(a, 0), n / d,
-                        d, inner};
+    SoftmaxArgs<T> args{
+        in<T>(a, nin - 1), nin > 1 ? in<T>(a, 0) : nullptr, out<T>(a, 0), n / d, d, inner};
     return launched(call, DK_LAUNCH(softmax_rows<T>, dk_dim3(dk_grid_stride_blocks(n / d, 1)),
                                     dk_dim3(row_block(d)), l.stream, args));
   });
@@ -255,62 +265,60 @@ template <class T> DK_Error* launch_gelu(const char* call, const DK_Kernel_Args*
 using namespace dkcuda::fused;
 
 // One supports/launch pair per fused.def row: _f32, _f16, _bf16.
-#define DKCUDA_ROW_KERNELS(sfx, T)                                                               \
-  extern "C" int32_t dk_cuda_fused_rms_norm_##sfx##_supports(const DK_Kernel_Args* a) {          \
-    return rms_norm_supports<T>(a);                                                              \
-  }                                                                                              \
-  extern "C" DK_Error* dk_cuda_fused_rms_norm_##sfx(const DK_Kernel_Args* a) {                   \
-    return launch_norm<T>("cuda.Fused(rms_norm)", a, DK_FUSED_RMS_NORM, 2,                       \
-                          rms_norm_supports<T>);                                                 \
-  }                                                                                              \
-  extern "C" int32_t dk_cuda_fused_layer_norm_##sfx##_supports(const DK_Kernel_Args* a) {        \
-    return layer_norm_supports<T>(a);                                                            \
-  }                                                                                              \
-  extern "C" DK_Error* dk_cuda_fused_layer_norm_##sfx(const DK_Kernel_Args* a) {                 \
-    return launch_norm<T>("cuda.Fused(layer_norm)", a, DK_FUSED_LAYER_NORM, 3,                   \
-                          layer_norm_supports<T>);                                               \
-  }                                                                                              \
-  extern "C" int32_t dk_cuda_fused_rms_norm_backward_##sfx##_supports(const DK_Kernel_Args* a) { \
-    return rms_norm_backward_supports<T>(a);                                                     \
-  }                                                                                              \
-  extern "C" DK_Error* dk_cuda_fused_rms_norm_backward_##sfx(const DK_Kernel_Args* a) {          \
-    return launch_norm_backward<T>("cuda.Fused(rms_norm_backward)", a,                           \
-                                   DK_FUSED_RMS_NORM_BACKWARD, 2, rms_norm_backward_supports<T>); \
-  }                                                                                              \
-  extern "C" int32_t dk_cuda_fused_layer_norm_backward_##sfx##_supports(                         \
-      const DK_Kernel_Args* a) {                                                                 \
-    return layer_norm_backward_supports<T>(a);                                                   \
-  }                                                                                              \
-  extern "C" DK_Error* dk_cuda_fused_layer_norm_backward_##sfx(const DK_Kernel_Args* a) {        \
-    return launch_norm_backward<T>("cuda.Fused(layer_norm_backward)", a,                         \
-                                   DK_FUSED_LAYER_NORM_BACKWARD, 3,                              \
-                                   layer_norm_backward_supports<T>);                             \
-  }                                                                                              \
-  extern "C" int32_t dk_cuda_fused_softmax_##sfx##_supports(const DK_Kernel_Args* a) {           \
-    return softmax_supports<T>(a);                                                               \
-  }                                                                                              \
-  extern "C" DK_Error* dk_cuda_fused_softmax_##sfx(const DK_Kernel_Args* a) {                    \
-    return launch_softmax<T>("cuda.Fused(softmax)", a, DK_FUSED_SOFTMAX, 1, softmax_supports<T>); \
-  }                                                                                              \
-  extern "C" int32_t dk_cuda_fused_softmax_backward_##sfx##_supports(const DK_Kernel_Args* a) {  \
-    return softmax_backward_supports<T>(a);                                                      \
-  }                                                                                              \
-  extern "C" DK_Error* dk_cuda_fused_softmax_backward_##sfx(const DK_Kernel_Args* a) {           \
-    return launch_softmax<T>("cuda.Fused(softmax_backward)", a, DK_FUSED_SOFTMAX_BACKWARD, 2,    \
-                             softmax_backward_supports<T>);                                      \
-  }                                                                                              \
-  extern "C" int32_t dk_cuda_fused_gelu_##sfx##_supports(const DK_Kernel_Args* a) {              \
-    return gelu_supports<T>(a);                                                                  \
-  }                                                                                              \
-  extern "C" DK_Error* dk_cuda_fused_gelu_##sfx(const DK_Kernel_Args* a) {                       \
-    return launch_gelu<T>("cuda.Fused(gelu)", a, DK_FUSED_GELU, 1, gelu_supports<T>);            \
-  }                                                                                              \
-  extern "C" int32_t dk_cuda_fused_gelu_backward_##sfx##_supports(const DK_Kernel_Args* a) {     \
-    return gelu_backward_supports<T>(a);                                                         \
-  }                                                                                              \
-  extern "C" DK_Error* dk_cuda_fused_gelu_backward_##sfx(const DK_Kernel_Args* a) {              \
-    return launch_gelu<T>("cuda.Fused(gelu_backward)", a, DK_FUSED_GELU_BACKWARD, 2,             \
-                          gelu_backward_supports<T>);                                            \
+#define DKCUDA_ROW_KERNELS(sfx, T)                                                                 \
+  extern "C" int32_t dk_cuda_fused_rms_norm_##sfx##_supports(const DK_Kernel_Args* a) {            \
+    return rms_norm_supports<T>(a);                                                                \
+  }                                                                                                \
+  extern "C" DK_Error* dk_cuda_fused_rms_norm_##sfx(const DK_Kernel_Args* a) {                     \
+    return launch_norm<T>("cuda.Fused(rms_norm)", a, DK_FUSED_RMS_NORM, 2, rms_norm_supports<T>);  \
+  }                                                                                                \
+  extern "C" int32_t dk_cuda_fused_layer_norm_##sfx##_supports(const DK_Kernel_Args* a) {          \
+    return layer_norm_supports<T>(a);                                                              \
+  }                                                                                                \
+  extern "C" DK_Error* dk_cuda_fused_layer_norm_##sfx(const DK_Kernel_Args* a) {                   \
+    return launch_norm<T>("cuda.Fused(layer_norm)", a, DK_FUSED_LAYER_NORM, 3,                     \
+                          layer_norm_supports<T>);                                                 \
+  }                                                                                                \
+  extern "C" int32_t dk_cuda_fused_rms_norm_backward_##sfx##_supports(const DK_Kernel_Args* a) {   \
+    return rms_norm_backward_supports<T>(a);                                                       \
+  }                                                                                                \
+  extern "C" DK_Error* dk_cuda_fused_rms_norm_backward_##sfx(const DK_Kernel_Args* a) {            \
+    return launch_norm_backward<T>("cuda.Fused(rms_norm_backward)", a, DK_FUSED_RMS_NORM_BACKWARD, \
+                                   2, rms_norm_backward_supports<T>);                              \
+  }                                                                                                \
+  extern "C" int32_t dk_cuda_fused_layer_norm_backward_##sfx##_supports(const DK_Kernel_Args* a) { \
+    return layer_norm_backward_supports<T>(a);                                                     \
+  }                                                                                                \
+  extern "C" DK_Error* dk_cuda_fused_layer_norm_backward_##sfx(const DK_Kernel_Args* a) {          \
+    return launch_norm_backward<T>("cuda.Fused(layer_norm_backward)", a,                           \
+                                   DK_FUSED_LAYER_NORM_BACKWARD, 3,                                \
+                                   layer_norm_backward_supports<T>);                               \
+  }                                                                                                \
+  extern "C" int32_t dk_cuda_fused_softmax_##sfx##_supports(const DK_Kernel_Args* a) {             \
+    return softmax_supports<T>(a);                                                                 \
+  }                                                                                                \
+  extern "C" DK_Error* dk_cuda_fused_softmax_##sfx(const DK_Kernel_Args* a) {                      \
+    return launch_softmax<T>("cuda.Fused(softmax)", a, DK_FUSED_SOFTMAX, 1, softmax_supports<T>);  \
+  }                                                                                                \
+  extern "C" int32_t dk_cuda_fused_softmax_backward_##sfx##_supports(const DK_Kernel_Args* a) {    \
+    return softmax_backward_supports<T>(a);                                                        \
+  }                                                                                                \
+  extern "C" DK_Error* dk_cuda_fused_softmax_backward_##sfx(const DK_Kernel_Args* a) {             \
+    return launch_softmax<T>("cuda.Fused(softmax_backward)", a, DK_FUSED_SOFTMAX_BACKWARD, 2,      \
+                             softmax_backward_supports<T>);                                        \
+  }                                                                                                \
+  extern "C" int32_t dk_cuda_fused_gelu_##sfx##_supports(const DK_Kernel_Args* a) {                \
+    return gelu_supports<T>(a);                                                                    \
+  }                                                                                                \
+  extern "C" DK_Error* dk_cuda_fused_gelu_##sfx(const DK_Kernel_Args* a) {                         \
+    return launch_gelu<T>("cuda.Fused(gelu)", a, DK_FUSED_GELU, 1, gelu_supports<T>);              \
+  }                                                                                                \
+  extern "C" int32_t dk_cuda_fused_gelu_backward_##sfx##_supports(const DK_Kernel_Args* a) {       \
+    return gelu_backward_supports<T>(a);                                                           \
+  }                                                                                                \
+  extern "C" DK_Error* dk_cuda_fused_gelu_backward_##sfx(const DK_Kernel_Args* a) {                \
+    return launch_gelu<T>("cuda.Fused(gelu_backward)", a, DK_FUSED_GELU_BACKWARD, 2,               \
+                          gelu_backward_supports<T>);                                              \
   }
 DKCUDA_ROW_KERNELS(f32, float)
 DKCUDA_ROW_KERNELS(f16, dk_f16)

@@ -87,7 +87,8 @@ DK_KERNEL check_index_kernel(ScatterPlan p) {
   const int64_t size = p.x.shape[p.axis];
   for (int64_t e = global_index(); e < p.index.numel; e += global_stride()) {
     const int64_t idx = at<const int64_t>(p.index, offset_of(p.index, e));
-    if (idx < 0 || idx >= size) report_error(p.errors, DK_OP_SCATTER_ADD, kIndexOutOfRange, 1, idx, size);
+    if (idx < 0 || idx >= size)
+      report_error(p.errors, DK_OP_SCATTER_ADD, kIndexOutOfRange, 1, idx, size);
   }
 }
 
@@ -165,8 +166,8 @@ DK_Error* launch_gather(const char* call, const DK_Kernel_Args* args) {
     if (p.index.numel == 0) return nullptr;  // out has index's shape: empty too
     return dispatch_bits(dkh_dtype_size(p.x.dtype), [&](auto tag) {
       using B = decltype(tag);
-      return launched(call, DK_LAUNCH(gather_kernel<B>, grid_for(p.index.numel), kBlock,
-                                      l.stream, p));
+      return launched(call,
+                      DK_LAUNCH(gather_kernel<B>, grid_for(p.index.numel), kBlock, l.stream, p));
     });
   });
 }
@@ -184,16 +185,17 @@ DK_Error* launch_scatter_add(const char* call, const DK_Kernel_Args* args) {
     p.errors = l.errors;
     if (p.index.numel > 0) {
       // (also when out is empty: every index is then out of range, and says so)
-      DK_Error* e = launched(call, DK_LAUNCH(check_index_kernel, grid_for(p.index.numel), kBlock,
-                                             l.stream, p));
+      DK_Error* e = launched(
+          call, DK_LAUNCH(check_index_kernel, grid_for(p.index.numel), kBlock, l.stream, p));
       if (e) return e;
     }
     if (p.x.numel == 0) return nullptr;
     return dispatch(p.x.dtype, [&](auto tag) -> DK_Error* {
       using T = decltype(tag);
       if constexpr (std::is_same<T, dk_bool>::value) return nullptr;  // not in the mask
-      else return launched(call, DK_LAUNCH(scatter_add_kernel<T>, grid_for(p.x.numel), kBlock,
-                                           l.stream, p));
+      else
+        return launched(call,
+                        DK_LAUNCH(scatter_add_kernel<T>, grid_for(p.x.numel), kBlock, l.stream, p));
     });
   });
 }

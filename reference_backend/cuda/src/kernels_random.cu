@@ -11,9 +11,7 @@
 namespace dkcuda {
 namespace {
 
-struct Philox4x32 {
-  uint32_t w[4];
-};
+struct Philox4x32 { uint32_t w[4]; };
 
 // 32 x 32 -> 64-bit products; CUDA has __umulhi, but the portable form
 // compiles to the same instruction.

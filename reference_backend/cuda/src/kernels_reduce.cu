@@ -247,8 +247,8 @@ ReducePlan make_plan(const View& x, const View& out, uint32_t axes) {
   return p;
 }
 
-template <int kKind> DK_Error* launch_reduce(const char* call, const DK_Kernel_Args* args,
-                                             DK_OpId op) {
+template <int kKind>
+DK_Error* launch_reduce(const char* call, const DK_Kernel_Args* args, DK_OpId op) {
   Launch l;
   if (DK_Error* e = begin(call, args, op, &l)) return e;
   return guarded(call, [&]() -> DK_Error* {
@@ -271,8 +271,8 @@ template <int kKind> DK_Error* launch_reduce(const char* call, const DK_Kernel_A
         return nullptr;  // no reduction declares bool
       } else {
         using R = Reducer<T, kKind>;
-        return launched(call, DK_LAUNCH(reduce_kernel<R>, dk_dim3(blocks), dk_dim3(32, kWarps),
-                                        l.stream, p));
+        return launched(
+            call, DK_LAUNCH(reduce_kernel<R>, dk_dim3(blocks), dk_dim3(32, kWarps), l.stream, p));
       }
     });
   });
@@ -293,8 +293,8 @@ DK_Error* launch_cumsum(const char* call, const DK_Kernel_Args* args) {
       if constexpr (std::is_same<T, dk_bool>::value) {
         return nullptr;  // not in cumsum's mask
       } else {
-        return launched(call, DK_LAUNCH(cumsum_kernel<T>, grid_for(p.outer * p.inner), kBlock,
-                                        l.stream, p));
+        return launched(
+            call, DK_LAUNCH(cumsum_kernel<T>, grid_for(p.outer * p.inner), kBlock, l.stream, p));
       }
     });
   });

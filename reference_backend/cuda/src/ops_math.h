@@ -61,7 +61,8 @@ DK_HD bool m_signbit(double x) { return signbit(x); }
 template <class C> DK_HD bool is_nan(C x) { return x != x; }
 
 template <class C> using Bits = typename std::make_unsigned<C>::type;
-template <class C> constexpr bool kInt = std::is_integral<C>::value && !std::is_same<C, bool>::value;
+template <class C> constexpr bool kInt =
+    std::is_integral<C>::value && !std::is_same<C, bool>::value;
 template <class C> constexpr bool kFloat = std::is_floating_point<C>::value;
 
 // ---- Unary: neg abs exp log sqrt rsqrt reciprocal sin cos tanh erf floor sign

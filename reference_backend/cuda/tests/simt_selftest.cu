@@ -31,8 +31,7 @@ DK_KERNEL accumulate_no_grid_stride(const float* a, float* out, int64_t n) {
 
 // One block per row: a strided partial sum per thread, then shared memory
 // down to a warp, then shuffles.
-template <int kVariant>
-DK_KERNEL row_sum(const float* x, float* out, int64_t cols) {
+template <int kVariant> DK_KERNEL row_sum(const float* x, float* out, int64_t cols) {
   DK_SHARED(float, partial, (kVariant == 3 ? kBlock / 2 : kBlock));
   const int t = dk_thread_x();
   const float* row = x + dk_block_x() * cols;
@@ -198,13 +197,12 @@ int report(const std::string& launch, const std::string& wrong) {
 std::string compare(const std::vector<float>& got, const std::vector<float>& want) {
   for (size_t i = 0; i < want.size(); ++i)
     if (got[i] != want[i])
-      return "at " + std::to_string(i) + ": " + std::to_string(got[i]) + " != " +
-             std::to_string(want[i]);
+      return "at " + std::to_string(i) + ": " + std::to_string(got[i]) +
+             " != " + std::to_string(want[i]);
   return std::string();
 }
 
-template <int kVariant>
-int run_row_sum() {
+template <int kVariant> int run_row_sum() {
   const int64_t rows = 5, cols = 300;
   std::vector<float> h = ramp(size_t(rows * cols)), want(size_t(rows), 0.f);
   for (int64_t r = 0; r < rows; ++r)
@@ -225,10 +223,10 @@ int run(const std::string& name) {
     for (int64_t i = 0; i < n; ++i) want[size_t(i)] = a[size_t(i)] + 1.f;
     float *da = device(a), *db = device(b), *out = device(b);
     const dk_dim3 grid(dk_grid_stride_blocks(n, kBlock));
-    const std::string e = name == "add_strided"
-                              ? DK_LAUNCH(add_strided, grid, dk_dim3(kBlock), kStream, da, db, out, n)
-                              : DK_LAUNCH(accumulate_no_grid_stride, grid, dk_dim3(kBlock), kStream,
-                                          da, out, n);
+    const std::string e =
+        name == "add_strided"
+            ? DK_LAUNCH(add_strided, grid, dk_dim3(kBlock), kStream, da, db, out, n)
+            : DK_LAUNCH(accumulate_no_grid_stride, grid, dk_dim3(kBlock), kStream, da, out, n);
     const int rc = report(e, e.empty() ? compare(to_host(out, size_t(n)), want) : "");
     release(da);
     release(db);

@@ -73,22 +73,16 @@
 #define DK_SHARED(T, name, n) __shared__ T name[n]
 #define dk_barrier() __syncthreads()
 
-template <class T>
-__device__ __forceinline__ T dk_shfl_xor(T v, int lane_mask) {
+template <class T> __device__ __forceinline__ T dk_shfl_xor(T v, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, v, lane_mask);
 }
-template <class T>
-__device__ __forceinline__ T dk_shfl_down(T v, int delta) {
+template <class T> __device__ __forceinline__ T dk_shfl_down(T v, int delta) {
   return __shfl_down_sync(0xffffffffu, v, delta);
 }
-template <class T>
-__device__ __forceinline__ T dk_shfl_idx(T v, int src_lane) {
+template <class T> __device__ __forceinline__ T dk_shfl_idx(T v, int src_lane) {
   return __shfl_sync(0xffffffffu, v, src_lane);
 }
-template <class T>
-__device__ __forceinline__ T dk_atomic_add(T* p, T v) {
-  return atomicAdd(p, v);
-}
+template <class T> __device__ __forceinline__ T dk_atomic_add(T* p, T v) { return atomicAdd(p, v); }
 
 typedef dim3 dk_dim3;
 
@@ -99,8 +93,8 @@ inline std::string dk_simt_launch_status(const char* kernel) {
          cudaGetErrorName(e) + ")";
 }
 
-#define DK_LAUNCH(k, grid, block, stream, ...)                                          \
-  ((k)<<<(grid), (block), 0, static_cast<cudaStream_t>(stream)>>>(__VA_ARGS__), \
+#define DK_LAUNCH(k, grid, block, stream, ...)                                        \
+  ((k) < < < (grid), (block), 0, static_cast<cudaStream_t>(stream) >>> (__VA_ARGS__), \
    dk_simt_launch_status(#k))
 
 inline unsigned dk_grid_stride_blocks(int64_t n, int block) {
@@ -149,8 +143,7 @@ void barrier(const char* file, int line);
 uint64_t shuffle(uint64_t bits, int kind, int arg, const char* file, int line);
 [[noreturn]] void fail(const std::string& what);
 
-template <class T>
-class SharedElem {
+template <class T> class SharedElem {
  public:
   SharedElem(T* p, SharedArrayState* s, int64_t i) : p_(p), s_(s), i_(i) {}
   operator T() const {
@@ -174,8 +167,7 @@ class SharedElem {
   int64_t i_;
 };
 
-template <class T>
-class SharedArray {
+template <class T> class SharedArray {
   static_assert(std::is_trivially_copyable<T>::value, "shared arrays hold plain values");
 
  public:
@@ -191,8 +183,7 @@ class SharedArray {
   SharedArrayState* s_;
 };
 
-template <class T>
-T shuffle_as(T v, int kind, int arg, const char* file, int line) {
+template <class T> T shuffle_as(T v, int kind, int arg, const char* file, int line) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle a scalar");
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof v);
@@ -203,8 +194,7 @@ T shuffle_as(T v, int kind, int arg, const char* file, int line) {
 }
 enum { SHFL_XOR = 0, SHFL_DOWN = 1, SHFL_IDX = 2 };
 
-template <class T>
-T atomic_add(T* p, T v) {
+template <class T> T atomic_add(T* p, T v) {
   if constexpr (std::is_integral<T>::value) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
   } else {
@@ -232,9 +222,8 @@ std::string check_config(const char* kernel, Dim3 grid, Dim3 block);
 // DK_LAUNCH: the arguments become the kernel's parameter types at the launch,
 // as with <<<>>> (so a pointer, never the container it came from, is what the
 // queued launch keeps), and the launch runs later, on the stream.
-template <class... P, class... A>
-std::string launch(const char* kernel, Dim3 grid, Dim3 block, void* stream, void (*k)(P...),
-                   A&&... args) {
+template <class... P, class... A> std::string launch(const char* kernel, Dim3 grid, Dim3 block,
+                                                     void* stream, void (*k)(P...), A&&... args) {
   std::string e = check_config(kernel, grid, block);
   if (!e.empty()) return e;
   const std::tuple<typename std::decay<P>::type...> params(std::forward<A>(args)...);
@@ -260,8 +249,8 @@ std::string launch(const char* kernel, Dim3 grid, Dim3 block, void* stream, void
 #define dk_grid_dim_z() (int64_t(::dk::sim::current->gdim.z))
 #define dk_lane() (::dk::sim::current->linear & 31)
 
-#define DK_SHARED(T, name, n)            \
-  static const char name##_dk_tag = 0;   \
+#define DK_SHARED(T, name, n)          \
+  static const char name##_dk_tag = 0; \
   const ::dk::sim::SharedArray<T> name(&name##_dk_tag, (n), #name, __FILE__, __LINE__)
 #define dk_barrier() ::dk::sim::barrier(__FILE__, __LINE__)
 #define dk_shfl_xor(v, m) ::dk::sim::shuffle_as((v), ::dk::sim::SHFL_XOR, (m), __FILE__, __LINE__)

@@ -99,9 +99,7 @@ dk_sim_switch:
 .text
 )");
 
-struct Context {
-  void* sp = nullptr;
-};
+struct Context { void* sp = nullptr; };
 void make_context(Context* c, char* stack, size_t size, void (*entry)()) {
   uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + size) & ~uintptr_t(15);
   uint64_t* sp = reinterpret_cast<uint64_t*>(top);
@@ -117,9 +115,7 @@ void make_context(Context* c, char* stack, size_t size, void (*entry)()) {
 }
 inline void raw_switch(Context* from, Context* to) { dk_sim_switch(&from->sp, to->sp); }
 #else
-struct Context {
-  ucontext_t uc;
-};
+struct Context { ucontext_t uc; };
 void make_context(Context* c, char* stack, size_t size, void (*entry)()) {
   getcontext(&c->uc);
   c->uc.uc_stack.ss_sp = stack;
@@ -213,9 +209,7 @@ std::string dims(const Dim3& d) {
   return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
 }
 
-std::string who(const Thread& t) {
-  return "block " + dims(t.bid) + " thread " + dims(t.tid);
-}
+std::string who(const Thread& t) { return "block " + dims(t.bid) + " thread " + dims(t.tid); }
 
 // Fiber -> scheduler. `dying`: the fiber will never be resumed.
 void to_scheduler(Fiber* f, bool dying) {
@@ -413,8 +407,9 @@ SharedArrayState* shared_array(const void* tag, size_t elem_size, int64_t n, con
     *data = s->data.data();
     return s.get();
   }
-  if (n <= 0) fail_here("shared array " + std::string(name) + " declared with " +
-                        std::to_string(n) + " elements at " + site(file, line));
+  if (n <= 0)
+    fail_here("shared array " + std::string(name) + " declared with " + std::to_string(n) +
+              " elements at " + site(file, line));
   auto s = std::make_unique<SharedArrayState>();
   s->tag = tag;
   s->name = name;
@@ -423,8 +418,8 @@ SharedArrayState* shared_array(const void* tag, size_t elem_size, int64_t n, con
   s->elem_size = elem_size;
   b->shared_bytes += elem_size * size_t(n);
   if (b->shared_bytes > DK_MAX_STATIC_SHARED_BYTES)
-    fail_here("static shared memory reaches " + std::to_string(b->shared_bytes) +
-              " bytes with " + s->name + " (" + s->where + "); a block may have at most " +
+    fail_here("static shared memory reaches " + std::to_string(b->shared_bytes) + " bytes with " +
+              s->name + " (" + s->where + "); a block may have at most " +
               std::to_string(DK_MAX_STATIC_SHARED_BYTES));
   s->data.assign(elem_size * size_t(n), 0xa5);  // what a GPU leaves there: anything
   s->slots.resize(size_t(n));
@@ -453,7 +448,8 @@ void shared_read(SharedArrayState* s, int64_t i) {
   Slot& x = slot(s, i, "read");
   const int32_t me = f->thread.linear;
   if (!x.written)
-    fail_here("read of " + slot_name(s, i) + ", which no thread of the block has written yet (a missing barrier, or a slot "
+    fail_here("read of " + slot_name(s, i) +
+              ", which no thread of the block has written yet (a missing barrier, or a slot "
               "nobody writes)");
   if (x.write_epoch == b->epoch && x.writer != me)
     fail_here("race: reads " + slot_name(s, i) + ", written by " + thread_name(b, x.writer) +
@@ -473,8 +469,8 @@ void shared_write(SharedArrayState* s, int64_t i) {
   Slot& x = slot(s, i, "write");
   const int32_t me = f->thread.linear;
   if (x.write_epoch == b->epoch && x.writer != me)
-    fail_here("race: writes " + slot_name(s, i) + ", also written by " +
-              thread_name(b, x.writer) + " with no barrier between");
+    fail_here("race: writes " + slot_name(s, i) + ", also written by " + thread_name(b, x.writer) +
+              " with no barrier between");
   if (x.read_epoch == b->epoch && (x.many_readers || x.reader != me))
     fail_here("race: writes " + slot_name(s, i) + ", read by " +
               (x.reader != me ? thread_name(b, x.reader) : std::string("another thread")) +
@@ -533,7 +529,8 @@ std::string run_grid(const char* kernel, Dim3 grid, Dim3 block, const std::funct
   uint64_t a = 1, c = 0;
   if (blocks > 1) {
     c = rng() % blocks;
-    do a = (rng() % blocks) | 1; while (gcd(a, blocks) != 1);
+    do a = (rng() % blocks) | 1;
+    while (gcd(a, blocks) != 1);
   }
   for (uint64_t i = 0; i < blocks; ++i) {
     const uint64_t lin = (uint64_t((unsigned __int128)a * i % blocks) + c) % blocks;
