@@ -22,6 +22,8 @@ AREAS = [
     ("SDK gate", "sdk/devicekit/gate/"),
     ("SDK Python", "sdk/"),
     ("CPU plugin fast paths", "reference_backend/cpu/src/fast/"),
+    ("CUDA plugin SIMT dialect and emulator", "reference_backend/cuda/src/simt/"),
+    ("CUDA plugin", "reference_backend/cuda/"),
     ("CPU plugin", "reference_backend/"),
     ("conformance cases", "conformance_tests/"),
     ("templates", "templates/"),

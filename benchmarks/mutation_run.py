@@ -1,17 +1,23 @@
 """Mutation run: does the conformance suite fail every single-bug variant of
-the reference CPU plugin?
+a reference plugin?
 
-    python benchmarks/mutation_run.py [--only NAME ...] [--kind KIND ...] [--jobs 2]
+    python benchmarks/mutation_run.py [--target cpu|cuda_sim] [--only NAME ...] [--kind KIND ...]
 
-Copies reference_backend/cpu/src into a temporary folder, compiles it once
-(the same flags as its CMakeLists.txt that matter for numerics), then for
-each mutant in benchmarks/mutants.py applies its one textual patch (a patch
-whose target text is not found exactly once stops the run), recompiles only
-the translation units that include the patched file, links a variant
-library, and runs ``devicekit conformance --plugin VARIANT --exitfirst`` on
-it. The unpatched build must pass first. Prints each mutant as killed (with
-the first case that failed) or SURVIVED, the kill rate per kind, and the
-survivors; exits 1 if any survived. Each survivor is a missing case.
+Targets: ``cpu``, the reference CPU plugin (reference_backend/cpu/src,
+mutants in benchmarks/mutants.py), and ``cuda_sim``, the reference CUDA
+plugin's kernels in its emulated build (reference_backend/cuda/src compiled
+by the host compiler against the SIMT emulator, mutants in
+benchmarks/mutants_cuda.py): the same kernel source nvcc builds for a GPU.
+
+Copies the target's src into a temporary folder, compiles it once (the flags
+of its CMakeLists.txt that matter for numerics), then for each mutant applies
+its one textual patch (a patch whose target text is not found exactly once
+stops the run), recompiles only the translation units that include the
+patched file, links a variant library, and runs ``devicekit conformance
+--plugin VARIANT --exitfirst`` on it. The unpatched build must pass first.
+Prints each mutant as killed (with the first case that failed) or SURVIVED,
+the kill rate per kind, and the survivors; exits 1 if any survived. Each
+survivor is a missing case.
 """
 
 import argparse
@@ -28,13 +34,37 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from mutants import MUTANTS  # noqa: E402
 
 SRC = os.path.join(REPO, "reference_backend", "cpu", "src")
 EXPORTS = os.path.join(REPO, "reference_backend", "cpu", "exports.map")
 INCLUDE = os.path.join(REPO, "device_api", "include")
 COMMON = ["-O2", "-fPIC", "-fvisibility=hidden", "-fno-math-errno", "-pthread", "-w",
           f"-I{INCLUDE}"]
+
+
+class Target:
+    """A plugin the run mutates: where its sources are and how they build."""
+
+    def __init__(self, name, src, exports, lib, mutants_module, skip=(), flags=()):
+        self.name, self.src, self.exports, self.lib = name, src, exports, lib
+        self.mutants_module = mutants_module
+        self.skip = set(skip)  # units of another build (the CUDA runtime backend)
+        self.flags = list(flags)
+
+    def mutants(self):
+        return __import__(self.mutants_module).MUTANTS
+
+
+TARGETS = {
+    "cpu": Target("cpu", SRC, EXPORTS, "libdevicekit_cpu.so", "mutants"),
+    # The emulated CUDA plugin as its CMakeLists.txt builds it with
+    # DEVICEKIT_CUDA_SIM=ON: every unit but gpu_cuda.cpp, .cu files as C++.
+    "cuda_sim": Target(
+        "cuda_sim", os.path.join(REPO, "reference_backend", "cuda", "src"),
+        os.path.join(REPO, "reference_backend", "cuda", "exports.map"),
+        "libdevicekit_cuda_sim.so", "mutants_cuda", skip={"gpu_cuda.cpp"},
+        flags=['-DDKCUDA_NAME="cuda_sim"', '-DDKCUDA_VERSION="0.0.0-mutant"', "-I{src}"]),
+}
 
 
 class PatchError(Exception):
@@ -55,10 +85,11 @@ def files(src):
                   for d, _, names in os.walk(src) for f in names)
 
 
-def units(src, fast=True):
+def units(src, fast=True, target=None):
     """The translation units; without the fast paths (src/fast/) when fast is False."""
-    return [f for f in files(src) if f.endswith((".c", ".cpp"))
-            and (fast or not f.startswith("fast/"))]
+    target = target or TARGETS["cpu"]
+    return [f for f in files(src) if f.endswith((".c", ".cpp", ".cu"))
+            and f not in target.skip and (fast or not f.startswith("fast/"))]
 
 
 def includes(src):
@@ -83,19 +114,25 @@ def includes(src):
     return closure
 
 
-def compile_unit(src, unit, obj, fast=True):
+def compile_unit(src, unit, obj, fast=True, target=None):
+    target = target or TARGETS["cpu"]
     is_c = unit.endswith(".c")
     cmd = ["cc", "-std=c11"] if is_c else ["c++", "-std=c++17", "-fvisibility-inlines-hidden"]
+    if unit.endswith(".cu"):
+        cmd += ["-x", "c++"]  # a SIMT kernel file: the host compiler builds the emulated kernels
     # DKCPU_FAST as CMakeLists.txt's DEVICEKIT_CPU_FAST sets it
-    cmd += [*COMMON, f"-DDKCPU_FAST={int(fast)}", "-c", os.path.join(src, unit), "-o", obj]
+    cmd += [*COMMON, *(f.format(src=src) for f in target.flags), f"-DDKCPU_FAST={int(fast)}",
+            "-c", os.path.join(src, unit), "-o", obj]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(f"compiling {unit} failed:\n{r.stderr[-3000:]}")
     return obj
 
 
-def link(objs, lib):
-    cmd = ["c++", "-shared", "-pthread", "-o", lib, *objs, f"-Wl,--version-script={EXPORTS}",
+def link(objs, lib, target=None):
+    target = target or TARGETS["cpu"]
+    cmd = ["c++", "-shared", "-pthread", "-o", lib, *objs,
+           f"-Wl,--version-script={target.exports}",
            "-Wl,--no-undefined", "-Wl,-z,nodelete"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
@@ -103,17 +140,18 @@ def link(objs, lib):
     return lib
 
 
-def build(src, objdir, libpath, only=None, base_objs=None, pool=None, fast=True):
+def build(src, objdir, libpath, only=None, base_objs=None, pool=None, fast=True, target=None):
     """Compiles `only` units (all when None) into objdir, links with base_objs for the rest.
     fast=False builds the plain core alone (no src/fast/, DKCPU_FAST=0)."""
     os.makedirs(objdir, exist_ok=True)
-    todo = units(src, fast) if only is None else sorted(only)
+    todo = units(src, fast, target) if only is None else sorted(only)
     objs = dict(base_objs or {})
     jobs = {u: pool.submit(compile_unit, src, u,
-                           os.path.join(objdir, u.replace("/", "_") + ".o"), fast) for u in todo}
+                           os.path.join(objdir, u.replace("/", "_") + ".o"), fast, target)
+            for u in todo}
     for u, fut in jobs.items():
         objs[u] = fut.result()
-    return link([objs[u] for u in units(src, fast)], libpath), objs
+    return link([objs[u] for u in units(src, fast, target)], libpath, target), objs
 
 
 def conformance(lib, report, jobs, exitfirst=True, timeout=900):
@@ -135,14 +173,15 @@ def conformance(lib, report, jobs, exitfirst=True, timeout=900):
     return p.returncode, first, took, p.stdout[-2000:] + p.stderr[-2000:]
 
 
-def run(selected, jobs, build_jobs, workdir, baseline=True):
+def run(selected, jobs, build_jobs, workdir, baseline=True, target=None):
+    target = target or TARGETS["cpu"]
     src = os.path.join(workdir, "src")
-    shutil.copytree(SRC, src)
+    shutil.copytree(target.src, src)
     deps = includes(src)
     pool = futures.ThreadPoolExecutor(max_workers=build_jobs)
-    print(f"building the unpatched plugin in {workdir} ...", flush=True)
+    print(f"building the unpatched {target.name} plugin in {workdir} ...", flush=True)
     base_lib, base_objs = build(src, os.path.join(workdir, "obj"),
-                                os.path.join(workdir, "libdevicekit_cpu.so"), pool=pool)
+                                os.path.join(workdir, target.lib), pool=pool, target=target)
     if baseline:
         code, first, took, tail = conformance(base_lib, os.path.join(workdir, "rep-base"), jobs,
                                               exitfirst=True)
@@ -156,13 +195,13 @@ def run(selected, jobs, build_jobs, workdir, baseline=True):
         with open(path) as f:
             original = f.read()
         patched = apply(original, old, new, name)  # raises PatchError: stop loudly
-        affected = {u for u in units(src) if u == file or file in deps.get(u, ())}
+        affected = {u for u in units(src, target=target) if u == file or file in deps.get(u, ())}
         try:
             with open(path, "w") as f:
                 f.write(patched)
             mdir = os.path.join(workdir, "m", name)
-            lib, _ = build(src, os.path.join(mdir, "obj"), os.path.join(mdir, "libdevicekit_cpu.so"),
-                           only=affected, base_objs=base_objs, pool=pool)
+            lib, _ = build(src, os.path.join(mdir, "obj"), os.path.join(mdir, target.lib),
+                           only=affected, base_objs=base_objs, pool=pool, target=target)
         finally:
             with open(path, "w") as f:
                 f.write(original)
@@ -191,6 +230,8 @@ def summary(results):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", choices=sorted(TARGETS), default="cpu",
+                    help="the plugin to mutate (default cpu)")
     ap.add_argument("--only", nargs="*", default=[], help="mutant names")
     ap.add_argument("--kind", nargs="*", default=[], help="mutant kinds")
     ap.add_argument("--headers", choices=("only", "skip"),
@@ -204,6 +245,8 @@ def main(argv=None):
                     help="skip checking that the unpatched build passes (CI: the installed "
                          "reference plugin's full run checks that already)")
     args = ap.parse_args(argv)
+    target = TARGETS[args.target]
+    MUTANTS = target.mutants()
     names = {m[0] for m in MUTANTS}
     unknown = set(args.only) - names
     if unknown:
@@ -214,7 +257,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="dk-mutants-") as tmp:
         workdir = args.workdir or tmp
         try:
-            results = run(selected, args.jobs, args.build_jobs, workdir, not args.no_baseline)
+            results = run(selected, args.jobs, args.build_jobs, workdir, not args.no_baseline,
+                          target)
         except PatchError as e:
             print(f"mutation run: error: {e}", file=sys.stderr)
             return 2

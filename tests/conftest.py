@@ -240,3 +240,59 @@ def devicekit_wheel(tmp_path_factory) -> Path:
     from _venv import build_devicekit_wheel
 
     return build_devicekit_wheel(tmp_path_factory.mktemp("devicekit_wheel"))
+
+
+# ---------------------------------------------------------------- the emulated CUDA plugin
+
+def cmake_build(src, build, defines, timeout=1200):
+    """Configures and builds src into build with CMake (Ninja when there is
+    one, two jobs); returns the folder. A failure fails the test with the log."""
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    cfg = ["cmake", "-S", str(src), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=Release",
+           *[f"-D{k}={v}" for k, v in defines.items()]]
+    for cmd in (cfg, ["cmake", "--build", str(build), "-j", "2"]):
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            pytest.fail(f"$ {' '.join(cmd)}\n{p.stdout[-4000:]}{p.stderr[-4000:]}")
+    return build
+
+
+@pytest.fixture(scope="session")
+def cuda_sim_library(tmp_path_factory) -> Path:
+    """The emulated CUDA plugin (reference_backend/cuda, DEVICEKIT_CUDA_SIM=ON):
+    DEVICEKIT_CUDA_SIM_LIBRARY when set, else built here once per session from
+    this tree with the host compiler (about a minute), so its tests run on
+    any machine with cmake and a C++ compiler, installed or not."""
+    given = os.environ.get("DEVICEKIT_CUDA_SIM_LIBRARY")
+    if given:
+        return Path(given)
+    if not shutil.which("cmake") or not any(
+            shutil.which(c) for c in (os.environ.get("CXX") or "c++", "g++", "clang++")):
+        pytest.skip("building the emulated CUDA plugin needs cmake and a C++ compiler")
+    src = Path(__file__).resolve().parents[1] / "reference_backend" / "cuda"
+    build = cmake_build(src, tmp_path_factory.mktemp("cuda_sim"), {"DEVICEKIT_CUDA_SIM": "ON"})
+    return build / "libdevicekit_cuda_sim.so"
+
+
+@pytest.fixture(scope="module")
+def cuda_sim_device(request):
+    """'cuda_sim:0' in this process for one test module: the installed plugin,
+    else the session's build (cuda_sim_library) put on DEVICEKIT_PLUGIN_PATH
+    and discovered; the path is restored (and discovery rerun) after the
+    module, so later tests see the plugins they expect."""
+    import devicekit as dk
+    if any(str(d) == "cuda_sim:0" for d in dk.devices()):
+        yield "cuda_sim:0"
+        return
+    lib = request.getfixturevalue("cuda_sim_library")
+    old = os.environ.get("DEVICEKIT_PLUGIN_PATH")
+    os.environ["DEVICEKIT_PLUGIN_PATH"] = os.pathsep.join(p for p in (str(lib), old) if p)
+    dk.reload_plugins()
+    try:
+        yield "cuda_sim:0"
+    finally:
+        if old is None:
+            os.environ.pop("DEVICEKIT_PLUGIN_PATH", None)
+        else:
+            os.environ["DEVICEKIT_PLUGIN_PATH"] = old
+        dk.reload_plugins()

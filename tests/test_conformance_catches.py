@@ -348,6 +348,36 @@ def test_mutants_of_the_cpu_plugin_are_killed(tmp_path):
 
 
 @pytest.mark.slow
+def test_mutants_of_the_cuda_kernels_are_killed_in_the_emulator(tmp_path):
+    """The CI subset of the CUDA plugin's mutation run (benchmarks/mutants_cuda.py):
+    a barrier left out, a shuffle tree one step short, a missing index check,
+    each in the kernel source nvcc builds, built by the host compiler against
+    the SIMT emulator; conformance on the variant must fail it."""
+    import shutil
+    if not (shutil.which("cc") and shutil.which("c++")):
+        pytest.skip("needs cc and c++ to build plugin variants")
+    bench = __import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        import mutants_cuda
+    finally:
+        sys.path.remove(str(bench))
+    # --no-baseline: CI's full conformance run of the installed cuda_sim
+    # (the same source) shows the unpatched build passes.
+    proc = subprocess.run([sys.executable, str(bench / "mutation_run.py"), "--target", "cuda_sim",
+                           "--no-baseline", "--only", *mutants_cuda.CI_SUBSET,
+                           "--workdir", str(tmp_path / "w")],
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    n = len(mutants_cuda.CI_SUBSET)
+    assert f"kill rate: {n}/{n}" in proc.stdout
+    # each killed by a case that failed, not by a kernel missing from the table
+    for name in mutants_cuda.CI_SUBSET:
+        line = next(ln for ln in proc.stdout.splitlines() if f" {name} " in ln)
+        assert re.search(r"\s(fail|error|crash) \S+/", line), line
+
+
+@pytest.mark.slow
 def test_cpu_plugin_core_alone_passes_core_conformance(tmp_path):
     """The reference plugin's plain core builds and links without src/fast/
     (DKCPU_FAST=0, as CMake's DEVICEKIT_CPU_FAST=OFF) and passes the core

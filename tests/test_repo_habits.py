@@ -101,7 +101,8 @@ def test_line_count_report_covers_every_tracked_file():
         assert rows["SDK C++ core"][1] >= f.read().count(b"\n")
 
 
-@pytest.mark.parametrize("readme", ["sdk/README.md", "reference_backend/cpu/README.md"])
+@pytest.mark.parametrize("readme", ["sdk/README.md", "reference_backend/cpu/README.md",
+                                    "reference_backend/cuda/README.md"])
 def test_mechanism_maps_name_files_that_exist(readme):
     # The mechanism -> symbol -> file tables are how a newcomer finds code;
     # a file renamed or split without updating them sends the reader nowhere.

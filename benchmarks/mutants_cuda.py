@@ -1,0 +1,76 @@
+"""Single-bug variants of the reference CUDA plugin's kernels
+(reference_backend/cuda/src; files named relative to it), killed by the
+conformance suite run on their emulated build:
+
+    python benchmarks/mutation_run.py --target cuda_sim
+
+The same (name, file, old text, new text, kind) rows as benchmarks/mutants.py:
+``old`` must occur exactly once in the file, or the run stops loudly. Each is
+a bug a GPU kernel engineer writes: a barrier left out (the emulator's race
+and unwritten-slot checks find it; on a GPU it is a rare wrong answer), a
+shuffle tree one step short, a tile's bound off by one, a rounding or NaN rule
+dropped, an index check missing, a Philox constant mistyped.
+"""
+
+MUTANTS = [
+    # ---- synchronisation: the emulator's checks ----
+    ("matmul_no_barrier_before_restage", "kernels_matmul.cu",
+     "      dk_barrier();  // before the next stage overwrites the slices\n", "", "sync"),
+    ("matmul_no_barrier_after_stage", "kernels_matmul.cu",
+     "      }\n      dk_barrier();\n      for (int kk = 0; kk < kStep; ++kk) {",
+     "      }\n      for (int kk = 0; kk < kStep; ++kk) {", "sync"),
+    ("block_reduce_no_barrier_before_reuse", "fused_device.h",
+     "    t = is_max ? max_nan(t, x) : t + x;\n  }\n  dk_barrier();\n  return t;",
+     "    t = is_max ? max_nan(t, x) : t + x;\n  }\n  return t;", "sync"),
+    ("attention_tile_overwritten_while_read", "fused_attention_kernels.h",
+     "    dk_barrier();  // the previous tile is no longer read\n", "", "sync"),
+    ("reduce_warp_results_unsynced", "kernels_reduce.cu",
+     "      if (R::kArg) s_idx[ty] = vi;\n    }\n    dk_barrier();",
+     "      if (R::kArg) s_idx[ty] = vi;\n    }", "sync"),
+    # ---- shuffles and tiles ----
+    ("warp_sum_one_step_short", "fused_device.h",
+     "  for (int o = 16; o > 0; o >>= 1) v += dk_shfl_xor(v, o);",
+     "  for (int o = 8; o > 0; o >>= 1) v += dk_shfl_xor(v, o);", "shuffle"),
+    ("reduce_shuffle_from_16_only", "kernels_reduce.cu",
+     "    for (int d = 16; d > 0; d /= 2) {\n      const A b = dk_shfl_down(v, d);",
+     "    for (int d = 16; d > 1; d /= 2) {\n      const A b = dk_shfl_down(v, d);", "shuffle"),
+    ("matmul_k_tail_read_past_end", "kernels_matmul.cu",
+     "c < p.n && kg < p.k ? mat_load(b[kg * p.sb_row + c * p.sb_col]) : A(0);",
+     "c < p.n && kg <= p.k ? mat_load(b[kg * p.sb_row + c * p.sb_col]) : A(0);", "bounds"),
+    ("attention_causal_tile_cut_one_short", "fused_attention_kernels.h",
+     "  const int64_t keys = a.causal ? (i_last + 1 < a.lk ? i_last + 1 : a.lk) : a.lk;\n"
+     "  for (int64_t j0 = 0; j0 < keys; j0 += kTile) {\n    dk_barrier();  // the previous tile",
+     "  const int64_t keys = a.causal ? (i_last < a.lk ? i_last : a.lk) : a.lk;\n"
+     "  for (int64_t j0 = 0; j0 < keys; j0 += kTile) {\n    dk_barrier();  // the previous tile",
+     "attention"),
+    # ---- numerics ----
+    ("norm_eps_outside_sqrt", "fused_rows_kernels.h",
+     "  *rstd = 1.0f / sqrtf(block_sum(q, red) / float(d) + eps);",
+     "  *rstd = 1.0f / (sqrtf(block_sum(q, red) / float(d)) + eps);", "numerics"),
+    ("softmax_max_not_subtracted", "fused_rows_kernels.h",
+     "      for (int64_t i = t; i < a.d; i += nt) s += expf(load(x[i * st]) - m);",
+     "      for (int64_t i = t; i < a.d; i += nt) s += expf(load(x[i * st]));", "numerics"),
+    ("fused_max_keeps_first_on_nan", "fused_device.h",
+     "DK_HD float max_nan(float a, float b) { return (b > a || b != b) ? b : a; }",
+     "DK_HD float max_nan(float a, float b) { return b > a ? b : a; }", "numerics"),
+    # ---- casts ----
+    ("bf16_round_half_up", "half.h", "  return uint16_t((x + 0x7fffu + lsb) >> 16);",
+     "  return uint16_t((x + 0x8000u) >> 16);", "casts"),
+    ("half_round_half_up", "half.h",
+     "  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;", "  if (rem >= 0x1000u) ++h;",
+     "casts"),
+    ("bf16_nan_not_quieted", "half.h",
+     "return uint16_t((x >> 16) | 0x0040u);  // quiet NaN",
+     "return uint16_t(x >> 16);  // quiet NaN", "casts"),
+    # ---- index checks and random ----
+    ("gather_negative_index_accepted", "kernels_index.cu",
+     "    if (idx < 0 || idx >= size) {\n      report_error(p.errors, DK_OP_GATHER,",
+     "    if (idx >= size) {\n      report_error(p.errors, DK_OP_GATHER,", "index"),
+    ("philox_round_key_typo", "kernels_random.cu", "      k1 += 0xBB67AE85u;",
+     "      k1 += 0xBB67AE84u;", "random"),
+]
+
+#: A fast subset for CI: a barrier, a shuffle, an index check (each rebuilds
+#: few units; a half.h mutant rebuilds them all).
+CI_SUBSET = ["matmul_no_barrier_before_restage", "warp_sum_one_step_short",
+             "gather_negative_index_accepted"]
