@@ -104,7 +104,7 @@ def _run(name, dtype, kind, ctx):
     torch, dkt, in_scope, _ = _corpus()
     op = in_scope[name]
     try:
-        dev = dkt.device(ctx.device.name)
+        dev = dkt.prefer(ctx.device.name)  # dk:0: torch's autograd serves dk:0 only
     except Exception as e:  # noqa: BLE001 - e.g. a --plugin build devicekit.torch does not list
         raise Skip(f"devicekit.torch has no torch device for {ctx.device.name}: {e}") from None
     torch.manual_seed(ctx.seed)  # OpInfo draws its sample values from torch's global generator

@@ -202,3 +202,33 @@ def test_random_ops_draw_devicekit_philox_seeded_by_manual_seed(cpu):
     torch.testing.assert_close(scaled, torch.full((2000,), 1 / 0.75))
     with pytest.raises(NotImplementedError, match="torch.Generator cannot drive a dk device"):
         torch.empty(3, device=DK).uniform_(generator=torch.Generator())
+
+
+PREFER = r"""
+import torch, devicekit.torch as dkt
+first = dkt.prefer("cuda_sim:0")
+assert first == torch.device("dk", 0), first
+assert dkt.device("cpu:0") == torch.device("dk", 1)
+x = torch.randn(4, 3, requires_grad=True)
+y = (x.to(first) * 2).sum()
+y.backward()  # torch's autograd engine serves dk:0 only: this is why prefer exists
+assert torch.equal(x.grad, torch.full((4, 3), 2.0)), x.grad
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_prefer_numbers_the_device_under_test_dk0_so_backward_runs(cuda_sim_library, run_python):
+    """Two plugins: cpu:0 is discovered first, so cuda_sim:0 would be dk:1,
+    where torch's autograd engine has no ready queue (its Python device guard
+    reports one device). prefer() numbers it dk:0 before anything else does."""
+    p = run_python(PREFER, plugin_path=[cuda_sim_library])
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
+
+
+def test_the_order_variable_puts_named_devices_first(cpu, run_python):
+    code = ("import os, torch, devicekit.torch as dkt\n"
+            "os.environ['DEVICEKIT_TORCH_DEVICES'] = 'nosuch:0, cpu:0'\n"
+            "print(dkt.device('cpu:0'))")
+    p = run_python(code)
+    assert p.returncode == 0 and p.stdout.strip() == "dk:0", p.stdout + p.stderr

@@ -241,9 +241,10 @@ def torch_device(device):
     if device == "cpu":
         return "cpu"
     import devicekit.torch as dkt
+    # dk:0 where it can be: torch's autograd engine serves dk:0 only (prefer)
     if isinstance(device, str):
-        return dkt.device(device)
-    tdev = dkt.device(device.name)
+        return dkt.prefer(device)
+    tdev = dkt.prefer(device.name)
     got = dkt.dk_device(tdev).plugin.path
     if os.path.realpath(got) != os.path.realpath(device.plugin.path):
         from ..errors import DeviceKitError

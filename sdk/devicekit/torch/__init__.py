@@ -29,7 +29,7 @@ except ImportError as e:  # pragma: no cover - the message is the point
 
 from . import _device
 from ._coverage import Coverage, coverage
-from ._device import DKTensor, device, dk_device
+from ._device import DKTensor, device, dk_device, prefer
 from ._dispatch import LOWERINGS, dispatch as _dispatch_op
 from ._fallback import fallback, fallback_stats, reset_fallback_stats
 from . import _lower_views, _lower_ops, _lower_nn  # noqa: F401  (they fill LOWERINGS)
@@ -66,4 +66,4 @@ def from_torch(t):
 
 
 __all__ = ["Coverage", "DKTensor", "coverage", "device", "dk_device", "fallback", "fallback_stats",
-           "from_torch", "lowered_ops", "reset_fallback_stats", "to_torch"]
+           "from_torch", "lowered_ops", "prefer", "reset_fallback_stats", "to_torch"]

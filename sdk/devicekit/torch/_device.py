@@ -16,6 +16,7 @@ APIs are public and which are experimental.
 
 import collections
 import math
+import os
 import threading
 
 import numpy as np
@@ -57,13 +58,36 @@ def torch_dtype(t):
 _lock = threading.Lock()
 _devices = None  # the DeviceKit devices, in dk:N order, fixed at first use
 
+#: DeviceKit device names (comma-separated) numbered first, dk:0 onwards; the
+#: others follow in devicekit.devices() order. Read once, when the devices are
+#: first numbered in a process (its children inherit it).
+ORDER_ENV = "DEVICEKIT_TORCH_DEVICES"
+
 
 def _all():
     global _devices
     with _lock:
         if _devices is None:
-            _devices = list(_dk_devices())
+            devs = list(_dk_devices())
+            names = [n.strip() for n in os.environ.get(ORDER_ENV, "").split(",") if n.strip()]
+            front = [d for n in names for d in devs if d.name == n]
+            _devices = front + [d for d in devs if all(d is not f for f in front)]
         return _devices
+
+
+def prefer(name):
+    """Makes the DeviceKit device ``name`` ``dk:0`` when nothing in this process
+    has numbered the devices yet, and returns its torch device (whatever its
+    index). Why it matters: torch's Python device guard, which this backend
+    registers, reports one device (``deviceCount()`` is 1 in
+    torch/csrc/acc/Module.cpp), so torch's autograd engine keeps a ready queue
+    for ``dk:0`` only and a backward on ``dk:1`` stops in an INTERNAL ASSERT.
+    The conformance section and the hf models call this for the device under
+    test; a script does the same, or sets DEVICEKIT_TORCH_DEVICES."""
+    with _lock:
+        if _devices is None:
+            os.environ[ORDER_ENV] = name
+    return device(name)
 
 
 def dk_device(device):
