@@ -317,7 +317,7 @@ def test_an_ill_conditioned_gradient_is_bounded_by_the_perturbed_correct_run(ref
     old single-run bound 4 * 6.8e-4 + u and failed (measured: 8.9x-17x over
     six choices of the pixel, five failing). The perturbed correct run's
     error on that tensor is 0.066: under the new bound the nudged run is
-    about 0.2x and passes. A real bug in the same model and dtype (batch
+    0.11x and passes (0.11x-0.21x over the six pixels). A real bug in the same model and dtype (batch
     norm's batch mean detached from autograd, so its gradient is lost) still
     fails backward, at about 50x the new bound (700x the old)."""
     from devicekit import _core
