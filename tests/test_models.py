@@ -156,9 +156,16 @@ def _oracle_logits(model, running=None):
 
 
 @pytest.fixture(scope="module")
-def reference_runs():
-    """{model: {dtype: Run}} on cpu:0, as the harness's reference side computes them."""
-    return {name: reference.compute(name, H.DTYPES, H.DEFAULT_STEPS)["runs"] for name in zoo.NAMES}
+def reference_sides():
+    """{model: {"runs": {dtype: Run}, "perturbed": {dtype: Run}}} on cpu:0, as
+    the harness's reference side computes them."""
+    return {name: reference.compute(name, H.DTYPES, H.DEFAULT_STEPS) for name in zoo.NAMES}
+
+
+@pytest.fixture(scope="module")
+def reference_runs(reference_sides):
+    """{model: {dtype: Run}} on cpu:0 (float64 and the correct runs)."""
+    return {name: side["runs"] for name, side in reference_sides.items()}
 
 
 @pytest.mark.parametrize("name", zoo.NAMES)
@@ -277,6 +284,86 @@ def test_curve_band_uses_the_worst_error_so_far():
     assert all(r["ok"] for r in ok)
     bad = H.curve_check([3.0, 2.5 * (1 + 1e-5), 2.0], correct, ref, "float32")
     assert [r["ok"] for r in bad] == [True, False, True]
+
+
+def test_perturb_moves_every_nonzero_float_by_one_ulp_of_the_run_dtype():
+    values = {"x": np.array([1.0, -3.0, 0.0, 1e-3, 0.75]), "ids": np.arange(5)}
+    for dtype, bits in (("float16", 11), ("bfloat16", 8), ("float32", 24)):
+        out = H.perturb(values, dtype)
+        assert out["ids"] is values["ids"] and out["x"][2] == 0.0  # ints and zeros stay
+        _, e = np.frexp(values["x"])
+        steps = (out["x"] - values["x"]) / np.ldexp(1.0, e - bits)
+        assert set(np.abs(steps[[0, 1, 3, 4]])) == {1.0}
+        assert np.array_equal(out["x"], H.perturb(values, dtype)["x"])  # seeded: every run the same
+    signs = np.sign(H.perturb({"w": np.ones(1000)}, "float16")["w"] - 1.0)
+    assert 400 < (signs > 0).sum() < 600  # up or down at random
+    assert np.all(H.perturb({"h": np.ones(8)}, "float16")["h"].astype(np.float16) != 1.0)
+
+
+def test_curve_band_widens_with_the_perturbed_runs_error():
+    ref, correct = [3.0, 2.5], [3.0, 2.5]
+    plugin = [3.0 * (1 + 1e-5), 2.5]
+    assert not H.curve_check(plugin, correct, ref, "float32")[0]["ok"]
+    rows = H.curve_check(plugin, correct, ref, "float32", [3.0 * (1 + 3e-6), 2.5])
+    assert rows[0]["ok"] and rows[0]["perturbed_error"] == pytest.approx(3e-6)
+
+
+def test_an_ill_conditioned_gradient_is_bounded_by_the_perturbed_correct_run(reference_sides,
+                                                                               monkeypatch):
+    """cnn/float16/backward, grad:block2.bn1.bias: 128 terms that mostly
+    cancel, behind ReLUs whose inputs sit near zero. The correct run's error
+    on it is small by luck (6.8e-4); the same reference CPU plugin with ONE
+    input pixel nudged by one float16 ulp (and fused kernels off) is 8.9x the
+    old single-run bound 4 * 6.8e-4 + u and failed (measured: 8.9x-17x over
+    six choices of the pixel, five failing). The perturbed correct run's
+    error on that tensor is 0.066: under the new bound the nudged run is
+    0.11x and passes (0.11x-0.21x over the six pixels). A real bug in the same model and dtype (batch
+    norm's batch mean detached from autograd, so its gradient is lost) still
+    fails backward, at about 50x the new bound (700x the old)."""
+    from devicekit import _core
+    from devicekit import tensor as dk_tensor
+    from devicekit._fused import fused_kernels
+
+    model, dtype = zoo.get("cnn"), "float16"
+    runs, perturbed = reference_sides["cnn"]["runs"], reference_sides["cnn"]["perturbed"][dtype]
+    ref, correct = runs["float64"], runs[dtype]
+    real_inputs = H.device_inputs
+
+    def one_pixel_nudged(m, device, dt, perturbed=False):
+        inp = real_inputs(m, device, dt, perturbed)
+        a = inp["images"].numpy().copy()
+        a.reshape(-1)[194] = np.nextafter(a.reshape(-1)[194], np.float16(np.inf))
+        inp["images"] = dk_tensor(a, device=device)
+        return inp
+    monkeypatch.setattr(H, "device_inputs", one_pixel_nudged)
+    with fused_kernels(False):
+        nudged = H.execute(model, "cpu:0", dtype)
+    monkeypatch.setattr(H, "device_inputs", real_inputs)
+
+    outcome, message, details = H.judge("backward", nudged, correct, ref, dtype)  # the old bound
+    assert outcome == "fail" and details["worst"]["tensor"] == "grad:block2.bn1.bias", message
+    assert details["worst"]["ratio"] > 8 and "perturbed correct run: 0" in message
+    outcome, message, details = H.judge("backward", nudged, correct, ref, dtype, perturbed)
+    assert outcome == "pass", message
+    row = next(r for r in details["checks"] + [details["worst"]]
+               if r["tensor"] == "grad:block2.bn1.bias")
+    assert row["perturbed_error"] > 10 * row["correct_error"] and row["ratio"] < 0.5
+    assert details["perturbed"] is True
+    for phase in H.PHASES:  # the nudged run passes every phase under the new bound
+        assert H.judge(phase, nudged, correct, ref, dtype, perturbed)[0] == "pass", phase
+
+    real_mean = _core.Tensor.mean
+
+    def detached_batch_mean(self, *args, **kwargs):  # batch norm's statistics over (N, H, W)
+        out = real_mean(self, *args, **kwargs)
+        return out.detach() if kwargs.get("dim") == (0, 2, 3) else out
+    monkeypatch.setattr(_core.Tensor, "mean", detached_batch_mean)
+    buggy = H.execute(model, "cpu:0", dtype)
+    monkeypatch.setattr(_core.Tensor, "mean", real_mean)
+    outcome, message, details = H.judge("backward", buggy, correct, ref, dtype, perturbed)
+    assert outcome == "fail" and details["worst"]["ratio"] > 20, message
+    assert "perturbed correct run:" in message
+    assert H.judge("train", buggy, correct, ref, dtype, perturbed)[0] == "fail"
 
 
 def test_judge_catches_a_wrong_attention_in_mixed_precision(reference_runs, monkeypatch):

@@ -223,7 +223,8 @@ def _run_suite(models, dtypes, target, args, shard=None, selected=None):
                 "steps": args.steps, "models": models, "dtypes": dtypes,
                 "partial": corpus is not None, "interrupted": corpus is not None, "filter": [],
                 "device_arg": target.device.name, "plugin_arg": plugin,
-                "criterion": f"err(plugin) <= {MULTIPLIER:g} x err(correct run) + unit roundoff, "
+                "criterion": f"err(plugin) <= {MULTIPLIER:g} x max(err(correct run), err(perturbed "
+                             f"correct run)) + unit roundoff, "
                              f"err = relative L2 error against float64",
                 "duration_s": round(time.monotonic() - start, 3), "started": started}
     if shard:

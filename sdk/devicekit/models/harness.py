@@ -18,9 +18,12 @@ everything in float64.
 
 :func:`judge` turns three runs into outcomes: the plugin's run, a *correct*
 run of the same dtype (the reference CPU plugin), and the float64 reference.
-A tensor passes when ``err(plugin) <= MULTIPLIER * err(correct) + u(dtype)``,
-``err`` being the relative L2 error against float64 and ``u`` the dtype's
-unit roundoff (docs/models.md says why).
+A tensor passes when ``err(plugin) <= MULTIPLIER * max(err(correct),
+err(perturbed)) + u(dtype)``, ``err`` being the relative L2 error against
+float64, ``u`` the dtype's unit roundoff and *perturbed* a second correct run
+whose inputs and initial parameters were each nudged by one ulp of the run
+dtype (:func:`perturb`, seeded): it measures how much a legitimately
+different rounding moves the tensor (docs/models.md says why).
 """
 
 import contextlib
@@ -45,6 +48,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 MULTIPLIER = 4.0
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 ZERO_GRAD_FRACTION = 1e-2
+PRECISION = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}  # significand bits
+PERTURB_SEED = 20261126
 DEFAULT_STEPS = 5
 LR, WEIGHT_DECAY = 3e-3, 0.01
 
@@ -110,12 +115,38 @@ def master_dtype(dtype):
     return "float64" if dtype == "float64" else "float32"
 
 
-def device_inputs(model, device, dtype):
+def perturb(values, dtype, seed=PERTURB_SEED):
+    """``values`` ({name: array}) with every nonzero element of each floating
+    array moved one ulp *of the run dtype* up or down (a seeded coin per
+    element, the same for every run); other arrays, and zeros (often
+    structural: biases, masks), unchanged. The result is float64; the run's
+    cast to ``dtype`` lands one representable value away from where the
+    unperturbed value lands (same binade: adding an ulp shifts the grid by one)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in sorted(values):
+        a = np.asarray(values[name])
+        if a.dtype.kind != "f":
+            out[name] = a
+            continue
+        a = a.astype(np.float64)
+        _, e = np.frexp(a)  # |a| = m * 2**e, m in [0.5, 1): ulp = 2**(e - p)
+        ulp = np.ldexp(1.0, e - PRECISION[dtype])
+        sign = rng.choice((-1.0, 1.0), size=a.shape)
+        out[name] = np.where(a != 0, a + sign * ulp, a)
+    return out
+
+
+def device_inputs(model, device, dtype, perturbed=False):
     """The model's batch on ``device``: floats in the run dtype, ints and bools
     as they are; and the model's buffers (running statistics), if it has any,
-    at ``"buffers"`` in the master dtype, as a dict the layers update."""
+    at ``"buffers"`` in the master dtype, as a dict the layers update.
+    ``perturbed``: the floats nudged by :func:`perturb`."""
     out = {}
-    for name, a in model.make_data().items():
+    data = model.make_data()
+    if perturbed:
+        data = perturb(data, dtype)
+    for name, a in data.items():
         a = np.asarray(a)
         dt = dtype if a.dtype.kind == "f" else None
         out[name] = tensor(a, device=device, dtype=dt)
@@ -126,9 +157,12 @@ def device_inputs(model, device, dtype):
     return out
 
 
-def master_params(model, device, dtype, values=None):
-    """The master parameters, a ``devicekit.nn.ParameterDict`` keyed by the model's names."""
+def master_params(model, device, dtype, values=None, perturbed=False):
+    """The master parameters, a ``devicekit.nn.ParameterDict`` keyed by the
+    model's names; ``perturbed``: nudged by :func:`perturb` (seed + 1)."""
     values = model.init_params() if values is None else values
+    if perturbed:
+        values = perturb(values, dtype, PERTURB_SEED + 1)
     return ParameterDict({n: tensor(np.asarray(a, np.float64), device=device,
                                     dtype=master_dtype(dtype)) for n, a in values.items()})
 
@@ -155,14 +189,15 @@ def forward(model, master, inp, dtype, record=None):
     return x
 
 
-def execute(model, device, dtype, steps=DEFAULT_STEPS, lr=LR, record=False):
+def execute(model, device, dtype, steps=DEFAULT_STEPS, lr=LR, record=False, perturbed=False):
     """Runs every phase of ``model`` on ``device`` in ``dtype`` ("float64" is
-    the reference). ``record`` keeps each layer's forward output."""
+    the reference). ``record`` keeps each layer's forward output;
+    ``perturbed`` nudges the batch and the initial parameters (:func:`perturb`)."""
     run = Run(model.name, device if isinstance(device, str) else device.name, dtype)
     inp = master = logits = loss = None
     with _phase(run, "forward"):
-        inp = device_inputs(model, device, dtype)
-        master = master_params(model, device, dtype)
+        inp = device_inputs(model, device, dtype, perturbed)
+        master = master_params(model, device, dtype, perturbed=perturbed)
         logits = forward(model, master, inp, dtype, run.activations if record else None)
         run.logits = to_numpy(logits)
     with _phase(run, "loss") as ok:
@@ -175,8 +210,8 @@ def execute(model, device, dtype, steps=DEFAULT_STEPS, lr=LR, record=False):
             run.grads = {n: to_numpy(t.grad) for n, t in master.items()}
     with _phase(run, "inference"):
         if master is None:  # forward failed before it had them
-            inp = device_inputs(model, device, dtype)
-            master = master_params(model, device, dtype)
+            inp = device_inputs(model, device, dtype, perturbed)
+            master = master_params(model, device, dtype, perturbed=perturbed)
         with no_grad():
             run.inference = to_numpy(forward(model, master, inp, dtype))
     with _phase(run, "train") as ok:
@@ -227,69 +262,91 @@ def grad_scales(ref_grads):
     return {n: ZERO_GRAD_FRACTION * rms * math.sqrt(g.size) for n, g in ref_grads.items()}
 
 
-def bound(correct_error, dtype):
-    return MULTIPLIER * correct_error + UNIT_ROUNDOFF[dtype]
+def bound(correct_error, dtype, perturbed_error=0.0):
+    """``MULTIPLIER`` times the larger of the two correct runs' errors, plus ``u``."""
+    return MULTIPLIER * max(correct_error, perturbed_error) + UNIT_ROUNDOFF[dtype]
 
 
-def check(name, actual, correct, ref, dtype, scale=0.0):
-    """One tensor's verdict as a dict (error, the correct run's error, bound, ratio, ok)."""
+def check(name, actual, correct, ref, dtype, scale=0.0, perturbed=None):
+    """One tensor's verdict as a dict (error, the correct run's error, the
+    perturbed correct run's error (0 without one), bound, ratio, ok)."""
     err, cerr = rel_error(actual, ref, scale), rel_error(correct, ref, scale)
-    b = bound(cerr, dtype)
-    return {"tensor": name, "error": err, "correct_error": cerr, "bound": b,
-            "ratio": err / b if b > 0 else math.inf, "ok": bool(err <= b)}
+    perr = 0.0 if perturbed is None else rel_error(perturbed, ref, scale)
+    b = bound(cerr, dtype, perr)
+    return {"tensor": name, "error": err, "correct_error": cerr, "perturbed_error": perr,
+            "bound": b, "ratio": err / b if b > 0 else math.inf, "ok": bool(err <= b)}
 
 
-def curve_check(plugin, correct, ref, dtype):
-    """Per step: the plugin's loss within the band ``MULTIPLIER * (the correct
-    run's largest relative loss error so far) + u`` of the reference curve."""
-    rows, worst_c = [], 0.0
-    for i, (p, c, r) in enumerate(zip(plugin, correct, ref)):
+def curve_check(plugin, correct, ref, dtype, perturbed=None):
+    """Per step: the plugin's loss within the band ``MULTIPLIER * (the larger
+    of the two correct runs' largest relative loss error so far) + u`` of the
+    reference curve."""
+    rows, worst_c, worst_p = [], 0.0, 0.0
+    perturbed = [None] * len(ref) if perturbed is None else list(perturbed)
+    perturbed += [None] * (len(ref) - len(perturbed))
+    for i, (p, c, r, q) in enumerate(zip(plugin, correct, ref, perturbed)):
         worst_c = max(worst_c, abs(c - r) / abs(r))
+        perr = 0.0 if q is None else abs(q - r) / abs(r)
+        worst_p = max(worst_p, perr)
         err = abs(p - r) / abs(r) if math.isfinite(p) else math.inf
-        b = bound(worst_c, dtype)
+        b = bound(worst_c, dtype, worst_p)
         rows.append({"tensor": f"loss[step {i}]", "error": err, "correct_error": abs(c - r) / abs(r),
-                     "bound": b, "ratio": err / b, "ok": bool(err <= b)})
+                     "perturbed_error": perr, "bound": b, "ratio": err / b, "ok": bool(err <= b)})
     if len(plugin) != len(ref):
         rows.append({"tensor": "curve length", "error": math.inf, "correct_error": 0.0,
-                     "bound": 0.0, "ratio": math.inf, "ok": False})
+                     "perturbed_error": 0.0, "bound": 0.0, "ratio": math.inf, "ok": False})
     return rows
 
 
-def phase_checks(phase, plugin, correct, ref, dtype):
+def phase_checks(phase, plugin, correct, ref, dtype, perturbed=None):
+    """The phase's per-tensor rows; ``perturbed`` (a ``Run`` or None) widens the bounds."""
+    q = perturbed
     if phase == "forward":
-        return [check("logits", plugin.logits, correct.logits, ref.logits, dtype)]
+        return [check("logits", plugin.logits, correct.logits, ref.logits, dtype, 0.0,
+                      None if q is None else q.logits)]
     if phase == "loss":
-        return [check("loss", plugin.loss, correct.loss, ref.loss, dtype)]
+        return [check("loss", plugin.loss, correct.loss, ref.loss, dtype, 0.0, None if q is None else q.loss)]
     if phase == "backward":
         scales = grad_scales(ref.grads)
-        return [check(f"grad:{n}", plugin.grads[n], correct.grads[n], ref.grads[n], dtype, scales[n])
+        return [check(f"grad:{n}", plugin.grads[n], correct.grads[n], ref.grads[n], dtype, scales[n],
+                      q.grads[n] if q is not None else None)
                 for n in ref.grads]
     if phase == "inference":
-        return [check("logits (no_grad)", plugin.inference, correct.inference, ref.inference, dtype)]
-    return curve_check(plugin.curve, correct.curve, ref.curve, dtype)
+        return [check("logits (no_grad)", plugin.inference, correct.inference, ref.inference, dtype,
+                      0.0, None if q is None else q.inference)]
+    return curve_check(plugin.curve, correct.curve, ref.curve, dtype, None if q is None else q.curve)
 
 
 def _fmt(x):
     return "inf" if x == math.inf else f"{x:.3g}"
 
 
-def judge(phase, plugin, correct, ref, dtype):
-    """(outcome, message, details) of one phase."""
-    for who, r in (("the float64 reference", ref), ("the correct run on the reference CPU plugin", correct)):
+def judge(phase, plugin, correct, ref, dtype, perturbed=None):
+    """(outcome, message, details) of one phase. ``perturbed``: the correct
+    run on perturbed inputs (``execute(..., perturbed=True)`` on cpu:0), or
+    None for the single-run bound of the past."""
+    sides = [("the float64 reference", ref), ("the correct run on the reference CPU plugin", correct)]
+    if perturbed is not None:
+        sides.append(("the perturbed correct run on the reference CPU plugin", perturbed))
+    for who, r in sides:
         if phase in r.problems:
             return ERROR, f"{who} failed in {phase}: {r.problems[phase][1]}", {}
     if phase in plugin.problems:
         outcome, message = plugin.problems[phase]
         return outcome, message, {}
-    rows = phase_checks(phase, plugin, correct, ref, dtype)
+    rows = phase_checks(phase, plugin, correct, ref, dtype, perturbed)
     worst = max(rows, key=lambda r: r["ratio"])
     details = {"checks": sorted(rows, key=lambda r: -r["ratio"])[:8], "worst": worst,
-               "fused_kernels": plugin.fused.get(phase, {}), "tensors": len(rows)}
+               "fused_kernels": plugin.fused.get(phase, {}), "tensors": len(rows),
+               "perturbed": perturbed is not None}
     if phase == "train":
         details["curve"] = {"plugin": plugin.curve, "correct": correct.curve, "reference": ref.curve}
+        if perturbed is not None:
+            details["curve"]["perturbed"] = perturbed.curve
     bad = [r for r in rows if not r["ok"]]
     if not bad:
         return PASS, "", details
     return FAIL, (f"{len(bad)} of {len(rows)} tensors exceed their bound; worst {worst['tensor']}: "
                   f"error {_fmt(worst['error'])} = {_fmt(worst['ratio'])}x the bound "
-                  f"{_fmt(worst['bound'])} (correct {dtype} run: {_fmt(worst['correct_error'])})"), details
+                  f"{_fmt(worst['bound'])} (correct {dtype} run: {_fmt(worst['correct_error'])}, "
+                  f"perturbed correct run: {_fmt(worst['perturbed_error'])})"), details

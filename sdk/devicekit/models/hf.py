@@ -175,18 +175,22 @@ def get(name):
 class _Setup:
     """The module in the run dtype on ``device``, the masters, the batch."""
 
-    def __init__(self, model, device, dtype):
+    def __init__(self, model, device, dtype, perturbed=False):
         import torch
         self.torch = torch
         self.dtype = getattr(torch, dtype)
         self.master_dtype = getattr(torch, H.master_dtype(dtype))
         module = model.module()
         values = model.init_params(module)
+        data = model.make_data()
+        if perturbed:  # as the zoo's perturbed correct run (harness.perturb, same seeds)
+            values = H.perturb(values, dtype, H.PERTURB_SEED + 1)
+            data = H.perturb(data, dtype)
         self.net = module.to(dtype=self.dtype).to(device)
         self.masters = {n: torch.tensor(v, dtype=torch.float64).to(self.master_dtype).to(device)
                         .requires_grad_() for n, v in values.items()}
         self.batch = {}
-        for k, v in model.make_data().items():
+        for k, v in data.items():
             t = torch.from_numpy(np.ascontiguousarray(v))
             self.batch[k] = (t.to(self.dtype) if t.is_floating_point() else t).to(device)
         self.task = model.task
@@ -254,14 +258,15 @@ def torch_device(device):
     return tdev
 
 
-def execute(model, device, dtype, steps=H.DEFAULT_STEPS, lr=H.LR):
-    """Every phase of ``model`` on ``device`` ("cpu" = torch's CPU) in ``dtype``, as a ``harness.Run``."""
+def execute(model, device, dtype, steps=H.DEFAULT_STEPS, lr=H.LR, perturbed=False):
+    """Every phase of ``model`` on ``device`` ("cpu" = torch's CPU) in ``dtype``, as a
+    ``harness.Run``; ``perturbed``: on the nudged batch and parameters (``harness.perturb``)."""
     import torch
     tdev = torch_device(device)
     run = H.Run(model.name, str(device if isinstance(device, str) else device.name), dtype)
     s = logits = loss = None
     with _phase(run, "forward"):
-        s = _Setup(model, tdev, dtype)
+        s = _Setup(model, tdev, dtype, perturbed)
         logits = s.forward()
         run.logits = _np(logits)
     with _phase(run, "loss") as ok:
@@ -274,7 +279,7 @@ def execute(model, device, dtype, steps=H.DEFAULT_STEPS, lr=H.LR):
             run.grads = {n: _np(m.grad) for n, m in s.masters.items()}
     with _phase(run, "inference"):
         if s is None:
-            s = _Setup(model, tdev, dtype)
+            s = _Setup(model, tdev, dtype, perturbed)
         s.net.eval()
         with torch.no_grad():
             run.inference = _np(s.forward())
@@ -295,12 +300,15 @@ def execute(model, device, dtype, steps=H.DEFAULT_STEPS, lr=H.LR):
 
 
 def compute(name, dtypes, steps):
-    """The reference side: {"runs": {dtype: Run}} on torch's CPU, float64 included."""
+    """The reference side: {"runs": {dtype: Run}} on torch's CPU, float64
+    included, and {"perturbed": {dtype: Run}} (the correct runs on perturbed inputs)."""
     model = get(name)
     runs = {"float64": execute(model, "cpu", "float64", steps)}
+    perturbed = {}
     for dt in dtypes:
         runs[dt] = execute(model, "cpu", dt, steps)
-    return {"runs": runs, "layers": None}
+        perturbed[dt] = execute(model, "cpu", dt, steps, perturbed=True)
+    return {"runs": runs, "perturbed": perturbed, "layers": None}
 
 
 # ---- the first diverging module ----------------------------------------------

@@ -2,7 +2,9 @@
 
 Everything the verdicts compare against is computed on the reference CPU
 plugin (cpu:0): the float64 reference run, the correct run in each dtype
-(whose own error scales the bounds) and, for a failed model, the per-layer
+and the perturbed correct run in each dtype (``harness.perturb``: inputs and
+initial parameters one ulp away; the larger of the two runs' errors scales the
+bounds) and, for a failed model, the per-layer
 reference data (``divergence.reference_layers``). It runs in a separate
 process so that it never shares a process with the plugin under test: a
 vendor plugin may wrap or embed the reference CPU plugin (the test suite's
@@ -32,7 +34,8 @@ _PLUGIN_ENV = ("DEVICEKIT_PLUGIN_PATH", OVERRIDE_ENV)
 
 
 def compute(model_name, dtypes, steps, layers=None):
-    """{"runs": {dtype: harness.Run} (float64 included), "layers": per-layer data or None}."""
+    """{"runs": {dtype: harness.Run} (float64 included), "perturbed": {dtype:
+    harness.Run} (the correct run on perturbed inputs), "layers": per-layer data or None}."""
     from . import divergence, get, hf
     from . import harness as H
 
@@ -45,9 +48,11 @@ def compute(model_name, dtypes, steps, layers=None):
         dtype, inference = layers
         return {"runs": {}, "layers": divergence.reference_layers(model, dtype, inference)}
     runs = {"float64": H.execute(model, "cpu:0", "float64", steps, record=True)}
+    perturbed = {}
     for dt in dtypes:
         runs[dt] = H.execute(model, "cpu:0", dt, steps, record=True)
-    return {"runs": runs, "layers": None}
+        perturbed[dt] = H.execute(model, "cpu:0", dt, steps, perturbed=True)
+    return {"runs": runs, "perturbed": perturbed, "layers": None}
 
 
 def fetch(model_name, dtypes=(), steps=1, layers=None, timeout=600):

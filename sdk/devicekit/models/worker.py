@@ -61,7 +61,8 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
         emit({"model": {"skipped": f"{model.name} {why}"}})
         return
     try:
-        runs = reference.fetch(model.name, [d for d in dtypes if d in target.dtypes], steps)["runs"]
+        side = reference.fetch(model.name, [d for d in dtypes if d in target.dtypes], steps)
+        runs, perturbed = side["runs"], side.get("perturbed", {})
     except Exception as e:  # no reference, no verdict: every case is an error, with the cause
         for dtype in dtypes:
             for phase in H.PHASES:
@@ -95,7 +96,8 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
         info["curves"][dtype] = {"plugin": plugin.curve, "correct": correct.curve}
         results = {}
         for phase in H.PHASES:
-            outcome, message, details = H.judge(phase, plugin, correct, ref, dtype)
+            outcome, message, details = H.judge(phase, plugin, correct, ref, dtype,
+                                                perturbed.get(dtype))
             if outcome == NOT_IMPLEMENTED and needs[phase]:
                 message = f"blocked by: {', '.join(needs[phase])}" + (
                     f" ({message})" if message else "")
