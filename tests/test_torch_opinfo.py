@@ -242,3 +242,23 @@ def test_gate_record_carries_the_section_and_old_baselines_still_check(tmp_path,
     assert [(r.rule, r.subject, r.new) for r in v.refusals] == [
         ("conformance.regression", "torch/add/float32/samples", "missing")]
     assert any("the new record did not" in n for n in v.notes)
+
+
+@pytest.mark.slow
+def test_gradients_run_on_a_plugin_that_is_not_discovered_first(cuda_sim_library, tmp_path):
+    """With cpu:0 discovered first, the emulated CUDA plugin would be dk:1,
+    where torch's autograd engine has no ready queue (its Python device guard
+    reports one device): every grad case stopped in an INTERNAL ASSERT. The
+    conformance worker numbers the device under test dk:0."""
+    import os
+    env = dict(os.environ, DEVICEKIT_PLUGIN_PATH=str(cuda_sim_library))
+    env.pop("DEVICEKIT_TORCH_DEVICES", None)
+    rep = tmp_path / "rep"
+    p = subprocess.run([sys.executable, "-m", "devicekit", "conformance", "--device", "cuda_sim:0",
+                        "--jobs", "1", "--case", "torch/abs/float32/grad",
+                        "--case", "torch/mul/float32/grad", "--report", str(rep)],
+                       env=env, capture_output=True, text=True, timeout=600)
+    report = json.loads((rep / "report.json").read_text())
+    got = {c["id"]: c["outcome"] for c in report["cases"]}
+    assert got == {"torch/abs/float32/grad": "pass", "torch/mul/float32/grad": "pass"}, \
+        p.stdout[-2000:] + p.stderr[-2000:]

@@ -44,6 +44,10 @@ def main(argv=None):
     from .target import open_target
 
     target = open_target(args.device, args.plugin, args.level)
+    # The device under test is dk:0 for the torch section (devicekit.torch's
+    # DEVICEKIT_TORCH_DEVICES: torch's autograd serves dk:0 only), set before
+    # building the cases, which may number the devices.
+    os.environ.setdefault("DEVICEKIT_TORCH_DEVICES", target.device.name)
     by_id = {c.id: c for c in registry.build(target)[0]}
     proto.write("ready\n")
     for line in sys.stdin:
