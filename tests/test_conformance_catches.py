@@ -345,6 +345,10 @@ def test_mutants_of_the_cpu_plugin_are_killed(tmp_path):
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"kill rate: {len(mutants.CI_SUBSET)}/{len(mutants.CI_SUBSET)}" in proc.stdout
+    # each killed by a case that failed, not by a run that failed as a whole
+    for name in mutants.CI_SUBSET:
+        line = next(ln for ln in proc.stdout.splitlines() if f" {name} " in ln)
+        assert re.search(r"\s(fail|error|crash) \S+/", line), line
 
 
 @pytest.mark.slow

@@ -262,3 +262,19 @@ def test_gradients_run_on_a_plugin_that_is_not_discovered_first(cuda_sim_library
     got = {c["id"]: c["outcome"] for c in report["cases"]}
     assert got == {"torch/abs/float32/grad": "pass", "torch/mul/float32/grad": "pass"}, \
         p.stdout[-2000:] + p.stderr[-2000:]
+
+
+def test_a_development_build_given_by_path_runs_the_torch_section(tmp_path):
+    """`devicekit conformance --plugin PATH` (a build not installed): the
+    worker puts it into discovery, so devicekit.torch has a device for it and
+    the section runs instead of being skipped whole (which collapsed the
+    corpus and failed every --plugin run)."""
+    import devicekit as dk
+    lib = dk.device("cpu:0").plugin.path
+    rep = tmp_path / "rep"
+    p = subprocess.run([sys.executable, "-m", "devicekit", "conformance", "--plugin", lib,
+                        "--jobs", "1", "--case", "torch/abs/float32/samples",
+                        "--report", str(rep)], capture_output=True, text=True, timeout=600)
+    report = json.loads((rep / "report.json").read_text())
+    got = {c["id"]: c["outcome"] for c in report["cases"]}
+    assert got == {"torch/abs/float32/samples": "pass"}, p.stdout[-2000:] + p.stderr[-2000:]

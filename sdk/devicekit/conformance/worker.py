@@ -43,6 +43,13 @@ def main(argv=None):
     from .case import ERROR, PASS, run_case  # noqa: F401
     from .target import open_target
 
+    if args.plugin:
+        # A development build (--plugin) joins discovery, shadowing an
+        # installed plugin of its file's name (as `devicekit dev` does):
+        # devicekit.torch, which the torch section runs, numbers discovered
+        # devices only, and would otherwise skip the whole section.
+        from .._registry import OVERRIDE_ENV
+        os.environ[OVERRIDE_ENV] = os.path.abspath(args.plugin)
     target = open_target(args.device, args.plugin, args.level)
     # The device under test is dk:0 for the torch section (devicekit.torch's
     # DEVICEKIT_TORCH_DEVICES: torch's autograd serves dk:0 only), set before
