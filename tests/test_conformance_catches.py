@@ -45,8 +45,16 @@ def test_reference_plugin_passes_full_suite(full_run):
     proc, report, _ = full_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     s = report["summary"]
-    skipped = [c for c in report["cases"] if c["outcome"] == "skipped"]
-    assert s["passed"] and s["by_outcome"]["pass"] + len(skipped) == s["total"] > 2000
+    # The torch section (PyTorch's OpInfo samples through devicekit.torch) is
+    # checked in tests/test_torch_opinfo.py: its optional bridge gaps are
+    # not-implemented, its samples torch cannot make are skipped.
+    torch_cases = [c for c in report["cases"] if c["section"] == "torch"]
+    assert all(c["outcome"] in ("pass", "not-implemented", "skipped") for c in torch_cases)
+    assert all(not c["required"] for c in torch_cases if c["outcome"] != "pass")
+    skipped = [c for c in report["cases"] if c["outcome"] == "skipped" and c["section"] != "torch"]
+    others = [c for c in report["cases"] if c["section"] != "torch"]
+    assert s["passed"] and sum(c["outcome"] == "pass" for c in others) + len(skipped) \
+        == len(others) > 2000
     # only fused-kernel calls a kernel declines (each kernel takes one dtype:
     # cpu.<op>_f32, _bf16, _f16; the 16-bit ones no permuted float32 views) and
     # tensors past 2**31 elements that are opt-in or need more memory than there is
@@ -64,7 +72,7 @@ def test_reference_plugin_passes_full_suite(full_run):
             assert re.search(ran, c["message"]), (c["id"], c["message"])
     assert report["corpus"]["checked"] and report["corpus"]["ok"]
     assert set(s["by_section"]) == {"runtime", "ops", "kernels", "rng", "errors", "composites",
-                                     "fused", "autograd", "fuzz"}
+                                     "fused", "autograd", "fuzz", "torch"}
     assert "PASSED" in proc.stdout and "runtime" in proc.stdout  # the summary table
     need = s["by_requirement"]
     assert need["required"]["pass"] > 1000 and need["optional"]["pass"] > 2000
