@@ -93,9 +93,12 @@ inline std::string dk_simt_launch_status(const char* kernel) {
          cudaGetErrorName(e) + ")";
 }
 
-#define DK_LAUNCH(k, grid, block, stream, ...)                                        \
-  ((k) < < < (grid), (block), 0, static_cast<cudaStream_t>(stream) >>> (__VA_ARGS__), \
+// clang-format would split <<< into "< < <" inside this macro.
+// clang-format off
+#define DK_LAUNCH(k, grid, block, stream, ...) \
+  ((k)<<<(grid), (block), 0, static_cast<cudaStream_t>(stream)>>>(__VA_ARGS__), \
    dk_simt_launch_status(#k))
+// clang-format on
 
 inline unsigned dk_grid_stride_blocks(int64_t n, int block) {
   const int64_t b = (n + block - 1) / block;
