@@ -36,7 +36,8 @@ import numpy as np
 
 import devicekit as dk
 
-from . import __version__, _core, _output
+from . import _core, _output
+from ._version import __version__
 from ._text import table as _table
 from .dtypes import as_dtype
 

@@ -116,7 +116,8 @@ def _package_dir(*parts):
 
 
 def main(argv=None):
-    from . import __version__, API_VERSION
+    from . import API_VERSION
+    from ._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="devicekit", description="DeviceKit: hardware-vendor plugin SDK",
