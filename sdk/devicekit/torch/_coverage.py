@@ -21,9 +21,11 @@ import threading
 
 import torch
 
+from .. import _core
 from .._fused import composite_stats
 from . import _fallback
-from ._device import DKTensor
+from ._device import DKTensor, dk_device, from_host, to_host, wrap
+from ._device import device as _by_name
 
 _active = None
 _lock = threading.Lock()
@@ -107,8 +109,6 @@ class Recorder:
 def _continue_on_cpu(func, args, kwargs):
     """Run ``func`` on the CPU so a coverage run can go on past a gap; in-place
     writes are written back into the dk tensors they target."""
-    from ._device import from_host, to_host, wrap
-    from .. import _core
     hosts = {}
 
     def down(x):
@@ -190,13 +190,12 @@ def coverage(fn, device="dk:0"):
     dk tensors; returns a ``Coverage``. An exception other than a missing op
     stops the run and is kept in ``Coverage.error``."""
     global _active
-    from ._device import device as by_name, dk_device
     if isinstance(device, torch.device):
         dev = device
     elif isinstance(device, str) and device.split(":")[0] == "dk":
         dev = torch.device(device)
     else:
-        dev = by_name(device)  # a DeviceKit name: "cpu:0"
+        dev = _by_name(device)  # a DeviceKit name: "cpu:0"
     dk_device(dev)  # a device that does not exist is an error before anything runs
     rec = Recorder()
     stats_before = _fallback.fallback_stats()

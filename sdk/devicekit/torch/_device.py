@@ -7,7 +7,7 @@ offset are those of the DeviceKit tensor it holds in ``_dk``: torch sees the
 metadata, DeviceKit owns the memory, and a view made on either side is a view
 of the same DeviceKit storage. Every ATen call on a DKTensor reaches
 ``DKTensor.__torch_dispatch__`` (below autograd, so torch's autograd records
-and differentiates as for any device) and goes to ``_dispatch.dispatch``.
+and differentiates as for any device) and goes to ``_dispatch.dispatch`` (hooked in by the package).
 
 The registration (``install``) uses torch's out-of-tree backend slot,
 PrivateUse1, renamed to ``dk``; see ``docs/torch.md`` for which of these torch
@@ -136,6 +136,17 @@ def torch_device_of(dev):
 
 # ---- the tensor --------------------------------------------------------------
 
+# Where DKTensor hands every ATen call: ``_dispatch.dispatch``, which sits
+# above this module (it lowers through the table the lowering modules fill),
+# so the package's ``__init__`` hooks it in (``hook_dispatch``).
+_dispatch = None
+
+
+def hook_dispatch(fn):
+    global _dispatch
+    _dispatch = fn
+
+
 class DKTensor(torch.Tensor):
     """A torch tensor on ``dk:N`` whose data is the DeviceKit tensor ``_dk``.
 
@@ -146,7 +157,7 @@ class DKTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return _dispatch.dispatch(func, args, kwargs or {})
+        return _dispatch(func, args, kwargs or {})
 
     # A "traceable wrapper subclass" to torch (it has these two), so that
     # Module.to("dk:0") swaps each parameter's contents in place
@@ -318,5 +329,3 @@ def install():
         _setup_privateuseone_for_python_backend(rename=BACKEND, backend_module=BackendModule())
     _installed = True
 
-
-from . import _dispatch  # noqa: E402  (it imports this module; DKTensor calls into it)

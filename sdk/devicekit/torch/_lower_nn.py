@@ -21,7 +21,7 @@ from .. import dtypes as _dt
 from .. import ops
 from ..nn import functional as F
 from . import _device
-from ._dispatch import COMPOSITE, RANDOM, lowers
+from ._table import COMPOSITE, RANDOM, lowers
 from ._lower_ops import _in_float32, _zero_d
 
 aten = torch.ops.aten

@@ -17,7 +17,7 @@ from .. import dtypes as _dt
 from .. import ops
 from ..nn import functional as F
 from ._device import dk_dtype
-from ._dispatch import lowers
+from ._table import derives, lowers
 
 aten = torch.ops.aten
 
@@ -441,6 +441,7 @@ def index_tensor(x, indices):
 
 # ---- _foreach_*: one op per list element ---------------------------------------------------
 
+@derives("foreach")
 def foreach(func, args, kwargs):
     """``_foreach_<op>[_](lists..., scalars...)`` as ``<op>[_]`` on each element
     (each a dispatched ATen call of its own, so each is lowered and counted).

@@ -17,7 +17,7 @@ from .. import ops as dk_ops
 from ..tensor import _contiguous_strides, _view_strides
 from . import _device
 from ._device import DKTensor, dk_dtype, from_host, to_host, wrap
-from ._dispatch import FACTORY, KERNEL, TRANSFER, VIEW, lowers, unwrap, unwrap_kwargs
+from ._table import FACTORY, KERNEL, TRANSFER, VIEW, derives, lowers, resolve, unwrap, unwrap_kwargs
 
 
 def _dim(d, n):
@@ -229,6 +229,7 @@ def local_scalar_dense(t):
     return to_host(t).reshape(()).item()
 
 
+@derives("in_place")
 def write_through(lowering, args, kwargs):
     """An in-place op: its out-of-place lowering's result written into ``self``."""
     dst = args[0]
@@ -391,28 +392,25 @@ FACTORY_OPS = ("empty.memory_format", "empty_strided.default", "full.default", "
                "arange.start")
 
 
-def _copy_from(src, dst, non_blocking=False):
-    """``aten::_copy_from``: where torch's own ``copy_`` lands for a dk tensor
-    when the Python key is off (``torch.tensor(data, device="dk:0")`` builds
-    its result that way)."""
-    from ._dispatch import dispatch
-    return dispatch(torch.ops.aten.copy_.default, (dst, src, non_blocking), {})
+def register_factories(lib, dispatch):
+    """Registers ``aten::_copy_from`` (where torch's own ``copy_`` lands for a
+    dk tensor when the Python key is off: ``torch.tensor(data, device="dk:0")``
+    builds its result that way) and the factories above as PrivateUse1
+    kernels that hand the call to ``dispatch`` (``_dispatch.dispatch``, passed
+    in by the package's ``__init__``: it sits above this module)."""
+    def copy_from(src, dst, non_blocking=False):
+        return dispatch(torch.ops.aten.copy_.default, (dst, src, non_blocking), {})
 
-
-def register_factories(lib):
-    from ._dispatch import _resolve
-    lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    lib.impl("_copy_from", copy_from, "PrivateUse1")
     for name in FACTORY_OPS:
-        op = _resolve(name)
+        op = resolve(name)
         if op is None:
             continue
         lib.impl(name[:-len(".default")] if name.endswith(".default") else name,
-                 _factory_kernel(op), "PrivateUse1")
+                 _factory_kernel(op, dispatch), "PrivateUse1")
 
 
-def _factory_kernel(op):
+def _factory_kernel(op, dispatch):
     def kernel(*args, **kwargs):
-        from ._dispatch import dispatch
         return dispatch(op, args, kwargs)
     return kernel
-
