@@ -20,7 +20,8 @@ lowering table, ``lowers``, wrap/unwrap), ``_dispatch`` (lookup,
 decomposition, errors), ``_lower_views`` (views, copies, factories, in-place
 write-through), ``_lower_ops`` (base-op lowerings), ``_lower_nn``
 (composites with fused kernels, losses, random ops), ``_fallback``,
-``_coverage``, ``_models`` (small Hugging Face models for coverage and tests).
+``_coverage``; ``hf_models`` (public: small Hugging Face models for coverage, tests and
+``python -m devicekit.torch_cli``).
 """
 
 try:
@@ -29,9 +30,9 @@ except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError("devicekit.torch needs PyTorch: pip install 'devicekit[torch]'") from e
 
 from . import _device
-from ._coverage import Coverage, coverage
+from ._coverage import Coverage, Recorder, coverage, recording
 from ._device import DKTensor, device, dk_device, prefer
-from ._dispatch import dispatch as _dispatch_op
+from ._dispatch import clear_pending_errors, dispatch as _dispatch_op
 from ._fallback import fallback, fallback_stats, reset_fallback_stats
 from ._table import LOWERINGS
 from . import _lower_views, _lower_ops, _lower_nn  # noqa: F401  (they fill LOWERINGS)
@@ -71,5 +72,6 @@ def from_torch(t):
     return t._dk
 
 
-__all__ = ["Coverage", "DKTensor", "coverage", "device", "dk_device", "fallback", "fallback_stats",
-           "from_torch", "lowered_ops", "prefer", "reset_fallback_stats", "to_torch"]
+__all__ = ["Coverage", "DKTensor", "Recorder", "clear_pending_errors", "coverage", "device",
+           "dk_device", "fallback", "fallback_stats", "from_torch", "lowered_ops", "prefer",
+           "recording", "reset_fallback_stats", "to_torch"]

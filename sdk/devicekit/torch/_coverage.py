@@ -143,6 +143,28 @@ def _continue_on_cpu(func, args, kwargs):
     return up(out)
 
 
+class recording:
+    """``with recording(rec):`` every ATen op on dk tensors is reported to the
+    ``Recorder`` ``rec`` (a harness's own subclass, say one that raises at a
+    missing op instead of running it on the CPU, as ``coverage`` does). One
+    recording at a time: a second is a RuntimeError."""
+
+    def __init__(self, rec):
+        self.rec = rec
+
+    def __enter__(self):
+        global _active
+        with _lock:
+            if _active is not None:
+                raise RuntimeError("a devicekit.torch coverage run is already in progress")
+            _active = self.rec
+        return self.rec
+
+    def __exit__(self, *exc):
+        global _active
+        _active = None
+
+
 class Coverage:
     """What ``coverage`` returns: ``rows`` (one dict per ATen op: ``op``,
     ``calls``, ``how`` {how: calls}, ``detail``, ``via``), ``error`` (what

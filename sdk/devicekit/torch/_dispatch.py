@@ -92,6 +92,12 @@ def _decomposing():
 _pending = []  # errors raised inside a backward pass, for the next op outside one
 
 
+def clear_pending_errors():
+    """Forget the errors raised inside a backward pass that the next dk op
+    would raise (see ``dispatch``): a harness that runs many independent
+    samples in one process starts each clean."""
+    _pending.clear()
+
 
 def dispatch(func, args, kwargs):
     if _pending and torch._C._current_autograd_node() is None:
