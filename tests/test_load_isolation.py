@@ -27,7 +27,10 @@ import numpy as np
 import pytest
 
 import devicekit
-from devicekit import PluginLoadError, _core, _probe, _probe_cache, _registry
+from devicekit import PluginLoadError, _core
+from devicekit._plugins import probe as _probe
+from devicekit._plugins import probe_cache as _probe_cache
+from devicekit._plugins import registry as _registry
 
 HANG_TIMEOUT_S = "5"  # DEVICEKIT_PROBE_TIMEOUT for the hanging plugin: short, but
                       # well above a probe's start-up (~0.5 s) on a loaded machine

@@ -14,8 +14,8 @@ from .errors import *  # noqa: F401,F403  (the exception classes are public API)
 from .errors import __all__ as _errors_all
 from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int32,
                      int64, uint8)
-from ._registry import PluginRecord, device, devices, load_plugin, plugins, reload_plugins
-from ._registry import device as _resolve_device
+from ._plugins.registry import PluginRecord, device, devices, load_plugin, plugins, reload_plugins
+from ._plugins.registry import device as _resolve_device
 from .tensor import Tensor, empty, full, ones, tensor, zeros
 from .tensor import install_surface as _install_tensor_surface
 from . import ops

@@ -16,7 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-from . import _op_facts, _output
+from . import _op_facts
+from ._util import output as _output
 from ._op_spec import base_ops, op_count_macro
 from .errors import DeviceKitError
 

@@ -29,7 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import _output, api_target
+from . import api_target
+from ._util import output as _output
 from ._op_spec import OpSpecError, base_ops, load_spec, op_count_macro  # noqa: F401  (public here)
 from .errors import DeviceKitError
 

@@ -80,7 +80,8 @@ def _runner(model):
 
 
 def run(args):
-    from . import _output, errors
+    from . import errors
+    from ._util import output as _output
     if importlib.util.find_spec("torch") is None:
         return _usage("needs PyTorch: pip install 'devicekit[torch]'")
     if args.json and (why := _output.output_problem(args.json, "--json")):

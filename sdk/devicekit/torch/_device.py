@@ -24,7 +24,7 @@ import torch
 
 from .. import _core
 from .. import dtypes as _dt
-from .._registry import devices as _dk_devices
+from .._plugins.registry import devices as _dk_devices
 from ..errors import DeviceNotFoundError, DTypeError
 
 BACKEND = "dk"
