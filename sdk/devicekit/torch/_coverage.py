@@ -21,8 +21,7 @@ import threading
 
 import torch
 
-from .. import _core
-from .._fused import composite_stats
+from .. import bridge, composite_stats
 from . import _fallback
 from ._device import DKTensor, dk_device, from_host, to_host, wrap
 from ._device import device as _by_name
@@ -130,7 +129,7 @@ def _continue_on_cpu(func, args, kwargs):
         if isinstance(x, torch.Tensor):
             if id(x) in hosts:  # an in-place op returns its (written) input
                 target = hosts[id(x)]
-                _core.copy_into(target._dk, from_host(x, dev))
+                bridge.copy_into(target._dk, from_host(x, dev))
                 return target
             return wrap(from_host(x, dev))
         if isinstance(x, (list, tuple)):
@@ -139,7 +138,7 @@ def _continue_on_cpu(func, args, kwargs):
 
     for a, h in zip(func._schema.arguments, host_args):
         if a.alias_info is not None and a.alias_info.is_write and id(h) in hosts:
-            _core.copy_into(hosts[id(h)]._dk, from_host(h, dev))
+            bridge.copy_into(hosts[id(h)]._dk, from_host(h, dev))
     return up(out)
 
 

@@ -20,8 +20,7 @@ import threading
 
 import torch
 
-from .. import _core
-from .._fused import composite_stats
+from .. import bridge, composite_stats
 from ..errors import NotImplementedByPlugin, UnloweredOpError
 from . import _coverage, _device, _fallback
 from ._device import DKTensor, wrap
@@ -141,7 +140,7 @@ def _placeholder(func, args, kwargs):
     def fill(x):
         if isinstance(x, torch.Tensor):
             value = float("nan") if x.dtype.is_floating_point else 0
-            return wrap(_core.full(device[0], list(x.shape), _device.dk_dtype(x.dtype).id, value))
+            return wrap(bridge.full(device[0], list(x.shape), _device.dk_dtype(x.dtype).id, value))
         if isinstance(x, (list, tuple)):
             return type(x)(fill(v) for v in x)
         return x
@@ -222,7 +221,7 @@ def _run(lowering, args, kwargs):
         return lowering.fn(*args, **kwargs)
     out = lowering.fn(*[a._dk if type(a) is DKTensor else unwrap(a) for a in args],
                       **(unwrap_kwargs(kwargs) if kwargs else {}))
-    return wrap(out) if type(out) is _core.Tensor else rewrap(out)  # (the common case first)
+    return wrap(out) if type(out) is bridge.Tensor else rewrap(out)  # (the common case first)
 
 
 def _decomposition(func):

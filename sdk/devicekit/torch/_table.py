@@ -6,7 +6,7 @@ only ``_device``): the lowering modules fill the table through ``lowers`` and
 
 import torch
 
-from .. import _core
+from .. import bridge
 from ._device import DKTensor, wrap
 
 aten = torch.ops.aten
@@ -94,7 +94,7 @@ def unwrap_kwargs(kwargs):
 
 def rewrap(x):
     t = type(x)
-    if t is _core.Tensor:
+    if t is bridge.Tensor:
         return wrap(x)
     if t is list or t is tuple:
         return t([rewrap(v) for v in x])
