@@ -9,7 +9,7 @@ Quick start::
 """
 
 from . import _core
-from ._version import __version__
+from ._version import __version__  # noqa: F401  (devicekit.__version__ is public)
 from .errors import *  # noqa: F401,F403  (the exception classes are public API)
 from .errors import __all__ as _errors_all
 from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int32,
