@@ -66,7 +66,7 @@ if what == "all":
 t = dk.tensor([1.0, 2.0], device="cpu:0")
 (t + t).numpy()
 print(json.dumps({"total": time.perf_counter() - t0, "vet": vet_s[0],
-                  "loaded": sorted(r.name for r in dk._registry._current().records if r.loaded)}))
+                  "loaded": sorted(r.name for r in dk._plugins.registry._current().records if r.loaded)}))
 """
 
 

@@ -254,7 +254,7 @@ _MAPPED_AFTER_CPU_OP = textwrap.dedent("""
     t = dk.tensor([1.0, 2.0], device="cpu:0")
     result = (t + t).numpy().tolist()
     maps = open("/proc/self/maps").read()
-    pending = [r.path for r in dk._registry._current().records if r._pending]
+    pending = [r.path for r in dk._plugins.registry._current().records if r._pending]
     print(json.dumps({"cpu": result, "mapped": [p for p in sys.argv[1:] if p in maps],
                       "pending": pending, "cpu_mapped": dk.device("cpu:0").plugin.path in maps}))
 """)
