@@ -13,7 +13,7 @@ vetting libraries (probe-cache lookups, probes). Prints the median and the
 min..max spread per case and the ratios against no probe. Target: with a
 warm cache, vetting plus importing the probe modules adds at most a few
 milliseconds (WARM_BUDGET_MS): the cache checks each library's sha256 at every
-start (devicekit._probe_cache), about 1 ms per MB plus ~2 ms to import
+start (devicekit._plugins.probe_cache), about 1 ms per MB plus ~2 ms to import
 hashlib, so a warm start costs about 4 ms with the 1.7 MB CPU plugin. Needs a
 C compiler (for the four small plugins).
 """
@@ -40,7 +40,8 @@ CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import devicekit as dk
-from devicekit import _probe_cache, _registry
+from devicekit._plugins import probe_cache as _probe_cache
+from devicekit._plugins import registry as _registry
 mode, what = sys.argv[1], sys.argv[2]
 vet_s, depth = [0.0], [0]
 def timed(fn, skipped):
@@ -65,7 +66,7 @@ if what == "all":
 t = dk.tensor([1.0, 2.0], device="cpu:0")
 (t + t).numpy()
 print(json.dumps({"total": time.perf_counter() - t0, "vet": vet_s[0],
-                  "loaded": sorted(r.name for r in dk._registry._current().records if r.loaded)}))
+                  "loaded": sorted(r.name for r in dk._plugins.registry._current().records if r.loaded)}))
 """
 
 
@@ -102,7 +103,8 @@ def run_case(mode, what, plugin_path, cache, runs):
     return totals, vets, out["loaded"]
 
 
-PROBE_MODULES = ("devicekit._probe_cache", "devicekit._probe", "devicekit._probe_child")
+PROBE_MODULES = ("devicekit._plugins.probe_cache", "devicekit._plugins.probe",
+                 "devicekit._plugins.probe_child")
 
 
 def probe_import_ms(runs):

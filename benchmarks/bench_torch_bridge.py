@@ -5,7 +5,7 @@
    lowering table and one DeviceKit add) vs the same op in torch CPU eager vs
    ``devicekit.ops.add`` itself. Aim: the bridge adds under 10 us per call.
 2. The Hugging Face GPT-2 small config of the tests
-   (``devicekit.torch._models``): a training step (forward, loss, backward,
+   (``devicekit.torch.hf_models``): a training step (forward, loss, backward,
    AdamW) and a ``no_grad`` forward, on ``dk:0`` (the reference CPU plugin)
    vs torch CPU eager, same threads, medians and spreads over alternating
    rounds. Aim: within 2x of torch eager.
@@ -22,7 +22,7 @@ import torch
 
 import devicekit as dk
 import devicekit.torch as dkt
-from devicekit.torch import _models
+from devicekit.torch import hf_models as _models
 
 
 def _fmt(name, rounds):

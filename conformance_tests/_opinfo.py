@@ -333,9 +333,8 @@ def compare(actual, expected, dtype, kind, torch, name="", truth=None):
 def recorder(dkt):
     """A coverage recorder that raises at a missing op (coverage's own runs the
     op on the CPU and goes on, which here would make a gap look like a pass)."""
-    from devicekit.torch import _coverage
 
-    class Strict(_coverage.Recorder):
+    class Strict(dkt.Recorder):
         def missing(self, func, err, args, kwargs):
             super()._how(self._row(func), "missing",
                          f"the plugin lacks base op {', '.join(err.missing_base_ops)}"
@@ -345,22 +344,10 @@ def recorder(dkt):
     return Strict()
 
 
-class recording:
+def recording(rec):
     """``with recording(rec):`` every ATen op on dk tensors is reported to ``rec``."""
-
-    def __init__(self, rec):
-        self.rec = rec
-
-    def __enter__(self):
-        from devicekit.torch import _coverage
-        if _coverage._active is not None:
-            raise RuntimeError("a devicekit.torch coverage run is already in progress")
-        _coverage._active = self.rec
-        return self.rec
-
-    def __exit__(self, *exc):
-        from devicekit.torch import _coverage
-        _coverage._active = None
+    import devicekit.torch as dkt
+    return dkt.recording(rec)
 
 
 def reached(rec):

@@ -30,7 +30,8 @@ import time
 import pytest
 from test_gate import make, write_policy
 
-from devicekit import _output, cli
+from devicekit import cli
+from devicekit._util import output as _output
 from devicekit.gate import record, sign, validate
 
 serialization = pytest.importorskip("cryptography.hazmat.primitives.serialization")

@@ -27,7 +27,10 @@ import numpy as np
 import pytest
 
 import devicekit
-from devicekit import PluginLoadError, _core, _probe, _probe_cache, _registry
+from devicekit import PluginLoadError, _core
+from devicekit._plugins import probe as _probe
+from devicekit._plugins import probe_cache as _probe_cache
+from devicekit._plugins import registry as _registry
 
 HANG_TIMEOUT_S = "5"  # DEVICEKIT_PROBE_TIMEOUT for the hanging plugin: short, but
                       # well above a probe's start-up (~0.5 s) on a loaded machine
@@ -251,7 +254,7 @@ _MAPPED_AFTER_CPU_OP = textwrap.dedent("""
     t = dk.tensor([1.0, 2.0], device="cpu:0")
     result = (t + t).numpy().tolist()
     maps = open("/proc/self/maps").read()
-    pending = [r.path for r in dk._registry._current().records if r._pending]
+    pending = [r.path for r in dk._plugins.registry._current().records if r._pending]
     print(json.dumps({"cpu": result, "mapped": [p for p in sys.argv[1:] if p in maps],
                       "pending": pending, "cpu_mapped": dk.device("cpu:0").plugin.path in maps}))
 """)

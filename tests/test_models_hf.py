@@ -148,11 +148,11 @@ def _plant(monkeypatch, op_name, wrong):
     """Replaces ``devicekit.torch``'s lowering of ATen ``op_name`` by
     ``wrong(original_fn, *args, **kwargs)``."""
     import torch
-    from devicekit.torch import _dispatch
+    from devicekit.torch import _table
 
     op = getattr(torch.ops.aten, op_name.split(".")[0]).default
-    orig = _dispatch.LOWERINGS[op]
-    monkeypatch.setitem(_dispatch.LOWERINGS, op, _dispatch.Lowering(
+    orig = _table.LOWERINGS[op]
+    monkeypatch.setitem(_table.LOWERINGS, op, _table.Lowering(
         lambda *a, **k: wrong(orig.fn, *a, **k), orig.kind, orig.raw))
 
 

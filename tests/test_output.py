@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from devicekit import _output
+from devicekit._util import output as _output
 from devicekit.conformance import report as conformance_report
 from devicekit.models import report as models_report
 

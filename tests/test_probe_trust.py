@@ -2,7 +2,7 @@
 
 - A probe child dies with the process that started it, even one killed by
   SIGKILL while the plugin hangs in Plugin_Initialize (Linux's parent-death
-  signal, set first thing in devicekit._probe_child), and a child whose
+  signal, set first thing in devicekit._plugins.probe_child), and a child whose
   parent is already gone exits before it touches the plugin.
 - The cache vouches for a library only while its sha256 matches: a plugin
   rewritten in place with its mtime put back is probed again.
@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from devicekit import _probe_cache
+from devicekit._plugins import probe_cache as _probe_cache
 
 # Loads argv[1] with devicekit.load_plugin; prints what happened as JSON.
 _LOAD = textwrap.dedent("""
@@ -84,7 +84,7 @@ def _probe_children(parent, lib):
             continue
         cmdline = _proc_field(entry, "cmdline") or b""
         stat = (_proc_field(entry, "stat") or b"").rsplit(b")", 1)[-1].split()
-        if (b"devicekit._probe_child" in cmdline and os.fsencode(lib) in cmdline
+        if (b"devicekit._plugins.probe_child" in cmdline and os.fsencode(lib) in cmdline
                 and len(stat) > 1 and int(stat[1]) == parent):
             found.append(int(entry))
     return found
@@ -144,7 +144,7 @@ def test_probe_child_exits_at_once_when_its_parent_is_already_gone(misbehaving_p
     gone.wait()
     env = dict(os.environ, DEVICEKIT_PROBE_PARENT=str(gone.pid), DEVICEKIT_PROBE_TIMEOUT="600")
     try:
-        r = subprocess.run([sys.executable, "-m", "devicekit._probe_child",
+        r = subprocess.run([sys.executable, "-m", "devicekit._plugins.probe_child",
                             str(misbehaving_plugins["hang_init"])], env=env,
                            capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:

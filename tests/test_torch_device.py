@@ -42,9 +42,9 @@ def test_the_table_lowers_tensor_ops_of_this_torch():
     # Every overload the lowering modules name exists in this torch, and each
     # one that is not a factory takes a tensor (TorchScript's scalar-scalar
     # overloads such as eq.default would be lowered by mistake otherwise).
-    from devicekit.torch import _dispatch
-    assert _dispatch._ABSENT == []
-    for op, low in _dispatch.LOWERINGS.items():
+    from devicekit.torch import _table
+    assert _table._ABSENT == []
+    for op, low in _table.LOWERINGS.items():
         if low.kind != "factory":
             assert any("Tensor" in str(a.type) for a in op._schema.arguments), op
     assert dkt.lowered_ops()["aten.native_layer_norm.default"] == "composite"

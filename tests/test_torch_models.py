@@ -2,7 +2,7 @@
 (GPT-2, Llama, BERT masked-LM, ViT classifier).
 
 Needs torch and transformers (skipped with the reason otherwise). Small
-configs with random weights (``devicekit.torch._models``; no download): the
+configs with random weights (``devicekit.torch.hf_models``; no download): the
 same weights and batch on torch's CPU and on ``dk:0`` (the reference CPU
 plugin), several AdamW steps (foreach and for-loop), the losses compared step
 by step. The plugin's fused kernels must be the ones that ran.
@@ -16,7 +16,7 @@ pytest.importorskip("transformers", reason="the model tests build transformers m
                                            "pip install transformers")
 import devicekit  # noqa: E402
 import devicekit.torch as dkt  # noqa: E402
-from devicekit.torch import _models  # noqa: E402
+from devicekit.torch import hf_models as _models  # noqa: E402
 
 STEPS = 4
 # float32 end to end; the two sides sum in different orders (fused kernels,

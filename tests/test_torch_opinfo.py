@@ -32,7 +32,7 @@ from devicekit import ops  # noqa: E402
 from devicekit.conformance import report as report_mod  # noqa: E402
 from devicekit.conformance.case import Target, run_case  # noqa: E402
 from devicekit.conformance_tests import _opinfo, torch_opinfo  # noqa: E402
-from devicekit.torch import _dispatch  # noqa: E402
+from devicekit.torch import _dispatch, _table  # noqa: E402
 
 aten = torch.ops.aten
 
@@ -105,9 +105,9 @@ def test_section_cost_is_bounded(core_run):
 # ---- planted wrong lowerings ----------------------------------------------------------------
 
 def _plant(monkeypatch, name, fn):
-    op = _dispatch._resolve(name)
-    low = _dispatch.LOWERINGS[op]
-    monkeypatch.setitem(_dispatch.LOWERINGS, op, _dispatch.Lowering(fn, low.kind, low.raw))
+    op = _table.resolve(name)
+    low = _table.LOWERINGS[op]
+    monkeypatch.setitem(_table.LOWERINGS, op, _table.Lowering(fn, low.kind, low.raw))
     _dispatch._derived.clear()  # add_ and _foreach_add derive from it
     return low
 
@@ -146,8 +146,8 @@ def test_planted_wrong_broadcast_is_found_and_named(monkeypatch, target):
 
 
 def test_unlowered_sample_is_not_implemented_not_a_pass(monkeypatch, target):
-    op = _dispatch._resolve("gelu.default")
-    monkeypatch.delitem(_dispatch.LOWERINGS, op)
+    op = _table.resolve("gelu.default")
+    monkeypatch.delitem(_table.LOWERINGS, op)
     _dispatch._derived.clear()
     monkeypatch.setattr(_dispatch, "_decomposition", lambda func: None)
     try:

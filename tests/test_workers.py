@@ -1,4 +1,4 @@
-"""``devicekit._workers.finish``: how the suites' and ``gate check``'s worker
+"""``devicekit._util.workers.finish``: how the suites' and ``gate check``'s worker
 processes end (a last request, end of input, a bounded wait, then the whole
 process group killed)."""
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from devicekit import _workers
+from devicekit._util import workers as _workers
 
 # A worker that answers "bye" to a quit line and exits 0 at end of input.
 POLITE = ("import sys\n"

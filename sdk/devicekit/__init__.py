@@ -8,15 +8,14 @@ Quick start::
     print(dk.devices())
 """
 
-from importlib import metadata as _metadata
-
 from . import _core
+from ._version import __version__  # noqa: F401  (devicekit.__version__ is public)
 from .errors import *  # noqa: F401,F403  (the exception classes are public API)
 from .errors import __all__ as _errors_all
 from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int32,
                      int64, uint8)
-from ._registry import PluginRecord, device, devices, load_plugin, plugins, reload_plugins
-from ._registry import device as _resolve_device
+from ._plugins.registry import PluginRecord, device, devices, load_plugin, plugins, reload_plugins
+from ._plugins.registry import device as _resolve_device
 from .tensor import Tensor, empty, full, ones, tensor, zeros
 from .tensor import install_surface as _install_tensor_surface
 from . import ops
@@ -28,11 +27,6 @@ from .autograd import enable_grad, is_grad_enabled, no_grad
 from ._fused import composite_stats, fused_kernels, reset_composite_stats
 
 _install_tensor_surface()  # every Tensor method, bound once (the table is in tensor.py)
-
-try:
-    __version__ = _metadata.version("devicekit")
-except _metadata.PackageNotFoundError:  # running from a source tree
-    __version__ = "0+unknown"
 
 API_VERSION = f"{_core.API_MAJOR}.{_core.API_MINOR}"
 Device = _core.Device

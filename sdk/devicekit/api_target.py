@@ -16,7 +16,9 @@ import re
 import sys
 from pathlib import Path
 
-from . import _op_facts, _output
+from . import _op_facts
+from ._util import output as _output
+from ._op_spec import base_ops, op_count_macro
 from .errors import DeviceKitError
 
 # Device API (major, minor) -> the first DeviceKit release (major, minor) that
@@ -139,8 +141,6 @@ def upgrade(project: Path, target: tuple) -> tuple:
     Every file is changed, or none (one ``_output.write_files`` set): a project
     is never left half upgraded.
     """
-    from .scaffold import base_ops, op_count_macro
-
     old = project_api(project)
     check_target(target)
     if target[0] != old[0] or target[1] < old[1]:

@@ -19,7 +19,7 @@ shortcut is ever reported as the kernel's.
 Exit codes (:data:`EXIT_CODES_HELP`, also in ``--help``): 0 measured; 1 an
 unknown device or op (one line); 2 usage; 3 a --json path that cannot be
 written (checked before measuring) or a write that failed; 130/143 Ctrl-C /
-SIGTERM. The JSON is written atomically (``devicekit._output``).
+SIGTERM. The JSON is written atomically (``devicekit._util.output``).
 """
 
 import argparse
@@ -36,8 +36,10 @@ import numpy as np
 
 import devicekit as dk
 
-from . import __version__, _core, _output
-from ._text import table as _table
+from . import _core
+from ._util import output as _output
+from ._version import __version__
+from ._util.text import table as _table
 from .dtypes import as_dtype
 
 SCHEMA = "devicekit.bench/1"

@@ -7,7 +7,7 @@ location that cannot be written (checked before any work) or a write that
 failed, with every previous file left as it was; 130 Ctrl-C (SIGINT), 143
 SIGTERM. ``devicekit devices`` exits 0 even when some plugin failed to load:
 listing the failure *is* its job. Every command runs under one signal policy
-(``devicekit._output``): SIGTERM stops it as Ctrl-C does (the suites write
+(``devicekit._util.output``): SIGTERM stops it as Ctrl-C does (the suites write
 their partial report), and a closed stdout (``| head``) is not an error.
 """
 
@@ -16,8 +16,9 @@ import json
 import os
 import sys
 
-from . import _registry, errors
-from ._text import table
+from . import errors
+from ._plugins import registry as _registry
+from ._util.text import table
 
 EXIT_USAGE = 2
 EXIT_CODES_HELP = """\
@@ -116,7 +117,8 @@ def _package_dir(*parts):
 
 
 def main(argv=None):
-    from . import __version__, API_VERSION
+    from . import API_VERSION
+    from ._version import __version__
 
     parser = argparse.ArgumentParser(
         prog="devicekit", description="DeviceKit: hardware-vendor plugin SDK",
@@ -167,7 +169,7 @@ def main(argv=None):
         parser.print_usage(sys.stderr)
         print("devicekit: error: a command is required (try 'devicekit devices')", file=sys.stderr)
         return EXIT_USAGE
-    from . import _output
+    from ._util import output as _output
 
     with _output.signal_policy(), _output.pipe_safe_stdout():
         try:

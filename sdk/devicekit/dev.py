@@ -31,7 +31,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from ._registry import ENTRY_POINT_GROUP, OVERRIDE_ENV
+from ._plugins.registry import ENTRY_POINT_GROUP, OVERRIDE_ENV
 from .errors import DeviceKitError
 
 DEVICEKIT_COMMANDS = {"conformance", "devices", "bench"}

@@ -30,7 +30,7 @@ class PluginLoadError(DeviceKitError):
     """A plugin library could not be loaded: missing file, dlopen failure,
     missing entry symbol, its Plugin_Initialize returned an error, it returned
     something the device API forbids while loading, or it crashed, hung or
-    exited the process that probed it (see devicekit._probe)."""
+    exited the process that probed it (see devicekit._plugins.probe)."""
 
 
 class PluginVersionError(PluginLoadError):

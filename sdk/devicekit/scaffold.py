@@ -22,7 +22,6 @@ Exit codes (also in ``devicekit new --help`` and docs/porting_guide.md):
 that cannot be written; kept as they are, scripts rely on them.)
 """
 
-import json
 import os
 import re
 import shutil
@@ -30,7 +29,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import _output, api_target
+from . import api_target
+from ._util import output as _output
+from ._op_spec import OpSpecError, base_ops, load_spec, op_count_macro  # noqa: F401  (public here)
 from .errors import DeviceKitError
 
 # The plugin name becomes the device type ("acme:0"), a C string, the Python
@@ -72,7 +73,8 @@ class InvalidApiError(ScaffoldError):
 
 
 class InstallationError(ScaffoldError):
-    """The templates or the op spec are missing or unreadable."""
+    """The templates are missing (a missing or unreadable op spec is
+    ``OpSpecError``, from the module that reads the spec; same exit code)."""
 
     exit_code = 6
 
@@ -110,54 +112,6 @@ def check_name(name: str) -> None:
                                f"pick another name")
 
 
-def load_spec() -> dict:
-    """The op spec (device_api/spec/base_ops.json) as shipped in devicekit/data,
-    the file conformance reads too; in a source tree, the spec itself."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "data" / "base_ops.json",
-                      here.parent.parent / "device_api" / "spec" / "base_ops.json"):
-        if candidate.is_file():
-            try:
-                return json.loads(candidate.read_text())
-            except (OSError, ValueError) as e:
-                raise InstallationError(f"cannot read the op spec {candidate}: {e}; "
-                                        f"reinstall devicekit") from e
-    raise InstallationError(f"op spec not found at {here / 'data' / 'base_ops.json'}; "
-                            f"reinstall devicekit")
-
-
-def _since(op) -> tuple:
-    return tuple(map(int, op["since"].split(".")))
-
-
-def base_ops(major: int, minor: int, spec=None) -> list:
-    """Every base op of API major.minor, in DK_OpId order, from the op spec
-    (``spec``: a loaded spec; default: the shipped one): the kernel table the
-    templates generate is exactly as long as the header's for that version."""
-    spec = load_spec() if spec is None else spec
-    ops = []
-    for value, o in enumerate(spec["ops"]):
-        if _since(o) > (major, minor):
-            break  # append-only: every later op is newer still
-        attrs = f"attrs {o['attrs']}" if o["attrs"] else "no attrs"
-        ops.append({"name": o["name"], "since": o["since"], "id": o["name"].upper(),
-                    "value": value, "signature": f"{o['name']}({', '.join(o['inputs'])}) -> "
-                                                 f"{', '.join(o['outputs'])}; {attrs}"})
-    return ops
-
-
-def op_count_macro(major: int, minor: int, spec=None) -> str:
-    """The header macro counting the base ops of API major.minor: the
-    DK_OP_COUNT_<major>_<m> of the newest minor m <= minor that added ops (a
-    minor that added none, like 1.2, has no count of its own)."""
-    ops = base_ops(major, minor, spec)
-    if not ops:
-        raise InstallationError(f"the op spec has no base op of device API {major}.{minor}; "
-                                f"reinstall devicekit")
-    newest = max(_since(op) for op in ops)
-    return f"DK_OP_COUNT_{newest[0]}_{newest[1]}"
-
-
 def _c_string(text: str) -> str:
     """A C string literal for arbitrary text: printable ASCII as is, the rest
     as octal escapes of its UTF-8 bytes (no trigraphs, no hex run-on)."""
@@ -176,7 +130,7 @@ def _c_string(text: str) -> str:
 def context(name: str, vendor: str, api=None) -> dict:
     """Template variables. ``api``: the (major, minor) the plugin targets;
     default: the latest this devicekit ships."""
-    from . import __version__
+    from ._version import __version__
 
     major, minor = api if api is not None else api_target.installed_api()
     api_target.check_target((major, minor))
@@ -287,7 +241,7 @@ def run(args) -> int:
         line = f"devicekit new: error: {e}"
         print(line, file=sys.stderr)
         return e.exit_code
-    except ScaffoldError as e:
+    except (ScaffoldError, OpSpecError) as e:
         red = sys.stderr.isatty()
         line = f"devicekit new: error: {e}"
         print(f"\033[31m{line}\033[0m" if red else line, file=sys.stderr)

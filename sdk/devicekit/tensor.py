@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _core
 from . import dtypes as _dt
-from ._registry import device as _device
+from ._plugins.registry import device as _device
 from .autograd import track as _track
 from .errors import (DTypeError, DeviceNotFoundError, IndexOutOfRangeError, InputOverflowError,
                      InvalidArgumentError)

@@ -5,7 +5,7 @@
 ``devicekit.torch`` and lists every ATen op it reached with how it ran
 there: view, plugin kernel, fused kernel, SDK decomposition, decomposition,
 fallback or missing. ``--model`` is a small Hugging Face config
-(``devicekit.torch._models``: gpt2, llama, bert, vit; needs ``transformers``) or a
+(``devicekit.torch.hf_models``: gpt2, llama, bert, vit; needs ``transformers``) or a
 Python file defining ``run(device)``, which gets the ``torch.device``.
 
 This module imports torch only when the command runs, so ``devicekit``
@@ -70,7 +70,7 @@ def _runner(model):
         if not callable(getattr(module, "run", None)):
             raise ValueError(f"{model}: defines no run(device)")
         return module.run
-    from .torch import _models
+    from .torch import hf_models as _models
     if model not in _models.SMALL:
         raise ValueError(f"unknown model {model!r}: give one of {', '.join(_models.names())} or a "
                          f".py file defining run(device)")
@@ -80,7 +80,8 @@ def _runner(model):
 
 
 def run(args):
-    from . import _output, errors
+    from . import errors
+    from ._util import output as _output
     if importlib.util.find_spec("torch") is None:
         return _usage("needs PyTorch: pip install 'devicekit[torch]'")
     if args.json and (why := _output.output_problem(args.json, "--json")):

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from .. import _output
+from .._util import output as _output
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_OUTPUT = 0, 1, 2, _output.EXIT_OUTPUT
 EXIT_CODES_HELP = f"""\

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from .. import _output
+from .._util import output as _output
 
 PASS, NI = "pass", "not-implemented"
 EXIT_CODES_HELP = f"""\

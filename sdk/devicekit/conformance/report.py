@@ -231,7 +231,7 @@ def write_set(texts, folder):
     """Writes {name: text}, rendered in full beforehand, into ``folder`` in one
     ``_output.write_files`` call; {name: path}. Raises ``_output.OutputError``
     with every previous file left as it was."""
-    from .. import _output
+    from .._util import output as _output
 
     paths = {name: os.path.join(folder, name) for name in texts}
     _output.write_files({paths[name]: text for name, text in texts.items()})

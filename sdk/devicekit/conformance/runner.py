@@ -6,7 +6,7 @@ outcome ``crash`` with its signal and stderr tail, and the slot starts a fresh
 worker for the next case. A case that exceeds ``timeout`` s is an ``error``
 (its worker is killed and replaced). Results are keyed by case id, so the
 report's order and content do not depend on scheduling. Ctrl-C or SIGTERM
-stops the run: every worker is killed (``devicekit._workers``) and
+stops the run: every worker is killed (``devicekit._util.workers``) and
 :class:`Interrupted` carries the cases that finished.
 """
 
@@ -20,8 +20,8 @@ import tempfile
 import threading
 import time
 
-from .. import _workers
-from .._workers import Interrupted  # noqa: F401  (raised by run(); its home is shared)
+from .._util import workers as _workers
+from .._util.workers import Interrupted  # noqa: F401  (raised by run(); its home is shared)
 from .case import CRASH, ERROR, run_case
 
 

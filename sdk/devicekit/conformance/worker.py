@@ -48,7 +48,7 @@ def main(argv=None):
         # installed plugin of its file's name (as `devicekit dev` does):
         # devicekit.torch, which the torch section runs, numbers discovered
         # devices only, and would otherwise skip the whole section.
-        from .._registry import OVERRIDE_ENV
+        from .._plugins.registry import OVERRIDE_ENV
         os.environ[OVERRIDE_ENV] = os.path.abspath(args.plugin)
     target = open_target(args.device, args.plugin, args.level)
     # The device under test is dk:0 for the torch section (devicekit.torch's

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from .. import _output
+from .._util import output as _output
 from .errors import GateError
 from .parts import Deadline, OutOfTime, probe_limit, run_child
 

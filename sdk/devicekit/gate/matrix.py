@@ -13,7 +13,7 @@ policy's required rules apply to it. Without ``--policy`` there is no verdict.
 
 import datetime
 
-from .._text import table as _table
+from .._util.text import table as _table
 from .check import check
 from .reports import _env, template
 

@@ -69,7 +69,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import List
 
-from .. import _workers
+from .._util import workers as _workers
 from .errors import GateError, MissingInput
 from .record import sha256_file
 

@@ -89,7 +89,7 @@ def run_child(argv, deadline, part):
 @contextlib.contextmanager
 def probe_limit(deadline):
     """Opening a plugin (probed in a child, DEVICEKIT_PROBE_TIMEOUT) within the deadline."""
-    from .. import _probe
+    from .._plugins import probe as _probe
 
     before = os.environ.get(_probe.TIMEOUT_ENV)
     if deadline.end is not None:

@@ -29,7 +29,7 @@ try:
 except ImportError:  # Python < 3.11: the same parser, packaged as tomli
     import tomli as tomllib
 
-from .._bounded import Unreadable, read_bounded
+from .._util.bounded import Unreadable, read_bounded
 from .errors import BadPolicy, MissingInput
 
 POLICY_VERSION = 1

@@ -22,7 +22,7 @@ import platform
 import socket
 import zipfile
 
-from .. import _output
+from .._util import output as _output
 from . import validate
 from .errors import BadRecord, MissingInput, SchemaTooNew
 
@@ -282,8 +282,8 @@ def seal(doc, key=None):
 
 def write(rec, path, key=None):
     """Writes ``rec`` sealed (and signed with ``key``) to ``path`` atomically
-    (:func:`devicekit._output.write_file`): a failure raises
-    :class:`~devicekit._output.OutputError` and leaves the previous file as it was."""
+    (:func:`devicekit._util.output.write_file`): a failure raises
+    :class:`~devicekit._util.output.OutputError` and leaves the previous file as it was."""
     write_text(dumps(seal(to_file(rec), key)) + "\n", path)
 
 

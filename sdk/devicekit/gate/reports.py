@@ -13,7 +13,7 @@ from importlib import resources
 
 import jinja2
 
-from .._text import table as _table
+from .._util.text import table as _table
 
 GROUPS = ("binary.sha256", "conformance", "models", "performance")
 

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from .. import _output
+from .._util import output as _output
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_OUTPUT = 0, 1, 2, _output.EXIT_OUTPUT
 EXIT_CODES_HELP = f"""\
@@ -179,7 +179,7 @@ def _run_suite(models, dtypes, target, args, shard=None, selected=None):
     from ..conformance.cli import Progress, stopped_line, write_reports
     from ..conformance.report import new_run_id, summary_table
     from ..conformance.target import describe
-    from .. import _workers
+    from .._util import workers as _workers
     from . import get, report, runner
     from .harness import MULTIPLIER, PHASES
 

@@ -69,7 +69,7 @@ def write(model, runs, steps, folder=None):
     """Writes ``<model>.json`` from ``runs`` ({dtype: Run}); returns the path."""
     from .. import API_VERSION, __version__
 
-    from .. import _output
+    from .._util import output as _output
 
     folder = folder or default_dir()
     doc = {"provenance": {"devicekit_version": __version__, "device_api_version": API_VERSION,

@@ -232,7 +232,7 @@ def discover(plugin):
     file's name): ``devicekit.torch`` numbers the discovered devices only.
     Call it before anything discovers plugins; :func:`torch_device` checks
     that the ``dk`` device is that very library."""
-    from .._registry import OVERRIDE_ENV
+    from .._plugins.registry import OVERRIDE_ENV
     os.environ[OVERRIDE_ENV] = os.path.abspath(plugin)
 
 

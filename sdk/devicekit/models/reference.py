@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 
-from .._registry import OVERRIDE_ENV
+from .._plugins.registry import OVERRIDE_ENV
 from ..errors import DeviceKitError
 
 # Where plugins other than the installed reference could come from.
@@ -83,7 +83,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     layers = (args.layers, args.inference) if args.layers else None
     result = compute(args.model, [d for d in args.dtypes.split(",") if d], args.steps, layers)
-    from .._output import write_file  # whole or absent: fetch() tests that it exists
+    from .._util.output import write_file  # whole or absent: fetch() tests that it exists
 
     write_file(args.out, pickle.dumps(result))
 

@@ -6,8 +6,8 @@ was running and its stderr tail; the other models go on. A model that takes
 longer than ``timeout`` seconds is killed and its unanswered cases are
 ``error``. Results are keyed by case id, so the report does not depend on
 scheduling. Ctrl-C or SIGTERM stops the run as it stops conformance
-(``devicekit._workers``): the running workers are killed with their reference
-processes, no further model starts, and :class:`~devicekit._workers.Interrupted`
+(``devicekit._util.workers``): the running workers are killed with their reference
+processes, no further model starts, and :class:`~devicekit._util.workers.Interrupted`
 carries the cases that answered; a case that never answered is left out,
 not counted as a crash.
 """
@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 
-from .. import _workers
+from .._util import workers as _workers
 from ..conformance.case import CRASH, ERROR
 
 
@@ -110,7 +110,7 @@ def run(models, cases_of, *, device, plugin, dtypes, steps, jobs=1, timeout=600.
         padding_threshold=None):
     """({case id: result}, {model: info}) for every model; ``on_result(case_id,
     result)`` is called under a lock as each case answers (progress). Ctrl-C
-    or SIGTERM raises :class:`~devicekit._workers.Interrupted` with what
+    or SIGTERM raises :class:`~devicekit._util.workers.Interrupted` with what
     answered."""
     results, infos, lock = {}, {}, threading.Lock()
     pool = _workers.Pool(models)

@@ -15,7 +15,7 @@ files are replaced as one set.
 import argparse
 import sys
 
-from .._output import EXIT_OUTPUT
+from .._util.output import EXIT_OUTPUT
 
 EXIT_USAGE = 2
 EXIT_BAD_REPORT = 4  # merge.BadReport's
@@ -73,7 +73,7 @@ def _fail(cmd, e):
 def _output_ready(out, option, cmd):
     """None if ``out`` can take the merged reports (stale temporaries of a
     killed merge removed), else the exit code, after its one line."""
-    from .._output import output_problem
+    from .._util.output import output_problem
     from . import merge
 
     problem = output_problem(out, option, folder=True)
@@ -104,7 +104,7 @@ def _merged(items, cmd):
 
 
 def _finish(rep, texts, out, extra="", cmd="report merge"):
-    from .._output import OutputError
+    from .._util.output import OutputError
     from . import merge
 
     try:

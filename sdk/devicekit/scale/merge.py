@@ -30,7 +30,7 @@ import math
 import os
 import re
 
-from .._bounded import Unreadable, read_bounded
+from .._util.bounded import Unreadable, read_bounded
 from ..errors import InputFileError
 from . import shard as sharding
 
@@ -397,10 +397,10 @@ def render(rep):
 
 def write(rep, folder, texts=None):
     """Writes the three files (``texts``: :func:`render`'s, if already made)
-    as one set (``devicekit._output.write_files``): all three or none, each
+    as one set (``devicekit._util.output.write_files``): all three or none, each
     through a temporary name in ``folder``. Returns {name: path}; raises
-    :class:`~devicekit._output.OutputError` (the previous files stay)."""
-    from .._output import write_files
+    :class:`~devicekit._util.output.OutputError` (the previous files stay)."""
+    from .._util.output import write_files
 
     texts = texts if texts is not None else render(rep)
     paths = {name: os.path.join(folder, name) for name in texts}

@@ -23,6 +23,8 @@ from importlib import resources
 
 import numpy as np
 
+from ._dtypes import round_to
+
 __all__ = ["philox4x32_10", "random_bits", "random_uniform", "kat_vectors"]
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
@@ -76,8 +78,6 @@ def random_bits(shape, seed, offset=0):
 def random_uniform(shape, seed, offset=0, dtype=np.float32):
     """What ``random_uniform`` must produce for ``dtype`` (float32, float64,
     float16 or ml_dtypes.bfloat16)."""
-    from .oracle import round_to  # (oracle imports this module) correct float64 -> bfloat16 rounding
-
     # p = significand bits of dtype; (w >> (32 - p)) * 2^-p is exact and < 1.
     p = {np.dtype(np.float16): 11, np.dtype(np.float32): 24, np.dtype(np.float64): 24}.get(
         np.dtype(dtype), 8)  # 8: bfloat16

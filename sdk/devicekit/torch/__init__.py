@@ -15,11 +15,13 @@ lowered to DeviceKit ops (the one table: ``lowered_ops()``), decomposed by
 to the CPU unless ``fallback("cpu")`` says so, and then it is counted.
 
 Where each mechanism lives: ``_device`` (the ``dk`` device, ``DKTensor``,
-dtypes, host transfers, the Philox stream per device), ``_dispatch`` (lookup,
+dtypes, host transfers, the Philox stream per device), ``_table`` (the one
+lowering table, ``lowers``, wrap/unwrap), ``_dispatch`` (lookup,
 decomposition, errors), ``_lower_views`` (views, copies, factories, in-place
 write-through), ``_lower_ops`` (base-op lowerings), ``_lower_nn``
 (composites with fused kernels, losses, random ops), ``_fallback``,
-``_coverage``, ``_models`` (small Hugging Face models for coverage and tests).
+``_coverage``; ``hf_models`` (public: small Hugging Face models for coverage, tests and
+``python -m devicekit.torch_cli``).
 """
 
 try:
@@ -28,15 +30,20 @@ except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError("devicekit.torch needs PyTorch: pip install 'devicekit[torch]'") from e
 
 from . import _device
-from ._coverage import Coverage, coverage
+from ._coverage import Coverage, Recorder, coverage, recording
 from ._device import DKTensor, device, dk_device, prefer
-from ._dispatch import LOWERINGS, dispatch as _dispatch_op
+from ._dispatch import clear_pending_errors, dispatch as _dispatch_op
 from ._fallback import fallback, fallback_stats, reset_fallback_stats
+from ._table import LOWERINGS
 from . import _lower_views, _lower_ops, _lower_nn  # noqa: F401  (they fill LOWERINGS)
 
+# The wiring (STYLE 19): _device sits at the bottom and _dispatch above the
+# table and the lowering modules, so DKTensor's dispatch and the factory
+# kernels are handed _dispatch.dispatch here rather than importing upward.
+_device.hook_dispatch(_dispatch_op)
 _device.install()
 _lib = torch.library.Library("aten", "IMPL")  # kept alive: it holds the registrations
-_lower_views.register_factories(_lib)
+_lower_views.register_factories(_lib, _dispatch_op)
 _lower_nn.register_attention(_lib)
 # Any other op reaching the dk backend key with no kernel (a factory torch
 # has no generic form of, such as tril_indices(device="dk:0")) comes to the
@@ -65,5 +72,6 @@ def from_torch(t):
     return t._dk
 
 
-__all__ = ["Coverage", "DKTensor", "coverage", "device", "dk_device", "fallback", "fallback_stats",
-           "from_torch", "lowered_ops", "prefer", "reset_fallback_stats", "to_torch"]
+__all__ = ["Coverage", "DKTensor", "Recorder", "clear_pending_errors", "coverage", "device",
+           "dk_device", "fallback", "fallback_stats", "from_torch", "lowered_ops", "prefer",
+           "recording", "reset_fallback_stats", "to_torch"]

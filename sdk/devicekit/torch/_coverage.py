@@ -21,9 +21,10 @@ import threading
 
 import torch
 
-from .._fused import composite_stats
+from .. import bridge, composite_stats
 from . import _fallback
-from ._device import DKTensor
+from ._device import DKTensor, dk_device, from_host, to_host, wrap
+from ._device import device as _by_name
 
 _active = None
 _lock = threading.Lock()
@@ -107,8 +108,6 @@ class Recorder:
 def _continue_on_cpu(func, args, kwargs):
     """Run ``func`` on the CPU so a coverage run can go on past a gap; in-place
     writes are written back into the dk tensors they target."""
-    from ._device import from_host, to_host, wrap
-    from .. import _core
     hosts = {}
 
     def down(x):
@@ -130,7 +129,7 @@ def _continue_on_cpu(func, args, kwargs):
         if isinstance(x, torch.Tensor):
             if id(x) in hosts:  # an in-place op returns its (written) input
                 target = hosts[id(x)]
-                _core.copy_into(target._dk, from_host(x, dev))
+                bridge.copy_into(target._dk, from_host(x, dev))
                 return target
             return wrap(from_host(x, dev))
         if isinstance(x, (list, tuple)):
@@ -139,8 +138,30 @@ def _continue_on_cpu(func, args, kwargs):
 
     for a, h in zip(func._schema.arguments, host_args):
         if a.alias_info is not None and a.alias_info.is_write and id(h) in hosts:
-            _core.copy_into(hosts[id(h)]._dk, from_host(h, dev))
+            bridge.copy_into(hosts[id(h)]._dk, from_host(h, dev))
     return up(out)
+
+
+class recording:
+    """``with recording(rec):`` every ATen op on dk tensors is reported to the
+    ``Recorder`` ``rec`` (a harness's own subclass, say one that raises at a
+    missing op instead of running it on the CPU, as ``coverage`` does). One
+    recording at a time: a second is a RuntimeError."""
+
+    def __init__(self, rec):
+        self.rec = rec
+
+    def __enter__(self):
+        global _active
+        with _lock:
+            if _active is not None:
+                raise RuntimeError("a devicekit.torch coverage run is already in progress")
+            _active = self.rec
+        return self.rec
+
+    def __exit__(self, *exc):
+        global _active
+        _active = None
 
 
 class Coverage:
@@ -190,13 +211,12 @@ def coverage(fn, device="dk:0"):
     dk tensors; returns a ``Coverage``. An exception other than a missing op
     stops the run and is kept in ``Coverage.error``."""
     global _active
-    from ._device import device as by_name, dk_device
     if isinstance(device, torch.device):
         dev = device
     elif isinstance(device, str) and device.split(":")[0] == "dk":
         dev = torch.device(device)
     else:
-        dev = by_name(device)  # a DeviceKit name: "cpu:0"
+        dev = _by_name(device)  # a DeviceKit name: "cpu:0"
     dk_device(dev)  # a device that does not exist is an error before anything runs
     rec = Recorder()
     stats_before = _fallback.fallback_stats()

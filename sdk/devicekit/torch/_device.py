@@ -7,7 +7,7 @@ offset are those of the DeviceKit tensor it holds in ``_dk``: torch sees the
 metadata, DeviceKit owns the memory, and a view made on either side is a view
 of the same DeviceKit storage. Every ATen call on a DKTensor reaches
 ``DKTensor.__torch_dispatch__`` (below autograd, so torch's autograd records
-and differentiates as for any device) and goes to ``_dispatch.dispatch``.
+and differentiates as for any device) and goes to ``_dispatch.dispatch`` (hooked in by the package).
 
 The registration (``install``) uses torch's out-of-tree backend slot,
 PrivateUse1, renamed to ``dk``; see ``docs/torch.md`` for which of these torch
@@ -22,9 +22,9 @@ import threading
 import numpy as np
 import torch
 
-from .. import _core
+from .. import bridge
 from .. import dtypes as _dt
-from .._registry import devices as _dk_devices
+from .. import devices as _dk_devices
 from ..errors import DeviceNotFoundError, DTypeError
 
 BACKEND = "dk"
@@ -50,7 +50,7 @@ def dk_dtype(dtype):
 
 def torch_dtype(t):
     """The torch dtype of a DeviceKit tensor."""
-    return _TO_TORCH[t._dtype_id]
+    return _TO_TORCH[bridge.dtype_id(t)]
 
 
 # ---- devices -----------------------------------------------------------------
@@ -136,6 +136,17 @@ def torch_device_of(dev):
 
 # ---- the tensor --------------------------------------------------------------
 
+# Where DKTensor hands every ATen call: ``_dispatch.dispatch``, which sits
+# above this module (it lowers through the table the lowering modules fill),
+# so the package's ``__init__`` hooks it in (``hook_dispatch``).
+_dispatch = None
+
+
+def hook_dispatch(fn):
+    global _dispatch
+    _dispatch = fn
+
+
 class DKTensor(torch.Tensor):
     """A torch tensor on ``dk:N`` whose data is the DeviceKit tensor ``_dk``.
 
@@ -146,7 +157,7 @@ class DKTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return _dispatch.dispatch(func, args, kwargs or {})
+        return _dispatch(func, args, kwargs or {})
 
     # A "traceable wrapper subclass" to torch (it has these two), so that
     # Module.to("dk:0") swaps each parameter's contents in place
@@ -191,7 +202,7 @@ class DKTensor(torch.Tensor):
 def wrap(t, requires_grad=False):
     """A DKTensor over the DeviceKit tensor ``t``."""
     out = torch.Tensor._make_wrapper_subclass(
-        DKTensor, t.shape, strides=t.strides, storage_offset=t._offset, dtype=torch_dtype(t),
+        DKTensor, t.shape, strides=t.strides, storage_offset=bridge.storage_offset(t), dtype=torch_dtype(t),
         device=torch_device_of(t.device), requires_grad=requires_grad)
     out._dk = t
     return out
@@ -202,7 +213,7 @@ def wrap(t, requires_grad=False):
 def to_host(t):
     """A CPU torch tensor holding the values of DeviceKit tensor ``t``."""
     arr = t.numpy()
-    if t._dtype_id == _dt.bfloat16.id:  # numpy has no bfloat16: move the bits
+    if bridge.dtype_id(t) == _dt.bfloat16.id:  # numpy has no bfloat16: move the bits
         return torch.from_numpy(arr.view(np.uint16).copy()).view(torch.bfloat16)
     # (np.ascontiguousarray makes a 0-d array 1-d: keep the shape)
     return torch.from_numpy(np.ascontiguousarray(arr).reshape(arr.shape))
@@ -216,7 +227,7 @@ def from_host(x, dev):
         arr = x.view(torch.uint16).numpy().view(_dt.bfloat16.numpy)
     else:
         arr = x.numpy()
-    return _core.from_host(dev, dt.id, arr.reshape(x.shape).view(
+    return bridge.from_host(dev, dt.id, arr.reshape(x.shape).view(
         {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[arr.dtype.itemsize]))
 
 
@@ -278,7 +289,7 @@ class BackendModule:
     @staticmethod
     def manual_seed(seed, device=None):
         dev = _all()[0] if device is None else (
-            device if isinstance(device, _core.Device) else dk_device(device))
+            device if isinstance(device, bridge.Device) else dk_device(device))
         r = rng(dev)
         with r.lock:
             r.seed, r.offset = int(seed) % 2**64, 0
@@ -318,5 +329,3 @@ def install():
         _setup_privateuseone_for_python_backend(rename=BACKEND, backend_module=BackendModule())
     _installed = True
 
-
-from . import _dispatch  # noqa: E402  (it imports this module; DKTensor calls into it)

@@ -20,88 +20,12 @@ import threading
 
 import torch
 
-from .. import _core
-from .._fused import composite_stats
+from .. import bridge, composite_stats
 from ..errors import NotImplementedByPlugin, UnloweredOpError
 from . import _coverage, _device, _fallback
 from ._device import DKTensor, wrap
-
-aten = torch.ops.aten
-
-VIEW, KERNEL, COMPOSITE, FACTORY, RANDOM, TRANSFER = (
-    "view", "kernel", "composite", "factory", "random", "transfer")
-
-
-class Lowering:
-    __slots__ = ("fn", "kind", "raw")
-
-    def __init__(self, fn, kind, raw):
-        self.fn, self.kind, self.raw = fn, kind, raw
-
-
-LOWERINGS = {}  # OpOverload -> Lowering: the one table
-_ABSENT = []    # names a lowering module gave that this torch release does not have
-
-
-def _resolve(name):
-    """``"add.Tensor"`` -> ``torch.ops.aten.add.Tensor`` (None if this torch lacks it)."""
-    packet, _, overload = name.partition(".")
-    try:
-        return getattr(getattr(aten, packet), overload or "default")
-    except AttributeError:
-        return None
-
-
-def lowers(*names, kind=KERNEL, raw=False):
-    """Registers the decorated function as the lowering of the ATen overloads
-    ``names``. It gets the call's arguments with every DKTensor replaced by its
-    DeviceKit tensor (``raw=True``: the arguments as they are) and returns
-    DeviceKit tensors (wrapped for torch here) or plain values."""
-    def deco(fn):
-        for name in names:
-            op = _resolve(name)
-            if op is None:
-                _ABSENT.append(name)
-                continue
-            if op in LOWERINGS:
-                raise RuntimeError(f"aten.{name} is lowered twice")
-            LOWERINGS[op] = Lowering(fn, kind, raw)
-        return fn
-    return deco
-
-
-# ---- unwrap / wrap -----------------------------------------------------------------
-
-def unwrap(x):
-    t = type(x)
-    if t is DKTensor:
-        return x._dk
-    if t is list or t is tuple:
-        return t([unwrap(v) for v in x]) if x else x
-    if t in (int, float, bool, str) or x is None:
-        return x
-    if isinstance(x, DKTensor):
-        return x._dk
-    if isinstance(x, torch.Tensor):
-        if x.dim() == 0 and x.device.type == "cpu":
-            return x.item()  # a CPU 0-d tensor is a scalar operand, as torch allows
-        raise RuntimeError(f"expected all tensors on the same device, got a {x.device} tensor "
-                           f"of shape {list(x.shape)} beside dk tensors")
-    return x
-
-
-def unwrap_kwargs(kwargs):
-    return {k: unwrap(v) for k, v in kwargs.items()} if kwargs else kwargs
-
-
-def rewrap(x):
-    t = type(x)
-    if t is _core.Tensor:
-        return wrap(x)
-    if t is list or t is tuple:
-        return t([rewrap(v) for v in x])
-    return x
-
+from ._table import (COMPOSITE, DERIVERS, KERNEL, LOWERINGS, VIEW, Lowering, aten, rewrap,
+                     unwrap, unwrap_kwargs)
 
 # ---- lookup -----------------------------------------------------------------------
 
@@ -140,14 +64,14 @@ def _no_inplace_view(func):
 def _derive(func):
     functional = _functional_of(func)
     if functional is not None:
-        from ._lower_views import write_through
+        write_through = DERIVERS["in_place"]
         inner = LOWERINGS[functional]
         if inner.kind == VIEW:  # squeeze_, t_, ...: a copy cannot change sizes and strides
             return Lowering(_no_inplace_view(func), KERNEL, True)
         return Lowering(lambda *a, **k: write_through(inner, a, k), inner.kind, True)
     name = func._schema.name.split("::")[1]
     if name.startswith("_foreach_"):
-        from ._lower_ops import foreach
+        foreach = DERIVERS["foreach"]
         return Lowering(lambda *a, **k: foreach(func, a, k), KERNEL, True)
     return None
 
@@ -165,6 +89,13 @@ def _decomposing():
 
 
 _pending = []  # errors raised inside a backward pass, for the next op outside one
+
+
+def clear_pending_errors():
+    """Forget the errors raised inside a backward pass that the next dk op
+    would raise (see ``dispatch``): a harness that runs many independent
+    samples in one process starts each clean."""
+    _pending.clear()
 
 
 def dispatch(func, args, kwargs):
@@ -209,7 +140,7 @@ def _placeholder(func, args, kwargs):
     def fill(x):
         if isinstance(x, torch.Tensor):
             value = float("nan") if x.dtype.is_floating_point else 0
-            return wrap(_core.full(device[0], list(x.shape), _device.dk_dtype(x.dtype).id, value))
+            return wrap(bridge.full(device[0], list(x.shape), _device.dk_dtype(x.dtype).id, value))
         if isinstance(x, (list, tuple)):
             return type(x)(fill(v) for v in x)
         return x
@@ -290,7 +221,7 @@ def _run(lowering, args, kwargs):
         return lowering.fn(*args, **kwargs)
     out = lowering.fn(*[a._dk if type(a) is DKTensor else unwrap(a) for a in args],
                       **(unwrap_kwargs(kwargs) if kwargs else {}))
-    return wrap(out) if type(out) is _core.Tensor else rewrap(out)  # (the common case first)
+    return wrap(out) if type(out) is bridge.Tensor else rewrap(out)  # (the common case first)
 
 
 def _decomposition(func):

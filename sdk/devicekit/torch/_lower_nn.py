@@ -3,9 +3,10 @@ plugin's fused kernels are chosen exactly as for native DeviceKit models:
 layer norm, softmax, GELU and scaled dot-product attention forward go through
 ``devicekit.nn.functional`` (``_fused.dispatch``: the first fused kernel
 whose ``supports`` accepts, else the decomposition); their backwards first
-offer the call to the plugin's fused backward kernel (``_core.try_fused``)
-and otherwise run the decomposition's gradient in base ops. Every choice is
-counted in ``devicekit.composite_stats()``.
+offer the call to the plugin's fused backward kernel
+(``devicekit.bridge.try_fused``) and otherwise run the decomposition's
+gradient in base ops. Every choice is counted in
+``devicekit.composite_stats()``.
 
 Also here: losses, embeddings, padding, and the random ops, which draw from
 the device's Philox stream (``_device.rng``; ``torch.manual_seed`` seeds it).
@@ -15,13 +16,13 @@ import math
 
 import torch
 
-from .. import _core, _fused
+from .. import bridge
 from .. import autograd as dk_autograd
 from .. import dtypes as _dt
 from .. import ops
 from ..nn import functional as F
 from . import _device
-from ._dispatch import COMPOSITE, RANDOM, lowers
+from ._table import COMPOSITE, RANDOM, lowers
 from ._lower_ops import _in_float32, _zero_d
 
 aten = torch.ops.aten
@@ -31,20 +32,20 @@ META = "meta"
 def _fused_backward(op, inputs, attrs, want):
     """The plugin's fused kernel for backward op ``op``: its outputs, or None
     (counted as decomposed, with the reason) when none accepts."""
-    if not _fused._enabled():
-        _fused._count(op, why="fused_kernels(False)")
+    if not bridge.fused_kernels_enabled():
+        bridge.count_composite(op, why="fused_kernels(False)")
         return None
-    hit = _core.try_fused(op, inputs, attrs, want)
+    hit = bridge.try_fused(op, inputs, attrs, want)
     if isinstance(hit, str):
-        _fused._count(op, why=hit)
+        bridge.count_composite(op, why=hit)
         return None
     outs, kernel = hit
-    _fused._count(op, kernel)
+    bridge.count_composite(op, kernel)
     return outs
 
 
 def _compute(x):
-    return x._cast(_dt.float32.id) if x.dtype in (_dt.float16, _dt.bfloat16) else x
+    return bridge.cast(x, _dt.float32.id) if x.dtype in (_dt.float16, _dt.bfloat16) else x
 
 
 def _axis(dim, x):
@@ -90,7 +91,7 @@ def native_layer_norm_backward(g, x, normalized_shape, mean, rstd, weight, bias,
     if eps is not None:
         outs = _fused_backward("layer_norm_backward", (g2, x2, w2), {"eps": eps}, want)
     else:
-        _fused._count("layer_norm_backward", why="statistics not from devicekit's forward")
+        bridge.count_composite("layer_norm_backward", why="statistics not from devicekit's forward")
     if outs is None:
         outs = _layer_norm_backward(g2, x2, w2, _flat(mean, k), _flat(rstd, k), want)
     dx, dw, db = outs
@@ -110,11 +111,11 @@ def _layer_norm_backward(g, x, w, mean, rstd, want):
         wg = ops.mul(gf, _compute(w)) if w is not None else gf
         inner = ops.add(ops.mean(wg, -1, keepdims=True),
                         ops.mul(xhat, ops.mean(ops.mul(wg, xhat), -1, keepdims=True)))
-        dx = ops.mul(ops.sub(wg, inner), rstd)._cast(x._dtype_id)
+        dx = bridge.cast(ops.mul(ops.sub(wg, inner), rstd), bridge.dtype_id(x))
     if want[1]:
-        dw = ops.sum(ops.mul(gf, xhat), lead)._cast(w._dtype_id)
+        dw = bridge.cast(ops.sum(ops.mul(gf, xhat), lead), bridge.dtype_id(w))
     if want[2]:
-        db = ops.sum(gf, lead)._cast(g._dtype_id)
+        db = bridge.cast(ops.sum(gf, lead), bridge.dtype_id(g))
     return dx, dw, db
 
 
@@ -123,14 +124,14 @@ def _layer_norm_backward(g, x, w, mean, rstd, want):
 @lowers("_softmax.default", kind=COMPOSITE)
 @_zero_d
 def softmax(x, dim, half_to_float=False):
-    return F.softmax(x._cast(_dt.float32.id) if half_to_float else x, _axis(dim, x))
+    return F.softmax(bridge.cast(x, _dt.float32.id) if half_to_float else x, _axis(dim, x))
 
 
 @lowers("_safe_softmax.default", kind=COMPOSITE)
 @_zero_d
 def safe_softmax(x, dim, dtype=None):
     if dtype is not None:
-        x = x._cast(_device.dk_dtype(dtype).id)
+        x = bridge.cast(x, _device.dk_dtype(dtype).id)
     d = _axis(dim, x)
     out = F.softmax(x, d)
     masked = ops.eq(ops.amax(x, d, keepdims=True), -math.inf)  # a row with nothing to attend
@@ -151,7 +152,7 @@ def softmax_backward(g, out, dim, input_dtype):
 @lowers("_log_softmax.default", kind=COMPOSITE)
 @_zero_d
 def log_softmax(x, dim, half_to_float=False):
-    return F.log_softmax(x._cast(_dt.float32.id) if half_to_float else x, _axis(dim, x))
+    return F.log_softmax(bridge.cast(x, _dt.float32.id) if half_to_float else x, _axis(dim, x))
 
 
 @lowers("_log_softmax_backward_data.default")
@@ -186,7 +187,7 @@ def gelu_backward(g, x, *, approximate="none"):
         cdf = ops.mul(ops.add(ops.erf(ops.mul(xf, 1.0 / math.sqrt(2.0))), 1.0), 0.5)
         pdf = ops.mul(ops.exp(ops.mul(ops.mul(xf, xf), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
         d = ops.add(cdf, ops.mul(xf, pdf))
-    return ops.mul(gf, d)._cast(x._dtype_id)
+    return bridge.cast(ops.mul(gf, d), bridge.dtype_id(x))
 
 
 # ---- scaled dot-product attention --------------------------------------------------------
@@ -215,7 +216,7 @@ def sdpa(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_m
         raise NotImplementedError("DeviceKit's scaled_dot_product_attention has no dropout; "
                                   "torch picks its math path for dropout_p > 0")
     out = F.scaled_dot_product_attention(q, k, v, attn_bias, bool(is_causal), scale)
-    nothing = _core.empty(q.device, [0], _dt.float32.id)  # logsumexp, seeds: not produced
+    nothing = bridge.empty(q.device, [0], _dt.float32.id)  # logsumexp, seeds: not produced
     return (out, nothing, nothing, nothing, q.shape[-2], k.shape[-2], nothing, nothing, nothing)
 
 
@@ -293,11 +294,11 @@ _NONE, _MEAN, _SUM = 0, 1, 2
 
 
 def _nll_parts(x, target, weight, ignore_index):
-    t = target._cast(_dt.int64.id)
+    t = bridge.cast(target, _dt.int64.id)
     valid = ops.ne(t, ignore_index)
     safe = ops.where(valid, t, 0)
     w = ops.gather(weight, 0, safe.reshape(-1)).reshape(*t.shape) if weight is not None else None
-    coef = ops.where(valid, w if w is not None else 1.0, 0.0)._cast(x._dtype_id)
+    coef = bridge.cast(ops.where(valid, w if w is not None else 1.0, 0.0), bridge.dtype_id(x))
     return safe, coef
 
 
@@ -323,30 +324,30 @@ def nll_loss_backward(g, x, target, weight, reduction, ignore_index, total_weigh
     if reduction == _MEAN:
         coef = ops.div(coef, total_weight)
     src = ops.neg(ops.mul(coef, g.reshape(*t2.shape) if reduction == _NONE else g))
-    out = _core.full(x.device, list(x2.shape), x._dtype_id, 0)
-    out = ops.scatter_add(out, 1, safe.reshape(-1, 1), src.reshape(-1, 1)._cast(x._dtype_id))
+    out = bridge.full(x.device, list(x2.shape), bridge.dtype_id(x), 0)
+    out = ops.scatter_add(out, 1, safe.reshape(-1, 1), bridge.cast(src.reshape(-1, 1), bridge.dtype_id(x)))
     return out.reshape(*x.shape)
 
 
 @lowers("embedding.default")
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     n, dim = indices.numel(), weight.shape[1]
-    idx = indices.reshape(n, 1)._cast(_dt.int64.id).expand(n, dim)
+    idx = bridge.cast(indices.reshape(n, 1), _dt.int64.id).expand(n, dim)
     return ops.gather(weight, 0, idx).reshape(*indices.shape, dim)
 
 
 @lowers("embedding_dense_backward.default")
 def embedding_dense_backward(g, indices, num_weights, padding_idx, scale_grad_by_freq):
     n, dim = indices.numel(), g.shape[-1]
-    idx = indices.reshape(n, 1)._cast(_dt.int64.id)
+    idx = bridge.cast(indices.reshape(n, 1), _dt.int64.id)
     g2 = g.reshape(n, dim)
     if padding_idx >= 0:
         g2 = ops.where(ops.ne(idx, padding_idx), g2, 0.0)
     if scale_grad_by_freq:
-        count = ops.scatter_add(_core.full(g.device, [num_weights, 1], g._dtype_id, 0), 0, idx,
-                                _core.full(g.device, [n, 1], g._dtype_id, 1))
+        count = ops.scatter_add(bridge.full(g.device, [num_weights, 1], bridge.dtype_id(g), 0), 0, idx,
+                                bridge.full(g.device, [n, 1], bridge.dtype_id(g), 1))
         g2 = ops.div(g2, ops.gather(count, 0, idx).expand(n, dim))
-    out = _core.full(g.device, [num_weights, dim], g._dtype_id, 0)
+    out = bridge.full(g.device, [num_weights, dim], bridge.dtype_id(g), 0)
     return ops.scatter_add(out, 0, idx.expand(n, dim), g2.contiguous())
 
 
@@ -362,10 +363,10 @@ def constant_pad_nd(x, pad, value=0):
             src = src.narrow(d, cut_lo, src.shape[d] - cut_lo - cut_hi)
         shape[d] = x.shape[d] + lo + hi
         starts[d] = max(lo, 0)
-    out = _core.full(x.device, shape, x._dtype_id, value)
+    out = bridge.full(x.device, shape, bridge.dtype_id(x), value)
     if src.numel():
-        offset = out._offset + sum(s * st for s, st in zip(starts, out.strides))
-        _core.copy_into(out._view(list(src.shape), list(out.strides), offset), src)
+        offset = bridge.storage_offset(out) + sum(s * st for s, st in zip(starts, out.strides))
+        bridge.copy_into(bridge.view(out, list(src.shape), list(out.strides), offset), src)
     return out
 
 
@@ -411,41 +412,41 @@ def _uniform(t, dtype=_dt.float32):
 @lowers("bernoulli_.float", kind=RANDOM, raw=True)
 def bernoulli_(self, p=0.5, *, generator=None):
     _no_generator(generator, "bernoulli_")
-    _core.copy_into(self._dk, ops.lt(_uniform(self._dk), float(p)))
+    bridge.copy_into(self._dk, ops.lt(_uniform(self._dk), float(p)))
     return self
 
 
 @lowers("bernoulli.p", kind=RANDOM)
 def bernoulli_p(x, p=0.5, *, generator=None):
     _no_generator(generator, "bernoulli")
-    return ops.lt(_uniform(x), float(p))._cast(x._dtype_id)
+    return bridge.cast(ops.lt(_uniform(x), float(p)), bridge.dtype_id(x))
 
 
 @lowers("bernoulli.default", kind=RANDOM)
 def bernoulli(x, *, generator=None):
     _no_generator(generator, "bernoulli")
-    return ops.lt(_uniform(x), x)._cast(x._dtype_id)
+    return bridge.cast(ops.lt(_uniform(x), x), bridge.dtype_id(x))
 
 
 @lowers("native_dropout.default", kind=RANDOM)
 def native_dropout(x, p, train):
     if not train or p == 0:
-        return (ops.clone(x), _core.full(x.device, list(x.shape), _dt.bool_.id, True))
+        return (ops.clone(x), bridge.full(x.device, list(x.shape), _dt.bool_.id, True))
     keep = ops.ge(_uniform(x), float(p))
     scale = 1.0 / (1.0 - p) if p < 1 else 0.0
-    return (ops.where(keep, ops.mul(x, scale), 0.0)._cast(x._dtype_id), keep)
+    return (bridge.cast(ops.where(keep, ops.mul(x, scale), 0.0), bridge.dtype_id(x)), keep)
 
 
 @lowers("native_dropout_backward.default")
 def native_dropout_backward(g, mask, scale):
-    return ops.where(mask, ops.mul(g, scale), 0.0)._cast(g._dtype_id)
+    return bridge.cast(ops.where(mask, ops.mul(g, scale), 0.0), bridge.dtype_id(g))
 
 
 @lowers("uniform_.default", kind=RANDOM, raw=True)
 def uniform_(self, from_=0.0, to=1.0, *, generator=None):
     _no_generator(generator, "uniform_")
     u = _uniform(self._dk, _dt.float64 if self.dtype == torch.float64 else _dt.float32)
-    _core.copy_into(self._dk, ops.add(ops.mul(u, float(to - from_)), float(from_)))
+    bridge.copy_into(self._dk, ops.add(ops.mul(u, float(to - from_)), float(from_)))
     return self
 
 
@@ -455,7 +456,7 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
     t = self._dk
     seed, offset = _device.rng(t.device).take(2 * t.numel())
     z = ops.randn(list(t.shape), seed, offset, device=t.device)
-    _core.copy_into(t, ops.add(ops.mul(z, float(std)), float(mean)))
+    bridge.copy_into(t, ops.add(ops.mul(z, float(std)), float(mean)))
     return self
 
 
@@ -467,7 +468,7 @@ def random_from(self, from_, to=None, *, generator=None):
         raise NotImplementedError("aten.random_.from with to=None (the dtype's whole range) is "
                                   "not lowered")
     seed, offset = _device.rng(t.device).take(t.numel())
-    _core.copy_into(t, ops.randint(int(from_), int(to), list(t.shape), seed, offset,
+    bridge.copy_into(t, ops.randint(int(from_), int(to), list(t.shape), seed, offset,
                                    device=t.device))
     return self
 

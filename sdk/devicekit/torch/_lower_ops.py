@@ -12,12 +12,12 @@ import math
 
 import torch
 
-from .. import _core
+from .. import bridge
 from .. import dtypes as _dt
 from .. import ops
 from ..nn import functional as F
 from ._device import dk_dtype
-from ._dispatch import lowers
+from ._table import derives, lowers
 
 aten = torch.ops.aten
 
@@ -36,18 +36,18 @@ def _in_float32(fn):
     step to 16 bits is several ulps off (addcmul, lerp), overflows where the
     result does not (x**6 in a vector norm) or floors the wrong quotient."""
     def lowered(*args, **kwargs):
-        ids = [a._dtype_id for a in args if isinstance(a, _core.Tensor)]
+        ids = [bridge.dtype_id(a) for a in args if isinstance(a, bridge.Tensor)]
         if not any(i in _HALF for i in ids):
             return fn(*args, **kwargs)
         out_id = ids[0]
         for i in ids[1:]:
-            out_id = _core.promote_types(out_id, i)
-        up = [a._cast(_dt.float32.id) if isinstance(a, _core.Tensor) and a._dtype_id in _HALF
+            out_id = bridge.promote_types(out_id, i)
+        up = [bridge.cast(a, _dt.float32.id) if isinstance(a, bridge.Tensor) and bridge.dtype_id(a) in _HALF
               else a for a in args]
         out = fn(*up, **kwargs)
-        if out._dtype_id != _dt.float32.id:  # (an explicit dtype= asked for another)
+        if bridge.dtype_id(out) != _dt.float32.id:  # (an explicit dtype= asked for another)
             return out
-        return out._cast(out_id) if out_id in _HALF else out
+        return bridge.cast(out, out_id) if out_id in _HALF else out
     lowered.__name__ = fn.__name__
     return lowered
 
@@ -57,11 +57,11 @@ def _zero_d(fn):
     0 (or -1); DeviceKit's ops want a real axis. So the 0-d tensor operands
     run as shape [1] and the results come back 0-d."""
     def lowered(x, *args, **kwargs):
-        if not (isinstance(x, _core.Tensor) and x.ndim == 0):
+        if not (isinstance(x, bridge.Tensor) and x.ndim == 0):
             return fn(x, *args, **kwargs)
-        one = lambda t: t.reshape([1]) if isinstance(t, _core.Tensor) and t.ndim == 0 else t  # noqa: E731
+        one = lambda t: t.reshape([1]) if isinstance(t, bridge.Tensor) and t.ndim == 0 else t  # noqa: E731
         out = fn(one(x), *[one(a) for a in args], **{k: one(v) for k, v in kwargs.items()})
-        zero = lambda t: t.reshape([]) if isinstance(t, _core.Tensor) and t.ndim == 1 else t  # noqa: E731
+        zero = lambda t: t.reshape([]) if isinstance(t, bridge.Tensor) and t.ndim == 1 else t  # noqa: E731
         return tuple(zero(t) for t in out) if isinstance(out, tuple) else zero(out)
     lowered.__name__ = fn.__name__
     return lowered
@@ -93,7 +93,7 @@ lowers("min.other")(ops.minimum)
 def _bool_only(name, fn):
     def lowered(a, b=None):
         for x in (a, b):
-            if isinstance(x, _core.Tensor) and x.dtype != _dt.bool_:
+            if isinstance(x, bridge.Tensor) and x.dtype != _dt.bool_:
                 raise NotImplementedError(
                     f"aten.{name} on {x.dtype} is not lowered (DeviceKit's base ops have logical "
                     f"ops on bool only)")
@@ -132,15 +132,15 @@ def div_mode(a, b, rounding_mode=None):
         q = ops.floor(q)
     else:  # trunc
         q = ops.mul(ops.sign(q), ops.floor(ops.abs(q)))
-    ints = [x.dtype for x in (a, b) if isinstance(x, _core.Tensor)]
+    ints = [x.dtype for x in (a, b) if isinstance(x, bridge.Tensor)]
     if ints and not any(d.is_floating_point for d in ints):
-        q = q._cast(_core.promote_types(*(d.id for d in ints)) if len(ints) == 2 else ints[0].id)
+        q = bridge.cast(q, bridge.promote_types(*(d.id for d in ints)) if len(ints) == 2 else ints[0].id)
     return q
 
 
 @lowers("pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar")
 def pow_(a, b):
-    if isinstance(b, (int, float)) and b == 2 and isinstance(a, _core.Tensor):
+    if isinstance(b, (int, float)) and b == 2 and isinstance(a, bridge.Tensor):
         return ops.mul(a, a)
     return ops.pow(a, b)
 
@@ -185,7 +185,7 @@ def addcdiv(x, t1, t2, value=1):
 
 @lowers("masked_fill.Scalar", "masked_fill.Tensor")
 def masked_fill(x, mask, value):
-    shape = _core.broadcast_shapes(list(x.shape), list(mask.shape))
+    shape = bridge.broadcast_shapes(list(x.shape), list(mask.shape))
     if list(shape) != list(x.shape):  # torch's out-of-place form broadcasts x to the mask too
         x = x.expand(*shape)
     return ops.masked_fill(x, mask, value)
@@ -231,7 +231,7 @@ def _dims(x, dim):
 
 
 def _as(x, dtype):
-    return x if dtype is None else x._cast(dk_dtype(dtype).id)
+    return x if dtype is None else bridge.cast(x, dk_dtype(dtype).id)
 
 
 @lowers("sum.dim_IntList", "sum.default")
@@ -329,7 +329,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     if ord == 1:
         return ops.sum(x, axes, keepdim)
     if ord == 0:  # the number of non-zero elements
-        return ops.sum(ops.ne(x, 0)._cast(x._dtype_id), axes, keepdim)
+        return ops.sum(bridge.cast(ops.ne(x, 0), bridge.dtype_id(x)), axes, keepdim)
     if ord == float("-inf"):
         return ops.amin(x, axes, keepdim)
     return ops.pow(ops.sum(ops.pow(x, float(ord)), axes, keepdim), 1.0 / ord)
@@ -339,17 +339,17 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
 
 @lowers("mm.default", "bmm.default")
 def mm(a, b):
-    return _core.matmul(a, b)
+    return bridge.matmul(a, b)
 
 
 @lowers("addmm.default")
 def addmm(bias, a, b, *, beta=1, alpha=1):
-    return ops.add(_scaled(_core.matmul(a, b), alpha), _scaled(bias, beta))
+    return ops.add(_scaled(bridge.matmul(a, b), alpha), _scaled(bias, beta))
 
 
 @lowers("baddbmm.default")
 def baddbmm(x, a, b, *, beta=1, alpha=1):
-    return ops.add(_scaled(_core.matmul(a, b), alpha), _scaled(x, beta))
+    return ops.add(_scaled(bridge.matmul(a, b), alpha), _scaled(x, beta))
 
 
 # ---- joins and indexing -------------------------------------------------------------------
@@ -358,12 +358,12 @@ def baddbmm(x, a, b, *, beta=1, alpha=1):
 def cat(tensors, dim=0):
     # torch's legacy rule: 1-D empty tensors are skipped whatever the rank
     kept = [t for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)] or list(tensors[:1])
-    dt = kept[0]._dtype_id
+    dt = bridge.dtype_id(kept[0])
     for t in kept[1:]:
-        dt = _core.promote_types(dt, t._dtype_id)
-    kept = [t if t._dtype_id == dt else t._cast(dt) for t in kept]
+        dt = bridge.promote_types(dt, bridge.dtype_id(t))
+    kept = [t if bridge.dtype_id(t) == dt else bridge.cast(t, dt) for t in kept]
     d = dim + kept[0].ndim if dim < 0 else dim
-    return _core.cat(kept, d)
+    return bridge.cat(kept, d)
 
 
 @lowers("stack.default")
@@ -374,7 +374,7 @@ def stack(tensors, dim=0):
 @lowers("gather.default")
 def gather(x, dim, index, *, sparse_grad=False):
     if index.numel() == 0:  # torch: an empty index of any rank gives an empty result
-        return _core.full(x.device, list(index.shape), x._dtype_id, 0)
+        return bridge.full(x.device, list(index.shape), bridge.dtype_id(x), 0)
     if x.ndim == 0 or index.ndim == 0:  # the result has the index's shape, 0-d or not
         one = lambda t: t.reshape([1]) if t.ndim == 0 else t  # noqa: E731
         return ops.gather(one(x), 0, _int64(one(index))).reshape(list(index.shape))
@@ -383,7 +383,7 @@ def gather(x, dim, index, *, sparse_grad=False):
 
 def _int64(index):
     """torch's gather and scatter take int32 (and, empty, uint8) indices; DeviceKit's int64."""
-    return index if index.dtype == _dt.int64 else index._cast(_dt.int64.id)
+    return index if index.dtype == _dt.int64 else bridge.cast(index, _dt.int64.id)
 
 
 @lowers("scatter_add.default")
@@ -402,7 +402,7 @@ def index_select(x, dim, index):
     shape[d] = index.numel()
     full = list(x.shape)
     full[d] = index.numel()
-    idx = index.reshape(shape)._cast(_dt.int64.id).expand(*full)
+    idx = bridge.cast(index.reshape(shape), _dt.int64.id).expand(*full)
     return ops.gather(x, d, idx)
 
 
@@ -424,7 +424,7 @@ def index_tensor(x, indices):
     shape = list(x.shape)
     flat = None
     for d in dims:  # row-major position within the merged dims, negatives wrapped
-        i = indices[d]._cast(_dt.int64.id)
+        i = bridge.cast(indices[d], _dt.int64.id)
         i = ops.where(ops.lt(i, 0), ops.add(i, shape[d]), i)
         flat = i if flat is None else ops.add(ops.mul(flat, shape[d]), i)
     merged = shape[:d0] + [math.prod(shape[d0:d0 + k])] + shape[d0 + k:]
@@ -441,6 +441,7 @@ def index_tensor(x, indices):
 
 # ---- _foreach_*: one op per list element ---------------------------------------------------
 
+@derives("foreach")
 def foreach(func, args, kwargs):
     """``_foreach_<op>[_](lists..., scalars...)`` as ``<op>[_]`` on each element
     (each a dispatched ATen call of its own, so each is lowered and counted).

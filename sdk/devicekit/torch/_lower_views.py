@@ -1,9 +1,9 @@
 """Lowerings that move no data or move it between places: views, copies,
 transfers, conversions, factories, and the write-through of in-place ops.
 
-Views are DeviceKit views (``Tensor._view``: shape, strides, offset over the
+Views are DeviceKit views (``bridge.view``: shape, strides, offset over the
 same storage), so a view and its base share memory as in torch. Every
-in-place op ends in ``_core.copy_into(dst, value)``: one strided copy into
+in-place op ends in ``bridge.copy_into(dst, value)``: one strided copy into
 the destination view (the ``copy`` base op, which every plugin has), so a
 write to a view is seen through its base and every other view.
 """
@@ -12,12 +12,11 @@ import math
 
 import torch
 
-from .. import _core
+from .. import bridge
 from .. import ops as dk_ops
-from ..tensor import _contiguous_strides, _view_strides
 from . import _device
 from ._device import DKTensor, dk_dtype, from_host, to_host, wrap
-from ._dispatch import FACTORY, KERNEL, TRANSFER, VIEW, lowers, unwrap, unwrap_kwargs
+from ._table import FACTORY, KERNEL, TRANSFER, VIEW, derives, lowers, resolve, unwrap, unwrap_kwargs
 
 
 def _dim(d, n):
@@ -29,7 +28,7 @@ def _dim(d, n):
 
 
 def _view(t, shape, strides, offset=None):
-    return t._view(list(shape), list(strides), t._offset if offset is None else offset)
+    return bridge.view(t, list(shape), list(strides), bridge.storage_offset(t) if offset is None else offset)
 
 
 def _infer(shape, n):
@@ -47,7 +46,7 @@ def _infer(shape, n):
 @lowers("view.default", kind=VIEW)
 def view(t, size):
     shape = _infer(size, t.numel())
-    strides = _view_strides(list(t.shape), list(t.strides), shape)
+    strides = bridge.view_strides(list(t.shape), list(t.strides), shape)
     if strides is None:
         raise RuntimeError("view size is not compatible with input tensor's size and stride (at "
                            "least one dimension spans across two contiguous subspaces). Use "
@@ -58,9 +57,9 @@ def view(t, size):
 @lowers("_unsafe_view.default", "_reshape_alias.default", kind=VIEW)
 def unsafe_view(t, size, stride=None):
     shape = _infer(size, t.numel())
-    strides = _view_strides(list(t.shape), list(t.strides), shape)
+    strides = bridge.view_strides(list(t.shape), list(t.strides), shape)
     if strides is None:  # a fresh result (its producer's): copy when it cannot be a view
-        t, strides = t.contiguous(), _contiguous_strides(shape)
+        t, strides = t.contiguous(), bridge.contiguous_strides(shape)
     return _view(t, shape, strides)
 
 
@@ -100,7 +99,7 @@ def permute(t, dims):
 def expand(t, size, implicit=False):
     lead = len(size) - t.ndim
     shape = [t.shape[i - lead] if s == -1 and i >= lead else int(s) for i, s in enumerate(size)]
-    return t._expand(shape)
+    return bridge.expand(t, shape)
 
 
 @lowers("slice.Tensor", kind=VIEW)
@@ -111,7 +110,7 @@ def slice_(t, dim=0, start=None, end=None, step=1):
     count = max(0, (end - start + step - 1) // step)
     shape, strides = list(t.shape), list(t.strides)
     shape[d], strides[d] = count, strides[d] * step
-    return _view(t, shape, strides, t._offset + (start * t.strides[d] if count else 0))
+    return _view(t, shape, strides, bridge.storage_offset(t) + (start * t.strides[d] if count else 0))
 
 
 @lowers("select.int", kind=VIEW)
@@ -124,7 +123,7 @@ def select(t, dim, index):
                          f"{list(t.shape)} at dimension {dim}")
     shape, strides = list(t.shape), list(t.strides)
     del shape[d], strides[d]
-    return _view(t, shape, strides, t._offset + i * t.strides[d])
+    return _view(t, shape, strides, bridge.storage_offset(t) + i * t.strides[d])
 
 
 @lowers("unsqueeze.default", kind=VIEW)
@@ -187,8 +186,8 @@ def copy_(dst, src, non_blocking=False):
     if isinstance(dst, DKTensor):
         value = _value_on(dst._dk.device, src)
         if isinstance(src, DKTensor) and src._dk.device is not dst._dk.device:
-            value = value._to_device(dst._dk.device)
-        _core.copy_into(dst._dk, value)
+            value = bridge.to_device(value, dst._dk.device)
+        bridge.copy_into(dst._dk, value)
         return dst
     dst.copy_(to_host(src._dk))  # device -> host into an existing CPU tensor
     return dst
@@ -207,9 +206,9 @@ def to_copy(t, *, dtype=None, layout=None, device=None, pin_memory=None, non_blo
                            f"between dk devices and the CPU only")
     target = _device.dk_device(device)
     if target is not x.device:
-        x = x._to_device(target)
+        x = bridge.to_device(x, target)
     if dtype is not None:
-        x = x._cast(dk_dtype(dtype).id)
+        x = bridge.cast(x, dk_dtype(dtype).id)
     if x is t._dk:  # _to_copy always copies
         x = clone(x)
     return wrap(x)
@@ -217,8 +216,8 @@ def to_copy(t, *, dtype=None, layout=None, device=None, pin_memory=None, non_blo
 
 @lowers("clone.default", kind=TRANSFER)
 def clone(t, memory_format=None):
-    out = _core.empty(t.device, list(t.shape), t._dtype_id)
-    _core.copy_into(out, t)
+    out = bridge.empty(t.device, list(t.shape), bridge.dtype_id(t))
+    bridge.copy_into(out, t)
     return out
 
 
@@ -229,16 +228,17 @@ def local_scalar_dense(t):
     return to_host(t).reshape(()).item()
 
 
+@derives("in_place")
 def write_through(lowering, args, kwargs):
     """An in-place op: its out-of-place lowering's result written into ``self``."""
     dst = args[0]
     value = lowering.fn(*unwrap(args), **unwrap_kwargs(kwargs))
-    if isinstance(value, _core.Tensor) and value._dtype_id != dst._dk._dtype_id:
+    if isinstance(value, bridge.Tensor) and bridge.dtype_id(value) != bridge.dtype_id(dst._dk):
         src_float = value.dtype.is_floating_point
         if src_float and not dst._dk.dtype.is_floating_point:
             raise RuntimeError(f"result type {_device.torch_dtype(value)} can't be cast to the "
                                f"desired output type {dst.dtype}")
-    _core.copy_into(dst._dk, value)
+    bridge.copy_into(dst._dk, value)
     return dst
 
 
@@ -254,15 +254,15 @@ def _dtype_id(dtype, default=None):
 
 @lowers("empty.memory_format", kind=FACTORY)
 def empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return _core.empty(_dev(device), [int(s) for s in size], _dtype_id(dtype))
+    return bridge.empty(_dev(device), [int(s) for s in size], _dtype_id(dtype))
 
 
 @lowers("empty_strided.default", kind=FACTORY)
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     size, stride = [int(s) for s in size], [int(s) for s in stride]
     span = 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else 0
-    base = _core.empty(_dev(device), [span], _dtype_id(dtype))
-    return base._view(size, stride, 0)
+    base = bridge.empty(_dev(device), [span], _dtype_id(dtype))
+    return bridge.view(base, size, stride, 0)
 
 
 @lowers("full.default", kind=FACTORY)
@@ -270,22 +270,22 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
     if dtype is None:
         dtype = (torch.bool if isinstance(fill_value, bool) else torch.int64
                  if isinstance(fill_value, int) else torch.get_default_dtype())
-    return _core.full(_dev(device), [int(s) for s in size], _dtype_id(dtype), fill_value)
+    return bridge.full(_dev(device), [int(s) for s in size], _dtype_id(dtype), fill_value)
 
 
 @lowers("zeros.default", kind=FACTORY)
 def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _core.full(_dev(device), [int(s) for s in size], _dtype_id(dtype), 0)
+    return bridge.full(_dev(device), [int(s) for s in size], _dtype_id(dtype), 0)
 
 
 @lowers("ones.default", kind=FACTORY)
 def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _core.full(_dev(device), [int(s) for s in size], _dtype_id(dtype), 1)
+    return bridge.full(_dev(device), [int(s) for s in size], _dtype_id(dtype), 1)
 
 
 @lowers("scalar_tensor.default", kind=FACTORY)
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _core.full(_dev(device), [], _dtype_id(dtype), s)
+    return bridge.full(_dev(device), [], _dtype_id(dtype), s)
 
 
 @lowers("arange.start_step", kind=FACTORY)
@@ -308,10 +308,10 @@ def arange_start(start, end, *, dtype=None, layout=None, device=None, pin_memory
 
 def _like(t, dtype, device, fill):
     dev = _device.dk_device(torch.device(device)) if device is not None else t.device
-    dt = dk_dtype(dtype).id if dtype is not None else t._dtype_id
+    dt = dk_dtype(dtype).id if dtype is not None else bridge.dtype_id(t)
     if fill is None:
-        return _core.empty(dev, list(t.shape), dt)
-    return _core.full(dev, list(t.shape), dt, fill)
+        return bridge.empty(dev, list(t.shape), dt)
+    return bridge.full(dev, list(t.shape), dt, fill)
 
 
 @lowers("empty_like.default", kind=FACTORY)
@@ -337,9 +337,9 @@ def full_like(t, fill_value, *, dtype=None, layout=None, device=None, pin_memory
 
 def _new(t, size, dtype, device, fill):
     dev = _device.dk_device(torch.device(device)) if device is not None else t.device
-    dt = dk_dtype(dtype).id if dtype is not None else t._dtype_id
+    dt = dk_dtype(dtype).id if dtype is not None else bridge.dtype_id(t)
     size = [int(s) for s in size]
-    return _core.empty(dev, size, dt) if fill is None else _core.full(dev, size, dt, fill)
+    return bridge.empty(dev, size, dt) if fill is None else bridge.full(dev, size, dt, fill)
 
 
 @lowers("new_empty.default", kind=FACTORY)
@@ -349,8 +349,8 @@ def new_empty(t, size, *, dtype=None, layout=None, device=None, pin_memory=None)
 
 @lowers("new_empty_strided.default", kind=FACTORY)
 def new_empty_strided(t, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _new(t, size, dtype, device, None)._view([int(s) for s in size],
-                                                    _contiguous_strides(list(size)), 0)
+    return bridge.view(_new(t, size, dtype, device, None), [int(s) for s in size],
+                       bridge.contiguous_strides(list(size)), 0)
 
 
 @lowers("new_zeros.default", kind=FACTORY)
@@ -372,10 +372,10 @@ def new_full(t, size, fill_value, *, dtype=None, layout=None, device=None, pin_m
 def fill_(t, value):
     if isinstance(value, torch.Tensor):
         value = unwrap(value)
-        if isinstance(value, _core.Tensor):
-            _core.copy_into(t._dk, value)
+        if isinstance(value, bridge.Tensor):
+            bridge.copy_into(t._dk, value)
             return t
-    _core.copy_into(t._dk, _core.full(t._dk.device, [], t._dk._dtype_id, value))
+    bridge.copy_into(t._dk, bridge.full(t._dk.device, [], bridge.dtype_id(t._dk), value))
     return t
 
 
@@ -391,28 +391,25 @@ FACTORY_OPS = ("empty.memory_format", "empty_strided.default", "full.default", "
                "arange.start")
 
 
-def _copy_from(src, dst, non_blocking=False):
-    """``aten::_copy_from``: where torch's own ``copy_`` lands for a dk tensor
-    when the Python key is off (``torch.tensor(data, device="dk:0")`` builds
-    its result that way)."""
-    from ._dispatch import dispatch
-    return dispatch(torch.ops.aten.copy_.default, (dst, src, non_blocking), {})
+def register_factories(lib, dispatch):
+    """Registers ``aten::_copy_from`` (where torch's own ``copy_`` lands for a
+    dk tensor when the Python key is off: ``torch.tensor(data, device="dk:0")``
+    builds its result that way) and the factories above as PrivateUse1
+    kernels that hand the call to ``dispatch`` (``_dispatch.dispatch``, passed
+    in by the package's ``__init__``: it sits above this module)."""
+    def copy_from(src, dst, non_blocking=False):
+        return dispatch(torch.ops.aten.copy_.default, (dst, src, non_blocking), {})
 
-
-def register_factories(lib):
-    from ._dispatch import _resolve
-    lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    lib.impl("_copy_from", copy_from, "PrivateUse1")
     for name in FACTORY_OPS:
-        op = _resolve(name)
+        op = resolve(name)
         if op is None:
             continue
         lib.impl(name[:-len(".default")] if name.endswith(".default") else name,
-                 _factory_kernel(op), "PrivateUse1")
+                 _factory_kernel(op, dispatch), "PrivateUse1")
 
 
-def _factory_kernel(op):
+def _factory_kernel(op, dispatch):
     def kernel(*args, **kwargs):
-        from ._dispatch import dispatch
         return dispatch(op, args, kwargs)
     return kernel
-

@@ -1,11 +1,11 @@
-"""The probe subprocess: ``python -m devicekit._probe_child LIBRARY_PATH``.
+"""The probe subprocess: ``python -m devicekit._plugins.probe_child LIBRARY_PATH``.
 
 Loads the library exactly as the SDK does (dlopen and the library's
 constructors, DK_GetApi, the version checks, Plugin_Initialize,
 Plugin_GetInfo, Device_Count, then every device's properties) and reports on
 its stdout: ``step <call>`` before each plugin call (written unbuffered, so it
 is there even if the call kills the process), then one ``result <json>``
-line. Whatever the plugin itself prints goes to stderr. devicekit._probe runs
+line. Whatever the plugin itself prints goes to stderr. devicekit._plugins.probe runs
 this and reads the report. Nothing in the package imports this module.
 
 The probe runs in its own session (so that a timeout kills its whole group),
@@ -19,10 +19,10 @@ import os
 import signal
 import sys
 
-from devicekit._probe import PARENT_ENV, RESULT_PREFIX, STEP_PREFIX, timeout_s
+from devicekit._plugins.probe import PARENT_ENV, RESULT_PREFIX, STEP_PREFIX, timeout_s
 
-from . import _core
-from .errors import DeviceKitError
+from .. import _core
+from ..errors import DeviceKitError
 
 
 def _write_all(fd, data):
@@ -107,7 +107,7 @@ def _run_child(path):
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        print("usage: python -m devicekit._probe_child LIBRARY_PATH", file=sys.stderr)
+        print("usage: python -m devicekit._plugins.probe_child LIBRARY_PATH", file=sys.stderr)
         sys.exit(2)
     _die_with_parent()
     _run_child(sys.argv[1])

@@ -13,8 +13,8 @@ Candidates come from three places, in this order:
    duplicate. Entries of both variables are file-system paths (relative to
    the current folder), never names for the dynamic linker to search.
 
-Every candidate is vetted by a probe in a subprocess (devicekit._probe; its
-successes are cached by devicekit._probe_cache) before it is loaded into this
+Every candidate is vetted by a probe in a subprocess (devicekit._plugins.probe; its
+successes are cached by devicekit._plugins.probe_cache) before it is loaded into this
 process, and loaded independently: a failure, crash or hang is recorded with
 its real cause and never stops the others. Nothing falls back silently.
 
@@ -34,8 +34,9 @@ from typing import List, Optional
 
 # _probe (subprocess, signal) and concurrent.futures are imported only when a
 # probe has to run: a warm start-up should not pay for their import.
-from . import _core, _probe_cache
-from .errors import DeviceKitError, DeviceNotFoundError, PluginLoadError
+from .. import _core
+from . import probe_cache as _probe_cache
+from ..errors import DeviceKitError, DeviceNotFoundError, PluginLoadError
 
 ENTRY_POINT_GROUP = "devicekit.plugins"
 PATH_ENV = "DEVICEKIT_PLUGIN_PATH"
@@ -136,7 +137,7 @@ def _vet(path, fresh=None):
     hit = _probe_cache.lookup(path)
     if hit is not None:
         return "cached", hit[0]
-    from . import _probe
+    from . import probe as _probe
 
     result = fresh if fresh is not None else _probe.probe(path)
     if not result.ok:
@@ -182,7 +183,7 @@ def _probe_uncached(pending):
         return {}  # one probe runs in _vet, like any single load
     import concurrent.futures
 
-    from . import _probe
+    from . import probe as _probe
 
     workers = min(_MAX_PARALLEL_PROBES, len(to_probe))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:

@@ -1,6 +1,6 @@
 """Probe a plugin library in a short-lived subprocess before it enters this one.
 
-The subprocess, ``python -m devicekit._probe_child PATH``, loads PATH exactly
+The subprocess, ``python -m devicekit._plugins.probe_child PATH``, loads PATH exactly
 as the SDK does and reports each step (see that module).
 
 :func:`probe` runs it with a time limit and turns what happened into a
@@ -8,7 +8,7 @@ as the SDK does and reports each step (see that module).
 time limit, ``DEVICEKIT_PROBE_TIMEOUT`` seconds, is named) or exits the
 process while loading becomes that plugin's load error, with the call it was
 in; it never reaches the user's process. Results are cached by
-``devicekit._probe_cache``, so this runs once per library, not per start-up.
+``devicekit._plugins.probe_cache``, so this runs once per library, not per start-up.
 """
 
 import json
@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-from . import errors
+from .. import errors
 
 
 TIMEOUT_ENV = "DEVICEKIT_PROBE_TIMEOUT"
@@ -128,11 +128,11 @@ def probe(path):
     # this function waits for its child on that same thread, which
     # therefore outlives it (parallel probes run one per pool thread).
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "devicekit._probe_child", path],
+        proc = subprocess.Popen([sys.executable, "-m", "devicekit._plugins.probe_child", path],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=_child_env(), start_new_session=True)
     except OSError as e:
-        return _failure(path, f"the probe process ({sys.executable!r} -m devicekit._probe_child) "
+        return _failure(path, f"the probe process ({sys.executable!r} -m devicekit._plugins.probe_child) "
                               f"could not be started: {e}")
     timed_out = False
     try:

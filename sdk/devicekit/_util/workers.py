@@ -25,7 +25,7 @@ import signal
 import subprocess
 import threading
 
-from . import _output
+from . import output as _output
 
 
 class Interrupted(Exception):

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 
-from .errors import DeviceKitError
+from ..errors import DeviceKitError
 
 EXIT_OUTPUT = 3  # an output location that cannot take the files (checked first)
 # The last lines of every long command's exit-code help (argparse epilog).

@@ -72,8 +72,8 @@ def cache_dir():
 def _sdk_identity():
     """A probe is only as good as the SDK that ran it: its version and the
     exact build of the core extension (whose checks the probe applied)."""
-    # devicekit/__init__ imports this module (via _registry) before it sets __version__
-    from . import __version__, _core
+    from .. import _core
+    from .._version import __version__
 
     st = os.stat(_core.__file__)
     return (f"{__version__}|{_core.API_MAJOR}.{_core.API_MINOR}|{st.st_size}|{st.st_mtime_ns}"
