@@ -21,6 +21,12 @@ PASS, FAIL, ERROR, CRASH, NOT_IMPLEMENTED, SKIPPED = (
 OUTCOMES = (PASS, FAIL, ERROR, CRASH, NOT_IMPLEMENTED, SKIPPED)
 LEVELS = ("core", "full")
 
+#: The environment variable that numbers devicekit.torch's devices (its
+#: ``_device.ORDER_ENV``, read once per process): the conformance and models
+#: workers set it to the device under test, so it is ``dk:0`` (torch's autograd
+#: serves dk:0 only). Spelled here, in a leaf, so the workers need not import torch.
+TORCH_DEVICES_ENV = "DEVICEKIT_TORCH_DEVICES"
+
 
 class Skip(Exception):
     """Raised by a case that cannot apply to this device; the message is the reason."""
