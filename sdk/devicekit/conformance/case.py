@@ -76,16 +76,20 @@ def case_seed(case_id):
 
 @dataclass
 class Target:
-    """The device under test and what its plugin declares."""
+    """The device under test and what its plugin declares. ``device.name``
+    ("acme:0") and ``plugin`` (the absolute library path of a development
+    build, None through discovery) are the one form the device travels in, to
+    the workers and into the report."""
 
     device: object
     declared: Dict[str, Set[str]] = field(default_factory=dict)  # op -> dtypes, implemented only
     level: str = "full"
+    plugin: Optional[str] = None
 
     @classmethod
-    def of(cls, device, level="full"):
+    def of(cls, device, level="full", plugin=None):
         declared = {k["op"]: set(k["dtypes"]) for k in device.plugin.kernels() if k["implemented"]}
-        return cls(device=device, declared=declared, level=level)
+        return cls(device=device, declared=declared, level=level, plugin=plugin)
 
     @property
     def dtypes(self):

@@ -208,8 +208,7 @@ def _run(args):
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())
     interrupted = False
     try:
-        results = runner.run(cases, device=target.device.name if not args.plugin else args.device,
-                             plugin=os.path.abspath(args.plugin) if args.plugin else None,
+        results = runner.run(cases, device=target.device.name, plugin=target.plugin,
                              level=args.level, jobs=args.jobs, timeout=args.timeout,
                              on_result=progress, stop_on_failure=args.exitfirst)
     except runner.Interrupted as e:
@@ -238,7 +237,7 @@ def _run(args):
     run_info = {"run_id": report.new_run_id(), "level": args.level, "jobs": args.jobs,
                 "filter": filters,
                 "partial": partial, "interrupted": interrupted, "device_arg": target.device.name,
-                "plugin_arg": os.path.abspath(args.plugin) if args.plugin else None,
+                "plugin_arg": target.plugin,
                 "duration_s": round(time.monotonic() - start, 3), "started": started}
     if shard:
         # what the merge needs to rebuild the single run: whether the
