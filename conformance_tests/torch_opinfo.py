@@ -111,68 +111,89 @@ def _run(name, dtype, kind, ctx):
     except Exception as e:  # noqa: BLE001 - torch's own generator: not the device's fault
         raise Skip(f"OpInfo {name}'s sample_inputs({dtype}) raised in torch "
                    f"{torch.__version__}: {type(e).__name__}: {e}") from None
-    counts = {"pass": 0, "fail": 0, "error": 0, "not-implemented": 0, "skipped": 0}
-    aten, unlowered, problems, gaps, skips = {}, {}, [], [], []
+    run = _Samples(op, dtype, kind, ctx.seed, dev, torch, dkt)
     for i, s in made:
-        text = f"sample {i}"
+        run.sample(f"sample {i}", s)
+    ctx.details.update(torch={"opinfo": name, "kind": kind, "samples": len(made),
+                              "outcomes": run.counts, "aten": run.aten,
+                              "unlowered": run.unlowered})
+    _verdict(run, f"OpInfo {name} ({dtype}, {kind}; torch {torch.__version__})", len(made))
+
+
+class _Samples:
+    """One case's samples, each run on the device and compared with torch on
+    the CPU; counted per outcome and per ATen op reached."""
+
+    def __init__(self, op, dtype, kind, seed, dev, torch, dkt):
+        self.op, self.dtype, self.kind, self.seed = op, dtype, kind, seed
+        self.dev, self.torch, self.dkt = dev, torch, dkt
+        self.counts = {"pass": 0, "fail": 0, "error": 0, "not-implemented": 0, "skipped": 0}
+        self.aten, self.unlowered, self.problems, self.gaps, self.skips = {}, {}, [], [], []
+
+    def skip(self, text, why):
+        self.counts["skipped"] += 1
+        self.skips.append(f"{text}: {why}")
+
+    def sample(self, text, s):
+        op, kind, torch = self.op, self.kind, self.torch
         if isinstance(s, _opinfo.NotMade):
-            counts["skipped"] += 1
-            skips.append(f"{text}: {s.reason}")
-            continue
+            return self.skip(text, s.reason)
         try:
             desc = _opinfo.describe_sample(s, torch)
-            expected = _opinfo.to_cpu(_opinfo.call(op, s, kind, ctx.seed, torch), torch)
+            expected = _opinfo.to_cpu(_opinfo.call(op, s, kind, self.seed, torch), torch)
         except Exception as e:  # noqa: BLE001 - torch on the CPU refuses it: not a sample
-            counts["skipped"] += 1
-            skips.append(f"{text}: torch on the CPU raises {type(e).__name__}")
-            continue
+            return self.skip(text, f"torch on the CPU raises {type(e).__name__}")
         if kind == "grad" and expected is None:
-            counts["skipped"] += 1
-            skips.append(f"{text}: no differentiable output")
-            continue
-        dkt.clear_pending_errors()
-        rec = _opinfo.recorder(dkt)
-        outcome, why = "pass", None
-        try:
-            on_dev = _opinfo.to_device(s, dev, torch)
-            with _opinfo.recording(rec):
-                out = _opinfo.call(op, on_dev, kind, ctx.seed, torch)
-            actual = _opinfo.to_cpu(out, torch)  # (a backward's pending error is raised here)
-            bad = _opinfo.compare(actual, expected, dtype, kind, torch, op.name,
-                                  lambda s=s: _opinfo.in_float64(op, s, kind, ctx.seed, torch))
-            if bad is not None:
-                outcome, why = "fail", bad
-        except NotImplementedError as e:
-            outcome, why = "not-implemented", (str(e).splitlines()[0][:300], None, None)
-        except Exception as e:  # noqa: BLE001
-            outcome, why = "error", (f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
-                                     None, None)
+            return self.skip(text, "no differentiable output")
+        outcome, why, rec = self.on_device(s, expected)
         lowered, missing = _opinfo.reached(rec)
-        drew = sorted(set(lowered) & _random_ops(dkt))
+        drew = sorted(set(lowered) & _random_ops(self.dkt))
         if drew and outcome in ("pass", "fail"):
             # DeviceKit draws its own Philox stream, by design not torch's CPU
             # generator: values cannot match (the rng section checks the stream)
-            counts["skipped"] += 1
-            skips.append(f"{text}: draws random numbers ({', '.join(drew)})")
-            continue
-        counts[outcome] += 1
+            return self.skip(text, f"draws random numbers ({', '.join(drew)})")
+        self.count(outcome, lowered, missing)
+        if outcome == "not-implemented":
+            self.gaps.append(f"{text} ({desc}): {why[0]}")
+        elif outcome in ("fail", "error"):
+            where = _opinfo.localize(op, s, kind, self.seed, self.dev, torch, self.dkt) \
+                if outcome == "fail" else ""
+            self.problems.append((outcome, f"{text} ({desc}): {why[0]}\n"
+                                           f"    ATen ops reached: {_ops_line(lowered)}"
+                                           + (f"\n    {where}" if where else ""), why))
+
+    def on_device(self, s, expected):
+        """(outcome, why, the recorder of the ATen ops reached) of sample ``s`` on the device."""
+        op, kind, seed, torch = self.op, self.kind, self.seed, self.torch
+        self.dkt.clear_pending_errors()
+        rec = _opinfo.recorder(self.dkt)
+        try:
+            on_dev = _opinfo.to_device(s, self.dev, torch)
+            with _opinfo.recording(rec):
+                out = _opinfo.call(op, on_dev, kind, seed, torch)
+            actual = _opinfo.to_cpu(out, torch)  # (a backward's pending error is raised here)
+            bad = _opinfo.compare(actual, expected, self.dtype, kind, torch, op.name,
+                                  lambda: _opinfo.in_float64(op, s, kind, seed, torch))
+        except NotImplementedError as e:
+            return "not-implemented", (str(e).splitlines()[0][:300], None, None), rec
+        except Exception as e:  # noqa: BLE001
+            return "error", (f"{type(e).__name__}: {str(e).splitlines()[0][:300]}", None, None), rec
+        return ("pass", None, rec) if bad is None else ("fail", bad, rec)
+
+    def count(self, outcome, lowered, missing):
+        self.counts[outcome] += 1
         for a in lowered:
-            cell = aten.setdefault(a, {})
+            cell = self.aten.setdefault(a, {})
             cell[outcome] = cell.get(outcome, 0) + 1
         for a in missing:
             if a not in lowered:
-                unlowered[a] = unlowered.get(a, 0) + 1
-        if outcome == "not-implemented":
-            gaps.append(f"{text} ({desc}): {why[0]}")
-        elif outcome in ("fail", "error"):
-            where = _opinfo.localize(op, s, kind, ctx.seed, dev, torch, dkt) \
-                if outcome == "fail" else ""
-            problems.append((outcome, f"{text} ({desc}): {why[0]}\n"
-                                      f"    ATen ops reached: {_ops_line(lowered)}"
-                                      + (f"\n    {where}" if where else ""), why))
-    ctx.details.update(torch={"opinfo": name, "kind": kind, "samples": len(made),
-                              "outcomes": counts, "aten": aten, "unlowered": unlowered})
-    head = f"OpInfo {name} ({dtype}, {kind}; torch {torch.__version__})"
+                self.unlowered[a] = self.unlowered.get(a, 0) + 1
+
+
+def _verdict(run, head, n_made):
+    """Raises the case's outcome: fail (a wrong sample), error (one raised),
+    not-implemented (one the device cannot run), skipped (none ran); else passes."""
+    counts, problems, gaps = run.counts, run.problems, run.gaps
     if problems:
         fails = [p for p in problems if p[0] == "fail"]
         worst = max((p[2] for p in fails if p[2][1] is not None), default=None,
@@ -181,7 +202,7 @@ def _run(name, dtype, kind, ctx):
                 if worst else "")
         first = problems[0][1].splitlines()[0]
         lines = [f"{head}: {counts['fail']} wrong and {counts['error']} raising of "
-                 f"{len(made)} samples; first: {first}", nums.rstrip("\n")]
+                 f"{n_made} samples; first: {first}", nums.rstrip("\n")]
         lines += [p[1] for p in problems[:4]]
         if len(problems) > 4:
             lines.append(f"... and {len(problems) - 4} more")
@@ -193,11 +214,11 @@ def _run(name, dtype, kind, ctx):
         raise RuntimeError(msg)
     if gaps:
         raise NotImplementedByPlugin(
-            f"{head}: {len(gaps)} of {len(made)} samples cannot run on the device "
+            f"{head}: {len(gaps)} of {n_made} samples cannot run on the device "
             f"({counts['pass']} passed): {gaps[0]}" + (f"; and {len(gaps) - 1} more"
                                                          if len(gaps) > 1 else ""))
     if not counts["pass"]:
-        raise Skip(f"{head}: no sample to run ({'; '.join(skips[:3]) or 'the generator made none'})")
+        raise Skip(f"{head}: no sample to run ({'; '.join(run.skips[:3]) or 'the generator made none'})")
 
 
 @functools.lru_cache(maxsize=None)

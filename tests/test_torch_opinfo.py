@@ -278,3 +278,12 @@ def test_a_development_build_given_by_path_runs_the_torch_section(tmp_path):
     report = json.loads((rep / "report.json").read_text())
     got = {c["id"]: c["outcome"] for c in report["cases"]}
     assert got == {"torch/abs/float32/samples": "pass"}, p.stdout[-2000:] + p.stderr[-2000:]
+
+
+def test_the_workers_name_the_bridges_device_order_variable():
+    """The conformance and models workers spell devicekit.torch's device-order
+    variable once, in a leaf (no torch import): it must be the bridge's."""
+    from devicekit.conformance.case import TORCH_DEVICES_ENV
+    from devicekit.torch._device import ORDER_ENV
+
+    assert TORCH_DEVICES_ENV == ORDER_ENV

@@ -21,6 +21,12 @@ PASS, FAIL, ERROR, CRASH, NOT_IMPLEMENTED, SKIPPED = (
 OUTCOMES = (PASS, FAIL, ERROR, CRASH, NOT_IMPLEMENTED, SKIPPED)
 LEVELS = ("core", "full")
 
+#: The environment variable that numbers devicekit.torch's devices (its
+#: ``_device.ORDER_ENV``, read once per process): the conformance and models
+#: workers set it to the device under test, so it is ``dk:0`` (torch's autograd
+#: serves dk:0 only). Spelled here, in a leaf, so the workers need not import torch.
+TORCH_DEVICES_ENV = "DEVICEKIT_TORCH_DEVICES"
+
 
 class Skip(Exception):
     """Raised by a case that cannot apply to this device; the message is the reason."""
@@ -70,16 +76,20 @@ def case_seed(case_id):
 
 @dataclass
 class Target:
-    """The device under test and what its plugin declares."""
+    """The device under test and what its plugin declares. ``device.name``
+    ("acme:0") and ``plugin`` (the absolute library path of a development
+    build, None through discovery) are the one form the device travels in, to
+    the workers and into the report."""
 
     device: object
     declared: Dict[str, Set[str]] = field(default_factory=dict)  # op -> dtypes, implemented only
     level: str = "full"
+    plugin: Optional[str] = None
 
     @classmethod
-    def of(cls, device, level="full"):
+    def of(cls, device, level="full", plugin=None):
         declared = {k["op"]: set(k["dtypes"]) for k in device.plugin.kernels() if k["implemented"]}
-        return cls(device=device, declared=declared, level=level)
+        return cls(device=device, declared=declared, level=level, plugin=plugin)
 
     @property
     def dtypes(self):

@@ -16,10 +16,13 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass
+from typing import Optional
 
 from .._util import output as _output
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_OUTPUT = 0, 1, 2, _output.EXIT_OUTPUT
+PROG = "devicekit conformance"
 EXIT_CODES_HELP = f"""\
 exit codes:
   0    every required case passed (and the corpus is complete)
@@ -145,114 +148,203 @@ def stopped_line(prog, finished, unit, report):
             (" (the report is written, marked partial)" if report else ""))
 
 
+class _Exit(Exception):
+    """An early end of the run: ``message`` on stderr, then exit ``code``."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _usage(why):
+    return _Exit(EXIT_USAGE, f"{PROG}: error: {why}")
+
+
+def _filters(args):
+    return args.patterns + args.exact + args.ops
+
+
+@dataclass
+class _Selection:
+    """The suite's cases (``all_cases``), those the filters select
+    (``selected``) and this shard's part of them (``cases``, what runs)."""
+
+    all_cases: list
+    unavailable: list
+    selected: list
+    cases: list
+    shard: Optional[tuple]
+
+
+@dataclass
+class _Ran:
+    """What ran: the finished cases (all asked, unless the run stopped early)."""
+
+    cases: list
+    results: dict
+    asked: int
+    partial: bool
+    interrupted: bool
+    start: float
+    started: str
+
+
 def _run(args):
     from .. import errors
-    from . import console, registry, report, runner
+    from . import console, registry, report
     from .target import describe, open_target
 
-    prog = "devicekit conformance"
-    if not args.device and not args.plugin:
-        print(f"{prog}: error: give --device NAME or --plugin PATH", file=sys.stderr)
-        return EXIT_USAGE
-    if args.jobs < 1:
-        print(f"{prog}: error: --jobs must be at least 1", file=sys.stderr)
-        return EXIT_USAGE
-    if not args.timeout > 0:
-        print(f"{prog}: error: --timeout must be > 0 seconds, got {args.timeout:g}",
-              file=sys.stderr)
-        return EXIT_USAGE
-    shard = None
-    if args.shard:
-        from ..scale import shard as sharding
-        try:
-            shard = sharding.parse(args.shard)
-        except sharding.ShardError as e:
-            print(f"{prog}: error: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        if args.exitfirst:
-            print(f"{prog}: error: --shard and --exitfirst exclude each other (a shard that "
-                  f"stops early cannot be merged)", file=sys.stderr)
-            return EXIT_USAGE
-    if why := registry.configure_fuzz(args.fuzz_seed, args.fuzz_cases, args.exact):
-        print(f"{prog}: error: {why}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.report and (why := _output.output_problem(args.report, "--report", folder=True)):
-        print(f"{prog}: error: {why}", file=sys.stderr)
-        return EXIT_OUTPUT
     try:
-        target = open_target(args.device, args.plugin, args.level)
-    except errors.DeviceKitError as e:
-        print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
-        return EXIT_USAGE
-    all_cases, unavailable = registry.build(target)
-    cases = registry.select(all_cases, args.patterns, args.exact, args.ops)
-    selected = cases
-    if shard and cases:
-        if why := sharding.too_few(*shard, len(cases), "case"):
-            print(f"{prog}: error: {why}", file=sys.stderr)
-            return EXIT_USAGE
-        cases = sharding.pick(cases, *shard)
+        shard = _check_args(args)
+        try:
+            target = open_target(args.device, args.plugin, args.level)
+        except errors.DeviceKitError as e:
+            raise _usage(_one_line(e)) from None
+        sel = _select(args, target, shard)
+    except _Exit as e:
+        print(e.message, file=sys.stderr)
+        return e.code
     if args.list:
-        print("\n".join(c.id for c in cases))
+        print("\n".join(c.id for c in sel.cases))
         return EXIT_OK
-    if not cases:
-        print(f"{prog}: no case matches {args.patterns + args.exact + args.ops}", file=sys.stderr)
+    if not sel.cases:
+        print(f"{PROG}: no case matches {_filters(args)}", file=sys.stderr)
         return EXIT_FAILED
-    partial = len(cases) != len(all_cases)
     meta = describe(target)
     status = registry.implementation_status(target)
-    print(console.header(meta, target, len(cases), args), file=sys.stderr)
+    print(console.header(meta, target, len(sel.cases), args), file=sys.stderr)
     print(f"status: {registry.status_line(status)}", file=sys.stderr)
+    ran = _execute(args, target, sel)
+    corpus = _corpus(args, target, sel, ran)
+    rep = report.build(meta, _run_info(args, target, sel, ran), ran.cases, ran.results, corpus,
+                       sel.unavailable, status)
+    console.print_outcome(rep)
+    return _finish(args, rep, ran)
+
+
+def _check_args(args):
+    """The checks made before the device is opened (raise :class:`_Exit`);
+    returns the parsed ``--shard`` (K, N), or None."""
+    from . import registry
+
+    if not args.device and not args.plugin:
+        raise _usage("give --device NAME or --plugin PATH")
+    if args.jobs < 1:
+        raise _usage("--jobs must be at least 1")
+    if not args.timeout > 0:
+        raise _usage(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    shard = _parse_shard(args)
+    if why := registry.configure_fuzz(args.fuzz_seed, args.fuzz_cases, args.exact):
+        raise _usage(why)
+    if args.report and (why := _output.output_problem(args.report, "--report", folder=True)):
+        raise _Exit(EXIT_OUTPUT, f"{PROG}: error: {why}")
+    return shard
+
+
+def _parse_shard(args):
+    if not args.shard:
+        return None
+    from ..scale import shard as sharding
+
+    try:
+        shard = sharding.parse(args.shard)
+    except sharding.ShardError as e:
+        raise _usage(e) from None
+    if args.exitfirst:
+        raise _usage("--shard and --exitfirst exclude each other (a shard that stops early "
+                     "cannot be merged)")
+    return shard
+
+
+def _select(args, target, shard):
+    from . import registry
+
+    all_cases, unavailable = registry.build(target)
+    selected = cases = registry.select(all_cases, args.patterns, args.exact, args.ops)
+    if shard and cases:
+        from ..scale import shard as sharding
+
+        if why := sharding.too_few(*shard, len(cases), "case"):
+            raise _usage(why)
+        cases = sharding.pick(cases, *shard)
+    return _Selection(all_cases, unavailable, selected, cases, shard)
+
+
+def _execute(args, target, sel):
+    """Runs the cases in the workers, with a progress line; a run stopped by a
+    signal (runner.Interrupted) or by --exitfirst keeps the cases that finished."""
+    from . import runner
+
+    cases = sel.cases
     progress = Progress(len(cases))
     start = time.monotonic()
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())
     interrupted = False
     try:
-        results = runner.run(cases, device=target.device.name if not args.plugin else args.device,
-                             plugin=os.path.abspath(args.plugin) if args.plugin else None,
+        results = runner.run(cases, device=target.device.name, plugin=target.plugin,
                              level=args.level, jobs=args.jobs, timeout=args.timeout,
                              on_result=progress, stop_on_failure=args.exitfirst)
     except runner.Interrupted as e:
-        interrupted, results, asked = True, e.results, len(cases)
-        cases = [c for c in cases if c.id in results]
-        partial = True
-    if args.exitfirst and len(results) < len(cases):  # stopped at the first failure
-        cases = [c for c in cases if c.id in results]
-        partial = True
+        interrupted, results = True, e.results
     progress.finish()
-    filters = args.patterns + args.exact + args.ops
-    if interrupted:
-        corpus = {"checked": False, "ok": False,
-                  "reason": f"interrupted by {_output.interrupt_name()} after {len(results)} of "
-                            f"{asked} cases" + (f" ({len(all_cases)} in the suite)"
-                                                if asked != len(all_cases) else "")}
-    elif shard:  # the floor is judged over all shards, by `devicekit report merge`
-        corpus = {"checked": False, "ok": True,
-                  "reason": f"shard {shard[0]}/{shard[1]}: {len(cases)} of {len(selected)} "
-                            f"selected cases; 'devicekit report merge' checks the corpus"}
-    elif partial:  # a filter makes the op x dtype floor meaningless: say so instead
+    finished, partial = cases, len(cases) != len(sel.all_cases)
+    if interrupted or (args.exitfirst and len(results) < len(cases)):  # stopped early
+        finished, partial = [c for c in cases if c.id in results], True
+    return _Ran(finished, results, len(cases), partial, interrupted, start, started)
+
+
+def _corpus(args, target, sel, ran):
+    """The report's corpus entry: the op x dtype floor, checked on a whole run;
+    otherwise why it is not."""
+    from . import registry
+
+    if ran.interrupted:
+        n = len(sel.all_cases)
+        return {"checked": False, "ok": False,
+                "reason": f"interrupted by {_output.interrupt_name()} after {len(ran.results)} of "
+                          f"{ran.asked} cases" + (f" ({n} in the suite)" if ran.asked != n else "")}
+    if sel.shard:  # the floor is judged over all shards, by `devicekit report merge`
+        return {"checked": False, "ok": True,
+                "reason": f"shard {sel.shard[0]}/{sel.shard[1]}: {len(ran.cases)} of "
+                          f"{len(sel.selected)} selected cases; 'devicekit report merge' checks "
+                          f"the corpus"}
+    if ran.partial:  # a filter makes the op x dtype floor meaningless: say so instead
+        filters = _filters(args)
         why = f"filter {filters}" if filters else "stopped at the first failure (--exitfirst)"
-        corpus = partial_corpus(why, len(cases), len(all_cases))
-    else:
-        corpus = registry.corpus_check(target, cases, results, {c.section for c in all_cases})
+        return partial_corpus(why, len(ran.cases), len(sel.all_cases))
+    return registry.corpus_check(target, ran.cases, ran.results,
+                                 {c.section for c in sel.all_cases})
+
+
+def _run_info(args, target, sel, ran):
+    from . import registry, report
+
     run_info = {"run_id": report.new_run_id(), "level": args.level, "jobs": args.jobs,
-                "filter": filters,
-                "partial": partial, "interrupted": interrupted, "device_arg": target.device.name,
-                "plugin_arg": os.path.abspath(args.plugin) if args.plugin else None,
-                "duration_s": round(time.monotonic() - start, 3), "started": started}
-    if shard:
+                "filter": _filters(args),
+                "partial": ran.partial, "interrupted": ran.interrupted,
+                "device_arg": target.device.name, "plugin_arg": target.plugin,
+                "duration_s": round(time.monotonic() - ran.start, 3), "started": ran.started}
+    if sel.shard:
+        from ..scale import shard as sharding
+
         # what the merge needs to rebuild the single run: whether the
         # selection itself was partial, and the corpus floor of a full one
-        whole = len(selected) == len(all_cases)
+        whole = len(sel.selected) == len(sel.all_cases)
+        sections = {c.section for c in sel.all_cases}
         run_info["shard"] = sharding.block(
-            *shard, "case", [c.id for c in selected], partial=not whole,
-            cases_all=len(all_cases),
-            floor=registry.floor_of(target, {c.section for c in all_cases}) if whole else None)
-    rep = report.build(meta, run_info, cases, results, corpus, unavailable, status)
-    console.print_outcome(rep)
-    if args.report and write_reports(prog, report.write, rep, args.report):
+            *sel.shard, "case", [c.id for c in sel.selected], partial=not whole,
+            cases_all=len(sel.all_cases),
+            floor=registry.floor_of(target, sections) if whole else None)
+    return run_info
+
+
+def _finish(args, rep, ran):
+    """Writes the reports, if asked for; the exit code."""
+    from . import report
+
+    if args.report and write_reports(PROG, report.write, rep, args.report):
         return EXIT_OUTPUT
-    if interrupted:
-        print(stopped_line(prog, len(results), "cases", args.report), file=sys.stderr)
+    if ran.interrupted:
+        print(stopped_line(PROG, len(ran.results), "cases", args.report), file=sys.stderr)
         return _output.interrupt_exit_code()
     return EXIT_OK if rep["summary"]["passed"] else EXIT_FAILED

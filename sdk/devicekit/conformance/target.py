@@ -11,9 +11,12 @@ from .case import Target
 def open_target(device=None, plugin=None, level="full"):
     """``device`` ("acme:0") through discovery, or the plugin library at
     ``plugin`` (its device named ``device``, else its first). Raises the
-    DeviceKit error that says why it cannot (load error, unknown device)."""
+    DeviceKit error that says why it cannot (load error, unknown device).
+    The target's ``device.name`` and ``plugin`` (absolute) reopen the same
+    device in a worker."""
+    path = os.path.abspath(plugin) if plugin else None
     if plugin:
-        lib = dk.load_plugin(os.path.abspath(plugin))
+        lib = dk.load_plugin(path)
         devs = list(lib.devices)
         if device:
             name = device if ":" in device else device + ":0"
@@ -29,7 +32,7 @@ def open_target(device=None, plugin=None, level="full"):
             raise dk.DeviceNotFoundError(f"plugin '{plugin}' reports no devices")
     else:
         dev = dk.device(device)
-    return Target.of(dev, level)
+    return Target.of(dev, level, path)
 
 
 def sha256(path):

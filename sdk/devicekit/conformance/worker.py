@@ -41,6 +41,7 @@ def main(argv=None):
 
     from . import registry
     from .case import ERROR, PASS, run_case  # noqa: F401
+    from .case import TORCH_DEVICES_ENV
     from .target import open_target
 
     if args.plugin:
@@ -51,10 +52,9 @@ def main(argv=None):
         from .._plugins.registry import OVERRIDE_ENV
         os.environ[OVERRIDE_ENV] = os.path.abspath(args.plugin)
     target = open_target(args.device, args.plugin, args.level)
-    # The device under test is dk:0 for the torch section (devicekit.torch's
-    # DEVICEKIT_TORCH_DEVICES: torch's autograd serves dk:0 only), set before
-    # building the cases, which may number the devices.
-    os.environ.setdefault("DEVICEKIT_TORCH_DEVICES", target.device.name)
+    # The device under test is dk:0 for the torch section (TORCH_DEVICES_ENV),
+    # set before building the cases, which may number the devices.
+    os.environ.setdefault(TORCH_DEVICES_ENV, target.device.name)
     by_id = {c.id: c for c in registry.build(target)[0]}
     proto.write("ready\n")
     for line in sys.stdin:

@@ -213,86 +213,31 @@ def _certify(args):
         return EXIT_TIMEOUT
 
 
+class _Stop(Exception):
+    """A certify step that cannot go on: one line, then exit ``code`` (no record)."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
 def _certify_run(args, key, deadline):
-    import json
+    from . import record
 
-    from .. import errors
-    from ..conformance.target import open_target
-    from . import perf, record
-
-    plugin = os.path.abspath(args.plugin) if args.plugin else None
-    deadline.enter("opening the plugin")
-    try:
-        target = open_target(args.device, plugin)
-    except errors.DeviceKitError as e:
-        deadline.enter("opening the plugin")  # the probe's time limit was the deadline
-        _err("certify", " ".join(str(e).split()))
-        return EXIT_USAGE
-    deadline.enter("opening the plugin")
-    p = target.device.plugin
-    kernels, fused = p.kernels(), _fused(p)
-    lib = p.path
-    if args.wheel and not record.wheel_info(args.wheel, record.sha256_file(lib))["library_member"]:
-        _err("certify", f"{args.wheel}: no file in this wheel is the plugin library being "
-                        f"certified ({os.path.realpath(lib)}); install this wheel and certify "
-                        f"its plugin")
-        return EXIT_USAGE
-    where = (["--plugin", plugin] if plugin else []) + (["--device", args.device]
-                                                        if args.device else [])
     timing = {}
-    with tempfile.TemporaryDirectory(prefix="devicekit-certify-") as tmp:
-        folder = args.reports or tmp
-        reps = {}
-        conf_extra = ["--level", args.level, "--timeout", f"{deadline.cap(120.0):.3f}"] + \
-            [x for op in args.op for x in ("--op", op)] + \
-            [x for cid in args.case for x in ("--case", cid)]
-        models_extra = [x for m in args.model for x in ("--model", m)] + \
-            [x for d in args.model_dtype for x in ("--dtype", d)]
-        for suite, extra in (("conformance", conf_extra), ("models", models_extra)):
-            deadline.enter(suite)
-            if suite == "models":  # per model: what is left now
-                extra = ["--timeout", f"{deadline.cap(600.0):.3f}", *extra]
+    try:
+        target = _certify_open(args, deadline)
+        p = target.device.plugin
+        kernels, fused = p.kernels(), _fused(p)
+        _check_wheel(args, p.path)
+        with tempfile.TemporaryDirectory(prefix="devicekit-certify-") as tmp:
+            reps = _certify_suites(args, target.plugin, deadline, args.reports or tmp, timing)
+            machine = record.host_info()
             t0 = time.monotonic()
-            out = os.path.join(folder, suite)
-            print(f"devicekit gate certify: running {suite} ...", file=sys.stderr, flush=True)
-            code = run_child(["-m", "devicekit", suite, *where, "--jobs", str(args.jobs),
-                              "--report", out, *extra], deadline, suite)
-            timing[f"{suite}_s"] = round(time.monotonic() - t0, 3)
-            path = os.path.join(out, "report.json")
-            if code not in (0, 1) or not os.path.exists(path):
-                _err("certify", f"devicekit {suite} exited {code} without a report; no record "
-                                f"written")
-                return EXIT_USAGE
-            with open(path) as f:
-                reps[suite] = json.load(f)
-        machine = record.host_info()
-        t0 = time.monotonic()
-        if args.no_perf:
-            perf_section = perf.not_measured(machine, "certify --no-perf")
-        elif args.perf_json:
-            try:
-                with open(args.perf_json) as f:
-                    doc = json.load(f)
-            except FileNotFoundError:
-                _err("certify", f"{args.perf_json}: --perf-json not found")
-                return 3
-            except (OSError, ValueError) as e:
-                _err("certify", f"{args.perf_json}: not readable JSON: {e}")
-                return 4
-            perf_section = perf.from_bench(doc, machine, args.perf_json)
-        else:
-            deadline.enter("performance")
-            print("devicekit gate certify: running the performance set ...", file=sys.stderr,
-                  flush=True)
-            out = os.path.join(tmp, "performance.json")
-            code = run_child(["-m", "devicekit.gate.parts", "performance", args.device or "",
-                              plugin or "", out], deadline, "performance")
-            if code != 0 or not os.path.exists(out):
-                _err("certify", f"the performance set exited {code} without figures; no "
-                                f"record written")
-                return EXIT_USAGE
-            with open(out) as f:
-                perf_section = json.load(f)
+            perf_section = _certify_perf(args, target.plugin, deadline, tmp, machine)
+    except _Stop as e:
+        _err("certify", e.message)
+        return e.code
     timing["performance_s"] = round(time.monotonic() - t0, 3)
     timing["certify_s"] = round(time.monotonic() - deadline.start, 3)
     deadline.enter("writing the record")
@@ -308,6 +253,94 @@ def _certify_run(args, key, deadline):
           f"figures, {timing['certify_s']:.0f} s" + (", signed" if key else "")
           + f" -> {args.out}")
     return EXIT_OK
+
+
+def _certify_open(args, deadline):
+    """The device under test (its ``plugin``: the absolute path, or None)."""
+    from .. import errors
+    from ..conformance.target import open_target
+
+    plugin = os.path.abspath(args.plugin) if args.plugin else None
+    deadline.enter("opening the plugin")
+    try:
+        target = open_target(args.device, plugin)
+    except errors.DeviceKitError as e:
+        deadline.enter("opening the plugin")  # the probe's time limit was the deadline
+        raise _Stop(EXIT_USAGE, " ".join(str(e).split())) from None
+    deadline.enter("opening the plugin")
+    return target
+
+
+def _check_wheel(args, lib):
+    """--wheel must hold the library being certified."""
+    from . import record
+
+    if args.wheel and not record.wheel_info(args.wheel, record.sha256_file(lib))["library_member"]:
+        raise _Stop(EXIT_USAGE, f"{args.wheel}: no file in this wheel is the plugin library being "
+                                f"certified ({os.path.realpath(lib)}); install this wheel and "
+                                f"certify its plugin")
+
+
+def _certify_suites(args, plugin, deadline, folder, timing):
+    """Runs conformance, then models, each a child process writing its report
+    under ``folder``; returns their report.json documents by suite."""
+    import json
+
+    where = (["--plugin", plugin] if plugin else []) + (["--device", args.device]
+                                                        if args.device else [])
+    reps = {}
+    conf_extra = ["--level", args.level, "--timeout", f"{deadline.cap(120.0):.3f}"] + \
+        [x for op in args.op for x in ("--op", op)] + \
+        [x for cid in args.case for x in ("--case", cid)]
+    models_extra = [x for m in args.model for x in ("--model", m)] + \
+        [x for d in args.model_dtype for x in ("--dtype", d)]
+    for suite, extra in (("conformance", conf_extra), ("models", models_extra)):
+        deadline.enter(suite)
+        if suite == "models":  # per model: what is left now
+            extra = ["--timeout", f"{deadline.cap(600.0):.3f}", *extra]
+        t0 = time.monotonic()
+        out = os.path.join(folder, suite)
+        print(f"devicekit gate certify: running {suite} ...", file=sys.stderr, flush=True)
+        code = run_child(["-m", "devicekit", suite, *where, "--jobs", str(args.jobs),
+                          "--report", out, *extra], deadline, suite)
+        timing[f"{suite}_s"] = round(time.monotonic() - t0, 3)
+        path = os.path.join(out, "report.json")
+        if code not in (0, 1) or not os.path.exists(path):
+            raise _Stop(EXIT_USAGE, f"devicekit {suite} exited {code} without a report; no "
+                                    f"record written")
+        with open(path) as f:
+            reps[suite] = json.load(f)
+    return reps
+
+
+def _certify_perf(args, plugin, deadline, tmp, machine):
+    """The record's performance section: not measured (--no-perf), read from
+    --perf-json, or measured now by a child process."""
+    import json
+
+    from . import perf
+
+    if args.no_perf:
+        return perf.not_measured(machine, "certify --no-perf")
+    if args.perf_json:
+        try:
+            with open(args.perf_json) as f:
+                doc = json.load(f)
+        except FileNotFoundError:
+            raise _Stop(3, f"{args.perf_json}: --perf-json not found") from None
+        except (OSError, ValueError) as e:
+            raise _Stop(4, f"{args.perf_json}: not readable JSON: {e}") from None
+        return perf.from_bench(doc, machine, args.perf_json)
+    deadline.enter("performance")
+    print("devicekit gate certify: running the performance set ...", file=sys.stderr, flush=True)
+    out = os.path.join(tmp, "performance.json")
+    code = run_child(["-m", "devicekit.gate.parts", "performance", args.device or "",
+                      plugin or "", out], deadline, "performance")
+    if code != 0 or not os.path.exists(out):
+        raise _Stop(EXIT_USAGE, f"the performance set exited {code} without figures; no "
+                                f"record written")
+    with open(out) as f:
+        return json.load(f)
 
 
 def _fused(plugin):

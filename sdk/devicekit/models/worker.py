@@ -176,6 +176,7 @@ def main(argv=None):
     sys.stdout = sys.stderr
 
     from . import get, hf
+    from ..conformance.case import TORCH_DEVICES_ENV
     from ..conformance.target import open_target
 
     if args.plugin and args.model in hf.NAMES:
@@ -185,9 +186,8 @@ def main(argv=None):
         proto.write(json.dumps(obj, default=float) + "\n")
 
     target = open_target(args.device, args.plugin)
-    # The device under test is dk:0 for the hf models (devicekit.torch's
-    # DEVICEKIT_TORCH_DEVICES: torch's autograd serves dk:0 only).
-    os.environ.setdefault("DEVICEKIT_TORCH_DEVICES", target.device.name)
+    # The device under test is dk:0 for the hf models (TORCH_DEVICES_ENV).
+    os.environ.setdefault(TORCH_DEVICES_ENV, target.device.name)
     target_args = " ".join(f"--{k} {shlex.quote(v)}" for k, v in
                            (("plugin", args.plugin), ("device", args.device)) if v)
     run_model(get(args.model), target, args.dtypes.split(","), args.steps, target_args, emit,
