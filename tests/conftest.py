@@ -66,6 +66,16 @@ def api_version() -> tuple[int, int]:
     return _header_define("DK_API_MAJOR"), _header_define("DK_API_MINOR")
 
 
+def children_cpu_seconds() -> float:
+    """CPU seconds (user + system) used so far by this process's waited-for
+    children. The difference around a command is what it cost: unlike wall
+    time, a busy machine does not stretch it, so a bound on it holds under load."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _find_c_compiler() -> str | None:
     for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if candidate and shutil.which(candidate):

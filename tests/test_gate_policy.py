@@ -13,10 +13,11 @@ Needs: nothing but devicekit importable (no device runs: seconds).
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from conftest import children_cpu_seconds
 
 from devicekit.gate import policy
 from devicekit.gate.errors import BadPolicy
@@ -138,9 +139,9 @@ def test_oversize_policy_is_refused_without_reading_it(tmp_path):
     pol = tmp_path / "policy.toml"
     with open(pol, "wb") as f:
         f.truncate(2 << 30)
-    t0 = time.monotonic()
+    t0 = children_cpu_seconds()
     proc = gate_check(pol)
-    assert time.monotonic() - t0 < 30
+    assert children_cpu_seconds() - t0 < 30  # CPU, not wall time: load does not stretch it
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 6 and len(lines) == 1, proc.stderr[-2000:]
     assert "larger than a policy can be" in lines[0]

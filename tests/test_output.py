@@ -9,13 +9,14 @@ signals, a real full disk, ``| head``) is in test_output_cli.py.
 Needs: nothing but the SDK (no device, no compiler).
 """
 
+import contextlib
 import errno
 import json
 import os
+import select
 import signal
 import sys
 import threading
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -86,12 +87,35 @@ def test_keyboard_interrupt_while_writing_replaces_nothing(tmp_path, monkeypatch
     assert _snapshot(tmp_path) == {"a": b"old a", "b": b"old b"}
 
 
+@contextlib.contextmanager
+def _signal_seen():
+    """Yields ``wait()``: it returns once the C-level signal handler has run
+    (Python writes the signal number to its wakeup fd there, in whichever
+    thread the kernel picked), so a test waits for the signal's arrival, not
+    for a time that a busy machine may overrun."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+    def wait():
+        ready, _, _ = select.select([r], [], [], 300)  # bounds a lost signal, not the speed
+        assert ready, "the signal never arrived"
+        os.read(r, 64)
+    try:
+        yield wait
+    finally:
+        signal.set_wakeup_fd(old)
+        os.close(r)
+        os.close(w)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_a_signal_during_the_renames_waits_for_the_whole_set(tmp_path, monkeypatch):
+@pytest.mark.parametrize("target", ["process", "other thread"])
+def test_a_signal_during_the_renames_waits_for_the_whole_set(tmp_path, monkeypatch, target):
     """SIGINT arriving between two renames takes effect after the last one,
     also while another thread is alive (the kernel may hand the signal to that
     thread; Python still raises in the main thread, so a per-thread signal
-    mask is not enough)."""
+    mask is not enough). "other thread" sends it to that thread itself."""
     names = ["report.json", "junit.xml", "report.html"]
     _output.write_files({str(tmp_path / n): "old" for n in names})
     idle = threading.Event()
@@ -102,16 +126,20 @@ def test_a_signal_during_the_renames_waits_for_the_whole_set(tmp_path, monkeypat
     def replace(src, dst):
         calls.append(dst)
         if len(calls) == 2:  # after the first rename
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.2)  # where an undeferred KeyboardInterrupt would land
+            if target == "process":
+                os.kill(os.getpid(), signal.SIGINT)
+            else:
+                signal.pthread_kill(other.ident, signal.SIGINT)
+            seen()  # delivered; an undeferred KeyboardInterrupt lands here, before this rename
         return real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with _signal_seen() as seen, pytest.raises(KeyboardInterrupt):
             _output.write_files({str(tmp_path / n): "new" for n in names})
     finally:
         idle.set()
+    assert len(calls) == 3
     assert {n: (tmp_path / n).read_text() for n in _listing(tmp_path)} == \
         {n: "new" for n in names}  # the whole new set, then the interrupt
 

@@ -78,12 +78,12 @@ def small_report(tmp_path_factory):
 def test_models_report_that_cannot_be_written_is_refused_before_any_model(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    start = time.monotonic()
     proc = dk("models", "--device", "cpu:0", "--model", "mlp", "--jobs", "1",
               "--report", blocker / "rep")
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     _one_error_line(proc, "devicekit models: error: --report", str(blocker))
-    assert proc.stdout == "" and time.monotonic() - start < 60  # no model ran
+    # no model ran: nothing printed, nothing written (not a time, which load stretches)
+    assert proc.stdout == "" and os.listdir(tmp_path) == ["file"]
 
 
 def test_conformance_diff_html_that_cannot_be_written(tmp_path, small_report):
@@ -203,9 +203,9 @@ def _start(args, tag, slow_dtype="float32", **popen):
 
 def _finish(proc, reader, lines, tag):
     out = proc.stdout.read()
-    proc.wait(timeout=120)
-    reader.join(30)
-    deadline = time.monotonic() + 10  # a killed process needs a moment to be reaped
+    proc.wait(timeout=600)
+    reader.join(60)
+    deadline = time.monotonic() + 120  # a killed process needs a moment to be reaped
     while _tagged_processes(tag) and time.monotonic() < deadline:
         time.sleep(0.2)
     return out, "".join(lines), _tagged_processes(tag)
@@ -219,7 +219,7 @@ def test_sigterm_stops_conformance_with_a_partial_report_and_no_orphans(tmp_path
         ["conformance", "--plugin", slow_plugin, "-k", "ops/add/float32", "--jobs", "2",
          "--report", rep], tag)
     try:
-        assert progressed.wait(180), "".join(lines)
+        assert progressed.wait(1200), "".join(lines)  # bounds a hung run, not a slow one
         assert proc.poll() is None, "the run ended before the signal: make it slower"
         proc.send_signal(signal.SIGTERM)  # the parent alone, as timeout(1) does
     finally:
@@ -245,7 +245,7 @@ def test_ctrl_c_stops_models_without_false_crashes(tmp_path, slow_plugin):
          "float32,float16", "--jobs", "1", "--report", rep], tag, slow_dtype="float16",
         start_new_session=True)
     try:
-        assert progressed.wait(300), "".join(lines)  # mlp float32 answered; float16 is slow
+        assert progressed.wait(1200), "".join(lines)  # mlp float32 answered; float16 is slow
         assert proc.poll() is None, "the run ended before the signal: make it slower"
         os.killpg(proc.pid, signal.SIGINT)
     finally:

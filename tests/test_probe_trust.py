@@ -90,6 +90,11 @@ def _probe_children(parent, lib):
     return found
 
 
+def _state(pid):
+    stat = (_proc_field(pid, "stat") or b"").rsplit(b")", 1)[-1].split()
+    return stat[0] if stat else None
+
+
 def _alive(pid, lib):
     """Running (a zombie is dead: it only waits to be reaped) and still the
     probe of ``lib`` (not a reused pid)."""
@@ -121,13 +126,14 @@ def test_probe_child_dies_when_its_parent_is_killed(misbehaving_plugins, tmp_pat
         found = _wait_for(lambda: _probe_children(user.pid, lib), 60)
         assert found, "the probe process never started"
         [child] = found
-        # In the plugin: the library is mapped, Plugin_Initialize never returns.
-        assert _wait_for(lambda: os.fsencode(lib) in (_proc_field(child, "maps") or b""), 60)
-        time.sleep(0.3)
+        # In the plugin: the library is mapped and the probe sleeps in
+        # Plugin_Initialize's pause() (waited for, not guessed with a sleep).
+        assert _wait_for(lambda: os.fsencode(lib) in (_proc_field(child, "maps") or b"")
+                         and _state(child) == b"S", 60)
         os.kill(user.pid, signal.SIGKILL)
-        user.wait(timeout=30)
-        assert _wait_for(lambda: not _alive(child, lib), 10), \
-            f"probe process {child} outlived its parent by 10 s"
+        user.wait(timeout=60)
+        assert _wait_for(lambda: not _alive(child, lib), 60), \
+            f"probe process {child} outlived its parent by 60 s"
     finally:
         if user.poll() is None:
             user.kill()
