@@ -1,4 +1,4 @@
-"""``devicekit._output``, the one way commands write files, and the report
+"""``devicekit._util.output``, the one way commands write files, and the report
 writers built on it: a set of files is replaced whole or not at all (an
 interrupt or a full disk leaves the previous set exactly as it was, and no
 temporary file behind), the early output check names the path in one line,

@@ -1,5 +1,5 @@
-"""The commands' outputs and signals end to end (``devicekit._output``,
-``devicekit._workers``; docs/conformance.md "Exit codes"): an output location
+"""The commands' outputs and signals end to end (``devicekit._util.output``,
+``devicekit._util.workers``; docs/conformance.md "Exit codes"): an output location
 that cannot be written is refused before any work (exit 3, one line); a write
 that fails after the work (a real full disk) leaves the previous files intact
 (exit 3, one line); SIGTERM to ``conformance`` and a terminal's Ctrl-C to
