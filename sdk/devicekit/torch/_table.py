@@ -1,7 +1,8 @@
 """The bridge's one table: ATen overload -> DeviceKit lowering, and the
-wrap/unwrap helpers every lowering shares. A leaf of the bridge (it imports
-only ``_device``): the lowering modules fill the table through ``lowers`` and
-``derives``, ``_dispatch`` reads it, and nothing here imports back.
+wrap/unwrap helpers every lowering shares. A leaf of the bridge (of the
+bridge's modules it imports only ``_device``): the lowering modules fill the
+table through ``lowers`` and ``derives``, ``_dispatch`` reads it, and nothing
+here imports back.
 """
 
 import torch
