@@ -23,7 +23,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(cmd, timeout=600, **kwargs):
+def run(cmd, timeout=3600, **kwargs):  # bounds a hung command only (conftest.HUNG_S)
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
                           timeout=timeout, **kwargs)
 

@@ -40,6 +40,12 @@ DEVICE_API_INCLUDE = REPO_ROOT / "device_api" / "include"
 DEVICE_API_HEADER = DEVICE_API_INCLUDE / "devicekit" / "device_api.h"
 BAD_PLUGIN_SOURCES = Path(__file__).resolve().parent / "plugins"
 
+# The time after which a test takes a subprocess (a suite run, a build, a
+# script) for hung. It bounds a hang, never measures speed: a one-case
+# conformance run takes 3 s at rest and 100 s at load 16 on two cores, a full
+# run many minutes; a test that needs "soon" waits for an event instead.
+HUNG_S = 3600
+
 _PROBE_CACHE = tempfile.mkdtemp(prefix="devicekit-test-probe-cache-")
 os.environ["DEVICEKIT_PROBE_CACHE"] = _PROBE_CACHE
 
@@ -215,7 +221,7 @@ def plugin_path():
     devicekit.reload_plugins()
 
 
-def _run_python(python_args, plugin_path=(), timeout=120):
+def _run_python(python_args, plugin_path=(), timeout=HUNG_S):
     """Runs ``python PYTHON_ARGS`` in a fresh process with DEVICEKIT_PLUGIN_PATH
     set to ``plugin_path`` (paths; empty: the variable is unset)."""
     env = dict(os.environ)
@@ -254,7 +260,7 @@ def devicekit_wheel(tmp_path_factory) -> Path:
 
 # ---------------------------------------------------------------- the emulated CUDA plugin
 
-def cmake_build(src, build, defines, timeout=1200):
+def cmake_build(src, build, defines, timeout=HUNG_S):
     """Configures and builds src into build with CMake (Ninja when there is
     one, two jobs); returns the folder. A failure fails the test with the log."""
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []

@@ -33,6 +33,7 @@ from devicekit.conformance.target import open_target
 from devicekit.conformance_tests import _invalid, _rules, errors, kernels
 
 from conftest import _find_c_compiler
+from conftest import HUNG_S
 
 WHEN = {"call", "run", "sdk"}
 FIELDS = {"id", "group", "header", "rule", "when", "expect", "codes", "applies", "needs", "cases",
@@ -122,7 +123,7 @@ def test_a_rule_the_suite_cannot_break_is_a_pair_without_a_case(monkeypatch, cpu
 def test_the_run_reports_the_rule_coverage(tmp_path, cpu_target):
     proc = subprocess.run([sys.executable, "-m", "devicekit", "conformance", "--device", "cpu:0",
                            "-k", "kernels/matmul/invalid/", "--jobs", "2", "--report",
-                           tmp_path / "rep"], capture_output=True, text=True, timeout=300)
+                           tmp_path / "rep"], capture_output=True, text=True, timeout=HUNG_S)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     line = re.search(r"argument rules: (\d+); \(rule, op\) pairs with their cases (\d+)/(\d+)",
                      proc.stdout)
@@ -172,7 +173,7 @@ def test_dkh_check_call_enforces_every_helper_rule_for_every_op(check_only_plugi
     rep = tmp_path / "rep"
     proc = subprocess.run([sys.executable, "-m", "devicekit", "conformance", "--plugin",
                            check_only_plugin, "-k", "/invalid/", "--jobs", "2", "--report", rep],
-                          capture_output=True, text=True, timeout=600,
+                          capture_output=True, text=True, timeout=HUNG_S,
                           env={k: v for k, v in os.environ.items() if k != "DEVICEKIT_PLUGIN_PATH"})
     cases = json.loads((rep / "report.json").read_text())["cases"]
     by_rule = {}

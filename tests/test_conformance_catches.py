@@ -15,10 +15,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from conftest import HUNG_S
+
 HALF_SUFFIX = {"float16": "f16", "bfloat16": "bf16"}  # the CPU plugin's 16-bit fused kernels
 
 
-def conformance(*args, timeout=300):
+def conformance(*args, timeout=HUNG_S):
     return subprocess.run([sys.executable, "-m", "devicekit", "conformance", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout)
 
@@ -116,8 +118,10 @@ FAULT_CASES = [  # fault, -k filter, cases that must be caught, their outcome
 
 @pytest.mark.parametrize("fault,pattern,caught,outcome", FAULT_CASES, ids=[f[0] for f in FAULT_CASES])
 def test_suite_catches_fault(tmp_path, faulty_plugins, fault, pattern, caught, outcome):
+    # one worker: a few cases, and each worker process pays the suite's start
+    # (torch's OpInfo corpus, about 6 s of CPU); crash isolation with two is below
     proc, report, _ = run_report(tmp_path, "--plugin", faulty_plugins[fault], "-k", pattern,
-                                 "--jobs", "2")
+                                 "--jobs", "1")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     got = outcomes(report)
     for case_id in caught:
@@ -160,7 +164,7 @@ def test_pytest_mode_isolates_a_crash_too(tmp_path, faulty_plugins):
                                "--pyargs", "devicekit.conformance_tests", "--plugin",
                                str(faulty_plugins["segv"]), "--conformance-jobs", "2", "-k",
                                "ops/neg/float64/odd or ops/neg/float64/T or ops/abs/float64/odd",
-                               *extra], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                               *extra], capture_output=True, text=True, timeout=HUNG_S, cwd=tmp_path)
 
     proc = pytest_run()
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -195,7 +199,7 @@ def test_runs_as_plain_pytest(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "devicekit.conformance_tests",
                            "-p", "devicekit.conformance.pytest_plugin", "--device", "cpu:0",
                            "-k", "runtime", "-q", "-p", "no:cacheprovider"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+                          capture_output=True, text=True, cwd=tmp_path, timeout=HUNG_S)
     assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-2000:]
 
 
@@ -334,7 +338,7 @@ def test_ctrl_c_writes_a_partial_report(tmp_path):
         raise
     finally:
         out = proc.stdout.read()
-        proc.wait(timeout=600)
+        proc.wait(timeout=HUNG_S)
         reader.join(30)
     err = "".join(lines)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
@@ -360,7 +364,7 @@ def test_mutants_of_the_cpu_plugin_are_killed(tmp_path):
         sys.path.remove(str(bench))
     proc = subprocess.run([sys.executable, str(bench / "mutation_run.py"), "--no-baseline",
                            "--only", *mutants.CI_SUBSET, "--workdir", str(tmp_path / "w")],
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=HUNG_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"kill rate: {len(mutants.CI_SUBSET)}/{len(mutants.CI_SUBSET)}" in proc.stdout
     # each killed by a case that failed, not by a run that failed as a whole
@@ -389,7 +393,7 @@ def test_mutants_of_the_cuda_kernels_are_killed_in_the_emulator(tmp_path):
     proc = subprocess.run([sys.executable, str(bench / "mutation_run.py"), "--target", "cuda_sim",
                            "--no-baseline", "--only", *mutants_cuda.CI_SUBSET,
                            "--workdir", str(tmp_path / "w")],
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=HUNG_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     n = len(mutants_cuda.CI_SUBSET)
     assert f"kill rate: {n}/{n}" in proc.stdout

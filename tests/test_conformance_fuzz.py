@@ -16,8 +16,10 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import HUNG_S
 
-def conformance(*args, env=None, timeout=300):
+
+def conformance(*args, env=None, timeout=HUNG_S):
     import os
     full = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "devicekit", "conformance", *map(str, args)],
@@ -57,7 +59,7 @@ def test_a_fuzz_id_means_the_same_inputs_in_every_process():
     assert here == _digest(ops, seeds)  # drawing does not depend on what ran before
     code = (f"import sys; sys.path.insert(0, {str(__file__.rsplit('/', 1)[0])!r}); "
             f"import test_conformance_fuzz as t; print(t._digest({ops!r}, {seeds!r}))")
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HUNG_S)
     assert other.returncode == 0, other.stderr[-2000:]
     assert other.stdout.strip() == here
     # and a case's inputs depend on its op, dtype and seed

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cmake_build
+from conftest import HUNG_S
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = ROOT / "reference_backend" / "cuda"
@@ -58,7 +59,7 @@ def test_conversions_give_the_cpu_plugins_bits(tmp_path):
            f"-I{CUDA / 'src'}", f"-I{ROOT / 'reference_backend' / 'cpu' / 'src'}",
            str(CUDA / "tests" / "convert_matches_cpu.cpp"), "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
-    p = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([str(exe)], capture_output=True, text=True, timeout=HUNG_S)
     assert (p.returncode, p.stdout.strip()) == (0, "ok"), p.stdout
 
 
@@ -153,7 +154,7 @@ def test_conformance_passes_copy_fill_cast_add(sim_library, tmp_path):
            "--device", "cuda_sim:0", "--level", "core", "--jobs", "2", "--report", str(report)]
     for op in ("copy", "fill", "cast", "add"):
         cmd += ["--op", op]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=HUNG_S)
     doc = json.loads((report / "report.json").read_text())
     assert p.returncode in (0, 1), p.stderr  # 1: ops without a kernel are not implemented
     outcomes = {}

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HUNG_S
+
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = ROOT / "reference_backend" / "cuda"
 SELFTEST = CUDA / "tests" / "simt_selftest.cu"
@@ -44,7 +46,7 @@ def selftest(tmp_path_factory):
 
 
 def _run(exe, case):
-    p = subprocess.run([str(exe), case], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([str(exe), case], capture_output=True, text=True, timeout=HUNG_S)
     return p.returncode, p.stdout.strip()
 
 
@@ -93,7 +95,7 @@ def test_block_order_is_shuffled_but_reproducible(selftest):
     def first_block(seed):
         env = dict(os.environ, DK_CUDA_SIM_SEED=str(seed))
         p = subprocess.run([str(selftest), "row_sum_missing_barrier"], env=env,
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=HUNG_S)
         return p.stdout.split("block ")[1].split(" ")[0]
 
     assert first_block(1) == first_block(1)
@@ -106,5 +108,5 @@ def test_the_same_source_compiles_as_cuda(tmp_path):
         pytest.skip("nvcc not found (CUDACXX, PATH, /usr/local/cuda/bin)")
     p = subprocess.run([nvcc, "-std=c++17", "-arch=sm_90", "-c", str(SELFTEST),
                         "-o", str(tmp_path / "simt_selftest.o")],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=HUNG_S)
     assert p.returncode == 0, p.stderr

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HUNG_S
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "reference_backend" / "cuda" / "verify_on_gpu.sh"
 BENCH = ROOT / "reference_backend" / "cuda" / "bench_gpu.py"
@@ -35,7 +37,7 @@ def test_bench_dry_run_produces_every_figure(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "bench.json"
     p = subprocess.run([sys.executable, str(BENCH), "--dry-run", "--rounds", "2", "--json", str(out)],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=HUNG_S)
     assert p.returncode == 0, p.stderr
     doc = json.loads(out.read_text())
     assert doc["dry_run"] is True and doc["device"] == "cpu:0"

@@ -22,6 +22,7 @@ import pytest
 
 from conftest import BAD_PLUGIN_SOURCES, DEVICE_API_INCLUDE, _find_c_compiler, \
     compile_test_plugin
+from conftest import HUNG_S
 from devicekit import cli, dev
 
 # A valid one-device host-memory plugin that calls itself "cpu", like the
@@ -44,7 +45,7 @@ def test_not_a_project(tmp_path, capsys):
 
 def _python(code, **env):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+                          env={**os.environ, **env}, timeout=HUNG_S)
 
 
 def test_override_takes_precedence_over_the_installed_plugin(tmp_path):

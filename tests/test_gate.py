@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HUNG_S
+
 from devicekit.gate import check as check_mod
 from devicekit.gate import policy, record
 from devicekit.gate import perf as perf_mod
@@ -90,7 +92,7 @@ def make(tmp_path, name="rec", cases=BASE_CASES, phases=None, curve=(2.0, 1.5, 1
 
 def gate(*args):
     return subprocess.run([sys.executable, "-m", "devicekit", "gate", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HUNG_S)
 
 
 def write_policy(tmp_path, extra="", perf=True):

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HUNG_S
+
 from devicekit.gate import check, policy, record
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +30,7 @@ BASELINE = REPO_ROOT / "ci" / "baselines" / "cpu.json"
 POLICY = REPO_ROOT / "ci" / "policy.toml"
 
 
-def gate(*args, timeout=900):
+def gate(*args, timeout=HUNG_S):
     return subprocess.run([sys.executable, "-m", "devicekit", "gate", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout)
 

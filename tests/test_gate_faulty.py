@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
+from conftest import HUNG_S
 
 CASES = ("ops/add/float32/odd", "ops/mul/float32/odd")  # add is broken by FAULT=1, mul is not
 
 
-def gate(*args, timeout=600):
+def gate(*args, timeout=HUNG_S):
     return subprocess.run([sys.executable, "-m", "devicekit", "gate", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout)
 

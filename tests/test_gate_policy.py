@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import children_cpu_seconds
+from conftest import HUNG_S
 
 from devicekit.gate import policy
 from devicekit.gate.errors import BadPolicy
@@ -31,7 +32,7 @@ def gate_check(pol, record="nothing.json"):
     policy is read (and refused) first."""
     return subprocess.run([sys.executable, "-m", "devicekit", "gate", "check", str(record),
                            "--baseline", str(record), "--policy", str(pol)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HUNG_S)
 
 
 def with_line(old, new):

@@ -26,6 +26,8 @@ import warnings
 import numpy as np
 import pytest
 
+from conftest import HUNG_S
+
 import devicekit
 from devicekit import PluginLoadError, _core
 from devicekit._plugins import probe as _probe
@@ -59,7 +61,7 @@ _LOAD_THEN_CPU = textwrap.dedent("""
 """)
 
 
-def _python(code, *args, env=None, cwd=None, timeout=120):
+def _python(code, *args, env=None, cwd=None, timeout=HUNG_S):
     full_env = dict(os.environ)
     full_env.pop("DEVICEKIT_PLUGIN_PATH", None)
     full_env.update(env or {})

@@ -19,6 +19,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from conftest import HUNG_S
+
 import devicekit
 from devicekit import (DeviceError, DeviceKitError, OutOfMemoryError, PluginLoadError,
                        PluginVersionError)
@@ -310,7 +312,7 @@ def test_cpu_plugin_refuses_a_malformed_setting_at_load(var, value):
     env = _env_without_plugin_settings()
     env[var] = value
     result = subprocess.run([sys.executable, "-m", "devicekit", "devices", "--json"], env=env,
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=HUNG_S)
     assert result.returncode == 0, result.stderr
     cpu = [r for r in json.loads(result.stdout) if r["name"] == "cpu"]
     assert len(cpu) == 1 and not cpu[0]["loaded"], cpu
@@ -338,5 +340,5 @@ def test_operands_on_different_devices_are_refused_with_both_named():
     env = _env_without_plugin_settings()
     env["DEVICEKIT_CPU_DEVICES"] = "2"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                            text=True, timeout=60)
+                            text=True, timeout=HUNG_S)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr

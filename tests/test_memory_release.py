@@ -25,6 +25,8 @@ import numpy as np
 import devicekit as dk
 from devicekit import nn, optim
 
+from conftest import HUNG_S
+
 BUDGET = 64 << 20  # bytes: the device budget of the scenarios below
 MODEL_FLOATS = 10 << 20  # a 40 MiB model: two of them do not fit in BUDGET
 
@@ -84,7 +86,7 @@ def _run(source):
     env = dict(os.environ, DEVICEKIT_CPU_MEMORY_BYTES=str(BUDGET))
     env.pop("DEVICEKIT_PLUGIN_PATH", None)
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], env=env,
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=HUNG_S)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}{r.stderr}"
     return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -15,6 +15,8 @@ import zlib
 import numpy as np
 import pytest
 
+from conftest import HUNG_S
+
 import devicekit.models as zoo
 from devicekit import InvalidArgumentError
 from devicekit.models import divergence, goldens, reference
@@ -240,7 +242,7 @@ def test_golden_judges_a_noise_level_gradient_on_the_models_gradient_scale(refer
 def test_update_goldens_writes_the_committed_files(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "devicekit", "models", "--update-goldens",
                            "--model", "mlp", "--goldens-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HUNG_S)
     assert proc.returncode == 0, proc.stderr
     fresh = json.loads((tmp_path / "mlp.json").read_text())
     committed = goldens.load("mlp")
@@ -408,7 +410,7 @@ def test_per_layer_search_passes_the_reference_plugin():
 
 def _models(*args):
     return subprocess.run([sys.executable, "-m", "devicekit", "models", *args],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HUNG_S)
 
 
 def test_cli_usage_errors_and_list():

@@ -15,6 +15,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
+from conftest import HUNG_S
 from devicekit import models as zoo
 
 # faulty.c's fault numbers used here (see its header)
@@ -36,7 +37,7 @@ def faulty(tmp_path_factory):
             for name, n in FAULTS.items()}
 
 
-def models(*args, timeout=600):
+def models(*args, timeout=HUNG_S):
     return subprocess.run([sys.executable, "-m", "devicekit", "models", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout)
 
@@ -93,7 +94,7 @@ def test_wrong_add_fails_and_names_the_first_layer(tmp_path, faulty):
     replay = report["cases"][0]["details"]["layer_replay"]
     assert replay.endswith("--layer fc0")
     again = subprocess.run([sys.executable, "-m", "devicekit", *shlex.split(replay)[1:]],
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=HUNG_S)
     assert again.returncode == 1 and "FAIL forward  output" in again.stdout, again.stdout
 
 
@@ -143,5 +144,5 @@ def test_runs_as_plain_pytest(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "devicekit.models.suite",
                            "-p", "devicekit.conformance.pytest_plugin", "--device", "cpu:0",
                            "-k", "mlp and float32", "-q", "-p", "no:cacheprovider"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+                          capture_output=True, text=True, cwd=tmp_path, timeout=HUNG_S)
     assert proc.returncode == 0 and "5 passed" in proc.stdout, proc.stdout[-2000:]

@@ -29,12 +29,13 @@ from devicekit.gate.errors import BadPolicy
 from devicekit.models import hf
 from test_gate import BASE_CASES, _conf_report, write_policy
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
+from conftest import HUNG_S
 
 HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit")
 needs_hf = pytest.mark.skipif(hf.missing() is not None, reason=f"hf models: {hf.missing()}")
 
 
-def models_cli(*args, env=None, timeout=600):
+def models_cli(*args, env=None, timeout=HUNG_S):
     return subprocess.run([sys.executable, "-m", "devicekit", "models", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -125,7 +126,7 @@ def test_hf_models_reach_the_gate_record_and_an_old_baseline_still_checks(hf_run
     # and the command line agrees: an old baseline still checks
     proc = subprocess.run([sys.executable, "-m", "devicekit", "gate", "check", new, "--baseline",
                            old, "--policy", pol.path, "--binary", tmp_path / "libacme.so"],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HUNG_S)
     assert proc.returncode == 0 and "ADMITTED" in proc.stdout, proc.stdout + proc.stderr
 
 

@@ -28,11 +28,12 @@ import uuid
 import pytest
 
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
+from conftest import HUNG_S
 
 ONE_CASE = ("--case", "ops/add/float32/odd")
 
 
-def dk(*args, timeout=300, env=None):
+def dk(*args, timeout=HUNG_S, env=None):
     return subprocess.run([sys.executable, "-m", "devicekit", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL, env=env)
@@ -203,7 +204,7 @@ def _start(args, tag, slow_dtype="float32", **popen):
 
 def _finish(proc, reader, lines, tag):
     out = proc.stdout.read()
-    proc.wait(timeout=600)
+    proc.wait(timeout=HUNG_S)
     reader.join(60)
     deadline = time.monotonic() + 120  # a killed process needs a moment to be reaped
     while _tagged_processes(tag) and time.monotonic() < deadline:
@@ -270,13 +271,13 @@ def test_a_closed_stdout_is_not_an_error(args, tmp_path):
     cmd = " ".join([sys.executable, "-m", "devicekit", *args])
     proc = subprocess.run(["bash", "-c", f"{cmd} 2>stderr.txt | head -1; "
                                          f"echo rc=${{PIPESTATUS[0]}}; cat stderr.txt"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=HUNG_S, cwd=tmp_path)
     first, rc, *err = proc.stdout.splitlines()
     assert rc == "rc=0" and "Traceback" not in proc.stdout and not err, proc.stdout
     # the reader gone before the first write
     p = subprocess.Popen([sys.executable, "-m", "devicekit", *args], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     p.stdout.close()
-    _, err = p.communicate(timeout=300)
+    _, err = p.communicate(timeout=HUNG_S)
     assert p.returncode == 0 and b"Traceback" not in err and b"Exception ignored" not in err, err
 

@@ -5,6 +5,8 @@ correct answer: the numpy/PyTorch result, or the error class and its text."""
 import numpy as np
 import pytest
 
+from conftest import HUNG_S
+
 import devicekit as dk
 from devicekit import ops
 
@@ -246,6 +248,6 @@ def test_none_for_a_tensor_is_refused_without_a_crash(call, raises):
             "idx = dk.tensor(np.zeros((2, 3), np.int64))\n"
             f"try:\n    {call}\nexcept Exception as e:\n"
             "    print('refused', type(e).__name__)\nelse:\n    print('accepted')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HUNG_S)
     assert proc.returncode == 0, f"{call} ended the process (exit {proc.returncode}): {proc.stderr[-400:]}"
     assert proc.stdout.strip() == f"refused {raises}", proc.stdout + proc.stderr

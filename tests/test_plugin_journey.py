@@ -34,6 +34,7 @@ import pytest
 
 from _venv import check, expose_distributions, run, runtime_requirements, user_site_packages
 from conftest import _find_c_compiler
+from conftest import HUNG_S
 
 pytestmark = pytest.mark.slow
 
@@ -65,11 +66,11 @@ class Journey:
         env["PATH"] = os.pathsep.join([str(self.venv / "bin"), str(self.nocc)])
         return env
 
-    def user(self, *args, timeout=600):
+    def user(self, *args, timeout=HUNG_S):
         """Runs a command as the user: no compiler on PATH."""
         return run(args, timeout=timeout, env=self.env(), cwd=self.root)
 
-    def devicekit(self, *args, timeout=600):
+    def devicekit(self, *args, timeout=HUNG_S):
         return self.user(self.venv / "bin" / "devicekit", *args, timeout=timeout)
 
 

@@ -44,6 +44,7 @@ from devicekit import api_target
 
 from _venv import REPO_ROOT, make_venv, runtime_requirements
 from conftest import _find_c_compiler
+from conftest import HUNG_S
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +89,7 @@ class User:
     def run_blocks(self, blocks: list[str], cwd: Path, name: str):
         markers = self.root / f"{name}.times"
         result = subprocess.run(["bash", "-c", script(blocks, markers)], cwd=cwd, env=self.env(),
-                                capture_output=True, text=True, timeout=600)
+                                capture_output=True, text=True, timeout=HUNG_S)
         assert result.returncode == 0, (
             f"{name}: a command failed (exit {result.returncode}); the last lines:\n"
             f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}")

@@ -27,6 +27,8 @@ import time
 
 import pytest
 
+from conftest import HUNG_S
+
 from devicekit._plugins import probe_cache as _probe_cache
 
 # Loads argv[1] with devicekit.load_plugin; prints what happened as JSON.
@@ -45,7 +47,7 @@ def _load(lib, cache):
     env = dict(os.environ, DEVICEKIT_PROBE_CACHE=str(cache))
     env.pop("DEVICEKIT_PLUGIN_PATH", None)
     r = subprocess.run([sys.executable, "-c", _LOAD, str(lib)], env=env, capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=HUNG_S)
     assert r.returncode == 0, (f"the loading process ended with {r.returncode} (a cache entry "
                                f"was trusted?)\n{r.stdout}{r.stderr}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -131,7 +133,7 @@ def test_probe_child_dies_when_its_parent_is_killed(misbehaving_plugins, tmp_pat
         assert _wait_for(lambda: os.fsencode(lib) in (_proc_field(child, "maps") or b"")
                          and _state(child) == b"S", 60)
         os.kill(user.pid, signal.SIGKILL)
-        user.wait(timeout=60)
+        user.wait(timeout=HUNG_S)
         assert _wait_for(lambda: not _alive(child, lib), 60), \
             f"probe process {child} outlived its parent by 60 s"
     finally:
@@ -152,7 +154,7 @@ def test_probe_child_exits_at_once_when_its_parent_is_already_gone(misbehaving_p
     try:
         r = subprocess.run([sys.executable, "-m", "devicekit._plugins.probe_child",
                             str(misbehaving_plugins["hang_init"])], env=env,
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=HUNG_S)
     except subprocess.TimeoutExpired:
         pytest.fail("the probe of a plugin hanging in Plugin_Initialize ran on without its parent")
     assert r.returncode == 3, r

@@ -26,6 +26,7 @@ import pytest
 from devicekit import api_target, cli, scaffold
 
 from conftest import _find_c_compiler
+from conftest import HUNG_S
 
 EXPECTED_TREE = {
     ".gitignore",
@@ -322,7 +323,7 @@ def _generated_tests(project, library, *args):
         env["DEVICEKIT_PLUGIN_PATH"] = str(library)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "tests", *args], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=HUNG_S)
 
 
 def test_generated_conformance_test_passes_the_runtime_part(built):
@@ -386,7 +387,7 @@ def test_scaffold_passes_every_case_of_the_ops_it_shows(built_with_exp, tmp_path
     proc = subprocess.run([sys.executable, "-m", "devicekit", "conformance", "--plugin",
                            str(built_with_exp), "--op", "copy", "--op", "add", "--op", "exp",
                            "--jobs", "2", "--report", str(rep)], capture_output=True, text=True,
-                          timeout=600, env=env)
+                          timeout=HUNG_S, env=env)
     cases = json.loads((rep / "report.json").read_text())["cases"]
     bad = [f"{c['outcome']} {c['id']}: {c['message'][:200]}" for c in cases
            if c["outcome"] in ("fail", "error", "crash")]

@@ -23,13 +23,14 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import children_cpu_seconds
+from conftest import HUNG_S
 
 from devicekit.scale import merge, shard
 
 OPS = ["--op", "add", "--op", "exp"]
 
 
-def dk(*args, timeout=600):
+def dk(*args, timeout=HUNG_S):
     return subprocess.run([sys.executable, "-m", "devicekit", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
@@ -250,7 +251,7 @@ def test_merge_refuses_untrusted_shards_quickly(op_shards, tmp_path, case):
         (tmp_path / "file").write_text("x")
         out = tmp_path / "file" / "out"
     t0 = children_cpu_seconds()
-    proc = dk("report", "merge", *s, "--out", out, timeout=600)
+    proc = dk("report", "merge", *s, "--out", out, timeout=HUNG_S)
     cost = children_cpu_seconds() - t0  # CPU, not wall time: load does not stretch it
     code, words = want
     lines = proc.stderr.strip().splitlines()
@@ -298,10 +299,10 @@ def test_ray_runner_on_a_local_two_node_cluster(op_shards, tmp_path):
         cluster.wait_for_nodes()
         # no node has the device the resource names: refused, nothing written
         nowhere = dk("ray", "--address", cluster.address, "--shards", 2, "--report",
-                     tmp_path / "none", "conformance", "--device", "acme:0", timeout=120)
+                     tmp_path / "none", "conformance", "--device", "acme:0", timeout=HUNG_S)
         proc = dk("ray", "--address", cluster.address, "--shards", 2,
                   "--report", tmp_path / "merged", "conformance", "--device", "cpu:0", *OPS,
-                  "--jobs", "1", timeout=300)
+                  "--jobs", "1", timeout=HUNG_S)
     finally:
         cluster.shutdown()
     assert nowhere.returncode == 2 and "offers the resource 'devicekit_acme'" in nowhere.stderr

@@ -10,6 +10,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from conftest import HUNG_S
+
 
 @pytest.fixture
 def core():
@@ -111,7 +113,7 @@ def test_operands_on_two_devices_get_one_message_before_any_launch():
            if not k.startswith("DEVICEKIT_") or k == "DEVICEKIT_PROBE_CACHE"}
     env["DEVICEKIT_CPU_DEVICES"] = "2"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                            text=True, timeout=60)
+                            text=True, timeout=HUNG_S)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "where: operands are on different devices (bool[2] on cpu:0, float32[2] on cpu:0, "

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import devicekit
+from conftest import HUNG_S
 
 # Attributes pybind11 and Python give every bound class; not part of the surface.
 _CLASS_MACHINERY = {"__init__", "__dict__", "__doc__", "__module__", "_pybind11_conduit_v1_"}
@@ -62,7 +63,7 @@ print(json.dumps(out))
 
 
 def _run(code):
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HUNG_S)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch", reason="devicekit.torch needs torch: pip in
 import devicekit  # noqa: E402
 import devicekit.torch as dkt  # noqa: E402
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin  # noqa: E402
+from conftest import HUNG_S  # noqa: E402
 
 DK = "dk:0"
 aten = torch.ops.aten
@@ -114,7 +115,7 @@ def _run(args, plugin, **kw):
     env = dict(os.environ, DEVICEKIT_PLUGIN_OVERRIDE=str(plugin))
     env.pop("DEVICEKIT_PLUGIN_PATH", None)
     return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
-                          timeout=300, **kw)
+                          timeout=HUNG_S, **kw)
 
 
 GAP = """
@@ -171,7 +172,7 @@ def test_coverage_cli_on_the_reference_plugin_finds_nothing_missing(cpu, tmp_pat
                       "    y.sum().backward()\n")
     proc = subprocess.run([sys.executable, "-m", "devicekit", "torch", "coverage", "--model",
                            str(script), "--device", "cpu:0"], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=HUNG_S)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "aten.gelu.default" in proc.stdout and "fused kernel" in proc.stdout
     assert "gelu_backward: cpu.gelu_backward_f32" in proc.stdout

@@ -21,6 +21,7 @@ import sys
 import pytest
 
 from conftest import children_cpu_seconds
+from conftest import HUNG_S
 
 torch = pytest.importorskip("torch", reason="the torch section needs torch: pip install "
                                             "'devicekit[torch]'")
@@ -39,7 +40,7 @@ from devicekit.torch import _dispatch, _table  # noqa: E402
 aten = torch.ops.aten
 
 
-def _cli(*args, env=None, timeout=600):
+def _cli(*args, env=None, timeout=HUNG_S):
     return subprocess.run([sys.executable, "-m", "devicekit", "conformance", *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -202,7 +203,7 @@ def test_cli_without_torch_skips_the_section_with_the_reason(tmp_path):
     import os
     env = dict(os.environ, PYTHONPATH=str(stub.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = _cli("--device", "cpu:0", "-k", "torch/", "--jobs", "1", "--report", tmp_path / "r",
-             env=env, timeout=300)
+             env=env, timeout=HUNG_S)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "torch section skipped: torch is not installed" in p.stdout
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
@@ -264,7 +265,7 @@ def test_gradients_run_on_a_plugin_that_is_not_discovered_first(cuda_sim_library
     p = subprocess.run([sys.executable, "-m", "devicekit", "conformance", "--device", "cuda_sim:0",
                         "--jobs", "1", "--case", "torch/abs/float32/grad",
                         "--case", "torch/mul/float32/grad", "--report", str(rep)],
-                       env=env, capture_output=True, text=True, timeout=600)
+                       env=env, capture_output=True, text=True, timeout=HUNG_S)
     report = json.loads((rep / "report.json").read_text())
     got = {c["id"]: c["outcome"] for c in report["cases"]}
     assert got == {"torch/abs/float32/grad": "pass", "torch/mul/float32/grad": "pass"}, \
@@ -281,7 +282,7 @@ def test_a_development_build_given_by_path_runs_the_torch_section(tmp_path):
     rep = tmp_path / "rep"
     p = subprocess.run([sys.executable, "-m", "devicekit", "conformance", "--plugin", lib,
                         "--jobs", "1", "--case", "torch/abs/float32/samples",
-                        "--report", str(rep)], capture_output=True, text=True, timeout=600)
+                        "--report", str(rep)], capture_output=True, text=True, timeout=HUNG_S)
     report = json.loads((rep / "report.json").read_text())
     got = {c["id"]: c["outcome"] for c in report["cases"]}
     assert got == {"torch/abs/float32/samples": "pass"}, p.stdout[-2000:] + p.stderr[-2000:]
