@@ -26,8 +26,10 @@ from .errors import DeviceKitError
 FIRST_DEVICEKIT = _op_facts.FIRST_DEVICEKIT
 
 # What a project vendors: the device API (device_api.h and its generated op
-# part, device_api_ops.h) and the plugin helpers.
-HEADERS = ("device_api.h", "device_api_ops.h", "plugin_helpers.h", "plugin_helpers_ops.h")
+# part, device_api_ops.h) and the plugin helpers (plugin_helpers.h and the
+# parts it includes).
+HEADERS = ("device_api.h", "device_api_ops.h", "plugin_helpers.h", "plugin_helpers_ops.h",
+           "plugin_errors.h", "plugin_views.h", "plugin_check_call.h")
 
 
 class ApiTargetError(DeviceKitError):
