@@ -32,7 +32,7 @@ __attribute__((target("avx,f16c"))) void widen_f16c(const uint16_t* s, float* d,
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(d + i,
                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-  for (; i < n; ++i) d[i] = half_to_float(s[i]);
+  for (; i < n; ++i) d[i] = dkh_half_to_float(s[i]);
 }
 
 __attribute__((target("avx,f16c"))) void narrow_f16c(const float* s, uint16_t* d, int64_t n) {
@@ -41,7 +41,7 @@ __attribute__((target("avx,f16c"))) void narrow_f16c(const float* s, uint16_t* d
     _mm_storeu_si128(
         reinterpret_cast<__m128i*>(d + i),
         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  for (; i < n; ++i) d[i] = float_to_half(s[i]);
+  for (; i < n; ++i) d[i] = dkh_float_to_half(s[i]);
 }
 #endif
 
