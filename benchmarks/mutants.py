@@ -231,14 +231,14 @@ MUTANTS += [
     ("scatter_src_shape_unchecked", "kernels_index.cpp",
      'if (DK_Error* e = check_same_shape(call, "input 2 (src)", src, index, "input 1 (index)"))\n'
      "        return e;", "if (false) return nullptr;", "arguments"),
-    ("view_bounds_ignore_offset", "runtime.cpp", "if (bytes > size - offset) {",
+    ("view_bounds_ignore_offset", "devicekit/plugin_runtime.hpp", "if (bytes > size - offset) {",
      "if (bytes > size) {", "arguments"),
     ("gather_negative_index_accepted", "kernels_index.cpp", "    if (i < 0 || i >= size) return j;",
      "    if (i >= size) return j;", "index"),
     # ---- the runtime contract ----
-    ("memory_stats_rounded_blocks", "runtime.cpp",
-     "    d.bytes_in_use += args->size;",
-     "    d.bytes_in_use += (args->size + 255) / 256 * 256;", "runtime"),
+    ("memory_stats_rounded_blocks", "devicekit/plugin_runtime.hpp",
+     "  d.bytes_in_use += size;",
+     "  d.bytes_in_use += (size + 255) / 256 * 256;", "runtime"),
     ("event_query_always_reached", "stream.cpp",
      "args->reached = point == nullptr || point->reached.load();", "args->reached = 1;", "runtime"),
     ("stream_sync_keeps_error", "stream.cpp",
