@@ -115,7 +115,7 @@ DKH_HD uint16_t dkh_float_to_bfloat16(float f) {
  * nextafter): for a finite non-zero float or an infinity it is nextafter's. */
 DKH_HD float dkh_double_to_float_round_odd(double d) {
   if (d != d) return (float)d; /* NaN */
-  const float f = (float)d;    /* round to nearest even */
+  const float f = (float)d; /* round to nearest even */
   if ((double)f == d) return f;
   uint32_t b = dkh_float_bits(f);
   const double af = f < 0 ? -(double)f : (double)f, ad = d < 0 ? -d : d;

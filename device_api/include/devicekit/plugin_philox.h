@@ -33,9 +33,7 @@ extern "C" {
 #endif
 
 /* One 128-bit block: four 32-bit words. */
-typedef struct dkh_Philox4x32 {
-  uint32_t w[4];
-} dkh_Philox4x32;
+typedef struct dkh_Philox4x32 { uint32_t w[4]; } dkh_Philox4x32;
 
 /* One round: two 32x32->64 multiplies (the portable form compiles to the
  * same instruction as CUDA's __umulhi), their halves mixed with the other two
@@ -63,7 +61,8 @@ DKH_HD dkh_Philox4x32 dkh_philox4x32_10(const uint32_t counter[4], const uint32_
     }
     dkh_philox_round(c, k0, k1);
   }
-  dkh_Philox4x32 r = {{c[0], c[1], c[2], c[3]}};
+  dkh_Philox4x32 r;
+  for (int i = 0; i < 4; ++i) r.w[i] = c[i];
   return r;
 }
 

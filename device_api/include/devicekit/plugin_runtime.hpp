@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -121,8 +122,8 @@ template <class P> DK_Error* check_initialized(const P& p, const char* call) {
 
 // A device ordinal in [0, num_devices): DK_ERROR_OUT_OF_RANGE otherwise,
 // `hint` (e.g. ". Hint: set ACME_DEVICES for more.") appended to the message.
-template <class P> DK_Error* check_device(const P& p, const char* call, int32_t device,
-                                          const char* hint = "") {
+template <class P>
+DK_Error* check_device(const P& p, const char* call, int32_t device, const char* hint = "") {
   const int32_t n = p.num_devices;
   if (device >= 0 && device < n) return nullptr;
   return dkh_error(DK_ERROR_OUT_OF_RANGE,
@@ -166,8 +167,7 @@ template <class P> std::string pointer_hint(P& p, const void* ptr, int32_t devic
 // ordinal): DK_ERROR_INVALID_ARGUMENT naming `what` and the allocation
 // otherwise. Takes the device's mem_mu.
 template <class P> DK_Error* check_device_memory(P& p, const char* call, const char* what,
-                                                 int32_t device, const void* ptr,
-                                                 uint64_t bytes) {
+                                                 int32_t device, const void* ptr, uint64_t bytes) {
   DeviceMemory& d = p.devices[device];
   uintptr_t base = 0;
   size_t size = 0;
@@ -215,19 +215,20 @@ DK_Error* check_memcpy(P& p, const char* call, const DK_Memcpy_Args* args,
   }
   if (args->size == 0) return nullptr;
   if (args->dst == nullptr || args->src == nullptr) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL with size %zu; expected a %s",
-                     call, args->dst == nullptr ? "dst" : "src", args->size,
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL with size %zu; expected a %s", call,
+                     args->dst == nullptr ? "dst" : "src", args->size,
                      "valid pointer (NULL is allowed only when size is 0)");
   }
   const int32_t device = args->device;
-  const struct {
+  struct Side {
     const char* what;
     const void* ptr;
     bool on_device;
-    const char* kind;
-  } sides[2] = {{"dst", args->dst, kind != DK_COPY_DEVICE_TO_HOST, "DEVICE_TO_HOST"},
-                {"src", args->src, kind != DK_COPY_HOST_TO_DEVICE, "HOST_TO_DEVICE"}};
-  for (const auto& side : sides) {
+    const char* kind;  // the copy kind under which this side is the host
+  };
+  const Side dst = {"dst", args->dst, kind != DK_COPY_DEVICE_TO_HOST, "DEVICE_TO_HOST"};
+  const Side src = {"src", args->src, kind != DK_COPY_HOST_TO_DEVICE, "HOST_TO_DEVICE"};
+  for (const Side& side : {dst, src}) {
     if (side.on_device) {
       if (DK_Error* e = check_device_memory(p, call, side.what, device, side.ptr, args->size))
         return e;
@@ -253,8 +254,8 @@ DK_Error* check_memcpy(P& p, const char* call, const DK_Memcpy_Args* args,
 // Records a new allocation [ptr, ptr + size) in `d`. Caller holds d.mem_mu.
 // If the table cannot grow, calls release(ptr) and rethrows (bad_alloc):
 // the allocation never leaks and the statistics never count it.
-template <class Release> void add_allocation(DeviceMemory& d, void* ptr, size_t size,
-                                             Release release) {
+template <class Release>
+void add_allocation(DeviceMemory& d, void* ptr, size_t size, Release release) {
   try {
     d.allocations.emplace(uintptr_t(ptr), size);
   } catch (...) {
@@ -277,8 +278,8 @@ inline size_t remove_allocation(DeviceMemory& d, const void* ptr) {
 }
 
 // Memory_Free's error for a pointer that is not a live allocation's base.
-template <class P> DK_Error* not_an_allocation(P& p, const char* call, const void* ptr,
-                                               int32_t device) {
+template <class P>
+DK_Error* not_an_allocation(P& p, const char* call, const void* ptr, int32_t device) {
   return dkh_error(DK_ERROR_INVALID_ARGUMENT,
                    "%s: %p is not a live allocation of %s:%d; expected exactly a pointer "
                    "Memory_Allocate returned and not yet freed: %s. Hint: look for a double "
@@ -302,8 +303,8 @@ constexpr uint32_t kLiveStream = 0x5354524d, kLiveEvent = 0x45564e54, kDead = 0;
 
 // A stream handle: not NULL, live (magic == kLiveStream) and, when device >= 0,
 // on that device. `S` has `magic` (atomic) and `device`.
-template <class P, class S> DK_Error* check_stream(const P& p, const char* call, const S* s,
-                                                   int32_t device) {
+template <class P, class S>
+DK_Error* check_stream(const P& p, const char* call, const S* s, int32_t device) {
   if (s == nullptr) {
     return dkh_error(DK_ERROR_INVALID_ARGUMENT,
                      "%s: stream is NULL; expected a stream from Stream_Create", call);

@@ -100,13 +100,13 @@ const DK_KernelTable DKH_TABLES_KERNEL_TABLE = {
  * C has no empty arrays: a NULL ends the list and is not counted, so the
  * fused .def may have no rows (or be left out). */
 #ifdef DKH_TABLES_FUSED_DEF
-#define DKH_FUSED(id, kname, supports_fn, launch_fn) \
-  static const DK_FusedKernel dkh_fused_##launch_fn = {  \
-      .struct_size = DK_FusedKernel_STRUCT_SIZE,     \
-      .op = DK_FUSED_##id,                           \
-      .name = kname,                                 \
-      .supports = supports_fn,                       \
-      .launch = launch_fn,                           \
+#define DKH_FUSED(id, kname, supports_fn, launch_fn)    \
+  static const DK_FusedKernel dkh_fused_##launch_fn = { \
+      .struct_size = DK_FusedKernel_STRUCT_SIZE,        \
+      .op = DK_FUSED_##id,                              \
+      .name = kname,                                    \
+      .supports = supports_fn,                          \
+      .launch = launch_fn,                              \
   };
 #include DKH_TABLES_FUSED_DEF
 #undef DKH_FUSED

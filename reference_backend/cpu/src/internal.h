@@ -58,8 +58,7 @@ inline DK_Error* check_initialized(const char* call) {  // DK_ERROR_FAILED_PRECO
 }
 
 inline DK_Error* check_device(const char* call, int32_t device) {  // DK_ERROR_OUT_OF_RANGE
-  return dkh::check_device(plugin(), call, device,
-                           ". Hint: set DEVICEKIT_CPU_DEVICES for more.");
+  return dkh::check_device(plugin(), call, device, ". Hint: set DEVICEKIT_CPU_DEVICES for more.");
 }
 
 // [p, p + bytes) must lie inside one live allocation of `device`: the strict

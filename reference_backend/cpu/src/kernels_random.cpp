@@ -23,7 +23,8 @@ struct RandomLaunch {
 // is the significand width of the output type (24 for float32 and float64,
 // 11 for float16, 8 for bfloat16): exact in that type and always < 1.
 template <class T> T uniform_from_bits(uint32_t w) {
-  if constexpr (std::is_same<T, f16>::value) return f16{dkh_float_to_half(float(w >> 21) * 0x1p-11f)};
+  if constexpr (std::is_same<T, f16>::value)
+    return f16{dkh_float_to_half(float(w >> 21) * 0x1p-11f)};
   else if constexpr (std::is_same<T, bf16>::value)
     return bf16{dkh_float_to_bfloat16(float(w >> 24) * 0x1p-8f)};
   else return T(float(w >> 8) * 0x1p-24f);

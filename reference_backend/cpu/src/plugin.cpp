@@ -89,8 +89,8 @@ DK_Error* dk_cpu_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
     Plugin& p = plugin();
     // Strict: the header says "called once". Devices are fixed after the
     // first call, so a second one is an SDK bug worth hearing about.
-    if (DK_Error* e = dkh_check_initialize(kCall, args, p.initialized.load(), DK_API_MAJOR,
-                                           DK_API_MINOR))
+    if (DK_Error* e =
+            dkh_check_initialize(kCall, args, p.initialized.load(), DK_API_MAJOR, DK_API_MINOR))
       return e;
 
     uint64_t devices = 1;

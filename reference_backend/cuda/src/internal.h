@@ -51,9 +51,7 @@ DK_Error* error_from_status(const char* call, const gpu::Status& s);
 
 // A device: its properties, over <devicekit/plugin_runtime.hpp>'s allocation
 // table (exact statistics) and live-stream list.
-struct Device : dkh::DeviceState<DK_Stream> {
-  gpu::Properties props;
-};
+struct Device : dkh::DeviceState<DK_Stream> { gpu::Properties props; };
 
 struct Plugin : dkh::PluginState<Device> {
   Plugin() : PluginState(DKCUDA_NAME) {}

@@ -35,8 +35,8 @@ DK_Error* dk_cuda_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
   static const char* const kCall = DKCUDA_NAME ".Plugin_Initialize";
   return guarded(kCall, [&]() -> DK_Error* {
     Plugin& p = plugin();
-    if (DK_Error* e = dkh_check_initialize(kCall, args, p.initialized.load(), DK_API_MAJOR,
-                                           DK_API_MINOR))
+    if (DK_Error* e =
+            dkh_check_initialize(kCall, args, p.initialized.load(), DK_API_MAJOR, DK_API_MINOR))
       return e;
     int32_t count = 0;
     const gpu::Status s = gpu::init(&count);
