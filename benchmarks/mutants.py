@@ -18,7 +18,8 @@ ERF_CHEAP = ("C(([](double v) { const double t = 1.0 / (1.0 + 0.3275911 * std::f
 
 MUTANTS = [
     # ---- casts and rounding (devicekit/plugin_half.h, dtype.h, kernels.cpp) ----
-    ("half_round_half_up", "devicekit/plugin_half.h", "if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;",
+    ("half_round_half_up", "devicekit/plugin_half.h",
+     "if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;",
      "if (rem >= 0x1000u) ++h;", "casts"),
     ("bf16_round_half_up", "devicekit/plugin_half.h",
      "const uint32_t rne = (x + 0x7fffu + lsb) >> 16;",
