@@ -1,5 +1,6 @@
 """Single-bug variants of the reference CPU plugin (reference_backend/cpu/src;
-files named relative to it, e.g. "fast/gemm.cpp"), in its default build (the
+files named relative to it, e.g. "fast/gemm.cpp"; "devicekit/plugin_half.h" is
+the shared plugin runtime header in device_api/include), in its default build (the
 fast paths included), for the mutation run (benchmarks/mutation_run.py) and its CI subset
 (tests/test_conformance_catches.py).
 
@@ -16,23 +17,25 @@ ERF_CHEAP = ("C(([](double v) { const double t = 1.0 / (1.0 + 0.3275911 * std::f
              "* t - 0.284496736) * t + 0.254829592) * t * std::exp(-v * v), v); })(double(x)))")
 
 MUTANTS = [
-    # ---- casts and rounding (half.h, dtype.h, kernels.cpp) ----
-    ("half_round_half_up", "half.h", "if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;",
+    # ---- casts and rounding (devicekit/plugin_half.h, dtype.h, kernels.cpp) ----
+    ("half_round_half_up", "devicekit/plugin_half.h",
+     "if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;",
      "if (rem >= 0x1000u) ++h;", "casts"),
-    ("bf16_round_half_up", "half.h", "return uint16_t((x + 0x7fffu + lsb) >> 16);",
-     "return uint16_t((x + 0x8000u) >> 16);", "casts"),
-    # the float32 -> bfloat16 cast kernel's own branch-free rounding (kernels.cpp)
-    ("bf16_nan_truncated", "kernels.cpp", "const uint32_t nan = (b >> 16) | 0x0040u;",
-     "const uint32_t nan = b >> 16;", "casts"),
-    ("half_overflow_saturates", "half.h",
-     "if (ax >= 0x47800000u) return uint16_t(sign | 0x7c00u);",
-     "if (ax >= 0x7f800000u) return uint16_t(sign | 0x7c00u);\n"
-     "  if (ax >= 0x477ff000u) return uint16_t(sign | 0x7bffu);", "casts"),
-    ("half_subnormal_flush", "half.h", "if (ax <= 0x33000000u) return sign;",
+    ("bf16_round_half_up", "devicekit/plugin_half.h",
+     "const uint32_t rne = (x + 0x7fffu + lsb) >> 16;",
+     "const uint32_t rne = (x + 0x8000u) >> 16;", "casts"),
+    # the float32 -> bfloat16 rounding's NaN select (the cast kernel's too)
+    ("bf16_nan_truncated", "devicekit/plugin_half.h", "const uint32_t nan = (x >> 16) | 0x0040u;",
+     "const uint32_t nan = x >> 16;", "casts"),
+    ("half_overflow_saturates", "devicekit/plugin_half.h",
+     "if (ax >= 0x47800000u) return (uint16_t)(sign | 0x7c00u);",
+     "if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u);\n"
+     "  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7bffu);", "casts"),
+    ("half_subnormal_flush", "devicekit/plugin_half.h", "if (ax <= 0x33000000u) return sign;",
      "if (ax < 0x33c00000u) return sign;", "casts"),
-    ("double_to_half_twice_rounded", "half.h",
-     "inline uint16_t double_to_half(double d) { return float_to_half(double_to_float_round_odd(d)); }",
-     "inline uint16_t double_to_half(double d) { return float_to_half(float(d)); }", "casts"),
+    ("double_to_half_twice_rounded", "devicekit/plugin_half.h",
+     "return dkh_float_to_half(dkh_double_to_float_round_odd(d));",
+     "return dkh_float_to_half((float)d);", "casts"),
     ("float_to_int_rounds", "dtype.h", "  v = std::trunc(v);\n", "  v = std::nearbyint(v);\n",
      "casts"),
     ("int_to_float32_via_double_float", "dtype.h",
@@ -48,8 +51,8 @@ MUTANTS = [
      "const T x = is_int ? convert<T>(double(v.value.i)) : convert<T>(v.value.f);", "casts"),
     # ---- elementwise numerics ----
     ("half_store_drops_lsb", "kernels_elementwise.cpp",
-     "if constexpr (std::is_same<T, f16>::value) return f16{float_to_half(x)};",
-     "if constexpr (std::is_same<T, f16>::value) return f16{uint16_t(float_to_half(x) & ~1u)};",
+     "if constexpr (std::is_same<T, f16>::value) return f16{dkh_float_to_half(x)};",
+     "if constexpr (std::is_same<T, f16>::value) return f16{uint16_t(dkh_float_to_half(x) & ~1u)};",
      "numerics"),
     ("abs_keeps_neg_zero", "kernels_elementwise.cpp", "else return std::fabs(x);  // abs(-0.0) = +0.0",
      "else return x < 0 ? -x : x;", "numerics"),
@@ -158,13 +161,13 @@ MUTANTS = [
      "for (int64_t bi = 0; bi < l.batch; ++bi) {", "for (int64_t bi = 0; bi < l.batch && bi < 2; ++bi) {",
      "gemm"),
     # ---- RNG ----
-    ("philox_nine_rounds", "philox.h", "for (int round = 0; round < 10; ++round) {",
+    ("philox_nine_rounds", "devicekit/plugin_philox.h", "for (int round = 0; round < 10; ++round) {",
      "for (int round = 0; round < 9; ++round) {", "rng"),
     ("uniform_half_wrong_bits", "kernels_random.cpp", "float(w >> 21) * 0x1p-11f",
      "float(w >> 22) * 0x1p-10f", "rng"),
     ("random_counter_32_bits", "kernels_random.cpp",
-     "devicekit_block(l.seed, l.offset + uint64_t(b))",
-     "devicekit_block(l.seed, uint64_t(uint32_t(l.offset + uint64_t(b))))", "rng"),
+     "dkh_philox_block(l.seed, l.offset + uint64_t(b))",
+     "dkh_philox_block(l.seed, uint64_t(uint32_t(l.offset + uint64_t(b))))", "rng"),
     # ---- fused kernels ----
     # the default build's attention backward is fast/attention.cpp's blocked one
     ("sdpa_backward_dots_drop_last_dim", "fast/attention.cpp",
@@ -229,14 +232,14 @@ MUTANTS += [
     ("scatter_src_shape_unchecked", "kernels_index.cpp",
      'if (DK_Error* e = check_same_shape(call, "input 2 (src)", src, index, "input 1 (index)"))\n'
      "        return e;", "if (false) return nullptr;", "arguments"),
-    ("view_bounds_ignore_offset", "runtime.cpp", "if (bytes > size - offset) {",
+    ("view_bounds_ignore_offset", "devicekit/plugin_runtime.hpp", "if (bytes > size - offset) {",
      "if (bytes > size) {", "arguments"),
     ("gather_negative_index_accepted", "kernels_index.cpp", "    if (i < 0 || i >= size) return j;",
      "    if (i >= size) return j;", "index"),
     # ---- the runtime contract ----
-    ("memory_stats_rounded_blocks", "runtime.cpp",
-     "    d.bytes_in_use += args->size;",
-     "    d.bytes_in_use += (args->size + 255) / 256 * 256;", "runtime"),
+    ("memory_stats_rounded_blocks", "devicekit/plugin_runtime.hpp",
+     "  d.bytes_in_use += size;",
+     "  d.bytes_in_use += (size + 255) / 256 * 256;", "runtime"),
     ("event_query_always_reached", "stream.cpp",
      "args->reached = point == nullptr || point->reached.load();", "args->reached = 1;", "runtime"),
     ("stream_sync_keeps_error", "stream.cpp",

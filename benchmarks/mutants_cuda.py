@@ -53,24 +53,25 @@ MUTANTS = [
     ("fused_max_keeps_first_on_nan", "fused_device.h",
      "DK_HD float max_nan(float a, float b) { return (b > a || b != b) ? b : a; }",
      "DK_HD float max_nan(float a, float b) { return b > a ? b : a; }", "numerics"),
-    # ---- casts ----
-    ("bf16_round_half_up", "half.h", "  return uint16_t((x + 0x7fffu + lsb) >> 16);",
-     "  return uint16_t((x + 0x8000u) >> 16);", "casts"),
-    ("half_round_half_up", "half.h",
+    # ---- casts (the conversions are the shared devicekit/plugin_half.h's) ----
+    ("bf16_round_half_up", "devicekit/plugin_half.h",
+     "  const uint32_t rne = (x + 0x7fffu + lsb) >> 16;",
+     "  const uint32_t rne = (x + 0x8000u) >> 16;", "casts"),
+    ("half_round_half_up", "devicekit/plugin_half.h",
      "  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;", "  if (rem >= 0x1000u) ++h;",
      "casts"),
-    ("bf16_nan_not_quieted", "half.h",
-     "return uint16_t((x >> 16) | 0x0040u);  // quiet NaN",
-     "return uint16_t(x >> 16);  // quiet NaN", "casts"),
+    ("bf16_nan_not_quieted", "devicekit/plugin_half.h",
+     "const uint32_t nan = (x >> 16) | 0x0040u;",
+     "const uint32_t nan = x >> 16;", "casts"),
     # ---- index checks and random ----
     ("gather_negative_index_accepted", "kernels_index.cu",
      "    if (idx < 0 || idx >= size) {\n      report_error(p.errors, DK_OP_GATHER,",
      "    if (idx >= size) {\n      report_error(p.errors, DK_OP_GATHER,", "index"),
-    ("philox_round_key_typo", "kernels_random.cu", "      k1 += 0xBB67AE85u;",
+    ("philox_round_key_typo", "devicekit/plugin_philox.h", "      k1 += 0xBB67AE85u;",
      "      k1 += 0xBB67AE84u;", "random"),
 ]
 
 #: A fast subset for CI: a barrier, a shuffle, an index check (each rebuilds
-#: few units; a half.h mutant rebuilds them all).
+#: few units; a plugin_half.h mutant rebuilds them all).
 CI_SUBSET = ["matmul_no_barrier_before_restage", "warp_sum_one_step_short",
              "gather_negative_index_accepted"]

@@ -98,9 +98,12 @@ def includes(src):
     direct = {}
     for f in files(src):
         with open(os.path.join(src, f), errors="replace") as fh:
-            found = re.findall(r'#include "([^"]+)"', fh.read())
+            text = fh.read()
+        found = re.findall(r'#include "([^"]+)"', text)
         direct[f] = {os.path.normpath(os.path.join(os.path.dirname(f), g)).replace(os.sep, "/")
                      for g in found}
+        # the shared plugin runtime headers, copied to src/devicekit/ by run()
+        direct[f] |= set(re.findall(r'#include <(devicekit/[^>]+)>', text))
     closure = {}
 
     def walk(f, seen):
@@ -121,7 +124,9 @@ def compile_unit(src, unit, obj, fast=True, target=None):
     if unit.endswith(".cu"):
         cmd += ["-x", "c++"]  # a SIMT kernel file: the host compiler builds the emulated kernels
     # DKCPU_FAST as CMakeLists.txt's DEVICEKIT_CPU_FAST sets it
-    cmd += [*COMMON, *(f.format(src=src) for f in target.flags), f"-DDKCPU_FAST={int(fast)}",
+    # -I{src} first: a copy of the shared headers in src/devicekit/ (run()) wins
+    cmd += [f"-I{src}", *COMMON, *(f.format(src=src) for f in target.flags),
+            f"-DDKCPU_FAST={int(fast)}",
             "-c", os.path.join(src, unit), "-o", obj]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
@@ -177,6 +182,9 @@ def run(selected, jobs, build_jobs, workdir, baseline=True, target=None):
     target = target or TARGETS["cpu"]
     src = os.path.join(workdir, "src")
     shutil.copytree(target.src, src)
+    # The plugin runtime both plugins share (device_api/include/devicekit/), so
+    # a mutant may name "devicekit/plugin_half.h" like one of the plugin's files.
+    shutil.copytree(os.path.join(INCLUDE, "devicekit"), os.path.join(src, "devicekit"))
     deps = includes(src)
     pool = futures.ThreadPoolExecutor(max_workers=build_jobs)
     print(f"building the unpatched {target.name} plugin in {workdir} ...", flush=True)

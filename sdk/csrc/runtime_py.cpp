@@ -92,16 +92,18 @@ py::buffer_info host_bytes(const py::array& a, bool writable) {
   return a.request(writable);
 }
 
-}  // namespace
-
-void bind_runtime(py::module_& m, DeviceClass& D) {
+// Buffer: a raw device allocation's pointer, size, device and free().
+void bind_buffer(py::module_& m) {
   py::class_<Buffer, std::shared_ptr<Buffer>>(m, "Buffer")
       .def_property_readonly("ptr",
                              [](const Buffer& b) { return reinterpret_cast<uintptr_t>(b.ptr); })
       .def_property_readonly("nbytes", [](const Buffer& b) { return b.nbytes; })
       .def_property_readonly("device", [](const Buffer& b) { return b.dev; })
       .def("free", &Buffer::free);
+}
 
+// Stream: synchronize, query and wait_event over the plugin's Stream_* calls.
+void bind_stream(py::module_& m) {
   py::class_<Stream, std::shared_ptr<Stream>>(m, "Stream")
       .def_property_readonly("device", [](const Stream& s) { return s.dev; })
       .def("synchronize", &Stream::synchronize)
@@ -119,7 +121,10 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
         s.dev->check_fork();
         s.dev->check(s.dev->api()->Stream_WaitEvent(&a), "Stream_WaitEvent");
       });
+}
 
+// Event: record, query, synchronize and elapsed_ms over the Event_* calls.
+void bind_event(py::module_& m) {
   py::class_<Event, std::shared_ptr<Event>>(m, "Event")
       .def("record",
            [](Event& e, Stream& s) {
@@ -154,8 +159,10 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
             return a.milliseconds;
           },
           py::arg("end"));
+}
 
-  // Device methods that create runtime objects or move raw bytes.
+// Device methods that create runtime objects: alloc, stream, event.
+void bind_device_objects(DeviceClass& D) {
   D.def(
        "alloc",
        [](const std::shared_ptr<Device>& d, size_t nbytes) {
@@ -181,29 +188,32 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
              s->s = a.stream;
              return s;
            })
-      .def("event",
-           [](const std::shared_ptr<Device>& d) {
-             d->begin_use();
-             auto a = DK_ARGS(DK_Event_Create_Args);
-             a.device = d->index();
-             d->check(d->api()->Event_Create(&a), "Event_Create");
-             d->check_created(a.event, "Event_Create", "event", "DK_Event_Create_Args.event");
-             auto e = std::make_shared<Event>();
-             e->dev = d;
-             e->e = a.event;
-             return e;
-           })
-      .def(
-          "copy_h2d",
-          [](Device& d, Buffer& dst, py::array src, size_t dst_offset, Stream* stream) {
-            py::buffer_info b = host_bytes(src, false);
-            const size_t n = size_t(b.size) * size_t(b.itemsize);
-            char* p = buffer_at(dst, dst_offset, n, "copy_h2d");
-            if (stream) stream->keepalive.append(src);
-            do_copy(d, DK_COPY_HOST_TO_DEVICE, p, b.ptr, n, stream);
-          },
-          py::arg("dst"), py::arg("src"), py::kw_only(), py::arg("dst_offset") = 0,
-          py::arg("stream") = nullptr)
+      .def("event", [](const std::shared_ptr<Device>& d) {
+        d->begin_use();
+        auto a = DK_ARGS(DK_Event_Create_Args);
+        a.device = d->index();
+        d->check(d->api()->Event_Create(&a), "Event_Create");
+        d->check_created(a.event, "Event_Create", "event", "DK_Event_Create_Args.event");
+        auto e = std::make_shared<Event>();
+        e->dev = d;
+        e->e = a.event;
+        return e;
+      });
+}
+
+// Device methods that move raw bytes: copy_h2d, copy_d2h, copy_d2d.
+void bind_device_copies(DeviceClass& D) {
+  D.def(
+       "copy_h2d",
+       [](Device& d, Buffer& dst, py::array src, size_t dst_offset, Stream* stream) {
+         py::buffer_info b = host_bytes(src, false);
+         const size_t n = size_t(b.size) * size_t(b.itemsize);
+         char* p = buffer_at(dst, dst_offset, n, "copy_h2d");
+         if (stream) stream->keepalive.append(src);
+         do_copy(d, DK_COPY_HOST_TO_DEVICE, p, b.ptr, n, stream);
+       },
+       py::arg("dst"), py::arg("src"), py::kw_only(), py::arg("dst_offset") = 0,
+       py::arg("stream") = nullptr)
       .def(
           "copy_d2h",
           [](Device& d, py::array dst, Buffer& src, size_t src_offset, Stream* stream) {
@@ -225,6 +235,18 @@ void bind_runtime(py::module_& m, DeviceClass& D) {
           },
           py::arg("dst"), py::arg("src"), py::arg("nbytes"), py::kw_only(),
           py::arg("dst_offset") = 0, py::arg("src_offset") = 0, py::arg("stream") = nullptr);
+}
+
+}  // namespace
+
+// The runtime objects (Buffer, Stream, Event) and the Device methods that
+// make them or move bytes, one step each.
+void bind_runtime(py::module_& m, DeviceClass& D) {
+  bind_buffer(m);
+  bind_stream(m);
+  bind_event(m);
+  bind_device_objects(D);
+  bind_device_copies(D);
 }
 
 }  // namespace dk

@@ -12,7 +12,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "half.h"
+#include <devicekit/plugin_half.h>
 
 namespace dkcpu {
 
@@ -43,8 +43,8 @@ template <class T> constexpr bool kIsFloat =
 
 // Every floating value widened to double, exactly.
 template <class T> double widen(T x) {
-  if constexpr (std::is_same<T, f16>::value) return half_to_float(x.bits);
-  else if constexpr (std::is_same<T, bf16>::value) return bfloat16_to_float(x.bits);
+  if constexpr (std::is_same<T, f16>::value) return dkh_half_to_float(x.bits);
+  else if constexpr (std::is_same<T, bf16>::value) return dkh_bfloat16_to_float(x.bits);
   else return double(x);
 }
 
@@ -79,7 +79,7 @@ template <class D> D float_to_int(double v) {
 }
 
 // Converts one element. Float targets round to nearest even (one rounding,
-// see half.h); integer -> integer wraps modulo 2^bits, through unsigned so no
+// see <devicekit/plugin_half.h>); integer -> integer wraps modulo 2^bits, through unsigned so no
 // signed overflow happens (the final narrowing is modular on GCC and Clang,
 // and by definition since C++20); anything -> bool is x != 0.
 // Known limit: int64 beyond 2^53 to float16/bfloat16 rounds twice (via double).
@@ -88,14 +88,14 @@ template <class D, class S> D convert(S x) {
     return boolean{uint8_t(is_nonzero(x))};
   } else if constexpr (kIsFloat<S>) {
     const double v = widen(x);
-    if constexpr (std::is_same<D, f16>::value) return f16{double_to_half(v)};
-    else if constexpr (std::is_same<D, bf16>::value) return bf16{double_to_bfloat16(v)};
+    if constexpr (std::is_same<D, f16>::value) return f16{dkh_double_to_half(v)};
+    else if constexpr (std::is_same<D, bf16>::value) return bf16{dkh_double_to_bfloat16(v)};
     else if constexpr (std::is_floating_point<D>::value) return D(v);
     else return float_to_int<D>(v);
   } else {
     const int64_t i = int_value(x);
-    if constexpr (std::is_same<D, f16>::value) return f16{double_to_half(double(i))};
-    else if constexpr (std::is_same<D, bf16>::value) return bf16{double_to_bfloat16(double(i))};
+    if constexpr (std::is_same<D, f16>::value) return f16{dkh_double_to_half(double(i))};
+    else if constexpr (std::is_same<D, bf16>::value) return bf16{dkh_double_to_bfloat16(double(i))};
     else if constexpr (std::is_floating_point<D>::value) return D(i);  // one rounding
     else return D(std::make_unsigned_t<D>(uint64_t(i)));
   }

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "fused_common.h"
-#include "half.h"
+#include <devicekit/plugin_half.h>
 #include "parallel.h"
 #if DKCPU_FAST
 #include "fast/fast.h"
@@ -38,9 +38,9 @@ inline void widen(DK_DType t, const void* src, float* __restrict dst, int64_t n)
   if (t == DK_DTYPE_FLOAT16 && fast::widen_f16(s, dst, n)) return;
 #endif
   if (t == DK_DTYPE_BFLOAT16)
-    for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16_to_float(s[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = dkh_bfloat16_to_float(s[i]);
   else
-    for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(s[i]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = dkh_half_to_float(s[i]);
 }
 
 // n float32 at src rounded once (to nearest even) into `t` at dst.
@@ -50,9 +50,9 @@ inline void narrow(DK_DType t, const float* __restrict src, void* dst, int64_t n
   if (t == DK_DTYPE_FLOAT16 && fast::narrow_f16(src, d, n)) return;
 #endif
   if (t == DK_DTYPE_BFLOAT16)
-    for (int64_t i = 0; i < n; ++i) d[i] = float_to_bfloat16(src[i]);
+    for (int64_t i = 0; i < n; ++i) d[i] = dkh_float_to_bfloat16(src[i]);
   else
-    for (int64_t i = 0; i < n; ++i) d[i] = float_to_half(src[i]);
+    for (int64_t i = 0; i < n; ++i) d[i] = dkh_float_to_half(src[i]);
 }
 
 inline const void* at(const void* p, int64_t elements) {  // 2-byte elements

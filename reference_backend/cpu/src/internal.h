@@ -1,21 +1,16 @@
 // What the plugin's C++ files share: the plugin's own argument checks, the
 // per-device state, and the one way to put work on a stream. The error object
-// (dkh_error, DK_Error) and the generic checks are <devicekit/plugin_helpers.h>'s.
+// (dkh_error, DK_Error) and the generic checks are <devicekit/plugin_helpers.h>'s;
+// the runtime glue every plugin shares is <devicekit/plugin_runtime.hpp>'s.
 #ifndef DEVICEKIT_CPU_INTERNAL_H_
 #define DEVICEKIT_CPU_INTERNAL_H_
 
 #include <devicekit/device_api.h>
-#include <devicekit/plugin_helpers.h>
+#include <devicekit/plugin_runtime.hpp>
 
-#include <atomic>
 #include <cstdint>
-#include <cstring>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <string>
 #include <type_traits>
-#include <vector>
+#include <utility>
 
 namespace dkcpu {
 
@@ -24,58 +19,55 @@ namespace dkcpu {
 // Errors are dkh_error(code, "cpu.Memory_Free: ...", ...): printf-style, the
 // message starting with the call; never NULL, never throws.
 
-DK_Error* error_from_exception(const char* call) noexcept;  // inside a catch block
+// Inside a catch block: <devicekit/plugin_runtime.hpp>'s, naming this plugin.
+inline DK_Error* error_from_exception(const char* call) noexcept {
+  return dkh::error_from_exception(call, "cpu");
+}
 
 // Runs an API call's body so that no exception ever crosses the C boundary.
 template <class Body> DK_Error* guarded(const char* call, Body&& body) noexcept {
-  try {
-    return body();
-  } catch (...) { return error_from_exception(call); }
+  return dkh::guarded(call, "cpu", std::forward<Body>(body));
 }
 
-// ---- Argument checks (one helper each, used by every call) ----------------
+// ---- Plugin and device state ----------------------------------------------
 
-// DK_ERROR_FAILED_PRECONDITION before Plugin_Initialize.
-DK_Error* check_initialized(const char* call);
+// A device: <devicekit/plugin_runtime.hpp>'s allocation table (exact
+// statistics) and live-stream list; nothing of its own.
+struct Device : dkh::DeviceState<DK_Stream> {};
+
+struct Plugin : dkh::PluginState<Device> {
+  Plugin() : PluginState("cpu") {}
+  uint64_t total_memory = 0;  // per device, bytes: the budget Memory_Allocate keeps to
+};
+
+Plugin& plugin();  // the one instance, never destroyed (see plugin.cpp)
+
+// ---- Argument checks (one helper each, used by every call) ----------------
 
 // Plugin initialised, then DKH_CHECK_STRUCT: args not NULL, struct_size at
 // least the size this plugin was built with (a larger one is a newer caller
 // and is fine: we read only our fields).
-#define DKCPU_CHECK_ARGS(call, args, Type)                          \
-  do {                                                              \
-    if (DK_Error* e_ = ::dkcpu::check_initialized(call)) return e_; \
-    DKH_CHECK_STRUCT(call, args, Type);                             \
+#define DKCPU_CHECK_ARGS(call, args, Type)                                           \
+  do {                                                                               \
+    if (DK_Error* e_ = ::dkh::check_initialized(::dkcpu::plugin(), call)) return e_; \
+    DKH_CHECK_STRUCT(call, args, Type);                                              \
   } while (0)
 
-DK_Error* check_device(const char* call, int32_t device);  // DK_ERROR_OUT_OF_RANGE
+inline DK_Error* check_initialized(const char* call) {  // DK_ERROR_FAILED_PRECONDITION
+  return dkh::check_initialized(plugin(), call);
+}
+
+inline DK_Error* check_device(const char* call, int32_t device) {  // DK_ERROR_OUT_OF_RANGE
+  return dkh::check_device(plugin(), call, device, ". Hint: set DEVICEKIT_CPU_DEVICES for more.");
+}
 
 // [p, p + bytes) must lie inside one live allocation of `device`: the strict
 // simulation that catches host pointers, freed buffers, wrong devices and
 // views running past their buffer when the SDK passes them, not later.
-DK_Error* check_device_memory(const char* call, const char* what, int32_t device, const void* p,
-                              uint64_t bytes);
-
-// ---- Plugin and device state ----------------------------------------------
-
-struct Device {
-  std::mutex mem_mu;                         // guards the three fields below
-  std::map<uintptr_t, size_t> allocations;   // base address -> requested bytes
-  uint64_t bytes_in_use = 0;
-  uint64_t peak_bytes_in_use = 0;
-
-  std::mutex streams_mu;                           // guards `streams`
-  std::vector<std::shared_ptr<DK_Stream>> streams;  // live ones, for Device_Synchronize
-};
-
-struct Plugin {
-  std::atomic<bool> initialized{false};
-  int32_t num_devices = 0;     // fixed by Plugin_Initialize
-  uint64_t total_memory = 0;   // per device, bytes
-  std::string attributes;      // Plugin_GetInfo's, built once
-  std::unique_ptr<Device[]> devices;
-};
-
-Plugin& plugin();  // the one instance, never destroyed (see plugin.cpp)
+inline DK_Error* check_device_memory(const char* call, const char* what, int32_t device,
+                                     const void* p, uint64_t bytes) {
+  return dkh::check_device_memory(plugin(), call, what, device, p, bytes);
+}
 
 // ---- Streams: the only way work is enqueued ---------------------------------
 
@@ -86,7 +78,7 @@ using WorkFn = DK_Error* (*)(const void* payload);
 constexpr size_t kMaxPayloadBytes = 512;
 
 // NULL, destroyed, or not on `device` (-1: any device) -> an error naming `call`.
-DK_Error* check_stream(const char* call, const DK_Stream* stream, int32_t device);
+DK_Error* check_stream(const char* call, const DK_Stream* stream, int32_t device);  // stream.cpp
 
 // Copies `bytes` of payload into the stream's fixed-size queue slot: no heap
 // allocation and, in steady state, no system call.

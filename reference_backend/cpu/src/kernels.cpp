@@ -107,23 +107,21 @@ DK_Error* run_fill(const void* payload) {
 }
 
 // One element, as convert<D> does. From float32 to float16 / bfloat16 and
-// back, convert's route through double is exact, so these call half.h's
-// float functions directly: float32 -> bfloat16 is then a few integer ops
-// the compiler vectorises (mixed-precision training casts every weight and
-// activation at each linear layer; through double it was 14% of a bfloat16
-// GPT step).
+// back, convert's route through double is exact, so these call
+// <devicekit/plugin_half.h>'s float functions directly: float32 -> bfloat16
+// (the one rounding every plugin shares, branch-free) is then a few integer
+// ops the compiler vectorises (mixed-precision training casts every weight
+// and activation at each linear layer; through double it was 14% of a
+// bfloat16 GPT step).
 template <class D, class S> D cast_one(S x) {
   if constexpr (std::is_same<S, float>::value && std::is_same<D, bf16>::value) {
-    const uint32_t b = float_bits(x);
-    const uint32_t rne = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;  // float_to_bfloat16, branch-free
-    const uint32_t nan = (b >> 16) | 0x0040u;
-    return bf16{uint16_t((b & 0x7fffffffu) > 0x7f800000u ? nan : rne)};
+    return bf16{dkh_float_to_bfloat16(x)};
   } else if constexpr (std::is_same<S, bf16>::value && std::is_same<D, float>::value) {
-    return bfloat16_to_float(x.bits);
+    return dkh_bfloat16_to_float(x.bits);
   } else if constexpr (std::is_same<S, float>::value && std::is_same<D, f16>::value) {
-    return f16{float_to_half(x)};
+    return f16{dkh_float_to_half(x)};
   } else if constexpr (std::is_same<S, f16>::value && std::is_same<D, float>::value) {
-    return half_to_float(x.bits);
+    return dkh_half_to_float(x.bits);
   } else {
     return convert<D>(x);
   }

@@ -14,7 +14,7 @@
 // Worker: the Plan is split across cores (parallel_for); each row segment
 // runs a plain loop over __restrict pointers, instantiated per pattern of
 // broadcast (stride-0) inputs, so the float32 loops vectorise at -O3.
-// float16 / bfloat16 compute in float32 and round once (half.h); float64 in
+// float16 / bfloat16 compute in float32 and round once (<devicekit/plugin_half.h>); float64 in
 // double; integers in unsigned arithmetic where signed could overflow.
 #include <cmath>
 #include <cstring>
@@ -208,14 +208,14 @@ struct WHERE : Select {
 
 // ---- Storage <-> compute ---------------------------------------------------------
 
-inline float load(f16 x) { return half_to_float(x.bits); }
-inline float load(bf16 x) { return bfloat16_to_float(x.bits); }
+inline float load(f16 x) { return dkh_half_to_float(x.bits); }
+inline float load(bf16 x) { return dkh_bfloat16_to_float(x.bits); }
 inline bool load(boolean x) { return x.value != 0; }
 template <class T> T load(T x) { return x; }
 
 template <class T, class C> T store(C x) {
-  if constexpr (std::is_same<T, f16>::value) return f16{float_to_half(x)};
-  else if constexpr (std::is_same<T, bf16>::value) return bf16{float_to_bfloat16(x)};
+  if constexpr (std::is_same<T, f16>::value) return f16{dkh_float_to_half(x)};
+  else if constexpr (std::is_same<T, bf16>::value) return bf16{dkh_float_to_bfloat16(x)};
   else if constexpr (std::is_same<T, boolean>::value) return boolean{uint8_t(x ? 1 : 0)};
   else return T(x);
 }

@@ -1,11 +1,13 @@
-// random_bits and random_uniform: counter-based Philox4x32-10 (philox.h).
+// random_bits and random_uniform: counter-based Philox4x32-10
+// (<devicekit/plugin_philox.h>, shared with every plugin).
 //
 // Element n of the output is a pure function of (seed, offset, n), so the
 // output is split across cores with no shared state and is identical to every
 // other backend's, whatever the thread count.
+#include <devicekit/plugin_philox.h>
+
 #include "kernel_common.h"
 #include "parallel.h"
-#include "philox.h"
 
 namespace dkcpu {
 namespace {
@@ -21,9 +23,10 @@ struct RandomLaunch {
 // is the significand width of the output type (24 for float32 and float64,
 // 11 for float16, 8 for bfloat16): exact in that type and always < 1.
 template <class T> T uniform_from_bits(uint32_t w) {
-  if constexpr (std::is_same<T, f16>::value) return f16{float_to_half(float(w >> 21) * 0x1p-11f)};
+  if constexpr (std::is_same<T, f16>::value)
+    return f16{dkh_float_to_half(float(w >> 21) * 0x1p-11f)};
   else if constexpr (std::is_same<T, bf16>::value)
-    return bf16{float_to_bfloat16(float(w >> 24) * 0x1p-8f)};
+    return bf16{dkh_float_to_bfloat16(float(w >> 24) * 0x1p-8f)};
   else return T(float(w >> 8) * 0x1p-24f);
 }
 
@@ -33,7 +36,7 @@ template <class T, bool kBits> void generate(const RandomLaunch& l) {
   parallel_for(blocks, 1024, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       // The counter wraps modulo 2^64, as the header's uint64 arithmetic implies.
-      const Philox4x32 r = devicekit_block(l.seed, l.offset + uint64_t(b));
+      const dkh_Philox4x32 r = dkh_philox_block(l.seed, l.offset + uint64_t(b));
       const int64_t n0 = 4 * b, words = std::min<int64_t>(4, l.numel - n0);
       for (int64_t j = 0; j < words; ++j) {
         if constexpr (kBits) out[n0 + j] = T(r.w[j]);  // int32: the same bits

@@ -1,11 +1,11 @@
-// Exceptions to errors, the plugin's own argument checks, Plugin_Initialize
-// and Plugin_GetInfo. The error object and Error_* are plugin_helpers.h's.
+// Plugin_Initialize (the environment this plugin reads, the memory budget)
+// and Plugin_GetInfo. The error object and Error_* are plugin_helpers.h's; the
+// version check, exceptions as errors and the argument checks are
+// <devicekit/plugin_runtime.hpp>'s.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <system_error>
 #include <thread>
 
 #include <unistd.h>
@@ -70,40 +70,6 @@ constexpr int32_t kMaxDevices = 64;  // plenty for multi-device tests; catches t
 
 }  // namespace
 
-DK_Error* error_from_exception(const char* call) noexcept {
-  try {
-    throw;
-  } catch (const std::bad_alloc&) {
-    return dkh_error(DK_ERROR_OUT_OF_MEMORY,
-                     "%s: out of host memory. Hint: free tensors or lower the batch size.", call);
-  } catch (const std::system_error& e) {  // e.g. std::thread could not start a worker
-    return dkh_error(DK_ERROR_UNAVAILABLE, "%s: the system refused: %s", call, e.what());
-  } catch (const std::exception& e) {
-    return dkh_error(DK_ERROR_INTERNAL, "%s: internal error in the cpu plugin: %s", call, e.what());
-  } catch (...) {
-    return dkh_error(DK_ERROR_INTERNAL, "%s: internal error in the cpu plugin", call);
-  }
-}
-
-DK_Error* check_initialized(const char* call) {
-  if (plugin().initialized.load(std::memory_order_acquire)) return nullptr;
-  return dkh_error(DK_ERROR_FAILED_PRECONDITION,
-                   "%s: called before Plugin_Initialize. Hint: the SDK must call "
-                   "Plugin_Initialize once, right after checking the version.",
-                   call);
-}
-
-DK_Error* check_device(const char* call, int32_t device) {
-  const int32_t n = plugin().num_devices;
-  if (device < 0 || device >= n) {
-    return dkh_error(DK_ERROR_OUT_OF_RANGE,
-                     "%s: device ordinal %d is out of range; this plugin has %d device(s), "
-                     "cpu:0..cpu:%d. Hint: set DEVICEKIT_CPU_DEVICES for more.",
-                     call, device, n, n - 1);
-  }
-  return nullptr;
-}
-
 // Deliberately leaked: worker threads of streams the SDK never destroyed may
 // still run while static destructors do, and must find their state intact.
 Plugin& plugin() {
@@ -121,28 +87,11 @@ DK_Error* dk_cpu_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
   static const char* const kCall = "cpu.Plugin_Initialize";
   return guarded(kCall, [&]() -> DK_Error* {
     Plugin& p = plugin();
-    if (args == nullptr || args->struct_size < DK_Plugin_Initialize_Args_STRUCT_SIZE) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                       "%s: args is NULL or struct_size %zu < %zu. Hint: set it with "
-                       "DK_Plugin_Initialize_Args_STRUCT_SIZE.",
-                       kCall, args ? args->struct_size : size_t(0),
-                       size_t(DK_Plugin_Initialize_Args_STRUCT_SIZE));
-    }
     // Strict: the header says "called once". Devices are fixed after the
     // first call, so a second one is an SDK bug worth hearing about.
-    if (p.initialized.load()) {
-      return dkh_error(DK_ERROR_FAILED_PRECONDITION,
-                       "%s: called a second time in this process; expected exactly once. "
-                       "Hint: load each plugin once per process and reuse it.",
-                       kCall);
-    }
-    if (args->sdk_api_major != DK_API_MAJOR) {
-      return dkh_error(DK_ERROR_FAILED_PRECONDITION,
-                       "%s: the SDK speaks device API %d.%d, this plugin was built for %d.%d; "
-                       "majors must match. Hint: install a devicekit %d.x release.",
-                       kCall, args->sdk_api_major, args->sdk_api_minor, DK_API_MAJOR, DK_API_MINOR,
-                       DK_API_MAJOR);
-    }
+    if (DK_Error* e =
+            dkh_check_initialize(kCall, args, p.initialized.load(), DK_API_MAJOR, DK_API_MINOR))
+      return e;
 
     uint64_t devices = 1;
     const char* env = std::getenv("DEVICEKIT_CPU_DEVICES");

@@ -1,4 +1,6 @@
-// Devices, device memory (with exact statistics) and copies.
+// Devices, device memory (with exact statistics) and copies: what is the
+// CPU's own (committing host memory, the copy itself) over the shared
+// bookkeeping and checks of <devicekit/plugin_runtime.hpp>.
 //
 // "Device memory" is ordinary host memory, but every device pointer the SDK
 // hands back is checked against the live allocations of that device (see
@@ -21,39 +23,6 @@ namespace {
 constexpr size_t kAlignment = 64;  // a cache line: no false sharing between buffers
 constexpr uint64_t kCapabilities =
     DK_DEVICE_CAP_ASYNC_COPY | DK_DEVICE_CAP_HOST_MEMORY | DK_DEVICE_CAP_TIMING_EVENTS;
-
-// The allocation of `device` containing p, or end(). Caller holds mem_mu.
-std::map<uintptr_t, size_t>::const_iterator find_allocation(const Device& d, uintptr_t p) {
-  auto it = d.allocations.upper_bound(p);
-  if (it == d.allocations.begin()) return d.allocations.end();
-  --it;
-  return p < it->first + it->second ? it : d.allocations.end();  // sizes are never 0
-}
-
-// Which device's allocation holds p, for a hint in an error message; -1: none.
-int32_t owning_device(const void* p) {
-  Plugin& pl = plugin();
-  for (int32_t i = 0; i < pl.num_devices; ++i) {
-    std::lock_guard<std::mutex> lock(pl.devices[i].mem_mu);
-    if (find_allocation(pl.devices[i], uintptr_t(p)) != pl.devices[i].allocations.end()) return i;
-  }
-  return -1;
-}
-
-std::string pointer_hint(const void* p, int32_t device) {
-  const int32_t owner = owning_device(p);
-  if (owner >= 0 && owner != device) {
-    return "it belongs to cpu:" + std::to_string(owner) + ", not cpu:" + std::to_string(device);
-  }
-  return "it is not device memory of cpu:" + std::to_string(device) +
-         " (a host pointer, a freed buffer, or garbage?)";
-}
-
-bool is_device_memory(int32_t device, const void* p) {
-  Device& d = plugin().devices[device];
-  std::lock_guard<std::mutex> lock(d.mem_mu);
-  return find_allocation(d, uintptr_t(p)) != d.allocations.end();
-}
 
 // Committed memory: an allocation that succeeds is backed by real pages now,
 // so running out shows as OUT_OF_MEMORY here and never as the kernel's OOM
@@ -112,34 +81,6 @@ DK_Error* run_copy(const void* payload) {
 
 }  // namespace
 
-DK_Error* check_device_memory(const char* call, const char* what, int32_t device, const void* p,
-                              uint64_t bytes) {
-  Device& d = plugin().devices[device];
-  uintptr_t base = 0;
-  size_t size = 0;
-  {
-    std::lock_guard<std::mutex> lock(d.mem_mu);
-    auto it = find_allocation(d, uintptr_t(p));
-    if (it != d.allocations.end()) {
-      base = it->first;
-      size = it->second;
-    }
-  }
-  if (size == 0) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s at %p is not inside a live allocation: %s",
-                     call, what, p, pointer_hint(p, device).c_str());
-  }
-  const uint64_t offset = uintptr_t(p) - base;
-  if (bytes > size - offset) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: %s spans %llu bytes from offset %llu of a %zu-byte allocation at %p; "
-                     "expected at most %llu. Hint: check the view's shape, strides and dtype.",
-                     call, what, (unsigned long long)bytes, (unsigned long long)offset, size,
-                     reinterpret_cast<void*>(base), (unsigned long long)(size - offset));
-  }
-  return nullptr;
-}
-
 }  // namespace dkcpu
 
 using namespace dkcpu;
@@ -168,11 +109,7 @@ DK_Error* dk_cpu_Device_MemoryStats(DK_Device_MemoryStats_Args* args) {
   static const char* const kCall = "cpu.Device_MemoryStats";
   DKCPU_CHECK_ARGS(kCall, args, DK_Device_MemoryStats_Args);
   if (DK_Error* e = check_device(kCall, args->device)) return e;
-  Device& d = plugin().devices[args->device];
-  std::lock_guard<std::mutex> lock(d.mem_mu);  // one consistent snapshot
-  args->bytes_in_use = d.bytes_in_use;
-  args->peak_bytes_in_use = d.peak_bytes_in_use;
-  args->num_allocs = d.allocations.size();
+  dkh::memory_stats(plugin().devices[args->device], args);
   return nullptr;
 }
 
@@ -198,14 +135,7 @@ DK_Error* dk_cpu_Memory_Allocate(DK_Memory_Allocate_Args* args) {
                        d.allocations.size(),
                        args->size <= available ? "; the host could not commit that much" : "");
     }
-    try {
-      d.allocations.emplace(uintptr_t(p), args->size);
-    } catch (...) {
-      release(p, args->size);
-      throw;
-    }
-    d.bytes_in_use += args->size;
-    d.peak_bytes_in_use = std::max(d.peak_bytes_in_use, d.bytes_in_use);
+    dkh::add_allocation(d, p, args->size, [&](void* q) { release(q, args->size); });
     args->ptr = p;
     return nullptr;
   });
@@ -220,19 +150,12 @@ DK_Error* dk_cpu_Memory_Free(DK_Memory_Free_Args* args) {
     Device& d = plugin().devices[args->device];
     {
       std::lock_guard<std::mutex> lock(d.mem_mu);
-      auto it = d.allocations.find(uintptr_t(args->ptr));
-      if (it != d.allocations.end()) {
-        d.bytes_in_use -= it->second;
-        release(args->ptr, it->second);
-        d.allocations.erase(it);
+      if (const size_t size = dkh::remove_allocation(d, args->ptr)) {
+        release(args->ptr, size);
         return nullptr;
       }
     }
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: %p is not a live allocation of cpu:%d; expected exactly a pointer "
-                     "Memory_Allocate returned and not yet freed: %s. Hint: look for a double "
-                     "free or a freed view offset into a buffer.",
-                     kCall, args->ptr, args->device, pointer_hint(args->ptr, args->device).c_str());
+    return dkh::not_an_allocation(plugin(), kCall, args->ptr, args->device);
   });
 }
 
@@ -241,48 +164,8 @@ DK_Error* dk_cpu_Memcpy(DK_Memcpy_Args* args) {
   DKCPU_CHECK_ARGS(kCall, args, DK_Memcpy_Args);
   if (DK_Error* e = check_device(kCall, args->device)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
-    const int kind = int(args->kind);
-    if (kind < DK_COPY_HOST_TO_DEVICE || kind > DK_COPY_DEVICE_TO_DEVICE) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                       "%s: kind is %d; expected DK_COPY_HOST_TO_DEVICE (0), "
-                       "DK_COPY_DEVICE_TO_HOST (1) or DK_COPY_DEVICE_TO_DEVICE (2)",
-                       kCall, kind);
-    }
-    if (args->stream != nullptr) {
-      if (DK_Error* e = check_stream(kCall, args->stream, args->device)) return e;
-    }
+    if (DK_Error* e = dkh::check_memcpy(plugin(), kCall, args, check_stream)) return e;
     if (args->size == 0) return nullptr;
-    if (args->dst == nullptr || args->src == nullptr) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: %s is NULL with size %zu; expected a %s",
-                       kCall, args->dst == nullptr ? "dst" : "src", args->size,
-                       "valid pointer (NULL is allowed only when size is 0)");
-    }
-    const bool dst_dev = kind != DK_COPY_DEVICE_TO_HOST, src_dev = kind != DK_COPY_HOST_TO_DEVICE;
-    if (dst_dev) {
-      if (DK_Error* e = check_device_memory(kCall, "dst", args->device, args->dst, args->size))
-        return e;
-    } else if (is_device_memory(args->device, args->dst)) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                       "%s: kind is DEVICE_TO_HOST but dst %p is device memory of cpu:%d. "
-                       "Hint: use DK_COPY_DEVICE_TO_DEVICE.",
-                       kCall, args->dst, args->device);
-    }
-    if (src_dev) {
-      if (DK_Error* e = check_device_memory(kCall, "src", args->device, args->src, args->size))
-        return e;
-    } else if (is_device_memory(args->device, args->src)) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                       "%s: kind is HOST_TO_DEVICE but src %p is device memory of cpu:%d. "
-                       "Hint: use DK_COPY_DEVICE_TO_DEVICE.",
-                       kCall, args->src, args->device);
-    }
-    const auto d = uintptr_t(args->dst), s = uintptr_t(args->src);
-    if (d < s + args->size && s < d + args->size) {
-      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                       "%s: dst %p and src %p overlap (%zu bytes each); expected disjoint "
-                       "ranges. Hint: copy through a temporary buffer.",
-                       kCall, args->dst, args->src, args->size);
-    }
     const CopyPayload copy{args->dst, args->src, args->size};
     if (args->stream == nullptr) return run_copy(&copy);
     enqueue(args->stream, run_copy, copy);

@@ -88,12 +88,13 @@ struct WorkItem {
   alignas(16) unsigned char payload[kMaxPayloadBytes];
 };
 
-constexpr uint32_t kLiveStream = 0x5354524d, kLiveEvent = 0x45564e54, kDead = 0;
-
 }  // namespace
 }  // namespace dkcpu
 
 using namespace dkcpu;
+using dkh::kDead;
+using dkh::kLiveEvent;
+using dkh::kLiveStream;
 
 struct DK_Stream {
   explicit DK_Stream(int32_t dev) : device(dev), slots(new WorkItem[kQueueSlots]) {}
@@ -194,19 +195,7 @@ DK_Error* take_error(DK_Stream* s) {
 }
 
 DK_Error* check_event(const char* call, const char* what, const DK_Event* e) {
-  if (e == nullptr) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: %s is NULL; expected an event from "
-                     "Event_Create",
-                     call, what);
-  }
-  if (e->magic.load() != kLiveEvent) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: %s %p is not a live event. Hint: was it "
-                     "already passed to Event_Destroy?",
-                     call, what, static_cast<const void*>(e));
-  }
-  return nullptr;
+  return dkh::check_event(call, what, e);
 }
 
 std::shared_ptr<EventPoint> current_point(DK_Event* e) {
@@ -217,25 +206,7 @@ std::shared_ptr<EventPoint> current_point(DK_Event* e) {
 }  // namespace
 
 DK_Error* check_stream(const char* call, const DK_Stream* s, int32_t device) {
-  if (s == nullptr) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: stream is NULL; expected a stream from "
-                     "Stream_Create",
-                     call);
-  }
-  if (s->magic.load() != kLiveStream) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: stream %p is not a live stream. Hint: was "
-                     "it already passed to Stream_Destroy?",
-                     call, static_cast<const void*>(s));
-  }
-  if (device >= 0 && s->device != device) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: stream %p belongs to cpu:%d; expected a "
-                     "stream of cpu:%d",
-                     call, static_cast<const void*>(s), s->device, device);
-  }
-  return nullptr;
+  return dkh::check_stream(plugin(), call, s, device);
 }
 
 void enqueue_raw(DK_Stream* s, WorkFn fn, const void* payload, size_t bytes) {
@@ -255,12 +226,10 @@ DK_Error* dk_cpu_Stream_Create(DK_Stream_Create_Args* args) {
   DKCPU_CHECK_ARGS(kCall, args, DK_Stream_Create_Args);
   if (DK_Error* e = check_device(kCall, args->device)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
-    Device& d = plugin().devices[args->device];
     auto s = std::make_shared<DK_Stream>(args->device);
     s->worker = std::thread(worker_main, s.get());
     try {
-      std::lock_guard<std::mutex> lock(d.streams_mu);
-      d.streams.push_back(s);
+      dkh::add_stream(plugin().devices[args->device], s);
     } catch (...) {
       s->stop.store(true);
       s->work_ready.wake();
@@ -278,18 +247,7 @@ DK_Error* dk_cpu_Stream_Destroy(DK_Stream_Destroy_Args* args) {
   if (DK_Error* e = check_stream(kCall, args->stream, -1)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
     DK_Stream* s = args->stream;
-    std::shared_ptr<DK_Stream> keep;  // a concurrent Device_Synchronize may hold another
-    {
-      Device& d = plugin().devices[s->device];
-      std::lock_guard<std::mutex> lock(d.streams_mu);
-      for (auto it = d.streams.begin(); it != d.streams.end(); ++it) {
-        if (it->get() == s) {
-          keep = std::move(*it);
-          d.streams.erase(it);
-          break;
-        }
-      }
-    }
+    const std::shared_ptr<DK_Stream> keep = dkh::remove_stream(plugin().devices[s->device], s);
     drain(s);
     s->stop.store(true);
     s->work_ready.wake();
@@ -324,12 +282,7 @@ DK_Error* dk_cpu_Device_Synchronize(DK_Device_Synchronize_Args* args) {
   DKCPU_CHECK_ARGS(kCall, args, DK_Device_Synchronize_Args);
   if (DK_Error* e = check_device(kCall, args->device)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
-    std::vector<std::shared_ptr<DK_Stream>> streams;
-    {
-      Device& d = plugin().devices[args->device];
-      std::lock_guard<std::mutex> lock(d.streams_mu);
-      streams = d.streams;  // sync outside the lock: Stream_Create/Destroy stay free
-    }
+    const auto streams = dkh::live_streams(plugin().devices[args->device]);
     for (auto& s : streams) drain(s.get());
     // Only the first error is returned (and cleared); other streams keep
     // theirs for their own next synchronize rather than losing them.
@@ -417,11 +370,7 @@ DK_Error* dk_cpu_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args) {
   const std::shared_ptr<EventPoint> end = current_point(args->end);
   for (const auto* p : {&start, &end}) {
     if (*p == nullptr || !(*p)->reached.load()) {
-      return dkh_error(DK_ERROR_FAILED_PRECONDITION,
-                       "%s: event '%s' is %s; expected both events recorded and reached. "
-                       "Hint: Event_Synchronize both events first.",
-                       kCall, p == &start ? "start" : "end",
-                       *p == nullptr ? "not recorded" : "recorded but not reached yet");
+      return dkh::event_not_reached(kCall, p == &start ? "start" : "end", *p != nullptr);
     }
   }
   args->milliseconds = std::chrono::duration<double, std::milli>(end->when - start->when).count();

@@ -5,57 +5,33 @@
 #define DEVICEKIT_CUDA_API_H_
 
 #include <devicekit/device_api.h>
+#include <devicekit/plugin_runtime.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* src/plugin.cpp: initialisation, plugin information. (The Error_* entries
- * are <devicekit/plugin_helpers.h>'s dkh_Error_*.) */
-DK_Error* dk_cuda_Plugin_Initialize(DK_Plugin_Initialize_Args* args);
-DK_Error* dk_cuda_Plugin_GetInfo(DK_Plugin_GetInfo_Args* args);
+/* The runtime calls, dk_cuda_Plugin_Initialize .. dk_cuda_Event_ElapsedTime
+ * (<devicekit/plugin_runtime.h> names them): src/plugin.cpp (Plugin_*), src/runtime.cpp (Device_Count,
+ * Device_GetProperties, Device_MemoryStats, Memory_*, Memcpy), src/stream.cpp
+ * (streams, events, Device_Synchronize, over src/gpu.h).
+ * The Error_* entries are <devicekit/plugin_helpers.h>'s dkh_Error_*. */
+DKH_DECLARE_RUNTIME_CALLS(dk_cuda);
 
-/* src/runtime.cpp: devices, memory, copies. */
-DK_Error* dk_cuda_Device_Count(DK_Device_Count_Args* args);
-DK_Error* dk_cuda_Device_GetProperties(DK_Device_GetProperties_Args* args);
-DK_Error* dk_cuda_Device_MemoryStats(DK_Device_MemoryStats_Args* args);
-DK_Error* dk_cuda_Memory_Allocate(DK_Memory_Allocate_Args* args);
-DK_Error* dk_cuda_Memory_Free(DK_Memory_Free_Args* args);
-DK_Error* dk_cuda_Memcpy(DK_Memcpy_Args* args);
-
-/* src/stream.cpp: streams, events, device sync (over src/gpu.h). */
-DK_Error* dk_cuda_Device_Synchronize(DK_Device_Synchronize_Args* args);
-DK_Error* dk_cuda_Stream_Create(DK_Stream_Create_Args* args);
-DK_Error* dk_cuda_Stream_Destroy(DK_Stream_Destroy_Args* args);
-DK_Error* dk_cuda_Stream_Synchronize(DK_Stream_Synchronize_Args* args);
-DK_Error* dk_cuda_Stream_Query(DK_Stream_Query_Args* args);
-DK_Error* dk_cuda_Stream_WaitEvent(DK_Stream_WaitEvent_Args* args);
-DK_Error* dk_cuda_Event_Create(DK_Event_Create_Args* args);
-DK_Error* dk_cuda_Event_Destroy(DK_Event_Destroy_Args* args);
-DK_Error* dk_cuda_Event_Record(DK_Event_Record_Args* args);
-DK_Error* dk_cuda_Event_Query(DK_Event_Query_Args* args);
-DK_Error* dk_cuda_Event_Synchronize(DK_Event_Synchronize_Args* args);
-DK_Error* dk_cuda_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args);
-
-/* The base-operator kernels, one per row of ops_*.def. */
-#define DKCUDA_OP(id, fn, dtypes, caps) DK_Error* fn(const DK_Kernel_Args* args);
-#include "ops_1_0.def"
-#include "ops_1_1.def"
+/* The kernels and fused kernels, one row each in the .def files
+ * (ops_all.def and fused.def list them), declared here; api.c defines the
+ * kernel table dk_cuda_kernel_table (also read by the kernels' own
+ * validation, so what they accept can never drift from what they declare),
+ * the fused-kernel registry, the DK_Api table and DK_GetApi from the same
+ * rows: <devicekit/plugin_tables.h>. */
+#define DKCUDA_OP(id, fn, dtypes, caps) DKH_OP(id, fn, dtypes, caps)
+#define DKCUDA_FUSED(id, name, supports, launch) DKH_FUSED(id, name, supports, launch)
+#define DKH_TABLES_PREFIX dk_cuda
+#define DKH_TABLES_OPS_DEF "ops_all.def"
+#define DKH_TABLES_FUSED_DEF "fused.def"
+#include <devicekit/plugin_tables.h>
 #undef DKCUDA_OP
-
-/* The fused kernels (supports predicate + launch), one pair per row of fused.def. */
-#define DKCUDA_FUSED(id, name, supports, launch) \
-  int32_t supports(const DK_Kernel_Args* args);  \
-  DK_Error* launch(const DK_Kernel_Args* args);
-#include "fused.def"
 #undef DKCUDA_FUSED
-
-/* src/api.c: the kernel table, also read by the kernels' own validation
- * (dkcuda::begin), so what they accept can never drift from what they declare. */
-extern const DK_KernelTable dk_cuda_kernel_table;
-
-/* The entry point; the header gives its type (DK_GetApi_Fn) but no prototype. */
-DK_EXPORT const DK_Api* DK_GetApi(void);
 
 #ifdef __cplusplus
 }

@@ -58,20 +58,20 @@ template <class D, class S> DK_HD D dk_convert(S x) {
     }
   } else if constexpr (std::is_same<S, float>::value || dk_is_half<S>::value) {
     const float f = dk_widen(x);  // exact
-    if constexpr (std::is_same<D, dk_f16>::value) return dk_f16{dk_float_to_half(f)};
-    else if constexpr (std::is_same<D, dk_bf16>::value) return dk_bf16{dk_float_to_bfloat16(f)};
+    if constexpr (std::is_same<D, dk_f16>::value) return dk_f16{dkh_float_to_half(f)};
+    else if constexpr (std::is_same<D, dk_bf16>::value) return dk_bf16{dkh_float_to_bfloat16(f)};
     else if constexpr (std::is_floating_point<D>::value) return D(f);
     else return dk_float_to_int<D>(double(f));
   } else if constexpr (std::is_same<S, double>::value) {
-    if constexpr (std::is_same<D, dk_f16>::value) return dk_f16{dk_double_to_half(x)};
-    else if constexpr (std::is_same<D, dk_bf16>::value) return dk_bf16{dk_double_to_bfloat16(x)};
+    if constexpr (std::is_same<D, dk_f16>::value) return dk_f16{dkh_double_to_half(x)};
+    else if constexpr (std::is_same<D, dk_bf16>::value) return dk_bf16{dkh_double_to_bfloat16(x)};
     else if constexpr (std::is_floating_point<D>::value) return D(x);
     else return dk_float_to_int<D>(x);
   } else {
     const int64_t i = dk_int_value(x);
-    if constexpr (std::is_same<D, dk_f16>::value) return dk_f16{dk_double_to_half(double(i))};
+    if constexpr (std::is_same<D, dk_f16>::value) return dk_f16{dkh_double_to_half(double(i))};
     else if constexpr (std::is_same<D, dk_bf16>::value) {
-      return dk_bf16{dk_double_to_bfloat16(double(i))};
+      return dk_bf16{dkh_double_to_bfloat16(double(i))};
     } else if constexpr (std::is_floating_point<D>::value) {
       return D(i);  // one rounding
     } else {

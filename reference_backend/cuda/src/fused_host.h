@@ -94,21 +94,8 @@ inline DK_Error* begin(const char* call, const DK_Kernel_Args* a, int32_t op, in
                      "attrs or sizes). Hint: the SDK must launch a fused kernel only after its "
                      "supports() returned 1.",
                      call);
-  // begin_fused checks every view it is given; an absent optional input or
-  // an unwanted gradient (NULL) is no view, so it gets the present ones.
-  const DK_TensorView* ins[8];
-  const DK_TensorView* outs[8];
-  if (num_inputs > 8 || num_outputs > 8)
-    return dkh_error(DK_ERROR_INTERNAL, "%s: more than 8 inputs or outputs", call);
-  DK_Kernel_Args present = *a;
-  present.num_inputs = present.num_outputs = 0;
-  for (int32_t i = 0; i < num_inputs; ++i)
-    if (a->inputs[i]) ins[present.num_inputs++] = a->inputs[i];
-  for (int32_t o = 0; o < num_outputs; ++o)
-    if (a->outputs[o]) outs[present.num_outputs++] = a->outputs[o];
-  present.inputs = ins;
-  present.outputs = outs;
-  if (DK_Error* e = begin_fused(call, &present, l)) return e;
+  // begin_fused skips an absent optional input or an unwanted gradient (NULL).
+  if (DK_Error* e = begin_fused(call, a, l)) return e;
   for (int32_t o = 0; o < num_outputs; ++o) {
     const DK_TensorView* out = a->outputs[o];
     if (out == nullptr) continue;

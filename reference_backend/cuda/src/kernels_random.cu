@@ -1,53 +1,26 @@
 // random_bits and random_uniform: counter-based Philox4x32-10, bit-identical
-// to the CPU plugin (its src/philox.h, ported as DK_HD code: the same rounds,
-// the same counter and key layout).
+// to the CPU plugin: both use <devicekit/plugin_philox.h> (host and device
+// code), the same rounds, the same counter and key layout.
 //
 // Element n of the output is word n % 4 of Philox(counter = {lo32(c),
 // hi32(c), 0, 0}, key = {lo32(seed), hi32(seed)}) with c = offset + n / 4
 // (mod 2^64): a pure function of (seed, offset, n), so each thread computes
 // one 4-word block in a grid-stride loop, in any order.
+#include <devicekit/plugin_philox.h>
+
 #include "kernel.h"
 
 namespace dkcuda {
 namespace {
-
-struct Philox4x32 { uint32_t w[4]; };
-
-// 32 x 32 -> 64-bit products; CUDA has __umulhi, but the portable form
-// compiles to the same instruction.
-DK_HD void philox_round(uint32_t c[4], uint32_t k0, uint32_t k1) {
-  const uint64_t p0 = uint64_t(0xD2511F53u) * c[0];
-  const uint64_t p1 = uint64_t(0xCD9E8D57u) * c[2];
-  const uint32_t hi0 = uint32_t(p0 >> 32), lo0 = uint32_t(p0);
-  const uint32_t hi1 = uint32_t(p1 >> 32), lo1 = uint32_t(p1);
-  c[0] = hi1 ^ c[1] ^ k0;
-  c[1] = lo1;
-  c[2] = hi0 ^ c[3] ^ k1;
-  c[3] = lo0;
-}
-
-// Ten rounds; the key advances by the Weyl constants between rounds.
-DK_HD Philox4x32 devicekit_block(uint64_t seed, uint64_t counter) {
-  uint32_t c[4] = {uint32_t(counter), uint32_t(counter >> 32), 0u, 0u};
-  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
-    }
-    philox_round(c, k0, k1);
-  }
-  return Philox4x32{{c[0], c[1], c[2], c[3]}};
-}
 
 // random_uniform: the top p bits of the word times 2^-p, p the significand
 // width of the output type (24 for float32 and float64, 11 for float16, 8 for
 // bfloat16): exact in that type and always < 1.
 template <class T> DK_HD T uniform_from_bits(uint32_t w) {
   if constexpr (std::is_same<T, dk_f16>::value) {
-    return dk_f16{dk_float_to_half(float(w >> 21) * 0x1p-11f)};
+    return dk_f16{dkh_float_to_half(float(w >> 21) * 0x1p-11f)};
   } else if constexpr (std::is_same<T, dk_bf16>::value) {
-    return dk_bf16{dk_float_to_bfloat16(float(w >> 24) * 0x1p-8f)};
+    return dk_bf16{dkh_float_to_bfloat16(float(w >> 24) * 0x1p-8f)};
   } else {
     return T(float(w >> 8) * 0x1p-24f);
   }
@@ -64,7 +37,7 @@ template <class T> DK_KERNEL random_kernel(RandomPlan p) {
   T* out = reinterpret_cast<T*>(p.out);
   const int64_t blocks = (p.numel + 3) / 4;
   for (int64_t b = global_index(); b < blocks; b += global_stride()) {
-    const Philox4x32 r = devicekit_block(p.seed, p.offset + uint64_t(b));
+    const dkh_Philox4x32 r = dkh_philox_block(p.seed, p.offset + uint64_t(b));
     for (int j = 0; j < 4; ++j) {
       const int64_t n = 4 * b + j;
       if (n >= p.numel) break;

@@ -11,7 +11,7 @@ namespace {
 // extent is (offset of the last element + 1) * element size.
 DK_Error* check_view_memory(const char* call, const char* what, int32_t device,
                             const DK_TensorView* v) {
-  if (v == nullptr) return nullptr;  // dkh_check_call / the fused kernel rejected it already
+  if (v == nullptr) return nullptr;  // an absent optional view (begin_fused), or rejected already
   int64_t last = 0;
   for (int32_t d = 0; d < v->rank; ++d) {
     if (v->shape[d] < 0 || v->strides[d] < 0) {
@@ -64,12 +64,17 @@ DK_Error* begin_fused(const char* call, const DK_Kernel_Args* args, Launch* laun
       (args->num_outputs > 0 && args->outputs == nullptr)) {
     return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: inputs or outputs is NULL", call);
   }
+  // A NULL view is an absent optional input or an unwanted gradient: no view
+  // to check (prepare's check_view_memory skips it too); the fused kernel's
+  // supports() already said whether it may be absent.
   for (int32_t i = 0; i < args->num_inputs; ++i) {
+    if (args->inputs[i] == nullptr) continue;
     if (DK_Error* e = dkh_check_view(call, "input", args->inputs[i], DK_DTYPE_MASK_ALL_1_0,
                                      DK_KERNEL_CAP_STRIDED))
       return e;
   }
   for (int32_t i = 0; i < args->num_outputs; ++i) {
+    if (args->outputs[i] == nullptr) continue;
     if (DK_Error* e = dkh_check_view(call, "output", args->outputs[i], DK_DTYPE_MASK_ALL_1_0,
                                      DK_KERNEL_CAP_STRIDED))
       return e;

@@ -56,7 +56,8 @@ DK_Error* begin(const char* call, const DK_Kernel_Args* args, int32_t op, Launch
 
 // The same for a fused kernel's launch: plugin, device, stream and views
 // (inputs and outputs inside live allocations); its own rules the fused
-// kernel's supports() and launch check themselves.
+// kernel's supports() and launch check themselves. A NULL entry in inputs or
+// outputs is an absent optional input or an unwanted gradient and is skipped.
 DK_Error* begin_fused(const char* call, const DK_Kernel_Args* args, Launch* launch);
 
 // DK_LAUNCH's result (a std::string, empty on success; CUDA's own text

@@ -17,20 +17,8 @@
 namespace dkcuda {
 namespace {
 
-constexpr uint32_t kLiveStream = 0x5354524d, kLiveEvent = 0x45564e54, kDead = 0;
-
 DK_Error* check_event(const char* call, const char* what, const DK_Event* e) {
-  if (e == nullptr) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: %s is NULL; expected an event from Event_Create", call, what);
-  }
-  if (e->magic.load() != kLiveEvent) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: %s %p is not a live event. Hint: was it already passed to "
-                     "Event_Destroy?",
-                     call, what, static_cast<const void*>(e));
-  }
-  return nullptr;
+  return dkh::check_event(call, what, e);
 }
 
 // The error kernels reported on this stream since the last look, as a
@@ -62,34 +50,11 @@ DK_Error* synchronize(const char* call, DK_Stream* s) {
   const gpu::Status st = gpu::stream_synchronize(s->gpu);
   if (st.ok()) return take_kernel_error(call, s);
   DK_Error* kernel_error = take_kernel_error(call, s);
-  if (kernel_error != nullptr) {
-    DK_Error_Destroy_Args destroy = {DK_Error_Destroy_Args_STRUCT_SIZE, kernel_error};
-    dkh_Error_Destroy(&destroy);  // the header reports the first error only
-  }
+  dkh::destroy_error(kernel_error);  // the header reports the first error only
   return error_from_status(call, st);
 }
 
 }  // namespace
-
-DK_Error* check_stream(const char* call, const DK_Stream* s, int32_t device) {
-  if (s == nullptr) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: stream is NULL; expected a stream from Stream_Create", call);
-  }
-  if (s->magic.load() != kLiveStream) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: stream %p is not a live stream. Hint: was it already passed to "
-                     "Stream_Destroy?",
-                     call, static_cast<const void*>(s));
-  }
-  if (device >= 0 && s->device != device) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: stream %p belongs to %s:%d; expected a stream of %s:%d", call,
-                     static_cast<const void*>(s), DKCUDA_NAME, s->device, DKCUDA_NAME, device);
-  }
-  return nullptr;
-}
-
 }  // namespace dkcuda
 
 using namespace dkcuda;
@@ -108,9 +73,7 @@ DK_Error* dk_cuda_Stream_Create(DK_Stream_Create_Args* args) {
     std::shared_ptr<DK_Stream> s;
     try {
       s = std::make_shared<DK_Stream>(args->device, g);
-      Device& d = plugin().devices[args->device];
-      std::lock_guard<std::mutex> lock(d.streams_mu);
-      d.streams.push_back(s);
+      dkh::add_stream(plugin().devices[args->device], s);
     } catch (...) {
       gpu::stream_destroy(g);
       throw;
@@ -126,19 +89,8 @@ DK_Error* dk_cuda_Stream_Destroy(DK_Stream_Destroy_Args* args) {
   if (DK_Error* e = check_stream(kCall, args->stream, -1)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
     DK_Stream* s = args->stream;
-    std::shared_ptr<DK_Stream> keep;  // a concurrent Device_Synchronize may hold another
-    {
-      Device& d = plugin().devices[s->device];
-      std::lock_guard<std::mutex> lock(d.streams_mu);
-      for (auto it = d.streams.begin(); it != d.streams.end(); ++it) {
-        if (it->get() == s) {
-          keep = std::move(*it);
-          d.streams.erase(it);
-          break;
-        }
-      }
-    }
-    s->magic.store(kDead);
+    const std::shared_ptr<DK_Stream> keep = dkh::remove_stream(plugin().devices[s->device], s);
+    s->magic.store(dkh::kDead);
     // The stream is gone either way; an error its last work raised is still
     // reported (nothing silent), so the caller must not destroy it again.
     DK_Error* err = synchronize(kCall, s);
@@ -173,12 +125,7 @@ DK_Error* dk_cuda_Device_Synchronize(DK_Device_Synchronize_Args* args) {
   DKCUDA_CHECK_ARGS(kCall, args, DK_Device_Synchronize_Args);
   if (DK_Error* e = check_device(kCall, args->device)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
-    std::vector<std::shared_ptr<DK_Stream>> streams;
-    {
-      Device& d = plugin().devices[args->device];
-      std::lock_guard<std::mutex> lock(d.streams_mu);
-      streams = d.streams;  // sync outside the lock: Stream_Create/Destroy stay free
-    }
+    const auto streams = dkh::live_streams(plugin().devices[args->device]);
     const gpu::Status st = gpu::device_synchronize(args->device);
     if (!st.ok()) return error_from_status(kCall, st);
     // The earliest-created stream's error is returned (and cleared); the
@@ -213,7 +160,7 @@ DK_Error* dk_cuda_Event_Destroy(DK_Event_Destroy_Args* args) {
   static const char* const kCall = DKCUDA_NAME ".Event_Destroy";
   DKCUDA_CHECK_ARGS(kCall, args, DK_Event_Destroy_Args);
   if (DK_Error* e = check_event(kCall, "event", args->event)) return e;
-  args->event->magic.store(kDead);
+  args->event->magic.store(dkh::kDead);
   // Streams waiting on it still wait for the recorded point (CUDA keeps the
   // event's resources until then; the emulator shares the point).
   const gpu::Status st = gpu::event_destroy(args->event->gpu);
@@ -285,11 +232,8 @@ DK_Error* dk_cuda_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args) {
         if (!st.ok()) return error_from_status(kCall, st);
       }
       if (!reached) {
-        return dkh_error(DK_ERROR_FAILED_PRECONDITION,
-                         "%s: event '%s' is %s; expected both events recorded and reached. "
-                         "Hint: Event_Synchronize both events first.",
-                         kCall, ev == args->start ? "start" : "end",
-                         ev->recorded.load() ? "recorded but not reached yet" : "not recorded");
+        return dkh::event_not_reached(kCall, ev == args->start ? "start" : "end",
+                                      ev->recorded.load());
       }
     }
     double ms = 0;

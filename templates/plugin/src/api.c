@@ -54,35 +54,9 @@ static const DK_Api kApi = {
     .api_major = PLUGIN_API_MAJOR,
     .api_minor = PLUGIN_API_MINOR,
 
-    .Error_Destroy = dkh_Error_Destroy, /* <devicekit/plugin_helpers.h> */
-    .Error_Message = dkh_Error_Message,
-    .Error_GetCode = dkh_Error_GetCode,
-
-    .Plugin_Initialize = plugin_Plugin_Initialize,
-    .Plugin_GetInfo = plugin_Plugin_GetInfo,
-
-    .Device_Count = plugin_Device_Count,
-    .Device_GetProperties = plugin_Device_GetProperties,
-    .Device_MemoryStats = plugin_Device_MemoryStats,
-    .Device_Synchronize = plugin_Device_Synchronize,
-
-    .Memory_Allocate = plugin_Memory_Allocate,
-    .Memory_Free = plugin_Memory_Free,
-
-    .Memcpy = plugin_Memcpy,
-
-    .Stream_Create = plugin_Stream_Create,
-    .Stream_Destroy = plugin_Stream_Destroy,
-    .Stream_Synchronize = plugin_Stream_Synchronize,
-    .Stream_Query = plugin_Stream_Query,
-    .Stream_WaitEvent = plugin_Stream_WaitEvent,
-
-    .Event_Create = plugin_Event_Create,
-    .Event_Destroy = plugin_Event_Destroy,
-    .Event_Record = plugin_Event_Record,
-    .Event_Query = plugin_Event_Query,
-    .Event_Synchronize = plugin_Event_Synchronize,
-    .Event_ElapsedTime = plugin_Event_ElapsedTime,
+    /* Error_* (<devicekit/plugin_helpers.h>'s dkh_Error_*) and the 22 runtime
+     * calls (plugin.h), slot by slot: <devicekit/plugin_runtime.h>. */
+    DKH_RUNTIME_API_ENTRIES(plugin),
 
     .kernels = &plugin_kernel_table,
 };

@@ -1,5 +1,6 @@
 /* Plugin_Initialize, Plugin_GetInfo and devices. Error objects and the generic
- * argument checks are <devicekit/plugin_helpers.h>'s (dkh_*). */
+ * argument checks are <devicekit/plugin_helpers.h>'s, the version check
+ * <devicekit/plugin_runtime.h>'s (dkh_*). */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -12,34 +13,17 @@ static atomic_int initialized;
 /* ---- Argument checks --------------------------------------------------------- */
 
 DK_Error* plugin_check_initialized(const char* call) {
-  if (!atomic_load(&initialized))
-    return dkh_error(DK_ERROR_FAILED_PRECONDITION,
-                     "%s: called before Plugin_Initialize. Hint: the SDK calls "
-                     "Plugin_Initialize once, right after checking the version.",
-                     call);
-  return NULL;
+  return atomic_load(&initialized) ? NULL : dkh_not_initialized(call);
 }
 
 /* ---- Plugin ------------------------------------------------------------------ */
 
 DK_Error* plugin_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
   static const char* const kCall = PLUGIN_NAME ".Plugin_Initialize";
-  if (args == NULL || args->struct_size < DK_Plugin_Initialize_Args_STRUCT_SIZE)
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: args is NULL or struct_size too "
-                     "small. Hint: set it with DK_Plugin_Initialize_Args_STRUCT_SIZE.",
-                     kCall);
-  if (atomic_load(&initialized))
-    return dkh_error(DK_ERROR_FAILED_PRECONDITION,
-                     "%s: called a second time; expected "
-                     "exactly once per process",
-                     kCall);
-  if (args->sdk_api_major != PLUGIN_API_MAJOR)
-    return dkh_error(DK_ERROR_FAILED_PRECONDITION,
-                     "%s: the SDK speaks device API %d.%d, this plugin was built for %d.%d; "
-                     "majors must match. Hint: install a devicekit release for API %d.x.",
-                     kCall, args->sdk_api_major, args->sdk_api_minor, PLUGIN_API_MAJOR,
-                     PLUGIN_API_MINOR, PLUGIN_API_MAJOR);
+  /* args, called once, the SDK's API major against the targeted one */
+  DK_Error* e = dkh_check_initialize(kCall, args, atomic_load(&initialized), PLUGIN_API_MAJOR,
+                                     PLUGIN_API_MINOR);
+  if (e != NULL) return e;
 
   /* A real plugin opens its driver here and returns DK_ERROR_UNAVAILABLE with
    * the driver's own message when there is none: `devicekit devices` shows it. */

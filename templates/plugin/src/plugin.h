@@ -2,8 +2,10 @@
  * every function that goes into the DK_Api table.
  *
  * Errors, argument-check messages, view helpers and dtype sizes come from
- * <devicekit/plugin_helpers.h> (optional, header-only, shipped with the device
- * API in include/devicekit/); this file adds only what is plugin-specific.
+ * <devicekit/plugin_helpers.h>, the Plugin_Initialize version check and the
+ * DK_Api slots from <devicekit/plugin_runtime.h> (optional, header-only,
+ * shipped with the device API in include/devicekit/); this file adds only
+ * what is plugin-specific.
  *
  * Everything here is hidden (CMakeLists.txt: -fvisibility=hidden and
  * exports.map); DK_GetApi in api.c is the only exported symbol. */
@@ -14,6 +16,7 @@
 
 #include <devicekit/device_api.h>
 #include <devicekit/plugin_helpers.h>
+#include <devicekit/plugin_runtime.h>
 
 #include "plugin_info.h"
 
@@ -55,31 +58,12 @@ DK_Error* plugin_check_kernel(const char* call, const DK_Kernel_Args* args, DK_O
 
 /* ---- The functions in the DK_Api table (api.c) ------------------------------- */
 
-/* plugin.c (Error_* come from plugin_helpers.h: dkh_Error_Destroy, ...) */
-DK_Error* plugin_Plugin_Initialize(DK_Plugin_Initialize_Args* args);
-DK_Error* plugin_Plugin_GetInfo(DK_Plugin_GetInfo_Args* args);
-DK_Error* plugin_Device_Count(DK_Device_Count_Args* args);
-DK_Error* plugin_Device_GetProperties(DK_Device_GetProperties_Args* args);
-
-/* memory.c */
-DK_Error* plugin_Device_MemoryStats(DK_Device_MemoryStats_Args* args);
-DK_Error* plugin_Memory_Allocate(DK_Memory_Allocate_Args* args);
-DK_Error* plugin_Memory_Free(DK_Memory_Free_Args* args);
-DK_Error* plugin_Memcpy(DK_Memcpy_Args* args);
-
-/* stream.c */
-DK_Error* plugin_Device_Synchronize(DK_Device_Synchronize_Args* args);
-DK_Error* plugin_Stream_Create(DK_Stream_Create_Args* args);
-DK_Error* plugin_Stream_Destroy(DK_Stream_Destroy_Args* args);
-DK_Error* plugin_Stream_Synchronize(DK_Stream_Synchronize_Args* args);
-DK_Error* plugin_Stream_Query(DK_Stream_Query_Args* args);
-DK_Error* plugin_Stream_WaitEvent(DK_Stream_WaitEvent_Args* args);
-DK_Error* plugin_Event_Create(DK_Event_Create_Args* args);
-DK_Error* plugin_Event_Destroy(DK_Event_Destroy_Args* args);
-DK_Error* plugin_Event_Record(DK_Event_Record_Args* args);
-DK_Error* plugin_Event_Query(DK_Event_Query_Args* args);
-DK_Error* plugin_Event_Synchronize(DK_Event_Synchronize_Args* args);
-DK_Error* plugin_Event_ElapsedTime(DK_Event_ElapsedTime_Args* args);
+/* The runtime calls, plugin_Plugin_Initialize .. plugin_Event_ElapsedTime
+ * (<devicekit/plugin_runtime.h> names them once): plugin.c has Plugin_* and
+ * Device_Count / Device_GetProperties, memory.c Device_MemoryStats, Memory_*
+ * and Memcpy, stream.c the streams, events and Device_Synchronize. Error_*
+ * come from plugin_helpers.h (dkh_Error_Destroy, ...). */
+DKH_DECLARE_RUNTIME_CALLS(plugin);
 
 /* The kernels: declared here from their ops.def rows, so a new kernel needs
  * its function (kernels.c) and its row, and no prototype anywhere. */

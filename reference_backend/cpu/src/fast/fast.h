@@ -55,9 +55,9 @@ void tanh_f32(const float* in, float* out, int64_t n);
 void gelu_f32(const float* dout, const float* x, float* out, int64_t n, bool tanh_form);
 
 // fast/convert.cpp: n float16 values widened to float32 (exact) or float32
-// narrowed to float16 (to nearest even), as half.h's half_to_float /
-// float_to_half do, with F16C. False, having done nothing, on a CPU without
-// F16C: the caller converts with half.h.
+// narrowed to float16 (to nearest even), as plugin_half.h's dkh_half_to_float /
+// dkh_float_to_half do, with F16C. False, having done nothing, on a CPU without
+// F16C: the caller converts with plugin_half.h.
 bool widen_f16(const uint16_t* src, float* dst, int64_t n);
 bool narrow_f16(const float* src, uint16_t* dst, int64_t n);
 

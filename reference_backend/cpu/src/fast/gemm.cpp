@@ -410,8 +410,8 @@ void gemm_half(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n, 
   gemm(Gemm<float>{fa, fb, fc, m, k, n, k, 1, n, 1});
   parallel_for(m * n, 16384, [&](int64_t i0, int64_t i1) {  // from float32, convert's exact route
     for (int64_t i = i0; i < i1; ++i) {
-      if constexpr (std::is_same<T, bf16>::value) out[i] = bf16{float_to_bfloat16(fc[i])};
-      else out[i] = f16{float_to_half(fc[i])};
+      if constexpr (std::is_same<T, bf16>::value) out[i] = bf16{dkh_float_to_bfloat16(fc[i])};
+      else out[i] = f16{dkh_float_to_half(fc[i])};
     }
   });
 }
