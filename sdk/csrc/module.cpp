@@ -231,7 +231,7 @@ PYBIND11_MODULE(_core, m) {
         "The Plugin of the library at path if this process loaded it already (by any path), "
         "else None; raises the load error it failed with. Loads nothing");
   m.def("_set_probe_trace_fd", &Plugin::set_trace_fd, py::arg("fd"),
-        "For devicekit._probe: write 'step <call>' lines to fd before each plugin call");
+        "For devicekit._plugins.probe: write 'step <call>' lines to fd before each plugin call");
 
   bind_tensor(m);
   bind_ops(m);

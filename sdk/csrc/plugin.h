@@ -34,7 +34,7 @@ class Plugin {
   // The Plugin that owns `p` (for Device.plugin); null if none.
   static std::shared_ptr<Plugin> owner_of(const Plugin* p);
 
-  // The probe subprocess (devicekit._probe) passes a file descriptor here;
+  // The probe subprocess (devicekit._plugins.probe) passes a file descriptor here;
   // load() then writes "step <call>\n" to it before each plugin call, so a
   // crash or hang can be attributed to the call that caused it. -1: off.
   static void set_trace_fd(int fd);
