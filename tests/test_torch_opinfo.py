@@ -295,3 +295,29 @@ def test_the_workers_name_the_bridges_device_order_variable():
     from devicekit.torch._device import ORDER_ENV
 
     assert TORCH_DEVICES_ENV == ORDER_ENV
+
+
+def _worker_imports(sections, case_id="ops/add/float32/odd"):
+    """(answer, imported module names) of a conformance worker sent one case."""
+    import os
+    cmd = [sys.executable, "-m", "devicekit.conformance.worker", "--device", "cpu:0"]
+    if sections:
+        cmd += ["--sections", sections]
+    proc = subprocess.run(cmd, input=case_id + "\n", capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"), timeout=HUNG_S)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and lines[0] == "ready", proc.stderr[-2000:]
+    imported = {ln.rsplit("|", 1)[-1].strip() for ln in proc.stderr.splitlines()
+                if ln.startswith("import time:")}
+    return json.loads(lines[1]), imported
+
+
+def test_a_worker_sent_no_torch_case_never_imports_torch():
+    """The runner names the sections of the cases it sends (--sections): a worker
+    builds only those, so a filtered run's workers pay nothing for the torch
+    section's set-up (torch and its OpInfo corpus); without it, they import torch."""
+    answer, imported = _worker_imports("ops")
+    assert answer["id"] == "ops/add/float32/odd" and answer["outcome"] == "pass", answer
+    assert "torch" not in imported
+    answer, imported = _worker_imports(None)
+    assert answer["outcome"] == "pass" and "torch" in imported

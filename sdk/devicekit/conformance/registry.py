@@ -119,12 +119,15 @@ def sections():
     return sorted(found, key=lambda sm: (sm[0].order, sm[0].name))
 
 
-def build(target):
+def build(target, only=None):
     """(cases, unavailable sections {name: reason}) for ``target`` at its
-    level. Deterministic: the same plugin gives the same list in every process."""
+    level; with ``only`` (section names), those sections' alone. Deterministic:
+    the same plugin gives the same list in every process."""
     cases, unavailable = [], {}
     allowed_levels = LEVELS[:LEVELS.index(target.level) + 1]
     for section, mod in sections():
+        if only is not None and section.name not in only:
+            continue
         why = section.available(target)
         if why:
             unavailable[section.name] = why

@@ -26,12 +26,14 @@ from .case import CRASH, ERROR, run_case
 
 
 class _Worker:
-    def __init__(self, device, plugin, level, pool):
+    def __init__(self, device, plugin, level, pool, sections=()):
         cmd = [sys.executable, "-m", "devicekit.conformance.worker", "--level", level]
         if device:
             cmd += ["--device", device]
         if plugin:
             cmd += ["--plugin", plugin]
+        if sections:  # it builds only these sections' cases (the torch section imports torch)
+            cmd += ["--sections", ",".join(sorted(sections))]
         self.stderr = tempfile.TemporaryFile()
         # Its own session: Ctrl-C reaches only the parent, which stops the run
         # and writes a partial report instead of every worker dying mid-case.
@@ -92,6 +94,7 @@ def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None,
     results so far."""
     results, lock = {}, threading.Lock()
     pool = _workers.Pool(cases)
+    sections = {c.section for c in cases}
 
     def record(case, result):
         with lock:
@@ -110,7 +113,7 @@ def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None,
                     continue
                 if worker is None:
                     try:
-                        worker = _Worker(device, plugin, level, pool)
+                        worker = _Worker(device, plugin, level, pool, sections)
                     except _Stopped:
                         break
                     except RuntimeError as e:  # e.g. the plugin fails to initialise again
