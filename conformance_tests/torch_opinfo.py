@@ -26,7 +26,7 @@ is one skipped case, ``torch/unavailable``, whose message is the reason.
 
 import functools
 
-from devicekit.conformance.case import Case, Section, Skip
+from devicekit.conformance.case import Case, Section, Skip, id_may_contain
 from devicekit.errors import NotImplementedByPlugin
 
 from . import _opinfo
@@ -54,8 +54,24 @@ def _floor(target):
     return None if isinstance(c, str) else len(c[2])  # one samples case per OpInfo in scope
 
 
+#: Every case id of the section, by its segments (``case.id_may_contain``):
+#: ``torch/<opinfo>[.<variant>]/<dtype>/<kind>`` (the dtypes ``_opinfo.dtypes_of``
+#: gives), or ``torch/unavailable``. ``cases`` holds the ids to it.
+ID_SHAPES = (("torch", None, ("float32", *_opinfo.HALF, "bool", "int64"), KINDS),
+             ("torch", "unavailable"))
+
+
+def _may_select(patterns, exact, ops):
+    """Whether a filtered run can select a case of this section, decided
+    without torch: a run filtered to other sections never imports torch or
+    builds the OpInfo corpus (a worker start costs 13 s with them, 1 s without)."""
+    return (any(p.startswith("opinfo:") for p in ops)
+            or any(i.startswith("torch/") for i in exact)
+            or any(id_may_contain(shape, p) for p in patterns for shape in ID_SHAPES))
+
+
 SECTION = Section("torch", "PyTorch OpInfo samples through devicekit.torch", order=90,
-                  min_cases=_floor)
+                  min_cases=_floor, may_select=_may_select)
 
 
 def status(target):
@@ -81,6 +97,8 @@ def cases(target):
     torch, _, in_scope, _ = c
     out = []
     for name, op in in_scope.items():
+        if "/" in name:  # the id's shape (ID_SHAPES), which filtered runs rely on
+            raise RuntimeError(f"OpInfo name {name!r} has a '/': case ids would be ambiguous")
         for dtype, level in _opinfo.dtypes_of(op, torch):
             kinds = KINDS if dtype == "float32" and op.supports_autograd else KINDS[:2]
             for kind in kinds:

@@ -321,3 +321,56 @@ def test_a_worker_sent_no_torch_case_never_imports_torch():
     assert "torch" not in imported
     answer, imported = _worker_imports(None)
     assert answer["outcome"] == "pass" and "torch" in imported
+
+
+def test_every_case_id_has_the_shape_filtered_runs_rely_on(target):
+    """A filtered run leaves the section unbuilt when its ID_SHAPES say no id
+    can match: so every id must fit them, and the test must be able to say no."""
+    from devicekit.conformance.case import id_may_contain
+
+    ids = [c.id for c in torch_opinfo.cases(target)]
+    assert len(ids) > 100
+    for i in ids:
+        assert any(id_may_contain(shape, i) for shape in torch_opinfo.ID_SHAPES), i
+    assert not torch_opinfo._may_select(["ops/add/float32/"], [], ["add"])
+    assert torch_opinfo._may_select(["abs/float32/samples"], [], [])
+    assert torch_opinfo._may_select([], ["torch/abs/float32/grad"], [])
+    assert torch_opinfo._may_select([], [], ["opinfo:abs"])
+
+
+@pytest.mark.parametrize("pattern", [
+    "ops/add/float32/",  # 'add' would have to be a whole dtype segment
+    "add/float32/odd",   # no kind starts with 'odd'
+    "float32/x",         # after a dtype (or a name ending so) comes a kind or a dtype
+])
+def test_id_may_contain_is_exact_on_segment_boundaries(pattern):
+    from devicekit.conformance.case import id_may_contain
+
+    shape = ("torch", None, ("float32", "bool"), ("samples", "grad"))
+    assert id_may_contain(shape, pattern) is False
+    assert id_may_contain(shape, "h/add/float32/sam") is True
+    assert id_may_contain(shape, "s/float32/gr") is True      # name ends in s, kind starts gr
+    assert id_may_contain(shape, "float32/bool") is True      # an OpInfo name may end 'float32'
+
+
+def test_a_run_filtered_to_other_sections_never_imports_torch(tmp_path):
+    """The vendor's loop pays only for what it runs (issue 32): a -k filter no
+    torch case can match builds no torch case, in the CLI or its workers, and
+    the report says the section was not counted; a filter that can match
+    imports it and finds the case."""
+    import os
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    p = _cli("--device", "cpu:0", "--jobs", "1", "-k", "ops/add/float32/odd",
+             "--report", tmp_path / "a", env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    imported = {ln.rsplit("|", 1)[-1].strip() for ln in p.stderr.splitlines()
+                if ln.startswith("import time:")}
+    assert "devicekit.conformance.cli" in imported and "torch" not in imported
+    rep = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert [c["id"] for c in rep["cases"]] == ["ops/add/float32/odd"]
+    assert "not counting the torch section" in rep["corpus"]["reason"]
+    p = _cli("--device", "cpu:0", "--list", "-k", "abs/float32/samples", env=env)
+    imported = {ln.rsplit("|", 1)[-1].strip() for ln in p.stderr.splitlines()
+                if ln.startswith("import time:")}
+    assert p.returncode == 0 and "torch/abs/float32/samples" in p.stdout.split()
+    assert "torch" in imported

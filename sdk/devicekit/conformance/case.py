@@ -46,6 +46,44 @@ class Section:
     order: int = 100
     available: Callable = lambda target: None
     min_cases: Callable = lambda target: None
+    #: ``may_select(patterns, exact, ops)`` -> False when no case of the
+    #: section can match those filters, decided without building its cases
+    #: (the torch section: without importing torch). None: always built.
+    may_select: Optional[Callable] = None
+
+
+def id_may_contain(shape, pattern):
+    """Whether some case id of ``shape`` contains ``pattern`` (a ``-k``
+    substring). ``shape`` lists an id's ``/``-separated segments: a str is
+    that segment exactly, a tuple is one of its strs, None is any non-empty
+    segment. Exact: True only when such an id exists."""
+    parts = pattern.split("/")
+
+    def fits(seg, test):
+        return test(seg) if isinstance(seg, str) else (
+            any(test(v) for v in seg) if isinstance(seg, tuple) else None)
+
+    def inside(seg, p):
+        return fits(seg, lambda v: p in v) is not False
+
+    def ends(seg, p):
+        return fits(seg, lambda v: v.endswith(p)) is not False
+
+    def starts(seg, p):
+        return fits(seg, lambda v: v.startswith(p)) is not False
+
+    def equals(seg, p):
+        r = fits(seg, lambda v: v == p)
+        return bool(p) if r is None else r
+
+    n = len(parts) - 1
+    if n == 0:
+        return any(inside(seg, pattern) for seg in shape)
+    for i in range(len(shape) - n):
+        if (ends(shape[i], parts[0]) and starts(shape[i + n], parts[n])
+                and all(equals(shape[i + j], parts[j]) for j in range(1, n))):
+            return True
+    return False
 
 
 @dataclass(frozen=True)

@@ -117,9 +117,13 @@ class Progress:
             print(file=self.stream)
 
 
-def partial_corpus(why, ran, total):
-    """The corpus entry of a filtered or stopped run (the floor does not apply)."""
-    return {"checked": False, "ok": True, "reason": f"partial run ({why}): {ran} of {total} cases"}
+def partial_corpus(why, ran, total, unbuilt=()):
+    """The corpus entry of a filtered or stopped run (the floor does not apply);
+    ``unbuilt``: sections the filter cannot reach, not counted in ``total``."""
+    reason = f"partial run ({why}): {ran} of {total} cases"
+    if unbuilt:
+        reason += f" (not counting the {', '.join(unbuilt)} section, which the filter cannot select)"
+    return {"checked": False, "ok": True, "reason": reason}
 
 
 def run(args):
@@ -167,13 +171,16 @@ def _filters(args):
 @dataclass
 class _Selection:
     """The suite's cases (``all_cases``), those the filters select
-    (``selected``) and this shard's part of them (``cases``, what runs)."""
+    (``selected``) and this shard's part of them (``cases``, what runs).
+    ``unbuilt``: sections the filters cannot select a case of, whose cases
+    were not built (so ``all_cases`` is not the whole suite)."""
 
     all_cases: list
     unavailable: list
     selected: list
     cases: list
     shard: Optional[tuple]
+    unbuilt: tuple = ()
 
 
 @dataclass
@@ -211,7 +218,8 @@ def _run(args):
         print(f"{PROG}: no case matches {_filters(args)}", file=sys.stderr)
         return EXIT_FAILED
     meta = describe(target)
-    status = registry.implementation_status(target)
+    status = registry.implementation_status(
+        target, {c.section for c in sel.all_cases} if sel.unbuilt else None)
     print(console.header(meta, target, len(sel.cases), args), file=sys.stderr)
     print(f"status: {registry.status_line(status)}", file=sys.stderr)
     ran = _execute(args, target, sel)
@@ -259,7 +267,9 @@ def _parse_shard(args):
 def _select(args, target, shard):
     from . import registry
 
-    all_cases, unavailable = registry.build(target)
+    reach = registry.reachable_sections(args.patterns, args.exact, args.ops)
+    unbuilt = tuple(sorted({s.name for s, _ in registry.sections()} - reach))
+    all_cases, unavailable = registry.build(target, reach if unbuilt else None)
     selected = cases = registry.select(all_cases, args.patterns, args.exact, args.ops)
     if shard and cases:
         from ..scale import shard as sharding
@@ -267,7 +277,7 @@ def _select(args, target, shard):
         if why := sharding.too_few(*shard, len(cases), "case"):
             raise _usage(why)
         cases = sharding.pick(cases, *shard)
-    return _Selection(all_cases, unavailable, selected, cases, shard)
+    return _Selection(all_cases, unavailable, selected, cases, shard, unbuilt)
 
 
 def _execute(args, target, sel):
@@ -287,7 +297,7 @@ def _execute(args, target, sel):
     except runner.Interrupted as e:
         interrupted, results = True, e.results
     progress.finish()
-    finished, partial = cases, len(cases) != len(sel.all_cases)
+    finished, partial = cases, len(cases) != len(sel.all_cases) or bool(sel.unbuilt)
     if interrupted or (args.exitfirst and len(results) < len(cases)):  # stopped early
         finished, partial = [c for c in cases if c.id in results], True
     return _Ran(finished, results, len(cases), partial, interrupted, start, started)
@@ -302,7 +312,8 @@ def _corpus(args, target, sel, ran):
         n = len(sel.all_cases)
         return {"checked": False, "ok": False,
                 "reason": f"interrupted by {_output.interrupt_name()} after {len(ran.results)} of "
-                          f"{ran.asked} cases" + (f" ({n} in the suite)" if ran.asked != n else "")}
+                          f"{ran.asked} cases" + (f" ({n} in the {_where(sel)})"
+                                                  if ran.asked != n else "")}
     if sel.shard:  # the floor is judged over all shards, by `devicekit report merge`
         return {"checked": False, "ok": True,
                 "reason": f"shard {sel.shard[0]}/{sel.shard[1]}: {len(ran.cases)} of "
@@ -311,9 +322,13 @@ def _corpus(args, target, sel, ran):
     if ran.partial:  # a filter makes the op x dtype floor meaningless: say so instead
         filters = _filters(args)
         why = f"filter {filters}" if filters else "stopped at the first failure (--exitfirst)"
-        return partial_corpus(why, len(ran.cases), len(sel.all_cases))
+        return partial_corpus(why, len(ran.cases), len(sel.all_cases), sel.unbuilt)
     return registry.corpus_check(target, ran.cases, ran.results,
                                  {c.section for c in sel.all_cases})
+
+
+def _where(sel):
+    return "sections the filter can select" if sel.unbuilt else "suite"
 
 
 def _run_info(args, target, sel, ran):
@@ -329,11 +344,11 @@ def _run_info(args, target, sel, ran):
 
         # what the merge needs to rebuild the single run: whether the
         # selection itself was partial, and the corpus floor of a full one
-        whole = len(sel.selected) == len(sel.all_cases)
+        whole = len(sel.selected) == len(sel.all_cases) and not sel.unbuilt
         sections = {c.section for c in sel.all_cases}
         run_info["shard"] = sharding.block(
             *sel.shard, "case", [c.id for c in sel.selected], partial=not whole,
-            cases_all=len(sel.all_cases),
+            cases_all=len(sel.all_cases), unbuilt=list(sel.unbuilt),
             floor=registry.floor_of(target, sections) if whole else None)
     return run_info
 

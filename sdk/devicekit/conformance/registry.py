@@ -239,11 +239,21 @@ def judge_corpus(floor, rows):
             "short": short[:50], "blocked": blocked_pairs[:50]}
 
 
-def implementation_status(target):
+def reachable_sections(patterns=(), exact=(), ops=()):
+    """Names of the sections a run with these filters can select a case of
+    (every section when there is no filter): a section that says, without
+    building its cases, that none can match (``Section.may_select``) is left
+    out, so a run filtered to other sections never pays for building it."""
+    return {section.name for section, _ in sections()
+            if not (patterns or exact or ops) or section.may_select is None
+            or section.may_select(patterns, exact, ops)}
+
+
+def implementation_status(target, only=None):
     """What the plugin implements against the spec, for the console and the
     report: base ops with a kernel, required (op, dtype) pairs missing, and
     optional pairs missing. Not a verdict on the suite: a partial plugin is
-    simply partial."""
+    simply partial. ``only``: the sections whose own facts are added (None: all)."""
     ops = spec()["ops"]
     have = [o["name"] for o in ops if o["name"] in target.declared]
     missing_required, missing_optional, req_total, opt_total = [], [], 0, 0
@@ -265,6 +275,8 @@ def implementation_status(target):
     # A section may add facts of its own (kernels: the argument rules it covers),
     # each with the "line" the status line shows.
     for section, mod in sections():
+        if only is not None and section.name not in only:
+            continue
         if hasattr(mod, "status") and section.available(target) is None:
             status.setdefault("sections", {})[section.name] = mod.status(target)
     return status

@@ -371,7 +371,7 @@ def merge(items):
             corpus = judge_corpus(blk0["floor"], rows)
         else:
             corpus = partial_corpus(f"filter {run.get('filter')}", len(rows),
-                                    blk0.get("cases_all", len(rows)))
+                                    blk0.get("cases_all", len(rows)), blk0.get("unbuilt", ()))
     rep = conformance_report.assemble(meta, run, rows, corpus,
                                       first.get("unavailable_sections", {}),
                                       first.get("implementation"))
