@@ -211,3 +211,55 @@ def test_mlp_trains_under_autocast_fp16_with_gradscaler(dk):
     # grows after growth_interval=2 good steps, backs off on the inf, as torch's
     assert scales == [(1024.0, 1024.0), (2048.0, 2048.0), (1024.0, 1024.0), (1024.0, 1024.0)]
     _close(model, ref, 2 ** -9)  # measured: 1.8e-4
+
+
+class Block(torch.nn.Module):
+    """A one-layer causal transformer: embedding, pre-norm attention (SDPA), MLP, head."""
+
+    def __init__(self, vocab=16, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc, self.head = torch.nn.Linear(d, d), torch.nn.Linear(d, vocab)
+
+    def forward(self, ids, low=None):
+        """Under autocast with ``low=None``; else torch's CUDA policy written out."""
+        def lin(m, x):
+            if low is None:
+                return m(x)
+            return F.linear(x.to(low), m.weight.to(low), m.bias.to(low))
+
+        def ln(m, x):
+            return m(x) if low is None else F.layer_norm(x.float(), m.weight.shape, m.weight, m.bias)
+
+        b, t = ids.shape
+        x = self.emb(ids)
+        q, k, v = lin(self.qkv, ln(self.ln1, x)).split(x.shape[-1], -1)
+        q, k, v = (z.reshape(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + lin(self.proj, a.transpose(1, 2).reshape(b, t, -1))
+        x = x + lin(self.fc, F.gelu(ln(self.ln2, x)))
+        logits = lin(self.head, x)
+        return F.cross_entropy(logits.reshape(b * t, -1).float(), ids.reshape(-1))
+
+
+def test_tiny_transformer_trains_under_autocast_bf16(dk):
+    torch.manual_seed(0)
+    ref = Block()
+    model = Block().to(dk)
+    model.load_state_dict(ref.state_dict())
+    ids = torch.randint(0, 16, (2, 6), generator=torch.Generator().manual_seed(2))
+    idd = ids.to(dk)
+    opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.5) for m in (model, ref))
+    for _ in range(3):
+        with torch.autocast("dk", dtype=torch.bfloat16):
+            loss = model(idd)
+        ref_loss = ref(ids, torch.bfloat16)
+        assert abs(loss.item() - ref_loss.item()) < 2 ** -7 * max(1.0, abs(ref_loss.item()))
+        for o, lo in ((opt, loss), (ref_opt, ref_loss)):
+            o.zero_grad()
+            lo.backward()
+            o.step()
+    _close(model, ref, 2 ** -7)
