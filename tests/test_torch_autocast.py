@@ -84,13 +84,18 @@ def test_binary_cross_entropy_is_refused_as_on_cuda(dk):
 
 
 def test_sdpa_under_autocast_runs_the_plugins_16_bit_fused_kernel(dk):
-    q = torch.randn(1, 2, 4, 8).to(dk)
-    before = devicekit.composite_stats().get("scaled_dot_product_attention", {}).get("fused", {})
+    q = torch.randn(1, 2, 4, 8).to(dk).requires_grad_()
+    ops = ("scaled_dot_product_attention", "scaled_dot_product_attention_backward")
+    before = {op: dict(devicekit.composite_stats().get(op, {}).get("fused", {})) for op in ops}
     with torch.autocast("dk", dtype=torch.bfloat16):
-        F.scaled_dot_product_attention(q, q, q, is_causal=True)
-    after = devicekit.composite_stats()["scaled_dot_product_attention"]["fused"]
-    grew = {k for k in after if after[k] > before.get(k, 0)}
-    assert grew == {"cpu.sdpa_flash_bf16"}
+        out = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    out.float().sum().backward()
+    assert q.grad.dtype == torch.float32
+    grew = set()
+    for op in ops:
+        after = devicekit.composite_stats()[op]["fused"]
+        grew |= {k for k in after if after[k] > before[op].get(k, 0)}
+    assert grew == {"cpu.sdpa_flash_bf16", "cpu.sdpa_backward_bf16"}
 
 
 # ---- GradScaler's ops, against torch's CPU kernels ----------------------------------------
