@@ -68,6 +68,20 @@ def test_output_dtypes_follow_torchs_cuda_policy(dk, dtype):
     assert F.linear(x, w).dtype == torch.float32  # outside the region: nothing cast
 
 
+def test_default_dtype_nesting_and_decorator(dk):
+    x = torch.randn(4, 8).to(dk)
+    with torch.autocast("dk"):  # torch's default for an out-of-tree device: float16
+        assert F.linear(x, x).dtype == torch.float16
+        with torch.autocast("dk", enabled=False):
+            assert F.linear(x, x).dtype == torch.float32
+
+    @torch.autocast("dk", dtype=torch.bfloat16)
+    def f(a):
+        return a @ a.t()
+
+    assert f(x).dtype == torch.bfloat16 and not torch.is_autocast_enabled("dk")
+
+
 def test_unsupported_dtype_is_a_devicekit_error(dk):
     with pytest.raises(devicekit.DTypeError, match=r"devicekit.torch: torch.autocast\('dk'\) runs "
                                                     r"in torch.bfloat16 or torch.float16.*float64"):
