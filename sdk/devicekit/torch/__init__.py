@@ -19,7 +19,8 @@ dtypes, host transfers, the Philox stream per device), ``_table`` (the one
 lowering table, ``lowers``, wrap/unwrap), ``_dispatch`` (lookup,
 decomposition, errors), ``_lower_views`` (views, copies, factories, in-place
 write-through), ``_lower_ops`` (base-op lowerings), ``_lower_nn``
-(composites with fused kernels, losses, random ops), ``_fallback``,
+(composites with fused kernels, losses, random ops), ``_autocast``
+(``torch.autocast("dk")``'s cast policy, GradScaler's ops), ``_fallback``,
 ``_coverage``; ``hf_models`` (public: small Hugging Face models for coverage, tests and
 ``python -m devicekit.torch_cli``).
 """
