@@ -335,10 +335,11 @@ def recorder(dkt):
     op on the CPU and goes on, which here would make a gap look like a pass)."""
 
     class Strict(dkt.Recorder):
-        def missing(self, func, err, args, kwargs):
+        def missing(self, func, err, args, kwargs, run=None):
+            gap = getattr(err, "missing_base_ops", ())
             super()._how(self._row(func), "missing",
-                         f"the plugin lacks base op {', '.join(err.missing_base_ops)}"
-                         if getattr(err, "missing_base_ops", ()) else str(err).split(":")[0])
+                         f"the plugin lacks base op {', '.join(gap)}" if gap
+                         else str(err).split(":")[0])
             raise err
 
     return Strict()

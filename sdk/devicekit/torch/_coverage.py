@@ -303,9 +303,7 @@ class Coverage:
         for r in self.rows:
             how = ", ".join(f"{h} ({n})" if len(r["how"]) > 1 else h for h, n in r["how"].items())
             lines.append(f"{r['op']:58} {r['calls']:>6}  {how}")
-            if r["needs"]:
-                lines.append(f"{'':66}needs base ops {', '.join(sorted(r['needs']))}")
-            for d in sorted(r["detail"]):
+            for d in _details(r):
                 lines.append(f"{'':66}{d}")
             if r["via"]:
                 lines.append(f"{'':66}via {', '.join(sorted(r['via']))}")
@@ -324,12 +322,20 @@ class Coverage:
         return "\n".join(lines)
 
     def to_json(self):
-        return {"ops": [{**r, "detail": sorted(r["detail"]), "via": sorted(r["via"]),
+        return {"ops": [{**r, "detail": _details(r), "via": sorted(r["via"]),
                          "needs": sorted(r["needs"]), "uses": sorted(r["uses"])}
                         for r in self.rows],
                 "needs": self.needs(),
                 "missing": self.missing(), "fallback": self.fallback,
                 "error": None if self.error is None else str(self.error)}
+
+
+def _details(row):
+    """A row's details, the base ops it lacks first (one line for all its calls)."""
+    needs = sorted(row["needs"])
+    head = ([f"the plugin lacks base op{'s' if len(needs) > 1 else ''} {', '.join(needs)}"]
+            if needs else [])
+    return head + sorted(row["detail"])
 
 
 def coverage(fn, device="dk:0"):
