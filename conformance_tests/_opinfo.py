@@ -336,9 +336,13 @@ def recorder(dkt):
 
     class Strict(dkt.Recorder):
         def missing(self, func, err, args, kwargs, run=None):
-            gap = getattr(err, "missing_base_ops", ())
+            # every base op the call needs that the plugin lacks (its lowering
+            # run on the reference plugin), in the row's "needs"; then the gap
+            # is raised: a sample that cannot run is not implemented
+            _, lacks = self.needs_of(func, err, args, kwargs, run)
             super()._how(self._row(func), "missing",
-                         f"the plugin lacks base op {', '.join(gap)}" if gap
+                         f"the plugin lacks base op{'s' if len(lacks) > 1 else ''} "
+                         f"{', '.join(sorted(lacks))}" if lacks
                          else str(err).split(":")[0])
             raise err
 

@@ -56,14 +56,14 @@ class Recorder:
     def leave(self):
         self._stack().pop()
 
-    def _row(self, func):
+    def _row(self, func, count=True):
         name = str(func)
         stack = self._stack()
         via = stack[-1] if stack else None
         with _lock:
             row = self.rows.setdefault(name, {"op": name, "calls": 0, "how": {}, "detail": set(),
                                               "via": set(), "needs": set(), "uses": set()})
-            row["calls"] += 1
+            row["calls"] += count
             if via is not None:
                 row["via"].add(via)
         return row
@@ -101,25 +101,28 @@ class Recorder:
     def missing(self, func, err, args, kwargs, run=None):
         """Records ``func`` as missing and returns its result from a reference
         path, so the run goes on: ``run(args, kwargs)`` (its lowering) on the
-        reference plugin's device, counting the base ops it launches there (the
-        set the op needs), or else torch's CPU kernel."""
-        row = self._row(func)
+        reference plugin's device, or else torch's CPU kernel."""
+        out, lacks = self.needs_of(func, err, args, kwargs, run)
+        self._how(self._row(func), "missing", None if lacks else str(err))
+        if out is not _NOT_RUN:
+            return out
+        return _continue_on_cpu(func, args, kwargs)
+
+    def needs_of(self, func, err, args, kwargs, run=None):
+        """``(out, lacks)``: the base ops missing ``func`` needs that the plugin
+        lacks, added to its row's ``needs`` (those ``run``, its lowering, launches
+        on the reference plugin, which also gives ``out``, its result there, else
+        ``_NOT_RUN``; without ``run``: the one base op ``err`` names)."""
+        row = self._row(func, count=False)
         gap = set(getattr(err, "missing_base_ops", ()))
         out, needs = _NOT_RUN, None
         if run is not None:
             out, needs = _on_reference(func, run, args, kwargs)
-        if needs is not None:
-            with _lock:
-                row["needs"] |= (needs - _implemented(args, kwargs)) | gap
-                row["uses"] |= needs
-        elif gap:
-            with _lock:
-                row["needs"] |= gap
-        # the base ops are listed once per row (format); other causes as they are
-        self._how(row, "missing", None if (needs is not None or gap) else str(err))
-        if out is _NOT_RUN:
-            out = _continue_on_cpu(func, args, kwargs)
-        return out
+        lacks = gap if needs is None else (needs - _implemented(args, kwargs)) | gap
+        with _lock:
+            row["needs"] |= lacks
+            row["uses"] |= needs or set()
+        return out, lacks
 
 
 _NOT_RUN = object()
