@@ -335,10 +335,15 @@ def recorder(dkt):
     op on the CPU and goes on, which here would make a gap look like a pass)."""
 
     class Strict(dkt.Recorder):
-        def missing(self, func, err, args, kwargs):
+        def missing(self, func, err, args, kwargs, run=None):
+            # every base op the call needs that the plugin lacks (its lowering
+            # run on the reference plugin), in the row's "needs"; then the gap
+            # is raised: a sample that cannot run is not implemented
+            _, lacks = self.needs_of(func, err, args, kwargs, run)
             super()._how(self._row(func), "missing",
-                         f"the plugin lacks base op {', '.join(err.missing_base_ops)}"
-                         if getattr(err, "missing_base_ops", ()) else str(err).split(":")[0])
+                         f"the plugin lacks base op{'s' if len(lacks) > 1 else ''} "
+                         f"{', '.join(sorted(lacks))}" if lacks
+                         else str(err).split(":")[0])
             raise err
 
     return Strict()

@@ -147,6 +147,7 @@ class _Samples:
         self.dev, self.torch, self.dkt = dev, torch, dkt
         self.counts = {"pass": 0, "fail": 0, "error": 0, "not-implemented": 0, "skipped": 0}
         self.aten, self.unlowered, self.problems, self.gaps, self.skips = {}, {}, [], [], []
+        self.needs = set()  # base ops the plugin lacks for the samples it cannot run
 
     def skip(self, text, why):
         self.counts["skipped"] += 1
@@ -173,6 +174,8 @@ class _Samples:
         self.count(outcome, lowered, missing)
         if outcome == "not-implemented":
             self.gaps.append(f"{text} ({desc}): {why[0]}")
+            for row in rec.rows.values():
+                self.needs |= row.get("needs", set())
         elif outcome in ("fail", "error"):
             where = _opinfo.localize(op, s, kind, self.seed, self.dev, torch, self.dkt) \
                 if outcome == "fail" else ""
@@ -231,8 +234,9 @@ def _verdict(run, head, n_made):
             raise AssertionError(msg)
         raise RuntimeError(msg)
     if gaps:
+        needs = f"needs base ops {', '.join(sorted(run.needs))}: " if run.needs else ""
         raise NotImplementedByPlugin(
-            f"{head}: {len(gaps)} of {n_made} samples cannot run on the device "
+            f"{head}: {needs}{len(gaps)} of {n_made} samples cannot run on the device "
             f"({counts['pass']} passed): {gaps[0]}" + (f"; and {len(gaps) - 1} more"
                                                          if len(gaps) > 1 else ""))
     if not counts["pass"]:

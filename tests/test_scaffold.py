@@ -235,6 +235,19 @@ def test_names_reach_every_place(project):
     assert "upload-artifact" in ci
 
 
+def test_ci_and_readme_bring_pytorch_so_certify_runs_the_torch_section(project):
+    # Without torch and transformers, gate certify skips the torch section and
+    # the hf-* models: the generated CI installs both, and shows the coverage plan.
+    ci = (project / ".github/workflows/ci.yml").read_text()
+    install = ci.index('pip install "devicekit[torch]" transformers')
+    assert install < ci.index("devicekit conformance --device acme:0") < ci.index(
+        "devicekit gate certify")
+    assert "devicekit torch coverage --device acme:0 --model gpt2 --plan" in ci
+    readme = (project / "README.md").read_text()
+    assert "## 5. PyTorch on your device" in readme
+    assert 'pip install "devicekit[torch]"' in readme and "-k torch/" in readme
+
+
 def test_c_string_escapes_anything():
     assert scaffold._c_string('a"b\\c?') == r'"a\"b\\c\?"'
     assert scaffold._c_string("Ünï\n") == r'"\303\234n\303\257\012"'

@@ -6,7 +6,11 @@
 there: view, plugin kernel, fused kernel, SDK decomposition, decomposition,
 fallback or missing. ``--model`` is a small Hugging Face config
 (``devicekit.torch.hf_models``: gpt2, llama, bert, vit; needs ``transformers``) or a
-Python file defining ``run(device)``, which gets the ``torch.device``.
+Python file defining ``run(device)``, which gets the ``torch.device``;
+``--model`` repeats. A missing op does not stop the run (it continues on the
+reference plugin, else on torch's CPU kernel), and each missing ATen op lists
+the set of base ops the plugin lacks for it; ``--plan`` ranks those base ops by
+how many ATen ops each unlocks and how many models need it.
 
 This module imports torch only when the command runs, so ``devicekit``
 starts without it.
@@ -40,9 +44,12 @@ def add_parser(sub):
                                     "it ran there.",
                         epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--device", default="cpu:0", help="DeviceKit device name (default cpu:0)")
-    c.add_argument("--model", required=True,
+    c.add_argument("--model", required=True, action="append",
                    help="a small transformers model (gpt2, llama, bert, vit) or a .py file defining "
-                        "run(device)")
+                        "run(device); repeat it for several models")
+    c.add_argument("--plan", action="store_true",
+                   help="also rank the base ops the plugin lacks by how many ATen ops each "
+                        "unlocks (and how many ATen ops and models need it)")
     c.add_argument("--fallback", choices=["cpu"], default=None,
                    help="run unlowered ops on the CPU, counted (default: off; they are 'missing')")
     c.add_argument("--json", metavar="FILE", help="also write the coverage as JSON to FILE")
@@ -88,18 +95,31 @@ def run(args):
         print(f"devicekit torch coverage: error: {why}", file=sys.stderr)
         return _output.EXIT_OUTPUT
     import devicekit.torch as dkt
+    from .torch import _coverage
     try:
-        dev = dkt.device(args.device)
-        fn = _runner(args.model)
+        dev = dkt.prefer(args.device)  # dk:0: torch's autograd engine serves only dk:0
+        fns = {m: _runner(m) for m in args.model}
     except (ValueError, errors.DeviceNotFoundError) as e:
         return _usage(str(e))
-    if not args.model.endswith(".py"):
+    if any(not m.endswith(".py") for m in args.model):
         import transformers
         transformers.logging.set_verbosity_error()
-    with dkt.fallback(args.fallback):
-        report = dkt.coverage(fn, dev)
-    print(f"devicekit torch coverage: --model {args.model} on {args.device} ({dev})")
-    print(report.format())
+    reports = {}
+    for model, fn in fns.items():
+        with dkt.fallback(args.fallback):
+            report = reports[model] = dkt.coverage(fn, dev)
+        print(f"devicekit torch coverage: --model {model} on {args.device} ({dev})")
+        print(report.format())
+    ranked = _coverage.plan(reports) if args.plan else None
+    if args.plan:
+        print(f"\ndevicekit torch coverage --plan: the base ops {args.device} lacks, for "
+              f"{', '.join(args.model)}")
+        print(_coverage.format_plan(ranked) if ranked else "none: no missing ATen op names a "
+              "base op the plugin lacks")
     if args.json:
-        _output.write_files({args.json: json.dumps(report.to_json(), indent=2) + "\n"})
-    return EXIT_MISSING if report.missing() or report.error is not None else 0
+        doc = ({**reports[args.model[0]].to_json()} if len(reports) == 1 else
+               {"models": {m: r.to_json() for m, r in reports.items()}})
+        if ranked is not None:
+            doc["plan"] = ranked
+        _output.write_files({args.json: json.dumps(doc, indent=2) + "\n"})
+    return EXIT_MISSING if any(r.missing() or r.error is not None for r in reports.values()) else 0

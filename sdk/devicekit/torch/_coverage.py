@@ -23,7 +23,7 @@ import torch
 
 from .. import bridge, composite_stats
 from . import _fallback
-from ._device import DKTensor, dk_device, from_host, to_host, wrap
+from ._device import DKTensor, dk_device, from_host, to_host, torch_device_of, wrap
 from ._device import device as _by_name
 
 _active = None
@@ -56,14 +56,14 @@ class Recorder:
     def leave(self):
         self._stack().pop()
 
-    def _row(self, func):
+    def _row(self, func, count=True):
         name = str(func)
         stack = self._stack()
         via = stack[-1] if stack else None
         with _lock:
             row = self.rows.setdefault(name, {"op": name, "calls": 0, "how": {}, "detail": set(),
-                                              "via": set()})
-            row["calls"] += 1
+                                              "via": set(), "needs": set(), "uses": set()})
+            row["calls"] += count
             if via is not None:
                 row["via"].add(via)
         return row
@@ -98,11 +98,129 @@ class Recorder:
     def note(self, func, how):
         self._how(self._row(func), how)
 
-    def missing(self, func, err, args, kwargs):
-        row = self._row(func)
-        gap = getattr(err, "missing_base_ops", ())
-        self._how(row, "missing", f"the plugin lacks base op {', '.join(gap)}" if gap else str(err))
+    def missing(self, func, err, args, kwargs, run=None):
+        """Records ``func`` as missing and returns its result from a reference
+        path, so the run goes on: ``run(args, kwargs)`` (its lowering) on the
+        reference plugin's device, or else torch's CPU kernel."""
+        out, lacks = self.needs_of(func, err, args, kwargs, run)
+        self._how(self._row(func), "missing", None if lacks else str(err))
+        if out is not _NOT_RUN:
+            return out
         return _continue_on_cpu(func, args, kwargs)
+
+    def needs_of(self, func, err, args, kwargs, run=None):
+        """``(out, lacks)``: the base ops missing ``func`` needs that the plugin
+        lacks, added to its row's ``needs`` (those ``run``, its lowering, launches
+        on the reference plugin, which also gives ``out``, its result there, else
+        ``_NOT_RUN``; without ``run``: the one base op ``err`` names)."""
+        row = self._row(func, count=False)
+        gap = set(getattr(err, "missing_base_ops", ()))
+        out, needs = _NOT_RUN, None
+        if run is not None:
+            out, needs = _on_reference(func, run, args, kwargs)
+        lacks = gap if needs is None else (needs - _implemented(args, kwargs)) | gap
+        with _lock:
+            row["needs"] |= lacks
+            row["uses"] |= needs or set()
+        return out, lacks
+
+
+_NOT_RUN = object()
+
+
+def _reference():
+    """The DeviceKit device with every base op (the reference plugin's cpu:0),
+    or None when it is not installed."""
+    import devicekit
+    return next((d for d in devicekit.devices() if d.name == "cpu:0"), None)
+
+
+def _implemented(args, kwargs):
+    dev = _target(args, kwargs)
+    if dev is None:
+        return set()
+    return {k["op"] for k in dev.plugin.kernels() if k["implemented"]}
+
+
+def _target(args, kwargs):
+    """The DeviceKit device a call runs on: its first dk tensor's, or its dk
+    ``device=`` (a factory)."""
+    found = []
+
+    def look(x):
+        if found:
+            return
+        if isinstance(x, DKTensor):
+            found.append(x._dk.device)
+        elif isinstance(x, torch.device) and x.type == "dk":
+            found.append(dk_device(x))
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                look(v)
+        elif isinstance(x, dict):
+            for v in x.values():
+                look(v)
+    look(args)
+    look(kwargs)
+    return found[0] if found else None
+
+
+def _on_reference(func, run, args, kwargs):
+    """``run`` (the op's lowering) on the reference device, its operands copied
+    there and its results (and in-place writes) back: ``(out, base ops it
+    launched)``, or ``(_NOT_RUN, None)`` when that cannot be done (no
+    reference plugin, the target is the reference, the lowering fails there)."""
+    import devicekit
+    global _active
+    ref, dev = _reference(), _target(args, kwargs)
+    if ref is None or dev is None or dev.name == ref.name and dev.plugin.name == ref.plugin.name:
+        return _NOT_RUN, None
+    ref_torch = torch_device_of(ref)
+    moved = {}  # id(reference tensor) -> the dk tensor it is a copy of
+
+    def down(x):
+        if isinstance(x, DKTensor):
+            r = wrap(bridge.to_device(x._dk, ref))
+            moved[id(r)] = x
+            return r
+        if isinstance(x, torch.device) and x.type == "dk":
+            return ref_torch
+        if isinstance(x, (list, tuple)):
+            return type(x)(down(v) for v in x)
+        if isinstance(x, dict):
+            return {k: down(v) for k, v in x.items()}
+        return x
+
+    saved = _active
+    try:
+        ref_args, ref_kwargs = down(args), down(kwargs)
+        before = devicekit.dispatch_stats()
+        _active = None  # the reference run is not part of the model's coverage
+        try:
+            with devicekit.fused_kernels(False):  # the base ops, as a plugin without fused kernels
+                out = run(ref_args, ref_kwargs)
+        finally:
+            _active = saved
+        after = devicekit.dispatch_stats()
+    except Exception:  # noqa: BLE001 - the torch CPU path continues instead
+        return _NOT_RUN, None
+    needs = {op for op, s in after.items() if s["kernel"] > before.get(op, {}).get("kernel", 0)}
+
+    written = {}
+    for a, r in zip(func._schema.arguments, ref_args):
+        if a.alias_info is not None and a.alias_info.is_write and id(r) in moved:
+            bridge.copy_into(moved[id(r)]._dk, bridge.to_device(r._dk, dev))
+            written[id(r)] = moved[id(r)]
+
+    def up(x):
+        if isinstance(x, DKTensor):
+            if id(x) in moved:  # an in-place op returns its operand
+                return moved[id(x)]
+            return wrap(bridge.to_device(x._dk, dev))
+        if isinstance(x, (list, tuple)):
+            return type(x)(up(v) for v in x)
+        return x
+    return up(out), needs
 
 
 def _continue_on_cpu(func, args, kwargs):
@@ -117,12 +235,14 @@ def _continue_on_cpu(func, args, kwargs):
             return h
         if isinstance(x, (list, tuple)):
             return type(x)(down(v) for v in x)
+        if isinstance(x, dict):  # kwargs: a factory's device= must become the CPU's
+            return {k: down(v) for k, v in x.items()}
         if isinstance(x, torch.device) and x.type == "dk":
             return torch.device("cpu")
         return x
 
+    dev = _target(args, kwargs)  # a factory has no dk operand: its device= says
     host_args, host_kwargs = down(args), down(kwargs)
-    dev = next((v._dk.device for v in hosts.values()), None)
     out = func(*host_args, **host_kwargs)
 
     def up(x):
@@ -175,12 +295,18 @@ class Coverage:
     def missing(self):
         return [r["op"] for r in self.rows if "missing" in r["how"]]
 
+    def needs(self):
+        """``{ATen op: [base ops the plugin lacks for it]}`` for every missing
+        op whose lowering names them (an op with no lowering names none)."""
+        return {r["op"]: sorted(r["needs"]) for r in self.rows if r["needs"]}
+
+
     def format(self):
         lines = [f"{'ATen op':58} {'calls':>6}  how"]
         for r in self.rows:
             how = ", ".join(f"{h} ({n})" if len(r["how"]) > 1 else h for h, n in r["how"].items())
             lines.append(f"{r['op']:58} {r['calls']:>6}  {how}")
-            for d in sorted(r["detail"]):
+            for d in _details(r):
                 lines.append(f"{'':66}{d}")
             if r["via"]:
                 lines.append(f"{'':66}via {', '.join(sorted(r['via']))}")
@@ -199,10 +325,20 @@ class Coverage:
         return "\n".join(lines)
 
     def to_json(self):
-        return {"ops": [{**r, "detail": sorted(r["detail"]), "via": sorted(r["via"])}
+        return {"ops": [{**r, "detail": _details(r), "via": sorted(r["via"]),
+                         "needs": sorted(r["needs"]), "uses": sorted(r["uses"])}
                         for r in self.rows],
+                "needs": self.needs(),
                 "missing": self.missing(), "fallback": self.fallback,
                 "error": None if self.error is None else str(self.error)}
+
+
+def _details(row):
+    """A row's details, the base ops it lacks first (one line for all its calls)."""
+    needs = sorted(row["needs"])
+    head = ([f"the plugin lacks base op{'s' if len(needs) > 1 else ''} {', '.join(needs)}"]
+            if needs else [])
+    return head + sorted(row["detail"])
 
 
 def coverage(fn, device="dk:0"):
@@ -236,3 +372,36 @@ def coverage(fn, device="dk:0"):
             for op, s in after.items() if s["calls"] > stats_before.get(op, {}).get("calls", 0)}
     rows = sorted(rec.rows.values(), key=lambda r: r["op"])
     return Coverage(rows, error, used)
+
+
+def plan(coverages):
+    """The base ops to write next: ``coverages`` is ``{model: Coverage}``;
+    returns one dict per base op a missing ATen op needs, ``op``, ``aten_ops``
+    (the ATen ops that need it), ``unlocks`` (those it alone stands between the
+    plugin and: every other base op they need is there) and ``models`` (the
+    models that need it), ranked by ATen ops unlocked, then ATen ops needing it,
+    then models."""
+    table = {}
+    for model, cov in coverages.items():
+        for aten_op, lacks in cov.needs().items():
+            for op in lacks:
+                e = table.setdefault(op, {"op": op, "aten_ops": set(), "unlocks": set(),
+                                          "models": set()})
+                e["aten_ops"].add(aten_op)
+                e["models"].add(model)
+                if len(lacks) == 1:
+                    e["unlocks"].add(aten_op)
+    ranked = sorted(table.values(), key=lambda e: (-len(e["unlocks"]), -len(e["aten_ops"]),
+                                                   -len(e["models"]), e["op"]))
+    return [{k: sorted(v) if isinstance(v, set) else v for k, v in e.items()} for e in ranked]
+
+
+def format_plan(ranked):
+    lines = [f"{'base op':16} {'unlocks':>7} {'needed by':>9} {'models':>6}  ATen ops it alone unlocks"]
+    for e in ranked:
+        lines.append(f"{e['op']:16} {len(e['unlocks']):>7} {len(e['aten_ops']):>9} "
+                     f"{len(e['models']):>6}  {', '.join(e['unlocks'])}")
+    if ranked:
+        lines.append("base ops that would unlock the most ATen ops: " + ", ".join(
+            f"{e['op']} ({len(e['unlocks'])})" for e in ranked[:8]))
+    return "\n".join(lines)

@@ -123,14 +123,17 @@ def dispatch(func, args, kwargs):
 def _placeholder(func, args, kwargs):
     """Results of ``func``'s shapes and dtypes (from torch's meta kernels),
     NaN-filled (0 for integers); an in-place op returns its operand untouched."""
-    device = []
+    dev = _coverage._target(args, kwargs) or _device.dk_device(0)  # (a factory: its device=)
 
     def meta(x):
         if isinstance(x, DKTensor):
-            device.append(x._dk.device)
             return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
         if isinstance(x, (list, tuple)):
             return type(x)(meta(v) for v in x)
+        if isinstance(x, dict):
+            return {k: meta(v) for k, v in x.items()}
+        if isinstance(x, torch.device) and x.type == _device.BACKEND:
+            return torch.device("meta")
         return x
 
     out = func(*meta(args), **meta(kwargs))
@@ -138,9 +141,13 @@ def _placeholder(func, args, kwargs):
         return args[0]
 
     def fill(x):
+        # made on the host and copied over: a plugin without the fill kernel (the
+        # op that failed may be its lack) must still get its placeholder, since an
+        # exception here, inside the backward, aborts the process
         if isinstance(x, torch.Tensor):
             value = float("nan") if x.dtype.is_floating_point else 0
-            return wrap(bridge.full(device[0], list(x.shape), _device.dk_dtype(x.dtype).id, value))
+            return wrap(_device.from_host(torch.full(tuple(x.shape), value, dtype=x.dtype),
+                                          dev))
         if isinstance(x, (list, tuple)):
             return type(x)(fill(v) for v in x)
         return x
@@ -167,8 +174,8 @@ def _dispatch(func, args, kwargs):
                 rec.checker.after(check, out)
         except NotImplementedByPlugin as e:
             err = _plugin_gap(func, args, e)
-            if rec is not None:
-                return rec.missing(func, err, args, kwargs)
+            if rec is not None:  # the run goes on; the reference run names every base op
+                return rec.missing(func, err, args, kwargs, lambda a, k: _run(lowering, a, k))
             raise err from None
         except UnloweredOpError:
             raise

@@ -102,6 +102,8 @@ def run(func, args, kwargs):
             return host
         if isinstance(x, (list, tuple)):
             return type(x)(down(v) for v in x)
+        if isinstance(x, dict):  # kwargs
+            return {k: down(v) for k, v in x.items()}
         if isinstance(x, torch.device) and x.type == _device.BACKEND:
             return torch.device("cpu")
         return x
