@@ -354,7 +354,7 @@ def test_id_may_contain_is_exact_on_segment_boundaries(pattern):
 
 
 def test_a_run_filtered_to_other_sections_never_imports_torch(tmp_path):
-    """The vendor's loop pays only for what it runs (issue 32): a -k filter no
+    """The vendor's loop pays only for what it runs: a -k filter no
     torch case can match builds no torch case, in the CLI or its workers, and
     the report says the section was not counted; a filter that can match
     imports it and finds the case."""
