@@ -118,7 +118,10 @@ def test_conv1d(cpu, kw):
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=1, output_padding=1),
-                                dict(groups=2, dilation=2)])
+                                dict(groups=2, dilation=2),
+                                # output_padding leaves room for a window more than x has
+                                dict(stride=(3, 2), padding=(1, 2), output_padding=(2, 3), groups=2,
+                                     dilation=(4, 4))])
 def test_conv_transpose2d(cpu, kw):
     check(lambda x, w, b: F.conv_transpose2d(x, w, b, **kw), (2, 4, 5, 5),
           (4, 6 // kw.get("groups", 1), 3, 3), (6,))

@@ -171,9 +171,9 @@ def _out_size(size, k, s, p, d, ceil):
     return out
 
 
-def _geometry(h, w, kernel, stride, padding, dilation, ceil=False):
+def _geometry(h, w, kernel, stride, padding, dilation, ceil=False, out=None):
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
-    oh, ow = _out_size(h, kh, sh, ph, dh, ceil), _out_size(w, kw, sw, pw, dw, ceil)
+    oh, ow = out or (_out_size(h, kh, sh, ph, dh, ceil), _out_size(w, kw, sw, pw, dw, ceil))
     rows = (np.arange(oh) * sh - ph)[None, None, :, None] + (np.arange(kh) * dh)[:, None, None, None]
     cols = (np.arange(ow) * sw - pw)[None, None, None, :] + (np.arange(kw) * dw)[None, :, None, None]
     valid = (rows >= 0) & (rows < h) & (cols >= 0) & (cols < w)
@@ -181,16 +181,17 @@ def _geometry(h, w, kernel, stride, padding, dilation, ceil=False):
     return flat.reshape(-1), valid.reshape(-1), oh, ow
 
 
-def _windows_index(device, h, w, kernel, stride, padding, dilation, ceil=False):
+def _windows_index(device, h, w, kernel, stride, padding, dilation, ceil=False, out=None):
     """Flat input position of every (ky, kx, oy, ox) window element and
     whether it lies inside the unpadded input (None: all do); built once per
-    geometry and device."""
-    key = (device.name, h, w, kernel, stride, padding, dilation, ceil)
+    geometry and device. ``out``: the number of windows (oh, ow) when the
+    caller knows it (a transposed convolution's input size)."""
+    key = (device.name, h, w, kernel, stride, padding, dilation, ceil, out)
     with _cache_lock:
         hit = _cache.get(key)
     if hit is not None:
         return hit
-    flat, valid, oh, ow = _geometry(h, w, kernel, stride, padding, dilation, ceil)
+    flat, valid, oh, ow = _geometry(h, w, kernel, stride, padding, dilation, ceil, out)
     hit = (tensor(flat, device=device),
            None if valid.all() else tensor(valid, device=device), oh, ow)
     with _cache_lock:
@@ -399,10 +400,13 @@ class _Conv:
             h, w = [(x4.shape[2 + i] - 1) * self.stride[i] - 2 * self.padding[i]
                     + self.dilation[i] * (self.kernel[i] - 1) + op[i] + 1 for i in range(2)]
             self.inp_hw = (h, w)
+            # output_padding can leave room for one more window than x has:
+            # the windows are x's positions, the extra rows only receive zeros
+            out = (x4.shape[2], x4.shape[3])
         else:
-            self.inp_hw = (x4.shape[2], x4.shape[3])
+            self.inp_hw, out = (x4.shape[2], x4.shape[3]), None
         self.index, self.valid, self.oh, self.ow = _windows_index(
-            x.device, *self.inp_hw, self.kernel, self.stride, self.padding, self.dilation)
+            x.device, *self.inp_hw, self.kernel, self.stride, self.padding, self.dilation, out=out)
 
     def lift(self, t):
         return t.reshape(t.shape[0], t.shape[1], 1, t.shape[2]) if self.one_d else t
