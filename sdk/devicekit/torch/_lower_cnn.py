@@ -1,6 +1,6 @@
 """Lowerings of what convolutional networks use: batch norm (train and eval,
-running statistics updated in place as torch updates them) and its
-backward; max/avg/adaptive-average pooling and their backwards; and
+running statistics updated in place as torch updates them), group norm,
+and their backwards; max/avg/adaptive pooling and their backwards; and
 ``convolution`` in the forms torch's op takes (1-D and 2-D, groups incl.
 depthwise, stride, padding, dilation, transposed) forward and backward.
 
@@ -77,10 +77,7 @@ def _bn_forward(x, weight, bias, running_mean, running_var, training, momentum, 
     if bias is not None:
         out = ops.add(out, _per_channel(_compute(bias), x))
     out = _as(out, x)
-    # torch saves the statistics in the input's dtype, or in float32 for a
-    # 16-bit input with float32 parameters (mixed precision)
-    param = running_mean if running_mean is not None else weight
-    stat = _dt.float32.id if param is not None and param.dtype == _dt.float32 else bridge.dtype_id(x)
+    stat = _stat_dtype(x, running_mean if running_mean is not None else weight)
     if training:
         return out, bridge.cast(mean, stat), bridge.cast(invstd, stat)
     nothing = bridge.empty(x.device, [0], stat)  # torch saves no statistics in eval
@@ -145,6 +142,50 @@ def batch_norm_backward(g, x, weight, running_mean, running_var, save_mean, save
     # torch's newer op: save_var holds the saved inverse std, as in native_batch_norm_backward
     return _bn_backward(g, x, weight, running_mean, running_var, save_mean, save_var, update,
                         eps, output_mask)
+
+
+# ---- group norm ----------------------------------------------------------------------
+
+def _stat_dtype(x, param):
+    """torch saves norm statistics in the input's dtype, or in float32 for a
+    16-bit input with float32 parameters (mixed precision)."""
+    return _dt.float32.id if param is not None and param.dtype == _dt.float32 else bridge.dtype_id(x)
+
+
+@lowers("native_group_norm.default", kind=COMPOSITE)
+def native_group_norm(x, weight, bias, n, c, hw, group, eps):
+    x3 = _compute(x).reshape(n, group, -1)
+    mean = ops.mean(x3, 2, keepdims=True)
+    d = ops.sub(x3, mean)
+    rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(d, d), 2, keepdims=True), float(eps)))
+    out = ops.mul(d, rstd).reshape(n, c, -1)
+    if weight is not None:
+        out = ops.mul(out, _compute(weight).reshape(1, c, 1))
+    if bias is not None:
+        out = ops.add(out, _compute(bias).reshape(1, c, 1))
+    stat = _stat_dtype(x, weight)
+    return (_as(out.reshape(*x.shape), x), bridge.cast(mean.reshape(n, group), stat),
+            bridge.cast(rstd.reshape(n, group), stat))
+
+
+@lowers("native_group_norm_backward.default", kind=COMPOSITE)
+def native_group_norm_backward(g, x, mean, rstd, weight, n, c, hw, group, output_mask):
+    mean3, rstd3 = _compute(mean).reshape(n, group, 1), _compute(rstd).reshape(n, group, 1)
+    xhat = ops.mul(ops.sub(_compute(x).reshape(n, group, -1), mean3), rstd3).reshape(n, c, -1)
+    gf = _compute(g).reshape(n, c, -1)
+    dx = dw = db = None
+    if output_mask[0]:
+        wg = ops.mul(gf, _compute(weight).reshape(1, c, 1)) if weight is not None else gf
+        wg3, xhat3 = wg.reshape(n, group, -1), xhat.reshape(n, group, -1)
+        inner = ops.add(ops.mean(wg3, 2, keepdims=True),
+                        ops.mul(xhat3, ops.mean(ops.mul(wg3, xhat3), 2, keepdims=True)))
+        dx = _as(ops.mul(ops.sub(wg3, inner), rstd3).reshape(*x.shape), x)
+    like = weight if weight is not None else x
+    if output_mask[1]:
+        dw = _as(ops.sum(ops.mul(gf, xhat), [0, 2]), like)
+    if output_mask[2]:
+        db = _as(ops.sum(gf, [0, 2]), like)
+    return dx, dw, db
 
 
 # ---- window index tables (pooling, convolution) ---------------------------------------
@@ -261,6 +302,11 @@ def max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ce
 @_batched
 def max_pool2d_with_indices_backward(g, x, kernel_size, stride, padding, dilation, ceil_mode,
                                      indices):
+    return _index_scatter(g, x, indices)
+
+
+def _index_scatter(g, x, indices):
+    """Each output's gradient summed into the input element its flat index names."""
     n, c, h, w = x.shape
     out = bridge.full(g.device, [n, c, h * w], bridge.dtype_id(g), 0)
     src = _compute(g).reshape(n, c, -1).contiguous()
@@ -369,6 +415,25 @@ def adaptive_avg_pool2d_backward(g, x):
     share = ops.div(_compute(g).reshape(n, c, 1, oh * ow), count.reshape(1, 1, 1, oh * ow))
     src = share.expand(n, c, k, oh * ow).reshape(n, c, k * oh * ow)
     return _as(_scatter(src, index, valid, x.shape), x)
+
+
+@lowers("adaptive_max_pool2d.default", kind=COMPOSITE)
+@_batched
+def adaptive_max_pool2d(x, output_size):
+    n, c, h, w = x.shape
+    oh, ow = _pair(output_size)
+    index, valid, _, k = _adaptive_index(x.device, h, w, oh, ow)
+    cols = _gather(x, index, valid, -np.inf).reshape(n, c, k, oh * ow)
+    which = ops.argmax(cols, 2)  # the first maximum of each window, as torch picks
+    table = index.reshape(1, 1, k, oh * ow).expand(n, c, k, oh * ow)
+    idx = ops.gather(table, 2, which.reshape(n, c, 1, oh * ow))
+    return ops.max(cols, 2).reshape(n, c, oh, ow), idx.reshape(n, c, oh, ow)
+
+
+@lowers("adaptive_max_pool2d_backward.default", kind=COMPOSITE)
+@_batched
+def adaptive_max_pool2d_backward(g, x, indices):
+    return _index_scatter(g, x, indices)
 
 
 # ---- convolution -------------------------------------------------------------------------
