@@ -105,12 +105,6 @@ def test_adaptive_max_pool2d(cpu, size):
     check(lambda x: F.adaptive_max_pool2d(x, size), (2, 3, 7, 6))
 
 
-@pytest.mark.parametrize("groups, affine", [(2, True), (4, False)])
-def test_group_norm(cpu, groups, affine):
-    check(lambda x, *wb: F.group_norm(x, groups, *wb), (2, 4, 3, 5),
-          *([(4,), (4,)] if affine else []))
-
-
 def test_avg_pool1d(cpu):
     check(lambda x: F.avg_pool1d(x, 3, 2, 1), (2, 3, 9))
 

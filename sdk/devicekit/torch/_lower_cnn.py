@@ -1,6 +1,6 @@
 """Lowerings of what convolutional networks use: batch norm (train and eval,
-running statistics updated in place as torch updates them), group norm,
-and their backwards; max/avg/adaptive pooling and their backwards; and
+running statistics updated in place as torch updates them) and its
+backward; max/avg/adaptive pooling and their backwards; and
 ``convolution`` in the forms torch's op takes (1-D and 2-D, groups incl.
 depthwise, stride, padding, dilation, transposed) forward and backward.
 
@@ -44,6 +44,12 @@ def _bn_axes(x):
 def _per_channel(t, x):
     """A [C] statistic shaped to broadcast against x [N, C, ...]."""
     return t.reshape(1, x.shape[1], *([1] * (x.ndim - 2)))
+
+
+def _stat_dtype(x, param):
+    """torch saves norm statistics in the input's dtype, or in float32 for a
+    16-bit input with float32 parameters (mixed precision)."""
+    return _dt.float32.id if param is not None and param.dtype == _dt.float32 else bridge.dtype_id(x)
 
 
 def _bn_forward(x, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -142,50 +148,6 @@ def batch_norm_backward(g, x, weight, running_mean, running_var, save_mean, save
     # torch's newer op: save_var holds the saved inverse std, as in native_batch_norm_backward
     return _bn_backward(g, x, weight, running_mean, running_var, save_mean, save_var, update,
                         eps, output_mask)
-
-
-# ---- group norm ----------------------------------------------------------------------
-
-def _stat_dtype(x, param):
-    """torch saves norm statistics in the input's dtype, or in float32 for a
-    16-bit input with float32 parameters (mixed precision)."""
-    return _dt.float32.id if param is not None and param.dtype == _dt.float32 else bridge.dtype_id(x)
-
-
-@lowers("native_group_norm.default", kind=COMPOSITE)
-def native_group_norm(x, weight, bias, n, c, hw, group, eps):
-    x3 = _compute(x).reshape(n, group, -1)
-    mean = ops.mean(x3, 2, keepdims=True)
-    d = ops.sub(x3, mean)
-    rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(d, d), 2, keepdims=True), float(eps)))
-    out = ops.mul(d, rstd).reshape(n, c, -1)
-    if weight is not None:
-        out = ops.mul(out, _compute(weight).reshape(1, c, 1))
-    if bias is not None:
-        out = ops.add(out, _compute(bias).reshape(1, c, 1))
-    stat = _stat_dtype(x, weight)
-    return (_as(out.reshape(*x.shape), x), bridge.cast(mean.reshape(n, group), stat),
-            bridge.cast(rstd.reshape(n, group), stat))
-
-
-@lowers("native_group_norm_backward.default", kind=COMPOSITE)
-def native_group_norm_backward(g, x, mean, rstd, weight, n, c, hw, group, output_mask):
-    mean3, rstd3 = _compute(mean).reshape(n, group, 1), _compute(rstd).reshape(n, group, 1)
-    xhat = ops.mul(ops.sub(_compute(x).reshape(n, group, -1), mean3), rstd3).reshape(n, c, -1)
-    gf = _compute(g).reshape(n, c, -1)
-    dx = dw = db = None
-    if output_mask[0]:
-        wg = ops.mul(gf, _compute(weight).reshape(1, c, 1)) if weight is not None else gf
-        wg3, xhat3 = wg.reshape(n, group, -1), xhat.reshape(n, group, -1)
-        inner = ops.add(ops.mean(wg3, 2, keepdims=True),
-                        ops.mul(xhat3, ops.mean(ops.mul(wg3, xhat3), 2, keepdims=True)))
-        dx = _as(ops.mul(ops.sub(wg3, inner), rstd3).reshape(*x.shape), x)
-    like = weight if weight is not None else x
-    if output_mask[1]:
-        dw = _as(ops.sum(ops.mul(gf, xhat), [0, 2]), like)
-    if output_mask[2]:
-        db = _as(ops.sum(gf, [0, 2]), like)
-    return dx, dw, db
 
 
 # ---- window index tables (pooling, convolution) ---------------------------------------
