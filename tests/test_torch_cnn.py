@@ -19,6 +19,7 @@ import torch.nn.functional as F  # noqa: E402
 import devicekit.torch as dkt  # noqa: E402
 
 DK = "dk:0"
+aten = torch.ops.aten
 TOL = dict(rtol=1e-4, atol=1e-5)  # float32: a few ulps of reordered sums
 
 
@@ -103,6 +104,20 @@ def test_adaptive_avg_pool2d(cpu, size):
 @pytest.mark.parametrize("size", [1, (3, 2)])
 def test_adaptive_max_pool2d(cpu, size):
     check(lambda x: F.adaptive_max_pool2d(x, size), (2, 3, 7, 6))
+
+
+@pytest.mark.parametrize("groups, affine", [(2, True), (4, False)])
+def test_group_norm(cpu, groups, affine):
+    check(lambda x, *wb: F.group_norm(x, groups, *wb), (2, 4, 3, 5),
+          *([(4,), (4,)] if affine else []))
+
+
+def test_group_norm_gradient_through_its_statistics(cpu):
+    # torch's own formula for this case calls unsqueeze_, which a dk tensor cannot take
+    def fn(x, w, b):
+        out, mean, rstd = aten.native_group_norm(x, w, b, 2, 4, 6, 2, 1e-5)
+        return out.sum(-1) + (mean * 3 + rstd * 2).repeat_interleave(2, 1)
+    check(fn, (2, 4, 6), (4,), (4,))
 
 
 def test_avg_pool1d(cpu):

@@ -46,6 +46,7 @@ _device.install()
 _lib = torch.library.Library("aten", "IMPL")  # kept alive: it holds the registrations
 _lower_views.register_factories(_lib, _dispatch_op)
 _lower_nn.register_attention(_lib)
+_lower_cnn.register_autograd(_lib)
 # Any other op reaching the dk backend key with no kernel (a factory torch
 # has no generic form of, such as tril_indices(device="dk:0")) comes to the
 # same dispatch, so it is decomposed, falls back or is refused by its name.

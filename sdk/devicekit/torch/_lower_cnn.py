@@ -1,6 +1,6 @@
 """Lowerings of what convolutional networks use: batch norm (train and eval,
-running statistics updated in place as torch updates them) and its
-backward; max/avg/adaptive pooling and their backwards; and
+running statistics updated in place as torch updates them), group norm,
+and their backwards; max/avg/adaptive pooling and their backwards; and
 ``convolution`` in the forms torch's op takes (1-D and 2-D, groups incl.
 depthwise, stride, padding, dilation, transposed) forward and backward.
 
@@ -148,6 +148,95 @@ def batch_norm_backward(g, x, weight, running_mean, running_var, save_mean, save
     # torch's newer op: save_var holds the saved inverse std, as in native_batch_norm_backward
     return _bn_backward(g, x, weight, running_mean, running_var, save_mean, save_var, update,
                         eps, output_mask)
+
+
+# ---- group norm ----------------------------------------------------------------------
+
+@lowers("native_group_norm.default", kind=COMPOSITE)
+def native_group_norm(x, weight, bias, n, c, hw, group, eps):
+    x3 = _compute(x).reshape(n, group, -1)
+    mean = ops.mean(x3, 2, keepdims=True)
+    d = ops.sub(x3, mean)
+    rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(d, d), 2, keepdims=True), float(eps)))
+    out = ops.mul(d, rstd).reshape(n, c, -1)
+    if weight is not None:
+        out = ops.mul(out, _compute(weight).reshape(1, c, 1))
+    if bias is not None:
+        out = ops.add(out, _compute(bias).reshape(1, c, 1))
+    stat = _stat_dtype(x, weight)
+    return (_as(out.reshape(*x.shape), x), bridge.cast(mean.reshape(n, group), stat),
+            bridge.cast(rstd.reshape(n, group), stat))
+
+
+@lowers("native_group_norm_backward.default", kind=COMPOSITE)
+def native_group_norm_backward(g, x, mean, rstd, weight, n, c, hw, group, output_mask):
+    mean3, rstd3 = _compute(mean).reshape(n, group, 1), _compute(rstd).reshape(n, group, 1)
+    xhat = ops.mul(ops.sub(_compute(x).reshape(n, group, -1), mean3), rstd3).reshape(n, c, -1)
+    gf = _compute(g).reshape(n, c, -1)
+    dx = dw = db = None
+    if output_mask[0]:
+        wg = ops.mul(gf, _compute(weight).reshape(1, c, 1)) if weight is not None else gf
+        wg3, xhat3 = wg.reshape(n, group, -1), xhat.reshape(n, group, -1)
+        inner = ops.add(ops.mean(wg3, 2, keepdims=True),
+                        ops.mul(xhat3, ops.mean(ops.mul(wg3, xhat3), 2, keepdims=True)))
+        dx = _as(ops.mul(ops.sub(wg3, inner), rstd3).reshape(*x.shape), x)
+    like = weight if weight is not None else x
+    if output_mask[1]:
+        dw = _as(ops.sum(ops.mul(gf, xhat), [0, 2]), like)
+    if output_mask[2]:
+        db = _as(ops.sum(gf, [0, 2]), like)
+    return dx, dw, db
+
+
+class _GroupNorm(torch.autograd.Function):
+    """torch's native_group_norm on dk at the autograd level. torch's own
+    formula, when mean or rstd get a gradient (or under create_graph), runs
+    infinitely_differentiable_native_group_norm_backward, whose in-place
+    unsqueeze_ a dk tensor cannot take (its sizes are fixed when it is
+    made). Here the gradients reaching mean and rstd are added analytically
+    to native_group_norm_backward's (first-order only)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, n, c, hw, group, eps):
+        with torch._C._AutoDispatchBelowAutograd():  # to the lowering, not back here
+            out, mean, rstd = aten.native_group_norm(x, weight, bias, n, c, hw, group, eps)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.shape = (n, c, hw, group)
+        ctx.mark_non_differentiable()
+        return out, mean, rstd
+
+    @staticmethod
+    def backward(ctx, g, g_mean, g_rstd):
+        x, weight, mean, rstd = ctx.saved_tensors
+        n, c, hw, group = ctx.shape
+        need = ctx.needs_input_grad
+        mask = [need[0], need[1] and weight is not None, need[2]]
+        if g is None:
+            g = torch.zeros_like(x)
+        dx, dw, db = aten.native_group_norm_backward(g, x, mean, rstd, weight, n, c, hw, group,
+                                                     mask)
+        if need[0] and (g_mean is not None or g_rstd is not None):
+            x3 = x.reshape(n, group, -1)
+            d = x3.shape[-1]
+            extra = torch.zeros_like(x3)
+            if g_mean is not None:  # d mean / dx = 1/D
+                extra = extra + (g_mean / d).reshape(n, group, 1)
+            if g_rstd is not None:  # d rstd / dx = -rstd^3 (x - mean) / D
+                r = rstd.reshape(n, group, 1)
+                extra = extra - (g_rstd.reshape(n, group, 1) * r * r * r / d) * (
+                    x3 - mean.reshape(n, group, 1))
+            dx = dx + extra.reshape(x.shape)
+        return (dx if need[0] else None, dw if mask[1] else None, db if need[2] else None,
+                None, None, None, None, None)
+
+
+def _group_norm_kernel(x, weight, bias, n, c, hw, group, eps):
+    return _GroupNorm.apply(x, weight, bias, n, c, hw, group, eps)
+
+
+def register_autograd(lib):
+    lib.impl("native_group_norm", _group_norm_kernel, "AutogradPrivateUse1")
+
 
 
 # ---- window index tables (pooling, convolution) ---------------------------------------
