@@ -1,8 +1,9 @@
 """devicekit.torch: convolutional networks on ``dk`` with no fallback
 (``sdk/devicekit/torch/_lower_cnn.py``). Per op, forward and backward against
 torch on the CPU in float32: batch norm (train with its running statistics,
-eval), max/avg/adaptive pooling, convolution (1-D, 2-D, groups, depthwise,
-stride, padding, dilation, transposed). Then a small CNN and a 1-D conv model
+eval), group norm (also a gradient through its saved statistics), max/avg/
+adaptive pooling, convolution (1-D, 2-D, groups, depthwise, stride, padding,
+dilation, transposed). Then a small CNN and a 1-D conv model
 trained 3 SGD steps on dk and on the CPU: losses, weights and running
 statistics agree, then eval outputs. Needs torch (skipped otherwise).
 """
