@@ -19,8 +19,9 @@ dtypes, host transfers, the Philox stream per device), ``_table`` (the one
 lowering table, ``lowers``, wrap/unwrap), ``_dispatch`` (lookup,
 decomposition, errors), ``_lower_views`` (views, copies, factories, in-place
 write-through), ``_lower_ops`` (base-op lowerings), ``_lower_nn``
-(composites with fused kernels, losses, random ops), ``_autocast``
-(``torch.autocast("dk")``'s cast policy, GradScaler's ops), ``_fallback``,
+(composites with fused kernels, losses, random ops), ``_lower_cnn`` (batch
+norm, pooling, convolution), ``_autocast`` (``torch.autocast("dk")``'s cast
+policy, GradScaler's ops), ``_fallback``,
 ``_coverage``; ``hf_models`` (public: small Hugging Face models for coverage, tests and
 ``python -m devicekit.torch_cli``).
 """
@@ -36,7 +37,7 @@ from ._device import DKTensor, device, dk_device, prefer
 from ._dispatch import clear_pending_errors, dispatch as _dispatch_op
 from ._fallback import fallback, fallback_stats, reset_fallback_stats
 from ._table import LOWERINGS
-from . import _lower_views, _lower_ops, _lower_nn  # noqa: F401  (they fill LOWERINGS)
+from . import _lower_views, _lower_ops, _lower_nn, _lower_cnn  # noqa: F401  (they fill LOWERINGS)
 from . import _autocast  # torch.autocast("dk") policy; GradScaler's ops (in LOWERINGS)
 
 # The wiring (STYLE 19): _device sits at the bottom and _dispatch above the
@@ -48,6 +49,7 @@ _autocast.install()
 _lib = torch.library.Library("aten", "IMPL")  # kept alive: it holds the registrations
 _lower_views.register_factories(_lib, _dispatch_op)
 _lower_nn.register_attention(_lib)
+_lower_cnn.register_autograd(_lib)
 # Any other op reaching the dk backend key with no kernel (a factory torch
 # has no generic form of, such as tril_indices(device="dk:0")) comes to the
 # same dispatch, so it is decomposed, falls back or is refused by its name.

@@ -370,32 +370,6 @@ def constant_pad_nd(x, pad, value=0):
     return out
 
 
-def _conv2d_args(x, weight, stride, padding, dilation, transposed, output_padding, groups):
-    if x.ndim != 4 or transposed or groups != 1 or any(d != 1 for d in dilation):
-        raise NotImplementedError(
-            f"DeviceKit's conv2d is 2-D, groups=1, dilation 1, not transposed (got input rank "
-            f"{x.ndim}, groups={groups}, dilation={list(dilation)}, transposed={transposed})")
-    pad = list(padding) if len(padding) == 2 else [padding[0]] * 2
-    st = list(stride) if len(stride) == 2 else [stride[0]] * 2
-    return st, pad
-
-
-@lowers("convolution.default")
-def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    st, pad = _conv2d_args(x, weight, stride, padding, dilation, transposed, output_padding, groups)
-    return F.conv2d(x, weight, bias, tuple(st), tuple(pad))
-
-
-@lowers("convolution_backward.default")
-def convolution_backward(g, x, weight, bias_sizes, stride, padding, dilation, transposed,
-                         output_padding, groups, output_mask):
-    st, pad = _conv2d_args(x, weight, stride, padding, dilation, transposed, output_padding, groups)
-    dx, dw = _vjp(lambda x, w: F.conv2d(x, w, None, tuple(st), tuple(pad)), (x, weight),
-                  [bool(output_mask[0]), bool(output_mask[1])], g.contiguous())
-    db = ops.sum(g, [0, 2, 3]) if output_mask[2] and bias_sizes is not None else None
-    return dx, dw, db
-
-
 # ---- random ops: the device's Philox stream -----------------------------------------------
 
 def _no_generator(generator, op):
