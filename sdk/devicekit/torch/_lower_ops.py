@@ -90,21 +90,7 @@ lowers("max.other")(ops.maximum)
 lowers("min.other")(ops.minimum)
 
 
-def _bool_only(name, fn):
-    def lowered(a, b=None):
-        for x in (a, b):
-            if isinstance(x, bridge.Tensor) and x.dtype != _dt.bool_:
-                raise NotImplementedError(
-                    f"aten.{name} on {x.dtype} is not lowered (DeviceKit's base ops have logical "
-                    f"ops on bool only)")
-        return fn(a) if b is None else fn(a, b)
-    return lowered
-
-
-lowers("bitwise_and.Tensor", "bitwise_and.Scalar")(_bool_only("bitwise_and", ops.logical_and))
-lowers("bitwise_or.Tensor", "bitwise_or.Scalar")(_bool_only("bitwise_or", ops.logical_or))
-lowers("bitwise_xor.Tensor", "bitwise_xor.Scalar")(_bool_only("bitwise_xor", ops.logical_xor))
-lowers("bitwise_not.default")(_bool_only("bitwise_not", ops.logical_not))
+# (bitwise_and/or/xor/not, on bool and integers: _lower_select)
 
 
 @lowers("add.Tensor", "add.Scalar")
