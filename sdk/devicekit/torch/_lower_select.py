@@ -167,26 +167,56 @@ def right_shift(x, s):
 
 # ---- fmod / remainder -----------------------------------------------------------------------
 
-def _float_only(name, a, b):
-    for t in (a, b):
-        if isinstance(t, bridge.Tensor) and not t.dtype.is_floating_point:
-            raise NotImplementedError(f"aten.{name} on {t.dtype} is not lowered (DeviceKit has no "
-                                      f"integer division base op; floating point is lowered)")
+def _ints(a, b):
+    return not any(isinstance(t, bridge.Tensor) and (t.dtype.is_floating_point or t.dtype == _dt.bool_)
+                   for t in (a, b)) and not any(isinstance(t, float) for t in (a, b))
+
+
+def _int_remainder(a, b):
+    """Integer a mod b with b's sign (torch's remainder), exact for |a|, |b| <
+    2**53: DeviceKit has no integer division base op, so the quotient is
+    floor(float64(a) / float64(b)) (off by at most one there), the remainder
+    a - q*b in int64 (exact, wrapping), then corrected by one b."""
+    dt = _result_dtype(a, b)
+    dev = (a if isinstance(a, bridge.Tensor) else b).device
+    a64, b64 = _as64(a, dev, dt), _as64(b, dev, dt)
+    q = ops.floor(ops.div(bridge.cast(a64, _dt.float64.id), bridge.cast(b64, _dt.float64.id)))
+    r = ops.sub(a64, ops.mul(bridge.cast(q, _dt.int64.id), b64))
+    wrong_sign = ops.logical_and(ops.ne(r, 0), ops.ne(ops.lt(r, 0), ops.lt(b64, 0)))
+    r = ops.where(wrong_sign, ops.add(r, b64), r)
+    too_big = ops.ge(ops.abs(r), ops.abs(b64))  # (same sign as b here)
+    r = ops.where(too_big, ops.sub(r, b64), r)
+    return r, a64, b64, dt
 
 
 @lowers("remainder.Tensor", "remainder.Scalar")
-@_in_float32
 def remainder(a, b):
     """a - floor(a / b) * b, as torch (the sign of b)."""
-    _float_only("remainder", a, b)
+    if _ints(a, b):
+        r, _, _, dt = _int_remainder(a, b)
+        return r if dt == _dt.int64.id else bridge.cast(r, dt)
+    return _float_remainder(a, b)
+
+
+@_in_float32
+def _float_remainder(a, b):
     return ops.sub(a, ops.mul(ops.floor(ops.div(a, b)), b))
 
 
 @lowers("fmod.Tensor", "fmod.Scalar")
-@_in_float32
 def fmod(a, b):
     """a - trunc(a / b) * b, as torch (the sign of a)."""
-    _float_only("fmod", a, b)
+    if _ints(a, b):
+        r, a64, b64, dt = _int_remainder(a, b)
+        # from b's sign to a's: subtract b where they differ and r != 0
+        fix = ops.logical_and(ops.ne(r, 0), ops.ne(ops.lt(a64, 0), ops.lt(b64, 0)))
+        r = ops.where(fix, ops.sub(r, b64), r)
+        return r if dt == _dt.int64.id else bridge.cast(r, dt)
+    return _float_fmod(a, b)
+
+
+@_in_float32
+def _float_fmod(a, b):
     q = ops.div(a, b)
     q = ops.mul(ops.sign(q), ops.floor(ops.abs(q)))
     return ops.sub(a, ops.mul(q, b))
