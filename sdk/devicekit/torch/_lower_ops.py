@@ -397,14 +397,14 @@ def index_tensor(x, indices):
     """``x[..., i, j, ...]`` with integer index tensors on adjacent dims (the
     common case: ``table[ids]``, ``cos[position_ids]``), as one gather: the
     indexed dims are merged into one, the index made flat over it."""
+    if any(i is not None and i.dtype in (_dt.bool_, _dt.uint8) for i in indices):
+        from ._lower_select import mask_to_indices  # x[mask]: the mask's nonzero coordinates
+        indices = mask_to_indices(indices)
     dims = [d for d, i in enumerate(indices) if i is not None]
     if not dims:
         return x
     if dims != list(range(dims[0], dims[-1] + 1)):
         raise NotImplementedError("aten.index.Tensor with index tensors on non-adjacent dims is "
-                                  "not lowered")
-    if any(indices[d].dtype == _dt.bool_ for d in dims):
-        raise NotImplementedError("aten.index.Tensor with a bool mask (a data-dependent shape) is "
                                   "not lowered")
     d0, k = dims[0], len(dims)
     shape = list(x.shape)

@@ -370,6 +370,30 @@ def scatter(x, dim, index, src):
     return _scatter(x, dim + x.ndim if dim < 0 else dim, index, src)
 
 
+@lowers("nonzero.default")
+def nonzero(mask):
+    """[count, ndim] int64 coordinates of the non-zero elements, row-major.
+    The count is a data-dependent size, so it is read back to the host (one
+    sync, as torch's own nonzero on an accelerator); each coordinate column is
+    a scatter of that dim's index to the element's position among the hits."""
+    hit = ops.ne(mask, 0) if mask.dtype != _dt.bool_ else mask
+    shape = list(mask.shape) or [1]
+    hit = hit.reshape(*shape)
+    n = int(ops.sum(bridge.cast(hit, _dt.int64.id)).item())
+    flat = hit.reshape(hit.numel())
+    pos = ops.where(flat, _mask_positions(flat), n)  # misses go to a spare slot n
+    cols = []
+    for d, size in enumerate(shape):
+        view = [1] * len(shape)
+        view[d] = size
+        coord = _const(mask.device, ("iota", size), lambda size=size: torch.arange(size))
+        coord = coord.reshape(*view).expand(*shape).contiguous().reshape(hit.numel())
+        col = ops.scatter_add(bridge.full(mask.device, [n + 1], _dt.int64.id, 0), 0, pos, coord)
+        cols.append(col.narrow(0, 0, n).reshape(n, 1))
+    out = bridge.cat(cols, 1) if cols else bridge.full(mask.device, [n, 0], _dt.int64.id, 0)
+    return out if mask.ndim else out.narrow(1, 0, 0).contiguous()
+
+
 def _mask_positions(mask):
     """int64 position of each True among the Trues (row-major), for a flattened mask."""
     flat = bridge.cast(mask.reshape(mask.numel()), _dt.int64.id)
@@ -463,3 +487,16 @@ def multinomial(p, num_samples, replacement=False, *, generator=None):
         key = ops.where(ops.gt(pf, 0), ops.div(ops.neg(ops.log(u)), pf), math.inf)
         out = _sort_last(key, False)[1].narrow(1, 0, num_samples).contiguous()
     return out.reshape(num_samples) if p.ndim == 1 else out
+
+
+def mask_to_indices(indices):
+    """torch's rule for ``x[mask]``: a bool (or uint8) mask over k dims stands for
+    k integer index tensors, the columns of its ``nonzero``."""
+    out = []
+    for i in indices:
+        if i is not None and i.dtype in (_dt.bool_, _dt.uint8):
+            nz = nonzero(i)
+            out.extend(nz.narrow(1, d, 1).reshape(nz.shape[0]) for d in range(i.ndim))
+        else:
+            out.append(i)
+    return out
