@@ -294,3 +294,22 @@ def test_sampling_distribution_matches_warped_softmax(gpt2):
     shuffled = probs.clone()
     shuffled[probs > 0] = probs[probs > 0].flip(0)
     assert _chi2(counts, shuffled) > bound
+
+
+def test_conformance_accepts_another_tie_order_only():
+    """The torch section's rule for sort/topk indices (torch leaves the order
+    of equal values open): another order of ties passes, a wrong index fails."""
+    from types import SimpleNamespace
+    from devicekit.conformance_tests import _opinfo
+    x = torch.tensor([[2., 1., 2., 0.], [5., 5., 5., 1.]])
+    s = SimpleNamespace(input=x, args=(2, 1), kwargs={})
+    want = (torch.tensor([[2., 2.], [5., 5.]]), torch.tensor([[0, 2], [0, 1]]))
+    assert _opinfo.ties_ok("topk", (want[0], torch.tensor([[2, 0], [2, 1]])), want, s, torch)
+    assert not _opinfo.ties_ok("topk", (want[0], torch.tensor([[0, 1], [0, 1]])), want, s, torch)
+    assert not _opinfo.ties_ok("topk", (want[0], torch.tensor([[0, 0], [0, 1]])), want, s, torch)
+    assert not _opinfo.ties_ok("add", want, want, s, torch)
+    s = SimpleNamespace(input=x, args=(), kwargs={"dim": 1})
+    assert _opinfo.ties_ok("argsort", torch.tensor([[3, 1, 2, 0], [3, 2, 0, 1]]),
+                           torch.tensor([[3, 1, 0, 2], [3, 0, 1, 2]]), s, torch)
+    assert not _opinfo.ties_ok("argsort", torch.tensor([[3, 1, 0, 0], [3, 2, 0, 1]]),
+                               torch.tensor([[3, 1, 0, 2], [3, 0, 1, 2]]), s, torch)
