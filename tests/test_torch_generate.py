@@ -108,12 +108,13 @@ def test_sort_ints_and_topk_ties():
     _same(torch.sort(xi.to(D), dim=1, descending=True, stable=True)[0],
           torch.sort(xi, dim=1, descending=True, stable=True)[0])
     for largest in (True, False):
-        v, i = torch.topk(X.to(D), 4, largest=largest)
-        v0, _ = torch.topk(X, 4, largest=largest)
-        _same(v, v0)
-        # torch leaves the order of ties open; dk's is the stable sort's (lower index first)
-        _same(i, torch.sort(X, dim=-1, descending=largest, stable=True)[1][:, :4])
-        _same(v, X.gather(1, i.cpu()))
+        for k in (4, 11):  # picked one by one; through the sort (k above its 10 stages)
+            v, i = torch.topk(X.to(D), k, largest=largest)
+            v0, _ = torch.topk(X, k, largest=largest)
+            _same(v, v0)
+            # torch leaves the order of ties open; dk's is the stable sort's (lower index first)
+            _same(i, torch.sort(X, dim=-1, descending=largest, stable=True)[1][:, :k])
+            _same(v, X.gather(1, i.cpu()))
     _same(torch.topk(xi.to(D), 3, dim=0)[0], torch.topk(xi, 3, dim=0)[0])
 
 
