@@ -120,7 +120,7 @@ def test_sort_ints_and_topk_ties():
 
 # ---- fmod / remainder / roll ------------------------------------------------------------------------
 
-def test_fmod_remainder_negative_operands():
+def test_fmod_remainder_int_div_negative_operands():
     a = torch.tensor([5., -5., 5., -5., 7.5, -0.5, 0.0, 1e6 + 0.25])
     b = torch.tensor([3., 3., -3., -3., 2., 0.3, 3., -7.])
     g = torch.Generator().manual_seed(0)
@@ -134,6 +134,9 @@ def test_fmod_remainder_negative_operands():
         _same(op(ai.to(D), -5), op(ai, -5))
         x8 = torch.tensor([-128, -7, 7, 127, 0], dtype=torch.int8)
         _same(op(x8.to(D), 3), op(x8, 3))
+    for mode in ("floor", "trunc"):  # integer division, exact beyond float32's 2**24 too
+        _same(torch.div(ai.to(D), bi.to(D), rounding_mode=mode), torch.div(ai, bi, rounding_mode=mode))
+        _same(torch.div(ai.to(D), -3, rounding_mode=mode), torch.div(ai, -3, rounding_mode=mode))
 
 
 def test_roll():

@@ -111,6 +111,11 @@ def rsub(a, b, alpha=1):
 @lowers("div.Tensor_mode", "div.Scalar_mode")
 @_in_float32
 def div_mode(a, b, rounding_mode=None):
+    ints = [x.dtype for x in (a, b) if isinstance(x, bridge.Tensor)]
+    if rounding_mode is not None and not any(d.is_floating_point or d == _dt.bool_ for d in ints) \
+            and not any(isinstance(x, float) for x in (a, b)):
+        from ._lower_select import int_div  # exact: a float32 quotient is not above 2**24
+        return int_div(a, b, rounding_mode)
     q = ops.div(a, b)
     if rounding_mode is None:
         return q

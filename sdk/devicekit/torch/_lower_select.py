@@ -181,19 +181,30 @@ def _int_remainder(a, b):
     dev = (a if isinstance(a, bridge.Tensor) else b).device
     a64, b64 = _as64(a, dev, dt), _as64(b, dev, dt)
     q = ops.floor(ops.div(bridge.cast(a64, _dt.float64.id), bridge.cast(b64, _dt.float64.id)))
-    r = ops.sub(a64, ops.mul(bridge.cast(q, _dt.int64.id), b64))
+    q = bridge.cast(q, _dt.int64.id)
+    r = ops.sub(a64, ops.mul(q, b64))
     wrong_sign = ops.logical_and(ops.ne(r, 0), ops.ne(ops.lt(r, 0), ops.lt(b64, 0)))
-    r = ops.where(wrong_sign, ops.add(r, b64), r)
+    r, q = ops.where(wrong_sign, ops.add(r, b64), r), ops.where(wrong_sign, ops.sub(q, 1), q)
     too_big = ops.ge(ops.abs(r), ops.abs(b64))  # (same sign as b here)
-    r = ops.where(too_big, ops.sub(r, b64), r)
-    return r, a64, b64, dt
+    r, q = ops.where(too_big, ops.sub(r, b64), r), ops.where(too_big, ops.add(q, 1), q)
+    return r, a64, b64, dt, q
+
+
+def int_div(a, b, rounding_mode):
+    """Integer ``div`` with rounding_mode "floor" or "trunc" (``_lower_ops``
+    sends integer operands here), exact for |a|, |b| < 2**53 as above."""
+    r, a64, b64, dt, q = _int_remainder(a, b)
+    if rounding_mode == "trunc":  # floor and trunc differ by one where signs differ and r != 0
+        fix = ops.logical_and(ops.ne(r, 0), ops.ne(ops.lt(a64, 0), ops.lt(b64, 0)))
+        q = ops.where(fix, ops.add(q, 1), q)
+    return q if dt == _dt.int64.id else bridge.cast(q, dt)
 
 
 @lowers("remainder.Tensor", "remainder.Scalar")
 def remainder(a, b):
     """a - floor(a / b) * b, as torch (the sign of b)."""
     if _ints(a, b):
-        r, _, _, dt = _int_remainder(a, b)
+        r, _, _, dt, _ = _int_remainder(a, b)
         return r if dt == _dt.int64.id else bridge.cast(r, dt)
     return _float_remainder(a, b)
 
@@ -207,7 +218,7 @@ def _float_remainder(a, b):
 def fmod(a, b):
     """a - trunc(a / b) * b, as torch (the sign of a)."""
     if _ints(a, b):
-        r, a64, b64, dt = _int_remainder(a, b)
+        r, a64, b64, dt, _ = _int_remainder(a, b)
         # from b's sign to a's: subtract b where they differ and r != 0
         fix = ops.logical_and(ops.ne(r, 0), ops.ne(ops.lt(a64, 0), ops.lt(b64, 0)))
         r = ops.where(fix, ops.sub(r, b64), r)
