@@ -78,6 +78,13 @@ def test_shifts_int64_and_bool_ops():
     for s in (0, 1, 33, 63):
         _same(A64.to(D) << s, A64 << s)
         _same(A64.to(D) >> s, A64 >> s)
+    s = torch.tensor([0, 1, 63, 5, 62, 64, 3, 0, 70, 2])  # per element, the width and beyond too
+    _same(A64.to(D) << s.to(D), A64 << s)
+    _same(A64.to(D) >> s.to(D), A64 >> s)
+    x8, s8 = torch.tensor([-128, -7, 7, 127, 1, -1], dtype=torch.int8), torch.tensor([1, 2, 3, 7, 8, 9],
+                                                                                    dtype=torch.int8)
+    _same(x8.to(D) << s8.to(D), x8 << s8)
+    _same(x8.to(D) >> s8.to(D), x8 >> s8)
     m, n = torch.tensor([True, False, True, False]), torch.tensor([True, True, False, False])
     _same(m.to(D) & n.to(D), m & n)
     _same(m.to(D) ^ n.to(D), m ^ n)

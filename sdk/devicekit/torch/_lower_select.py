@@ -125,17 +125,30 @@ def bitwise_not(x):
     return ops.sub(255 if x.dtype == _dt.uint8 else -1, x)  # (exact: ~x = -1 - x; wraps)
 
 
-def _shift_amount(name, x, s):
-    if isinstance(s, bridge.Tensor):
-        raise NotImplementedError(f"aten.{name} with a tensor shift amount is not lowered "
-                                  f"(a scalar amount is)")
-    width = _INTS[x.dtype.id][0] if x.dtype.id in _INTS else None
-    if width is None:
-        raise NotImplementedError(f"aten.{name} on {x.dtype}: integers only")
-    s = int(s)
-    if not 0 <= s < width:
-        raise NotImplementedError(f"aten.{name} by {s} (outside [0, {width})) is not lowered")
-    return width, s
+def _shift_operands(name, x, s):
+    """(x as int64, its dtype id, the shift as an int64 tensor broadcast to x's shape)."""
+    tensors = [t for t in (x, s) if isinstance(t, bridge.Tensor)]
+    if any(t.dtype.id not in _INTS for t in tensors):
+        raise NotImplementedError(f"aten.{name} on {[str(t.dtype) for t in tensors]}: integers only")
+    dt = _result_dtype(x, s)
+    dev = tensors[0].device
+    x64, s64 = _as64(x, dev, dt), _as64(s, dev, dt)
+    shape = list(bridge.broadcast_shapes(list(x64.shape), list(s64.shape)))
+    return x64.expand(*shape).contiguous(), dt, s64.expand(*shape).contiguous()
+
+
+def _iota64(dev):
+    return _const(dev, ("iota", 64), lambda: torch.arange(64))
+
+
+@lowers("bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_Scalar",
+        "bitwise_left_shift.Scalar_Tensor", "__lshift__.Scalar", "__lshift__.Tensor")
+def left_shift(x, s):
+    """x * 2**s with integer mul's wrap, 2**s composed from a one-hot of s (a
+    shift by the width or more gives 0, as torch), then wrapped to x's width."""
+    x64, dt, s64 = _shift_operands("bitwise_left_shift", x, s)
+    onehot = ops.eq(s64.reshape(*s64.shape, 1), _iota64(x64.device))
+    return _narrow_to(ops.mul(x64, _compose(onehot)), dt)
 
 
 def _narrow_to(r64, dt):
@@ -149,20 +162,16 @@ def _narrow_to(r64, dt):
     return bridge.cast(_compose(_bits(r64), f"wrap{dt}", weights), dt)
 
 
-@lowers("bitwise_left_shift.Tensor_Scalar", "__lshift__.Scalar")
-def left_shift(x, s):
-    width, s = _shift_amount("bitwise_left_shift", x, s)
-    return _narrow_to(ops.mul(_as64(x, x.device, None), _wrap64(1 << s)), x.dtype.id)
-
-
-@lowers("bitwise_right_shift.Tensor_Scalar", "__rshift__.Scalar")
+@lowers("bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_Scalar",
+        "bitwise_right_shift.Scalar_Tensor", "__rshift__.Scalar", "__rshift__.Tensor")
 def right_shift(x, s):
-    """Arithmetic (floor) shift for signed integers, as torch: bit k weighs
-    2**(k-s); the sign bit -2**(63-s)."""
-    width, s = _shift_amount("bitwise_right_shift", x, s)
-    weights = [0] * s + [1 << (k - s) for k in range(s, 63)] + [-(1 << (63 - s))]
-    out = _compose(_bits(_as64(x, x.device, None)), f"shr{s}", weights)
-    return out if x.dtype == _dt.int64 else bridge.cast(out, x.dtype.id)
+    """Arithmetic (floor) shift, as torch: bit j of the result is bit
+    min(j + s, 63) of x (a gather over the 64 bits: the sign bit fills in),
+    for any s >= 0. Narrower integers shift sign- or zero-extended in int64."""
+    x64, dt, s64 = _shift_operands("bitwise_right_shift", x, s)
+    src = ops.minimum(ops.add(s64.reshape(*s64.shape, 1), _iota64(x64.device)), 63)
+    out = _compose(ops.gather(_bits(x64), x64.ndim, src))
+    return out if dt == _dt.int64.id else bridge.cast(out, dt)
 
 
 # ---- fmod / remainder -----------------------------------------------------------------------
