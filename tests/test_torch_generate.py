@@ -167,6 +167,13 @@ def test_scatter_and_index_put():
                                                 accumulate)
         _same(got, want)
     rep = torch.tensor([0, 0, 2])
+    # a repeated index without accumulate: one write lands (torch's CPU: the last), never a sum
+    _same(torch.zeros(3, 4).to(D).index_put((rep.to(D),), torch.arange(12.).reshape(3, 4).to(D)),
+          torch.zeros(3, 4).index_put((rep,), torch.arange(12.).reshape(3, 4)))
+    y, yd = torch.zeros(5), torch.zeros(5).to(D)
+    y[torch.tensor([1, 3, 1, 1])] = 5.0
+    yd[torch.tensor([1, 3, 1, 1]).to(D)] = 5.0
+    _same(yd, y)
     _same(torch.zeros(3, 4).to(D).index_put((rep.to(D),), torch.ones(3, 4).to(D), accumulate=True),
           torch.zeros(3, 4).index_put((rep,), torch.ones(3, 4), accumulate=True))
 

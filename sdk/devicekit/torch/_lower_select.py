@@ -525,9 +525,26 @@ def index_put(x, indices, values, accumulate=False):
     v = bridge.cast(v, x.dtype.id) if v.dtype != x.dtype else v
     if accumulate:
         out = ops.scatter_add(xm, d0, idx, v)
-    else:
-        out = _scatter(xm, d0, idx, v)
+    else:  # a repeated index: the last write wins (as torch's CPU), not the sum
+        win = _last_writes(flat).reshape(*view)
+        v = ops.where(win, v, 0)
+        hit = ops.scatter_add(bridge.full(x.device, merged, _dt.int32.id, 0), d0, idx,
+                              bridge.cast(win, _dt.int32.id).expand(*full).contiguous())
+        out = ops.where(ops.gt(hit, 0), ops.scatter_add(ops.mul(xm, 0), d0, idx, v), xm)
     return out.reshape(*shape)
+
+
+def _last_writes(flat):
+    """bool [n]: True where flat[i] is the last occurrence of its value (a
+    stable sort puts repeats side by side in order; the last of each run wins)."""
+    n = flat.numel()
+    svals, perm = _sort_last(flat.reshape(1, n), False)
+    last = bridge.full(flat.device, [1, 1], _dt.bool_.id, True)
+    if n > 1:
+        last = bridge.cat([ops.ne(svals.narrow(1, 0, n - 1), svals.narrow(1, 1, n - 1)), last], 1)
+    win = ops.scatter_add(bridge.full(flat.device, [1, n], _dt.int32.id, 0), 1, perm,
+                          bridge.cast(last, _dt.int32.id))
+    return ops.gt(win, 0).reshape(n)
 
 
 # ---- multinomial: the device's Philox stream ----------------------------------------------------
