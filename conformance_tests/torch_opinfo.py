@@ -195,6 +195,9 @@ class _Samples:
             actual = _opinfo.to_cpu(out, torch)  # (a backward's pending error is raised here)
             bad = _opinfo.compare(actual, expected, self.dtype, kind, torch, op.name,
                                   lambda: _opinfo.in_float64(op, s, kind, seed, torch))
+            if bad is not None and kind != "grad" and _opinfo.ties_ok(op.name, actual, expected, s,
+                                                                      torch):
+                bad = None  # equal values in another order, which torch leaves open
         except NotImplementedError as e:
             return "not-implemented", (str(e).splitlines()[0][:300], None, None), rec
         except Exception as e:  # noqa: BLE001

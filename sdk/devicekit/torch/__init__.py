@@ -20,8 +20,9 @@ lowering table, ``lowers``, wrap/unwrap), ``_dispatch`` (lookup,
 decomposition, errors), ``_lower_views`` (views, copies, factories, in-place
 write-through), ``_lower_ops`` (base-op lowerings), ``_lower_nn``
 (composites with fused kernels, losses, random ops), ``_lower_cnn`` (batch
-norm, pooling, convolution), ``_autocast`` (``torch.autocast("dk")``'s cast
-policy, GradScaler's ops), ``_fallback``,
+norm, pooling, convolution), ``_lower_select`` (bitwise, sort/topk,
+multinomial, index_put: generation), ``_autocast`` (``torch.autocast("dk")``'s
+cast policy, GradScaler's ops), ``_fallback``,
 ``_coverage``; ``hf_models`` (public: small Hugging Face models for coverage, tests and
 ``python -m devicekit.torch_cli``).
 """
@@ -37,7 +38,7 @@ from ._device import DKTensor, device, dk_device, prefer
 from ._dispatch import clear_pending_errors, dispatch as _dispatch_op
 from ._fallback import fallback, fallback_stats, reset_fallback_stats
 from ._table import LOWERINGS
-from . import _lower_views, _lower_ops, _lower_nn, _lower_cnn  # noqa: F401  (they fill LOWERINGS)
+from . import _lower_views, _lower_ops, _lower_nn, _lower_cnn, _lower_select  # noqa: F401,E501  (they fill LOWERINGS)
 from . import _autocast  # torch.autocast("dk") policy; GradScaler's ops (in LOWERINGS)
 
 # The wiring (STYLE 19): _device sits at the bottom and _dispatch above the

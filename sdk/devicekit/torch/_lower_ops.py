@@ -90,21 +90,7 @@ lowers("max.other")(ops.maximum)
 lowers("min.other")(ops.minimum)
 
 
-def _bool_only(name, fn):
-    def lowered(a, b=None):
-        for x in (a, b):
-            if isinstance(x, bridge.Tensor) and x.dtype != _dt.bool_:
-                raise NotImplementedError(
-                    f"aten.{name} on {x.dtype} is not lowered (DeviceKit's base ops have logical "
-                    f"ops on bool only)")
-        return fn(a) if b is None else fn(a, b)
-    return lowered
-
-
-lowers("bitwise_and.Tensor", "bitwise_and.Scalar")(_bool_only("bitwise_and", ops.logical_and))
-lowers("bitwise_or.Tensor", "bitwise_or.Scalar")(_bool_only("bitwise_or", ops.logical_or))
-lowers("bitwise_xor.Tensor", "bitwise_xor.Scalar")(_bool_only("bitwise_xor", ops.logical_xor))
-lowers("bitwise_not.default")(_bool_only("bitwise_not", ops.logical_not))
+# (bitwise_and/or/xor/not, on bool and integers: _lower_select)
 
 
 @lowers("add.Tensor", "add.Scalar")
@@ -125,6 +111,11 @@ def rsub(a, b, alpha=1):
 @lowers("div.Tensor_mode", "div.Scalar_mode")
 @_in_float32
 def div_mode(a, b, rounding_mode=None):
+    ints = [x.dtype for x in (a, b) if isinstance(x, bridge.Tensor)]
+    if rounding_mode is not None and not any(d.is_floating_point or d == _dt.bool_ for d in ints) \
+            and not any(isinstance(x, float) for x in (a, b)):
+        from ._lower_select import int_div  # exact: a float32 quotient is not above 2**24
+        return int_div(a, b, rounding_mode)
     q = ops.div(a, b)
     if rounding_mode is None:
         return q
@@ -411,14 +402,14 @@ def index_tensor(x, indices):
     """``x[..., i, j, ...]`` with integer index tensors on adjacent dims (the
     common case: ``table[ids]``, ``cos[position_ids]``), as one gather: the
     indexed dims are merged into one, the index made flat over it."""
+    if any(i is not None and i.dtype in (_dt.bool_, _dt.uint8) for i in indices):
+        from ._lower_select import mask_to_indices  # x[mask]: the mask's nonzero coordinates
+        indices = mask_to_indices(indices)
     dims = [d for d, i in enumerate(indices) if i is not None]
     if not dims:
         return x
     if dims != list(range(dims[0], dims[-1] + 1)):
         raise NotImplementedError("aten.index.Tensor with index tensors on non-adjacent dims is "
-                                  "not lowered")
-    if any(indices[d].dtype == _dt.bool_ for d in dims):
-        raise NotImplementedError("aten.index.Tensor with a bool mask (a data-dependent shape) is "
                                   "not lowered")
     d0, k = dims[0], len(dims)
     shape = list(x.shape)
