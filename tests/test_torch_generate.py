@@ -155,6 +155,19 @@ def test_roll():
 
 # ---- scatter / index_put / boolean masks --------------------------------------------------------------
 
+def test_scatter_with_a_repeated_index_writes_one_value_not_their_sum():
+    """torch writes one of the values where an index repeats along dim (its
+    CPU: the last); never their sum."""
+    idx = torch.tensor([[1, 1, 3, 1], [0, 2, 2, 4]])
+    src = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
+    got = torch.zeros(2, 5).to(D).scatter(1, idx.to(D), src.to(D)).cpu()
+    _same(got, torch.zeros(2, 5).scatter(1, idx, src))
+    assert got[0, 1] == 4.0 and got[1, 2] == 7.0
+    idx0 = torch.tensor([[2, 0, 1], [2, 1, 1]])  # along dim 0: rows 0 and 1 hit row 2 in column 0
+    _same(torch.zeros(3, 3).to(D).scatter(0, idx0.to(D), src[:, :3].to(D)),
+          torch.zeros(3, 3).scatter(0, idx0, src[:, :3]))
+
+
 def test_scatter_and_index_put():
     idx = torch.tensor([[0, 3], [4, 1]])
     src = torch.tensor([[1., 2.], [3., 4.]])

@@ -416,8 +416,10 @@ def _topk_picks(x, k, largest):
 # ---- scatter / index_put --------------------------------------------------------------------
 
 def _scatter(x, dim, index, src):
-    """x with x[..index..] = src along dim (torch's scatter: the value written
-    where an index repeats is unspecified; here such writes add up)."""
+    """x with x[..index..] = src along dim. Where an index repeats along dim,
+    torch writes one of the values (which one is unspecified): here the last
+    in row-major order, as torch's CPU. Finding repeats costs one read-back of
+    the largest hit count; only then are the writes sorted to pick the last."""
     index = _int64(index)
     if not isinstance(src, bridge.Tensor):
         src = bridge.full(x.device, list(index.shape), x.dtype.id, src)
@@ -429,7 +431,28 @@ def _scatter(x, dim, index, src):
     zero = bridge.full(x.device, list(x.shape), x.dtype.id, 0)
     hit = ops.scatter_add(bridge.full(x.device, list(x.shape), _dt.int32.id, 0), dim, index,
                           bridge.full(x.device, list(index.shape), _dt.int32.id, 1))
-    return ops.where(ops.gt(hit, 0), ops.scatter_add(zero, dim, index, src.contiguous()), x)
+    src = src.contiguous()
+    if int(ops.amax(hit).item()) > 1:  # a repeated index: keep only each slot's last write
+        win = _last_writes(_scatter_targets(x, dim, index)).reshape(*index.shape)
+        src = ops.where(win, src, ops.mul(src, 0))
+    return ops.where(ops.gt(hit, 0), ops.scatter_add(zero, dim, index, src), x)
+
+
+def _scatter_targets(x, dim, index):
+    """int64 [index.numel()]: the flat position in x each element of a
+    scatter along dim writes to (row-major over index)."""
+    shape, ishape = list(x.shape), list(index.shape)
+    flat = None
+    for d in range(len(ishape)):
+        if d == dim:
+            coord = index
+        else:
+            view = [1] * len(ishape)
+            view[d] = ishape[d]
+            coord = _const(x.device, ("iota", ishape[d]),
+                           lambda size=ishape[d]: torch.arange(size)).reshape(*view)
+        flat = coord if flat is None else ops.add(ops.mul(flat, shape[d]), coord)
+    return flat.expand(*ishape).contiguous().reshape(index.numel())
 
 
 @lowers("scatter.src", "scatter.value")
