@@ -8,8 +8,6 @@ for native DeviceKit code. The in-place forms (``add_``, ``mul_``, ...) need
 no entry: ``_dispatch`` runs the functional lowering and writes through.
 """
 
-import math
-
 import torch
 
 from .. import bridge
@@ -395,39 +393,6 @@ def index_select(x, dim, index):
     full[d] = index.numel()
     idx = bridge.cast(index.reshape(shape), _dt.int64.id).expand(*full)
     return ops.gather(x, d, idx)
-
-
-@lowers("index.Tensor")
-def index_tensor(x, indices):
-    """``x[..., i, j, ...]`` with integer index tensors on adjacent dims (the
-    common case: ``table[ids]``, ``cos[position_ids]``), as one gather: the
-    indexed dims are merged into one, the index made flat over it."""
-    if any(i is not None and i.dtype in (_dt.bool_, _dt.uint8) for i in indices):
-        from ._lower_select import mask_to_indices  # x[mask]: the mask's nonzero coordinates
-        indices = mask_to_indices(indices)
-    dims = [d for d, i in enumerate(indices) if i is not None]
-    if not dims:
-        return x
-    if dims != list(range(dims[0], dims[-1] + 1)):
-        raise NotImplementedError("aten.index.Tensor with index tensors on non-adjacent dims is "
-                                  "not lowered")
-    d0, k = dims[0], len(dims)
-    shape = list(x.shape)
-    flat = None
-    for d in dims:  # row-major position within the merged dims, negatives wrapped
-        i = bridge.cast(indices[d], _dt.int64.id)
-        i = ops.where(ops.lt(i, 0), ops.add(i, shape[d]), i)
-        flat = i if flat is None else ops.add(ops.mul(flat, shape[d]), i)
-    merged = shape[:d0] + [math.prod(shape[d0:d0 + k])] + shape[d0 + k:]
-    xm = x.reshape(*merged)
-    out_idx = list(flat.shape)
-    n = flat.numel()
-    view = [1] * len(merged)
-    view[d0] = n
-    full = list(merged)
-    full[d0] = n
-    idx = flat.reshape(*view).expand(*full)
-    return ops.gather(xm, d0, idx).reshape(*shape[:d0], *out_idx, *shape[d0 + k:])
 
 
 # ---- _foreach_*: one op per list element ---------------------------------------------------

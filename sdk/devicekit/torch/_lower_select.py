@@ -493,6 +493,46 @@ def _mask_positions(mask):
     return ops.sub(ops.cumsum(flat, 0), 1)
 
 
+@lowers("index.Tensor")
+def index_tensor(x, indices):
+    """``x[..., i, j, ...]`` with integer index tensors on adjacent dims (the
+    common case: ``table[ids]``, ``cos[position_ids]``), as one gather: the
+    indexed dims are merged into one, the index made flat over it. A bool
+    mask (``x[mask]``) stands for its nonzero coordinates."""
+    if any(i is not None and i.dtype in (_dt.bool_, _dt.uint8) for i in indices):
+        indices = mask_to_indices(indices)
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    if not dims:
+        return x
+    if dims != list(range(dims[0], dims[-1] + 1)):
+        raise NotImplementedError("aten.index.Tensor with index tensors on non-adjacent dims is "
+                                  "not lowered")
+    d0, k = dims[0], len(dims)
+    shape = list(x.shape)
+    flat = _flat_index(indices, dims, shape)
+    merged = shape[:d0] + [math.prod(shape[d0:d0 + k])] + shape[d0 + k:]
+    xm = x.reshape(*merged)
+    out_idx = list(flat.shape)
+    n = flat.numel()
+    view = [1] * len(merged)
+    view[d0] = n
+    full = list(merged)
+    full[d0] = n
+    idx = flat.reshape(*view).expand(*full)
+    return ops.gather(xm, d0, idx).reshape(*shape[:d0], *out_idx, *shape[d0 + k:])
+
+
+def _flat_index(indices, dims, shape):
+    """int64: the row-major position within the merged dims ``dims`` of x
+    (``shape``) that the index tensors name, negatives wrapped."""
+    flat = None
+    for d in dims:
+        i = bridge.cast(indices[d], _dt.int64.id)
+        i = ops.where(ops.lt(i, 0), ops.add(i, shape[d]), i)
+        flat = i if flat is None else ops.add(ops.mul(flat, shape[d]), i)
+    return flat
+
+
 @lowers("index_put.default")
 def index_put(x, indices, values, accumulate=False):
     """``x[indices] = values`` (or ``+=``). A bool mask over x's leading dims
@@ -525,11 +565,7 @@ def index_put(x, indices, values, accumulate=False):
                                   "lowered")
     d0, k = dims[0], len(dims)
     shape = list(x.shape)
-    flat = None
-    for d in dims:
-        i = bridge.cast(indices[d], _dt.int64.id)
-        i = ops.where(ops.lt(i, 0), ops.add(i, shape[d]), i)
-        flat = i if flat is None else ops.add(ops.mul(flat, shape[d]), i)
+    flat = _flat_index(indices, dims, shape)
     ishape = list(indices[dims[0]].shape)
     for d in dims[1:]:
         ishape = list(bridge.broadcast_shapes(ishape, list(indices[d].shape)))
