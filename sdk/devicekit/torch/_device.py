@@ -119,6 +119,7 @@ def device(name):
 
 
 _torch_devices = {}  # DeviceKit device name -> torch.device (wrap runs on every op)
+_torch_devices_by_obj = {}  # DeviceKit device object -> torch.device: wrap's cache
 
 
 def torch_device_of(dev):
@@ -201,9 +202,13 @@ class DKTensor(torch.Tensor):
 
 def wrap(t, requires_grad=False):
     """A DKTensor over the DeviceKit tensor ``t``."""
+    dev = t.device
+    tdev = _torch_devices_by_obj.get(dev)  # (runs on every op: one dict hit, no name read)
+    if tdev is None:
+        tdev = _torch_devices_by_obj[dev] = torch_device_of(dev)
     out = torch.Tensor._make_wrapper_subclass(
-        DKTensor, t.shape, strides=t.strides, storage_offset=bridge.storage_offset(t), dtype=torch_dtype(t),
-        device=torch_device_of(t.device), requires_grad=requires_grad)
+        DKTensor, t.shape, strides=t.strides, storage_offset=bridge.storage_offset(t),
+        dtype=_TO_TORCH[bridge.dtype_id(t)], device=tdev, requires_grad=requires_grad)
     out._dk = t
     return out
 

@@ -156,7 +156,7 @@ def _placeholder(func, args, kwargs):
 
 def _dispatch(func, args, kwargs):
     rec = _coverage._active
-    lowering = _lookup(func)
+    lowering = LOWERINGS.get(func) or _lookup(func)  # (the table's hit without a call)
     if lowering is not None:
         before = composite_stats() if rec is not None and lowering.kind == COMPOSITE else None
         try:
