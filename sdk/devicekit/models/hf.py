@@ -1,10 +1,11 @@
 """Hugging Face ``transformers`` models in the model regression (docs/models.md).
 
 ``hf-gpt2``, ``hf-llama``, ``hf-bert`` (masked LM), ``hf-vit`` (image
-classifier) and ``hf-resnet`` (a CNN with batch norm) are the real ``transformers`` classes at small configs, run
-through ``devicekit.torch`` on the device under test (``dk:N``) and judged
-with the zoo's protocol (``harness.judge``): the same five phases, a float64
-reference, bounds from a correct run's own error, goldens.
+classifier) and ``hf-resnet`` (a CNN with batch norm) are the real
+``transformers`` classes at small configs, run through ``devicekit.torch``
+on the device under test (``dk:N``) and judged with the zoo's protocol
+(``harness.judge``): the same five phases, a float64 reference, bounds from a
+correct run's own error, goldens.
 
 - Weights: Philox normals computed on the host (``base.normal``, one stream
   per parameter name), rounded once to float32, never HF's own init and never
