@@ -346,6 +346,9 @@ def trace(model, device, dtype, inference):
     A module called twice is keyed ``name#2``."""
     import torch
     s = _Setup(model, torch_device(device), dtype)
+    if inference and any(n.endswith("num_batches_tracked") for n, _ in s.net.named_buffers()):
+        with torch.no_grad():  # as execute(): inference follows one training forward, which
+            s.forward()        # moved batch norm's running statistics (before any hook)
     fwd, bwd, calls, handles = [], [], {}, []
 
     def key(table, name):
