@@ -163,6 +163,32 @@ def test_hf_resnet_batch_norm_buffers_update_on_the_device_as_on_cpu():
     assert (dk.eval_logits.cpu() - dk.train_logits.detach().cpu()).abs().max() > 1e-3
 
 
+@needs_hf
+def test_planted_running_stat_bug_fails_only_resnet_inference_at_its_first_batch_norm(monkeypatch):
+    """In this process (no worker, no reference process: fast): batch norm right
+    on the batch, its running-statistics update with momentum 0.5 instead of
+    0.1. Training is untouched; eval mode normalises with wrong statistics, and
+    the inference trace (which, as execute(), follows one training forward)
+    names the first batch norm."""
+    import numpy as np
+    import devicekit.torch  # noqa: F401
+    from devicekit.models.hf import execute, get, localise, reference_modules
+
+    _plant(monkeypatch, "native_batch_norm",
+           lambda fn, x, w, b, rm, rv, training, momentum, eps: fn(x, w, b, rm, rv, training,
+                                                                   momentum * 5, eps))
+    model = get("hf-resnet")
+    ref, got = execute(model, "cpu", "float32", steps=1), execute(model, "cpu:0", "float32", steps=1)
+    np.testing.assert_allclose(got.logits, ref.logits, rtol=1e-4, atol=1e-5)  # training forward
+    np.testing.assert_allclose(got.curve, ref.curve, rtol=1e-4)
+    assert np.abs(got.inference - ref.inference).max() > 1e-2  # eval: wrong running stats
+    loc = localise(model, "cpu:0", "float32", reference_modules("hf-resnet", "float32", True))
+    first = loc["first"]
+    assert (first["layer"], first["kind"], first["direction"]) == (
+        "resnet.embedder.embedder.normalization", "BatchNorm2d", "forward"), first
+    assert loc["rows"][0]["layer"] == "resnet.embedder.embedder.convolution" and loc["rows"][0]["ok"]
+
+
 # ---- a planted bug in the bridge ---------------------------------------------
 
 def _run_in_process(name, dtypes=("float32",), steps=2):
