@@ -1,7 +1,7 @@
 """The Hugging Face models in the model gate (``devicekit models``, ``hf-*``).
 
-- the four transformers models (GPT-2, Llama, BERT masked-LM, ViT) pass every
-  phase in float32, bfloat16 and float16 on cpu:0 through ``devicekit.torch``,
+- the five transformers models (GPT-2, Llama, BERT masked-LM, ViT, ResNet
+  with batch norm) pass every phase in float32, bfloat16 and float16 on cpu:0 through ``devicekit.torch``,
   their float64 reference matches the committed goldens, and they reach the
   gate record;
 - a planted bug in one of ``devicekit.torch``'s lowerings fails the models
@@ -31,7 +31,7 @@ from test_gate import BASE_CASES, _conf_report, write_policy
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
 from conftest import HUNG_S
 
-HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit")
+HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet")
 needs_hf = pytest.mark.skipif(hf.missing() is not None, reason=f"hf models: {hf.missing()}")
 
 
@@ -69,7 +69,7 @@ def _policy(tmp_path, required):
     return policy.load(p)
 
 
-# ---- the four models pass on the reference plugin --------------------------
+# ---- the hf models pass on the reference plugin --------------------------
 
 @pytest.fixture(scope="module")
 def hf_run(tmp_path_factory):
@@ -81,11 +81,11 @@ def hf_run(tmp_path_factory):
 
 
 @needs_hf
-def test_four_hf_models_pass_every_phase_and_dtype_on_cpu0(hf_run):
+def test_hf_models_pass_every_phase_and_dtype_on_cpu0(hf_run):
     proc, rep = hf_run
     assert proc.returncode == 0, proc.stdout[-3000:]
     s = rep["summary"]
-    assert s["passed"] and s["total"] == s["by_outcome"]["pass"] == 5 * 3 * 5
+    assert s["passed"] and s["total"] == s["by_outcome"]["pass"] == (1 + len(HF)) * 3 * 5
     assert set(s["by_section"]) == {"mlp", *HF}
     for name in HF:
         info = rep["models"][name]
@@ -128,6 +128,65 @@ def test_hf_models_reach_the_gate_record_and_an_old_baseline_still_checks(hf_run
                            old, "--policy", pol.path, "--binary", tmp_path / "libacme.so"],
                           capture_output=True, text=True, timeout=HUNG_S)
     assert proc.returncode == 0 and "ADMITTED" in proc.stdout, proc.stdout + proc.stderr
+
+
+@needs_hf
+def test_hf_resnet_batch_norm_buffers_update_on_the_device_as_on_cpu():
+    """hf-resnet's batch norm buffers are the module's own, not masters: one
+    training-mode forward on dk:0 updates running_mean/var and the counter as
+    torch's CPU does, and eval() then normalises with them (not the batch)."""
+    import torch
+    from devicekit.models.hf import _Setup, get, torch_device
+
+    model = get("hf-resnet")
+    sides = {d: _Setup(model, torch_device(d), "float32") for d in ("cpu", "cpu:0")}
+    assert str(sides["cpu:0"].batch["pixel_values"].device).startswith("dk")
+    for s in sides.values():
+        s.train_logits = s.forward()
+    bufs = {d: {n: b.detach().cpu() for n, b in s.net.named_buffers()} for d, s in sides.items()}
+    assert len(bufs["cpu"]) == 3 * 6  # six batch norms (one a shortcut's): mean, var, counter
+    for n, want in bufs["cpu"].items():
+        got = bufs["cpu:0"][n]
+        if n.endswith("num_batches_tracked"):
+            assert got.dtype == torch.int64 and int(got) == int(want) == 1, n
+        else:
+            assert not torch.equal(want, torch.zeros_like(want) if "mean" in n
+                                   else torch.ones_like(want)), n  # it moved
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=n)
+    for s in sides.values():
+        s.net.eval()
+        with torch.no_grad():
+            s.eval_logits = s.forward()
+    dk, cpu = sides["cpu:0"], sides["cpu"]
+    torch.testing.assert_close(dk.eval_logits.cpu(), cpu.eval_logits, rtol=1e-4, atol=1e-5)
+    # eval mode really used the running statistics, not the batch's
+    assert (dk.eval_logits.cpu() - dk.train_logits.detach().cpu()).abs().max() > 1e-3
+
+
+@needs_hf
+def test_planted_running_stat_bug_fails_only_resnet_inference_at_its_first_batch_norm(monkeypatch):
+    """In this process (no worker, no reference process: fast): batch norm right
+    on the batch, its running-statistics update with momentum 0.5 instead of
+    0.1. Training is untouched; eval mode normalises with wrong statistics, and
+    the inference trace (which, as execute(), follows one training forward)
+    names the first batch norm."""
+    import numpy as np
+    import devicekit.torch  # noqa: F401
+    from devicekit.models.hf import execute, get, localise, reference_modules
+
+    _plant(monkeypatch, "native_batch_norm",
+           lambda fn, x, w, b, rm, rv, training, momentum, eps: fn(x, w, b, rm, rv, training,
+                                                                   momentum * 5, eps))
+    model = get("hf-resnet")
+    ref, got = execute(model, "cpu", "float32", steps=1), execute(model, "cpu:0", "float32", steps=1)
+    np.testing.assert_allclose(got.logits, ref.logits, rtol=1e-4, atol=1e-5)  # training forward
+    np.testing.assert_allclose(got.curve, ref.curve, rtol=1e-4)
+    assert np.abs(got.inference - ref.inference).max() > 1e-2  # eval: wrong running stats
+    loc = localise(model, "cpu:0", "float32", reference_modules("hf-resnet", "float32", True))
+    first = loc["first"]
+    assert (first["layer"], first["kind"], first["direction"]) == (
+        "resnet.embedder.embedder.normalization", "BatchNorm2d", "forward"), first
+    assert loc["rows"][0]["layer"] == "resnet.embedder.embedder.convolution" and loc["rows"][0]["ok"]
 
 
 # ---- a planted bug in the bridge ---------------------------------------------

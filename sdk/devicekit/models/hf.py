@@ -1,10 +1,11 @@
 """Hugging Face ``transformers`` models in the model regression (docs/models.md).
 
-``hf-gpt2``, ``hf-llama``, ``hf-bert`` (masked LM) and ``hf-vit`` (image
-classifier) are the real ``transformers`` classes at small configs, run
-through ``devicekit.torch`` on the device under test (``dk:N``) and judged
-with the zoo's protocol (``harness.judge``): the same five phases, a float64
-reference, bounds from a correct run's own error, goldens.
+``hf-gpt2``, ``hf-llama``, ``hf-bert`` (masked LM), ``hf-vit`` (image
+classifier) and ``hf-resnet`` (a CNN with batch norm) are the real
+``transformers`` classes at small configs, run through ``devicekit.torch``
+on the device under test (``dk:N``) and judged with the zoo's protocol
+(``harness.judge``): the same five phases, a float64 reference, bounds from a
+correct run's own error, goldens.
 
 - Weights: Philox normals computed on the host (``base.normal``, one stream
   per parameter name), rounded once to float32, never HF's own init and never
@@ -19,6 +20,12 @@ reference, bounds from a correct run's own error, goldens.
   the bridge yet).
   The loss is computed in the master dtype; ``torch.optim.AdamW`` steps the
   masters. Dropout is 0, so a training forward draws no random numbers.
+- Buffers (batch norm's ``running_mean``/``running_var``/``num_batches_tracked``)
+  are not masters: they stay the module's own (in the run dtype; the counter
+  int64), start at torch's 0/1/0, and every training-mode forward updates them
+  in place on the device, as torch does. ``inference`` (``module.eval()``)
+  normalises with the statistics the ``forward`` phase left, so a wrong
+  running-stat update on the device fails ``inference``.
 - Reference (``float64``) and correct runs (float32, bfloat16, float16) are
   torch on the CPU in their own process (``models.reference``), never
   ``devicekit.torch``: the bridge under test takes no part in what judges it.
@@ -62,6 +69,13 @@ SPECS = {
                dict(image_size=16, patch_size=4, num_channels=3, hidden_size=64,
                     num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                     num_labels=5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+    # a CNN with batch norm: 7x7/2 stem conv + 3x3/2 max pool, two basic stages
+    # (8 and 16 channels, the second strided with a 1x1 conv shortcut), adaptive
+    # average pool; image_size is not a ResNetConfig field (kept as an attribute)
+    # but sizes the batch and is in the config hash
+    "hf-resnet": ("ResNetConfig", "ResNetForImageClassification", "classify",
+                  dict(image_size=16, num_channels=3, embedding_size=8, hidden_sizes=[8, 16],
+                       depths=[1, 1], layer_type="basic", hidden_act="relu", num_labels=5)),
 }
 NAMES = tuple(SPECS)
 TORCH_DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -161,6 +175,9 @@ class HFModel:
 
 
 def _describe(kw):
+    if "hidden_sizes" in kw:  # a CNN
+        return (f"channels {'/'.join(map(str, kw['hidden_sizes']))}, "
+                f"depths {'/'.join(map(str, kw['depths']))}")
     dim = kw.get("n_embd", kw.get("hidden_size"))
     layers = kw.get("n_layer", kw.get("num_hidden_layers"))
     return f"dim {dim}, {layers} layers"
@@ -329,6 +346,9 @@ def trace(model, device, dtype, inference):
     A module called twice is keyed ``name#2``."""
     import torch
     s = _Setup(model, torch_device(device), dtype)
+    if inference and any(n.endswith("num_batches_tracked") for n, _ in s.net.named_buffers()):
+        with torch.no_grad():  # as execute(): inference follows one training forward, which
+            s.forward()        # moved batch norm's running statistics (before any hook)
     fwd, bwd, calls, handles = [], [], {}, []
 
     def key(table, name):
