@@ -128,6 +128,21 @@ def test_integer_in_place_refuses_a_float_result(cpu):
         x.add_(0.5)
 
 
+def test_clamp_by_0d_bounds_of_the_same_kind_keeps_the_dtype(cpu):
+    """torch's promotion: 0-d float32 bounds do not widen a float16 x (T5 in
+    float16 clamps so); a 0-d float bound of an integer x does (refused here)."""
+    x = torch.tensor([-70000.0, -3.0, 0.5, 65000.0]).half()
+    t = torch.tensor(60000.0)
+    for got, want in ((torch.clamp(x.to(DK), min=-t.to(DK), max=t.to(DK)), torch.clamp(x, -t, t)),
+                      (torch.clamp_min(x.to(DK), -t.to(DK)), torch.clamp_min(x, -t)),
+                      (torch.clamp_max(x.to(DK), t.to(DK)), torch.clamp_max(x, t))):
+        assert got.dtype == want.dtype == torch.float16 and torch.equal(got.cpu(), want)
+    b = torch.tensor(1.0, requires_grad=True)
+    y = torch.clamp(torch.tensor([0.5, 2.0]).to(DK), max=b.to(DK))
+    y.sum().backward()
+    assert b.grad.item() == 1.0  # the bound's gradient flows through its cast
+
+
 def test_item_print_and_transfers(cpu):
     x = torch.tensor([[1.5, -2.0], [3.0, 4.25]], device=DK)
     assert x.device == torch.device(DK)

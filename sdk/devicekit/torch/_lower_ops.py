@@ -139,19 +139,29 @@ def where(cond, a, b):
     return ops.where(cond, a, b)
 
 
+def _bound(x, b):
+    """torch's promotion for a clamp bound: a 0-d tensor of x's kind (float
+    or integer) does not widen x (a float16 x clamped by 0-d float32 bounds,
+    as T5 does, stays float16), so such a bound takes x's dtype."""
+    if (isinstance(b, bridge.Tensor) and b.ndim == 0 and b.dtype != x.dtype
+            and b.dtype.is_floating_point == x.dtype.is_floating_point):
+        return ops.cast(b, x.dtype)  # tracked: a bound's gradient still flows
+    return b
+
+
 @lowers("clamp.default", "clamp.Tensor")
 def clamp(x, min=None, max=None):
-    return ops.clamp(x, min, max)
+    return ops.clamp(x, _bound(x, min), _bound(x, max))
 
 
 @lowers("clamp_min.default", "clamp_min.Tensor")
 def clamp_min(x, min):
-    return ops.clamp(x, min, None)
+    return ops.clamp(x, _bound(x, min), None)
 
 
 @lowers("clamp_max.default", "clamp_max.Tensor")
 def clamp_max(x, max):
-    return ops.clamp(x, None, max)
+    return ops.clamp(x, None, _bound(x, max))
 
 
 @lowers("lerp.Scalar", "lerp.Tensor")
