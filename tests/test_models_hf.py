@@ -31,7 +31,7 @@ from test_gate import BASE_CASES, _conf_report, write_policy
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
 from conftest import HUNG_S
 
-HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet")
+HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5")
 needs_hf = pytest.mark.skipif(hf.missing() is not None, reason=f"hf models: {hf.missing()}")
 
 

@@ -1,7 +1,8 @@
 """Hugging Face ``transformers`` models in the model regression (docs/models.md).
 
 ``hf-gpt2``, ``hf-llama``, ``hf-bert`` (masked LM), ``hf-vit`` (image
-classifier) and ``hf-resnet`` (a CNN with batch norm) are the real
+classifier), ``hf-resnet`` (a CNN with batch norm) and ``hf-t5`` (an
+encoder-decoder, teacher-forced) are the real
 ``transformers`` classes at small configs, run through ``devicekit.torch``
 on the device under test (``dk:N``) and judged with the zoo's protocol
 (``harness.judge``): the same five phases, a float64 reference, bounds from a
@@ -76,6 +77,13 @@ SPECS = {
     "hf-resnet": ("ResNetConfig", "ResNetForImageClassification", "classify",
                   dict(image_size=16, num_channels=3, embedding_size=8, hidden_sizes=[8, 16],
                        depths=[1, 1], layer_type="basic", hidden_act="relu", num_labels=5)),
+    # an encoder-decoder: relative position buckets, T5's RMS layer norm,
+    # cross-attention, tied embeddings (scaled LM head); teacher forcing
+    "hf-t5": ("T5Config", "T5ForConditionalGeneration", "seq2seq",
+              dict(vocab_size=131, d_model=32, d_kv=8, d_ff=64, num_layers=1,
+                   num_decoder_layers=1, num_heads=4, relative_attention_num_buckets=8,
+                   relative_attention_max_distance=16, dropout_rate=0.0, pad_token_id=0,
+                   eos_token_id=1, decoder_start_token_id=0)),
 }
 NAMES = tuple(SPECS)
 TORCH_DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -162,6 +170,11 @@ class HFModel:
             return {"pixel_values": normal(shape, c.seed, "pixel_values"),
                     "labels": integers((c.batch,), c.seed, "labels", kw["num_labels"])}
         ids = integers((c.batch, c.length), c.seed, "input_ids", kw["vocab_size"])
+        if self.task == "seq2seq":  # teacher forcing: the decoder reads the labels shifted right
+            labels = integers((c.batch, c.length), c.seed, "labels", kw["vocab_size"])
+            start = np.full((c.batch, 1), kw["decoder_start_token_id"], labels.dtype)
+            return {"input_ids": ids, "decoder_input_ids": np.concatenate([start, labels[:, :-1]], 1),
+                    "labels": labels}
         data = {"input_ids": ids, "labels": ids.copy()}
         if self.task == "masked":  # padded batch: the mask reaches attention, pads are ignored
             lengths = np.array([c.length, c.length - 5, c.length - 9, c.length - 2][:c.batch])
@@ -178,8 +191,10 @@ def _describe(kw):
     if "hidden_sizes" in kw:  # a CNN
         return (f"channels {'/'.join(map(str, kw['hidden_sizes']))}, "
                 f"depths {'/'.join(map(str, kw['depths']))}")
-    dim = kw.get("n_embd", kw.get("hidden_size"))
+    dim = kw.get("n_embd", kw.get("hidden_size", kw.get("d_model")))
     layers = kw.get("n_layer", kw.get("num_hidden_layers"))
+    if "num_decoder_layers" in kw:
+        return f"dim {dim}, {kw['num_layers']}+{kw['num_decoder_layers']} layers"
     return f"dim {dim}, {layers} layers"
 
 
