@@ -51,6 +51,7 @@ def parse(header=HEADER):
             decl = decl.strip()
             if not decl:
                 continue
+            decl = re.sub(r"\[[^\]]*\]", "", decl)  # an array field: its name, not its length
             fn = re.match(r"DK_API_FN\((\w+)\)", decl)
             fields.append(fn.group(1) if fn else re.findall(r"\w+", decl)[-1])
         structs[m.group(1)] = fields

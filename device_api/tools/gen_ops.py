@@ -44,6 +44,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 API_DIR = os.path.dirname(HERE)
 REPO = os.path.dirname(API_DIR)
 SPEC = os.path.join(API_DIR, "spec", "base_ops.json")
+COLL_SPEC = os.path.join(API_DIR, "spec", "collectives.json")
+COLL_DOCS = os.path.join(REPO, "docs", "collectives.md")
 HEADER = os.path.join(API_DIR, "include", "devicekit", "device_api_ops.h")
 DOCS = os.path.join(REPO, "docs", "base_ops.md")
 SDK_TABLE = os.path.join(REPO, "sdk", "csrc", "base_ops_table.inc")
@@ -56,9 +58,19 @@ PY_FACTS = os.path.join(REPO, "sdk", "devicekit", "_op_facts.py")
 HELPERS_OPS = os.path.join(API_DIR, "include", "devicekit", "plugin_helpers_ops.h")
 
 
-def load_spec(path=SPEC):
+def load_spec(path=SPEC, coll_path=COLL_SPEC):
+    """base_ops.json, with the collectives part (collectives.json) under
+    "collectives_part" (its own file: it is a separate optional part)."""
     with open(path) as f:
-        return json.load(f)
+        spec = json.load(f)
+    with open(coll_path) as f:
+        spec["collectives_part"] = json.load(f)
+    return spec
+
+
+def _coll_items(spec):
+    part = spec.get("collectives_part") or {}
+    return part.get("collectives", []) + part.get("reduce_ops", [])
 
 
 def dtype_list(spec, dtypes):
@@ -95,8 +107,8 @@ def _major(spec):
 
 
 def latest_minor(spec):
-    """The newest minor the spec names (an op's or a fused op's since)."""
-    return max(_minor(o["since"]) for o in spec["ops"] + spec["fused_ops"])
+    """The newest minor the spec names (an op's, a fused op's or a collective's since)."""
+    return max(_minor(o["since"]) for o in spec["ops"] + spec["fused_ops"] + _coll_items(spec))
 
 
 def versions(spec):
@@ -116,7 +128,7 @@ def versions(spec):
         if not re.fullmatch(r"\d+\.\d+", v["first_devicekit"]):
             raise SystemExit(f"spec/base_ops.json: version {v['version']}: first_devicekit "
                              f"{v['first_devicekit']!r} is not MAJOR.MINOR")
-    for o in spec["ops"] + spec["fused_ops"]:
+    for o in spec["ops"] + spec["fused_ops"] + _coll_items(spec):
         if _minor(o["since"]) >= len(vs):
             raise SystemExit(f"spec/base_ops.json: op {o['name']} is since {o['since']}, which has "
                              f"no entry in versions: add it (version, api_struct_ends_at, "
@@ -213,6 +225,7 @@ def ops_header(spec):
     out += dtype_masks(spec)
     out += fused_block(spec["fused_ops"])
     out += _latest_alias(spec["fused_ops"], "DK_FUSED_OP_COUNT", "fused ops")
+    out += coll_block(spec["collectives_part"])
     out += struct_sizes(spec)
     for name, st in spec["attr_structs"].items():
         users = ", ".join(o["name"] for o in ops + spec["fused_ops"] if o["attrs"] == name)
@@ -285,6 +298,69 @@ def fused_block(fused):
     out[-1] = out[-1][:-2]
     out.append("")
     return out
+
+
+_COUNT_RULES = {"count", "nranks*count", "-"}
+
+
+def coll_block(part):
+    """DK_CollectiveId and DK_CollReduceOp (the collectives part, since 1.5)."""
+    for c in part["collectives"]:
+        for key in ("send_count", "recv_count"):
+            if c[key] not in _COUNT_RULES:
+                raise SystemExit(f"spec/collectives.json: {c['name']}: {key} {c[key]!r} is not one "
+                                 f"of {sorted(_COUNT_RULES)}")
+    out = ["/* The collectives of the collectives part (DK_Coll_Run_Args.collective; bit i",
+           " * of DK_Collectives.collectives). Append-only, like DK_OpId. Per collective:",
+           " * the send and recv buffer lengths in elements (in terms of the call's count",
+           " * and the communicator's nranks; - : not used), whether it takes a reduce op,",
+           " * a root or a peer, and its semantics. spec/collectives.json is the source. */",
+           "typedef enum DK_CollectiveId {"]
+    for i, c in enumerate(part["collectives"]):
+        uses = [k for k in ("reduce", "root", "peer") if c[k]]
+        text = (f"{c['name']}: send {c['send_count']}, recv {c['recv_count']}"
+                f"{'; takes ' + ', '.join(uses) if uses else ''}; since {c['since']}. "
+                f"{c['semantics']}")
+        out.append(_comment(text, 2))
+        out.append(f"  DK_COLL_{c['name'].upper()} = {i},")
+    out += _counts(part["collectives"], "DK_COLLECTIVE_COUNT", "collectives")
+    out[-1] = out[-1].replace(",", "", 1)
+    out += ["} DK_CollectiveId;", "",
+            "/* Reduce ops (DK_Coll_Run_Args.op; bit i of DK_Collectives.reduce_ops). */",
+            "typedef enum DK_CollReduceOp {"]
+    for i, r in enumerate(part["reduce_ops"]):
+        out.append(f"  DK_COLL_OP_{r['name'].upper()} = {i}, /* since {r['since']} */")
+    out += _counts(part["reduce_ops"], "DK_COLL_OP_COUNT", "reduce ops")
+    out[-1] = out[-1].replace(",", "", 1)
+    out += ["} DK_CollReduceOp;", "",
+            "/* X-macro over every collective, in DK_CollectiveId order: X(ID_SUFFIX, name). */",
+            "#define DK_COLLECTIVES(X) \\"]
+    out += [f"  X({c['name'].upper()}, {c['name']}) \\" for c in part["collectives"]]
+    out[-1] = out[-1][:-2]
+    out.append("")
+    return out
+
+
+def coll_docs(spec):
+    part = spec["collectives_part"]
+    lines = ["# Collectives", "",
+             "Generated from `device_api/spec/collectives.json` by `device_api/tools/gen_ops.py`;",
+             "do not edit. The optional collectives part of the device API (since 1.5): the",
+             "calls are in `device_api/include/devicekit/device_api.h` (\"Collectives\"). The id",
+             "is the `DK_CollectiveId` value. Buffer lengths are in elements of the call's",
+             "dtype, in terms of its `count` and the communicator's `nranks`.", "",
+             "## Numeric contract", ""]
+    lines += [f"- {t}" for t in part["numeric_contract"]]
+    lines += ["", "## Collectives", "",
+              "| id | collective | since | send | recv | takes | semantics |",
+              "|---|---|---|---|---|---|---|"]
+    for i, c in enumerate(part["collectives"]):
+        uses = ", ".join(k for k in ("reduce", "root", "peer") if c[k]) or "—"
+        lines.append(f"| {i} | `{c['name']}` | {c['since']} | {c['send_count']} | "
+                     f"{c['recv_count']} | {uses} | {c['semantics']} |")
+    lines += ["", "## Reduce ops", "", "| id | op | since |", "|---|---|---|"]
+    lines += [f"| {i} | `{r['name']}` | {r['since']} |" for i, r in enumerate(part["reduce_ops"])]
+    return "\n".join(lines) + "\n"
 
 
 def docs_table(spec):
@@ -443,10 +519,18 @@ def _py_tuple(name, items):
     return f"{name} = (\n{body}\n)\n"
 
 
+def _py_entry(k, v):
+    """One dict entry, a dict value wrapped over lines (ruff's line length)."""
+    line = f"    {k!r}: {v!r},\n"
+    if len(line) <= 100 or not isinstance(v, dict):
+        return line
+    return f"    {k!r}: {{\n" + "".join(f"        {a!r}: {b!r},\n" for a, b in v.items()) + "    },\n"
+
+
 def py_facts(spec):
     """The op facts the Python layer needs, as literals (no JSON at import)."""
     def table(name, items, doc):
-        body = "".join(f"    {k!r}: {v!r},\n" for k, v in items)
+        body = "".join(_py_entry(k, v) for k, v in items)
         return f"# {doc}\n{name} = {{\n{body}}}\n"
 
     ops = spec["ops"]
@@ -468,6 +552,12 @@ def py_facts(spec):
                 "Base op -> kind (memory, unary, binary, compare, logical, reduction, ...).")
         + table("SINCE", [(o["name"], o["since"]) for o in ops + spec["fused_ops"]],
                 "Op -> the device API version that added it.")
+        + _py_tuple("COLL_REDUCE_OPS", [r["name"] for r in spec["collectives_part"]["reduce_ops"]])
+        + table("COLLECTIVES", [(c["name"], {k: c[k] for k in ("send_count", "recv_count", "reduce",
+                                                              "root", "peer", "since")})
+                                for c in spec["collectives_part"]["collectives"]],
+                "Collective -> its buffer rules and arguments, in DK_CollectiveId order "
+                "(spec/collectives.json).")
         + "# Base ops autograd tracks (spec field differentiable).\n"
         + "DIFFERENTIABLE = frozenset({\n"
         + "".join(f"    {o['name']!r},\n" for o in ops if o["differentiable"])
@@ -489,7 +579,7 @@ def render(spec):
             HEADER: ops_header(spec), DOCS: docs_table(spec), SDK_TABLE: sdk_table(spec),
             SDK_FUSED_TABLE: sdk_fused_table(spec), SDK_FUSED_ATTRS: sdk_fused_attrs(spec),
             SDK_COUNTS: sdk_counts(spec), PY_FACTS: py_facts(spec),
-            HELPERS_OPS: helpers_ops_header(spec)}
+            HELPERS_OPS: helpers_ops_header(spec), COLL_DOCS: coll_docs(spec)}
 
 
 def main(argv=None):

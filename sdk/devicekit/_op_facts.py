@@ -2,7 +2,7 @@
 device_api/tools/gen_ops.py; do not edit. The spec is their only source."""
 
 API_MAJOR = 1
-LATEST_MINOR = 4  # the newest minor the spec names (DK_OPS_API_MINOR)
+LATEST_MINOR = 5  # the newest minor the spec names (DK_OPS_API_MINOR)
 # Base ops in DK_OpId order, and fused ops in DK_FusedOpId order.
 OPS = (
     'copy', 'fill', 'cast', 'add', 'neg', 'abs', 'exp', 'log', 'sqrt', 'rsqrt', 'reciprocal',
@@ -185,6 +185,76 @@ SINCE = {
     'gelu': '1.4',
     'gelu_backward': '1.4',
 }
+COLL_REDUCE_OPS = (
+    'sum', 'prod', 'max', 'min', 'avg',
+)
+# Collective -> its buffer rules and arguments, in DK_CollectiveId order (spec/collectives.json).
+COLLECTIVES = {
+    'all_reduce': {
+        'send_count': 'count',
+        'recv_count': 'count',
+        'reduce': True,
+        'root': False,
+        'peer': False,
+        'since': '1.5',
+    },
+    'broadcast': {
+        'send_count': 'count',
+        'recv_count': 'count',
+        'reduce': False,
+        'root': True,
+        'peer': False,
+        'since': '1.5',
+    },
+    'reduce': {
+        'send_count': 'count',
+        'recv_count': 'count',
+        'reduce': True,
+        'root': True,
+        'peer': False,
+        'since': '1.5',
+    },
+    'all_gather': {
+        'send_count': 'count',
+        'recv_count': 'nranks*count',
+        'reduce': False,
+        'root': False,
+        'peer': False,
+        'since': '1.5',
+    },
+    'reduce_scatter': {
+        'send_count': 'nranks*count',
+        'recv_count': 'count',
+        'reduce': True,
+        'root': False,
+        'peer': False,
+        'since': '1.5',
+    },
+    'all_to_all': {
+        'send_count': 'nranks*count',
+        'recv_count': 'nranks*count',
+        'reduce': False,
+        'root': False,
+        'peer': False,
+        'since': '1.5',
+    },
+    'send': {
+        'send_count': 'count',
+        'recv_count': '-',
+        'reduce': False,
+        'root': False,
+        'peer': True,
+        'since': '1.5',
+    },
+    'recv': {
+        'send_count': '-',
+        'recv_count': 'count',
+        'reduce': False,
+        'root': False,
+        'peer': True,
+        'since': '1.5',
+    },
+}
 # Base ops autograd tracks (spec field differentiable).
 DIFFERENTIABLE = frozenset({
     'copy',
@@ -224,4 +294,5 @@ FIRST_DEVICEKIT = {
     (1, 2): (0, 1),  # DK_Api.fused_kernels and the fused ops
     (1, 3): (0, 2),  # 1.3 added fused backward ops only
     (1, 4): (0, 3),  # 1.4 added the fused gelu and its backward only
+    (1, 5): (0, 4),  # 1.5 added the optional collectives and graphs parts (extensions) only
 }

@@ -5,7 +5,9 @@
  * (see the end of this file), returning a pointer to a constant function
  * table, DK_Api. Everything the SDK needs from a device goes through that
  * table: plugin information, devices, memory, copies, streams, events, the
- * base-operator kernel table and (since 1.2) the fused-kernel registry. Everything above the base operators (tensors,
+ * base-operator kernel table, (since 1.2) the fused-kernel registry and
+ * (since 1.5) the optional collectives and graphs parts, found through the
+ * extension chain. Everything above the base operators (tensors,
  * views, broadcasting, type promotion, composite ops, autograd) belongs to the
  * SDK and is not part of this contract.
  *
@@ -89,7 +91,7 @@ extern "C" {
  */
 #define DK_API_MAJOR 1
 /* Written by tools/gen_ops.py from spec/base_ops.json's "versions"; edit the spec. */
-#define DK_API_MINOR 4
+#define DK_API_MINOR 5
 
 /* Size of a struct up to and including `last_field`. Used instead of sizeof so
  * trailing padding never counts and appending a field changes the value. */
@@ -660,21 +662,233 @@ DK_DEFINE_STRUCT_SIZE(DK_FusedKernelTable, kernels);
 /*  Extensions                                                                */
 /* ========================================================================== */
 
+/* A function-pointer field of DK_Api or of an extension table. */
+#define DK_API_FN(name) DK_##name* name
+
 /* Optional extensions (collectives, profiling, ...) form a singly linked list
  * from DK_Api.extension_start. Each begins with this header; the SDK skips
  * types it does not know. Owned by the plugin, constant, valid until unload. */
 typedef struct DK_Extension_Base {
   size_t struct_size;
-  int32_t type;                          /* DK_EXTENSION_* (none defined yet) */
+  int32_t type;                          /* DK_EXTENSION_* */
   const struct DK_Extension_Base* next;  /* NULL ends the list */
 } DK_Extension_Base;
 DK_DEFINE_STRUCT_SIZE(DK_Extension_Base, next);
 
+/* Extension types (DK_Extension_Base.type). Append-only. A plugin lists at
+ * most one extension of each type; the SDK reads an extension only from a
+ * plugin whose api_minor is at least the type's "since", checks its
+ * struct_size like DK_Api's, and reports a part that is absent (or that an
+ * older plugin cannot have) as "not implemented", never as an error. */
+#define DK_EXTENSION_COLLECTIVES 1 /* DK_Collectives, since 1.5 */
+#define DK_EXTENSION_GRAPHS 2      /* DK_Graphs, since 1.5 */
+
+/* -------------------------------------------------------------------------- */
+/*  Collectives (optional, since 1.5)                                         */
+/* -------------------------------------------------------------------------- */
+/*
+ * NCCL-shaped, stream-ordered collectives between the ranks of a
+ * communicator, one device per rank (the ranks may live in different
+ * processes). The collectives and reduce ops are data: DK_CollectiveId and
+ * DK_CollReduceOp (device_api_ops.h, from spec/collectives.json, which also
+ * states each call's buffer sizes and semantics).
+ *
+ * Numeric contract (spec/collectives.json "numeric_contract"): every rank
+ * receives the same bits (one fixed reduction order, whatever the rank,
+ * run, chunking or timing); integer results are exact; a float sum is within
+ * nranks * eps * sum|x_r| of the exact sum; float16 / bfloat16 reductions
+ * accumulate in float32 and round once.
+ *
+ * Never a hang: every call that waits for other ranks (Comm_Init and every
+ * collective) gives up after the communicator's timeout and fails with
+ * DK_ERROR_UNAVAILABLE, with a message naming the collective, the
+ * communicator (its rank and nranks) and the ranks that did not arrive. A
+ * mismatch between ranks (count, dtype, collective, op or root differ) is
+ * reported as DK_ERROR_INVALID_ARGUMENT on every rank that can see it, and
+ * as a timeout on the others. A collective enqueued on a stream reports
+ * such an error at that stream's next synchronize (the stream's error path);
+ * the communicator is then unusable (every later call fails with
+ * DK_ERROR_FAILED_PRECONDITION) and is destroyed with Comm_Destroy; the
+ * plugin can make new communicators afterwards.
+ */
+#define DK_COLL_UNIQUE_ID_BYTES 128
+/* Default of DK_Comm_Init_Args.timeout_ms (used when it is 0): 5 minutes. */
+#define DK_COLL_DEFAULT_TIMEOUT_MS 300000
+
+/* Made by one rank (Comm_GetUniqueId), passed by the caller to every rank by
+ * any means (DeviceKit's SDK uses torch's Store), plain bytes. */
+typedef struct DK_CollUniqueId { char bytes[DK_COLL_UNIQUE_ID_BYTES]; } DK_CollUniqueId;
+
+/* Opaque, created by the plugin: one rank's end of a communicator. */
+typedef struct DK_Comm DK_Comm;
+
+typedef struct DK_Comm_GetUniqueId_Args {
+  size_t struct_size;
+  int32_t device;
+  DK_CollUniqueId id; /* out: identifies one communicator; never reused by
+                         the plugin for another */
+} DK_Comm_GetUniqueId_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Comm_GetUniqueId_Args, id);
+typedef DK_Error* DK_Comm_GetUniqueId(DK_Comm_GetUniqueId_Args* args);
+
+typedef struct DK_Comm_Init_Args {
+  size_t struct_size;
+  const DK_CollUniqueId* id; /* borrowed for the call; not NULL */
+  int32_t nranks;            /* >= 1 */
+  int32_t rank;              /* 0 <= rank < nranks; each rank once */
+  int32_t device;            /* this rank's device ordinal */
+  int64_t timeout_ms;        /* > 0, or 0 for DK_COLL_DEFAULT_TIMEOUT_MS */
+  DK_Comm* comm;             /* out: owned by the caller until Comm_Destroy;
+                                not NULL on success */
+} DK_Comm_Init_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Comm_Init_Args, comm);
+/* Blocks until all nranks ranks have called it with the same id and nranks,
+ * or the timeout passes (DK_ERROR_UNAVAILABLE naming the missing ranks). */
+typedef DK_Error* DK_Comm_Init(DK_Comm_Init_Args* args);
+
+typedef struct DK_Comm_Destroy_Args {
+  size_t struct_size;
+  DK_Comm* comm; /* owned by the caller; invalid after this call; NULL: no-op */
+} DK_Comm_Destroy_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Comm_Destroy_Args, comm);
+/* Local: waits (within the timeout) for the comm's queued work, then frees
+ * it and every resource it holds (shared memory included). Not collective. */
+typedef DK_Error* DK_Comm_Destroy(DK_Comm_Destroy_Args* args);
+
+typedef struct DK_Comm_Abort_Args {
+  size_t struct_size;
+  DK_Comm* comm; /* borrowed; not NULL */
+} DK_Comm_Abort_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Comm_Abort_Args, comm);
+/* May be called from any thread while other calls on `comm` are blocked or
+ * queued: each of them ends promptly with DK_ERROR_UNAVAILABLE ("aborted"),
+ * and so does every later call except Comm_Destroy. Idempotent. */
+typedef DK_Error* DK_Comm_Abort(DK_Comm_Abort_Args* args);
+
+typedef struct DK_Coll_Run_Args {
+  size_t struct_size;
+  DK_Comm* comm;       /* borrowed; not NULL */
+  DK_Stream* stream;   /* the comm's device; NULL: synchronous (returns when
+                          this rank's part is done, errors returned here) */
+  int32_t collective;  /* a DK_CollectiveId */
+  const void* send;    /* device memory of send_count elements (spec); may
+                          be NULL where the collective does not read it */
+  void* recv;          /* device memory of recv_count elements (spec); may
+                          equal send (or the offset the spec names) for
+                          in-place calls; otherwise the two never overlap */
+  int64_t count;       /* >= 0; 0 still synchronises the ranks */
+  int32_t dtype;       /* a DK_DType the device stores */
+  int32_t op;          /* a DK_CollReduceOp, for collectives with "reduce" */
+  int32_t root;        /* for collectives with "root": 0 <= root < nranks */
+  int32_t peer;        /* for send / recv: 0 <= peer < nranks, != rank */
+} DK_Coll_Run_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Coll_Run_Args, peer);
+/* Enqueues one collective on `stream`: it starts after the work queued
+ * before it on that stream and the work queued after it waits for it. All
+ * ranks call the same collectives in the same order, with the same count,
+ * dtype, op and root. Arguments that break a rule of the spec or of this
+ * struct return DK_ERROR_INVALID_ARGUMENT at once, enqueuing nothing. */
+typedef DK_Error* DK_Coll_Run(DK_Coll_Run_Args* args);
+
+typedef struct DK_Coll_Group_Args {
+  size_t struct_size;
+  int32_t end; /* 0: group start; 1: group end */
+} DK_Coll_Group_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Coll_Group_Args, end);
+/* Groups nest (a count per calling thread). Collectives and sends / recvs
+ * run between a start and its end on the calling thread are issued together
+ * at the outermost end, so matched sends and recvs in a group never
+ * deadlock whatever their order on each rank. Errors of the grouped calls
+ * are returned by (or reported after) the outermost end. */
+typedef DK_Error* DK_Coll_Group(DK_Coll_Group_Args* args);
+
+typedef struct DK_Collectives {
+  DK_Extension_Base base; /* base.type == DK_EXTENSION_COLLECTIVES */
+  /* Collectives the plugin implements: bit DK_CollectiveId; and the dtypes
+   * (DK_DTYPE_BIT) and reduce ops (bit DK_CollReduceOp) it takes. A
+   * collective, dtype or op outside them returns DK_ERROR_UNIMPLEMENTED. */
+  uint64_t collectives;
+  uint64_t dtypes;
+  uint64_t reduce_ops;
+  DK_API_FN(Comm_GetUniqueId);
+  DK_API_FN(Comm_Init);
+  DK_API_FN(Comm_Destroy);
+  DK_API_FN(Comm_Abort);
+  DK_API_FN(Coll_Run);
+  DK_API_FN(Coll_Group);
+} DK_Collectives;
+DK_DEFINE_STRUCT_SIZE(DK_Collectives, Coll_Group);
+
+/* -------------------------------------------------------------------------- */
+/*  Graphs (optional, since 1.5)                                              */
+/* -------------------------------------------------------------------------- */
+/*
+ * Capture the work enqueued on one stream, then launch it again and again
+ * with no host work per captured call (CUDA graphs' shape). Between
+ * Graph_BeginCapture(stream) and Graph_EndCapture(stream), kernel launches,
+ * fused-kernel launches, device-to-device Memcpy and Stream_WaitEvent /
+ * Event_Record on that stream are recorded, not run; their arguments
+ * (views with their data pointers, shapes, strides and attribute structs)
+ * are copied at the call, so the caller's argument structs need not live.
+ * Rules while a stream captures:
+ * - No host synchronisation: Stream_Synchronize, Stream_Query,
+ *   Event_Synchronize of an event recorded in the capture, Device_Synchronize
+ *   of its device, and a Memcpy to or from host memory on it return
+ *   DK_ERROR_FAILED_PRECONDITION and invalidate the capture (its
+ *   Graph_EndCapture then returns that error and no graph).
+ * - No allocation inside the graph: Memory_Allocate / Memory_Free are host
+ *   calls and are not captured. Every buffer a captured call touches is
+ *   allocated before capture (DeviceKit's SDK gives each graph a private
+ *   memory pool) and must stay allocated until the graph is destroyed.
+ * - Capture does not nest: Graph_BeginCapture on a capturing stream returns
+ *   DK_ERROR_FAILED_PRECONDITION (the capture goes on).
+ * Graph_Launch enqueues the whole recorded sequence on any stream of the
+ * graph's device, in the recorded order, as if each call were enqueued
+ * there again with the recorded arguments (so it reads the buffers' current
+ * contents); results are bitwise those of running the calls eagerly.
+ */
+typedef struct DK_Graph DK_Graph; /* opaque, created by the plugin */
+
+typedef struct DK_Graph_Capture_Args {
+  size_t struct_size;
+  DK_Stream* stream; /* borrowed; not NULL */
+  int32_t end;       /* 0: begin capture; 1: end capture */
+  DK_Graph* graph;   /* out (end only): owned by the caller until
+                        Graph_Destroy; not NULL on success */
+} DK_Graph_Capture_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Graph_Capture_Args, graph);
+typedef DK_Error* DK_Graph_Capture(DK_Graph_Capture_Args* args);
+
+typedef struct DK_Graph_Launch_Args {
+  size_t struct_size;
+  DK_Graph* graph;   /* borrowed; not NULL */
+  DK_Stream* stream; /* borrowed; a stream of the graph's device; not NULL */
+} DK_Graph_Launch_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Graph_Launch_Args, stream);
+/* Run-time errors of the recorded calls are reported at the stream's next
+ * synchronize, as for eager launches. */
+typedef DK_Error* DK_Graph_Launch(DK_Graph_Launch_Args* args);
+
+typedef struct DK_Graph_Destroy_Args {
+  size_t struct_size;
+  DK_Graph* graph; /* owned by the caller; invalid after this call; NULL: no-op */
+} DK_Graph_Destroy_Args;
+DK_DEFINE_STRUCT_SIZE(DK_Graph_Destroy_Args, graph);
+/* May be called while launches of the graph are queued: they still run, and
+ * the plugin frees the graph after the last of them. */
+typedef DK_Error* DK_Graph_Destroy(DK_Graph_Destroy_Args* args);
+
+typedef struct DK_Graphs {
+  DK_Extension_Base base; /* base.type == DK_EXTENSION_GRAPHS */
+  DK_API_FN(Graph_Capture);
+  DK_API_FN(Graph_Launch);
+  DK_API_FN(Graph_Destroy);
+} DK_Graphs;
+DK_DEFINE_STRUCT_SIZE(DK_Graphs, Graph_Destroy);
+
 /* ========================================================================== */
 /*  The function table                                                        */
 /* ========================================================================== */
-
-#define DK_API_FN(name) DK_##name* name
 
 typedef struct DK_Api {
   size_t struct_size; /* DK_Api_STRUCT_SIZE_<major>_<minor> of the plugin's header */

@@ -12,7 +12,7 @@
 
 /* The newest minor the op spec names. device_api.h refuses a DK_API_MINOR
  * older than it: ops of a minor ship with the version that has them. */
-#define DK_OPS_API_MINOR 4
+#define DK_OPS_API_MINOR 5
 
 /* The base operators. Append-only: a new op takes the next value, in a new
  * minor, and adds a DK_OP_COUNT_<major>_<minor>. Per op: inputs -> outputs,
@@ -383,6 +383,66 @@ typedef enum DK_FusedOpId {
  * per-minor count spelled out by hand. */
 #define DK_FUSED_OP_COUNT DK_FUSED_OP_COUNT_1_4
 
+/* The collectives of the collectives part (DK_Coll_Run_Args.collective; bit i
+ * of DK_Collectives.collectives). Append-only, like DK_OpId. Per collective:
+ * the send and recv buffer lengths in elements (in terms of the call's count
+ * and the communicator's nranks; - : not used), whether it takes a reduce op,
+ * a root or a peer, and its semantics. spec/collectives.json is the source. */
+typedef enum DK_CollectiveId {
+  /* all_reduce: send count, recv count; takes reduce; since 1.5. recv[i] = op
+   * over ranks r = 0 .. nranks-1 (in that order) of send_r[i], on every rank. */
+  DK_COLL_ALL_REDUCE = 0,
+  /* broadcast: send count, recv count; takes root; since 1.5. recv[i] =
+   * send_root[i] on every rank; send is read on the root only (other ranks may
+   * pass NULL). */
+  DK_COLL_BROADCAST = 1,
+  /* reduce: send count, recv count; takes reduce, root; since 1.5. recv[i] =
+   * op over ranks r = 0 .. nranks-1 of send_r[i], written on the root only;
+   * recv is not touched (and may be NULL) on other ranks. */
+  DK_COLL_REDUCE = 2,
+  /* all_gather: send count, recv nranks*count; since 1.5. recv[r * count + i]
+   * = send_r[i] on every rank. In place when send == recv + rank * count. */
+  DK_COLL_ALL_GATHER = 3,
+  /* reduce_scatter: send nranks*count, recv count; takes reduce; since 1.5.
+   * recv[i] on rank k = op over ranks r = 0 .. nranks-1 of send_r[k * count +
+   * i]. In place when recv == send + rank * count. */
+  DK_COLL_REDUCE_SCATTER = 4,
+  /* all_to_all: send nranks*count, recv nranks*count; since 1.5. recv[r *
+   * count + i] on rank k = send_r[k * count + i]. In place (send == recv) is
+   * allowed. */
+  DK_COLL_ALL_TO_ALL = 5,
+  /* send: send count, recv -; takes peer; since 1.5. Sends count elements of
+   * send to rank peer, which posts a matching recv of the same count and
+   * dtype. Matched in call order per (sender, receiver) pair; inside a group a
+   * send and its recv may be posted in either order on the two ranks. */
+  DK_COLL_SEND = 6,
+  /* recv: send -, recv count; takes peer; since 1.5. Receives count elements
+   * from rank peer into recv (see send). */
+  DK_COLL_RECV = 7,
+  DK_COLLECTIVE_COUNT_1_5 = 8 /* number of collectives in device API 1.5 */
+} DK_CollectiveId;
+
+/* Reduce ops (DK_Coll_Run_Args.op; bit i of DK_Collectives.reduce_ops). */
+typedef enum DK_CollReduceOp {
+  DK_COLL_OP_SUM = 0, /* since 1.5 */
+  DK_COLL_OP_PROD = 1, /* since 1.5 */
+  DK_COLL_OP_MAX = 2, /* since 1.5 */
+  DK_COLL_OP_MIN = 3, /* since 1.5 */
+  DK_COLL_OP_AVG = 4, /* since 1.5 */
+  DK_COLL_OP_COUNT_1_5 = 5 /* number of reduce ops in device API 1.5 */
+} DK_CollReduceOp;
+
+/* X-macro over every collective, in DK_CollectiveId order: X(ID_SUFFIX, name). */
+#define DK_COLLECTIVES(X) \
+  X(ALL_REDUCE, all_reduce) \
+  X(BROADCAST, broadcast) \
+  X(REDUCE, reduce) \
+  X(ALL_GATHER, all_gather) \
+  X(REDUCE_SCATTER, reduce_scatter) \
+  X(ALL_TO_ALL, all_to_all) \
+  X(SEND, send) \
+  X(RECV, recv)
+
 /* The size DK_Api had at each minor of this major (rule 4 of "Versioning" in
  * device_api.h), named by the last field of that minor so the value never
  * moves when fields are appended. Macros, expanded where they are used, after
@@ -392,9 +452,10 @@ typedef enum DK_FusedOpId {
 #define DK_Api_STRUCT_SIZE_1_2 DK_STRUCT_SIZE(DK_Api, fused_kernels)
 #define DK_Api_STRUCT_SIZE_1_3 DK_STRUCT_SIZE(DK_Api, fused_kernels)
 #define DK_Api_STRUCT_SIZE_1_4 DK_STRUCT_SIZE(DK_Api, fused_kernels)
+#define DK_Api_STRUCT_SIZE_1_5 DK_STRUCT_SIZE(DK_Api, fused_kernels)
 /* The newest of them: device_api.h checks it is DK_Api's whole size, so a
  * field appended to DK_Api needs the version entry that ends at it. */
-#define DK_Api_STRUCT_SIZE_LATEST DK_Api_STRUCT_SIZE_1_4
+#define DK_Api_STRUCT_SIZE_LATEST DK_Api_STRUCT_SIZE_1_5
 
 /* Attributes of fill (since 1.0). */
 typedef struct DK_FillAttrs {
