@@ -36,6 +36,10 @@ import pytest
 # SDK (e.g. the header layout check) still run where the SDK does not import.
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# ci/policy.toml's line of required models, which the gate tests replace to
+# certify a quick subset (one model) with the policy's other rules unchanged.
+CI_MODELS_LINE = next(line for line in (REPO_ROOT / "ci" / "policy.toml").read_text().splitlines()
+                      if line.startswith("required = ["))
 DEVICE_API_INCLUDE = REPO_ROOT / "device_api" / "include"
 DEVICE_API_HEADER = DEVICE_API_INCLUDE / "devicekit" / "device_api.h"
 BAD_PLUGIN_SOURCES = Path(__file__).resolve().parent / "plugins"

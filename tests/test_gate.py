@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HUNG_S
+from conftest import CI_MODELS_LINE
 
 from devicekit.gate import check as check_mod
 from devicekit.gate import policy, record
@@ -104,7 +105,7 @@ def write_policy(tmp_path, extra="", perf=True):
     if not perf:
         assert "enabled = true" in text
         text = text.replace("enabled = true", "enabled = false")
-    text = text.replace('required = ["mlp", "cnn", "gpt2", "llama", "encoder", "vit"]',
+    text = text.replace(CI_MODELS_LINE,
                         'required = ["mlp"]')
     p = tmp_path / "policy.toml"
     p.write_text(text + extra)
@@ -116,7 +117,8 @@ def write_policy(tmp_path, extra="", perf=True):
 def test_ci_policy_parses_with_the_documented_values():
     pol = policy.load(CI_POLICY)
     assert (pol.level, pol.required_dtypes, pol.allow_partial) == ("full", ["float32"], False)
-    assert pol.models == ["mlp", "cnn", "gpt2", "llama", "encoder", "vit"]
+    assert pol.models == ["mlp", "cnn", "gpt2", "llama", "encoder", "vit",
+                          "hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5"]
     assert pol.max_slowdown == 1.5 and pol.perf_enabled and pol.waivers == []
 
 
