@@ -1029,7 +1029,9 @@ DK_Error* dk_cpu_Comm_Init(DK_Comm_Init_Args* args) {
     c->nranks = n;
     c->rank = rank;
     c->device = args->device;
-    c->timeout_ms = args->timeout_ms == 0 ? DK_COLL_DEFAULT_TIMEOUT_MS : args->timeout_ms;
+    // (capped at about 3 years so that now + timeout cannot overflow the clock)
+    c->timeout_ms = args->timeout_ms == 0 ? DK_COLL_DEFAULT_TIMEOUT_MS
+                                          : std::min<int64_t>(args->timeout_ms, int64_t(1e11));
     c->name = name;
     c->sent_chunks.assign(size_t(n), 0);
     c->recv_chunks.assign(size_t(n), 0);
