@@ -295,10 +295,19 @@ def run_skip(r: Rank) -> None:
     c, me, n = r.c, r.rank, r.n
     comm = c.comm_init(r.uid(), n, me, timeout_ms=TIMEOUT_MS)
     info = {}
-    if me != n - 1:
+    if me == 0:  # on a stream: queued at once, the error comes at the stream's synchronize
+        x = r.dev(16)
+        st = r.p.stream_create()
+        t0 = time.monotonic()
+        c.run(comm, dk.ALL_REDUCE, x, x, 4, dk.FLOAT32, dk.SUM, stream=st)
+        queued = time.monotonic() - t0
+        info = expect_error(lambda: r.p.stream_sync(st), dk.UNAVAILABLE)
+        info["queued_s"] = queued
+    if me == 1:  # stream NULL: the error is returned by the call
         x = r.dev(16)
         info = expect_error(lambda: c.run(comm, dk.ALL_REDUCE, x, x, 4, dk.FLOAT32, dk.SUM),
                             dk.UNAVAILABLE)
+    if me != n - 1:
         info["later"] = expect_error(
             lambda: c.run(comm, dk.ALL_REDUCE, x, x, 4, dk.FLOAT32, dk.SUM),
             dk.FAILED_PRECONDITION)["message"]
@@ -522,6 +531,7 @@ def test_rank_that_never_calls_times_out_naming_it(work):
         assert "timed out after 2000 ms waiting for ranks 2" in info["message"], info["message"]
         assert info["seconds"] < TIMEOUT_MS / 1000 + 1.5, info
         assert "unusable" in info["later"]
+    assert _load(work, 0)[1]["queued_s"] < 1.0  # the stream call did not wait for the ranks
 
 
 def test_mismatched_count_is_invalid_argument_on_every_rank(work):
