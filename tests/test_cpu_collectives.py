@@ -258,6 +258,17 @@ def run_battery(r: Rank) -> None:
             c.group(True)
             res[name] = r.read(d, count, dk.FLOAT32)
 
+    # Two communicators of the same ranks at once, calls interleaved.
+    comm2 = c.comm_init(r.uid("idb"), n, me, timeout_ms=20000)
+    for k in range(2):
+        for cm, tag in ((comm, "c1"), (comm2, "c2")):
+            name = f"two/{tag}/{k}"
+            x = gen(name, me, 33, dk.INT32)
+            d = r.dev(x.nbytes)
+            c.run(cm, dk.ALL_REDUCE, r.dev(x), d, 33, dk.INT32, dk.SUM)
+            res[name] = r.read(d, 33, dk.INT32)
+    c.comm_destroy(comm2)
+
     # Stream ordering: a copy queued before the all_reduce is seen; the copy
     # back queued after it waits for it.
     st = p.stream_create()
@@ -409,7 +420,7 @@ import pytest  # noqa: E402
 def _shm_entries(work: str) -> list[str]:
     """/dev/shm entries of the communicators this run made (the ids name them)."""
     names = []
-    for tag in ("id", "id2"):
+    for tag in ("id", "id2", "idb"):
         path = os.path.join(work, tag)
         if os.path.exists(path):
             with open(path, "rb") as f:
@@ -516,6 +527,10 @@ def test_collectives_match_oracle_and_ranks(n, work):
             for k in range(n):
                 assert np.array_equal(res[k][name], gen(name, (k - 1) % n, count, dk.FLOAT32)), \
                     (name, k)
+    for name in (f"two/{tag}/{k}" for k in range(2) for tag in ("c1", "c2")):
+        for k in range(n):
+            check_reduced(res[k][name], [gen(name, i, 33, dk.INT32) for i in range(n)],
+                          dk.INT32, dk.SUM, (name, k))
     want = np.min(np.stack([gen("stream", i, BIG, dk.FLOAT32)[:7] for i in range(n)]), 0)
     assert all(np.array_equal(res[i]["stream_group"], want) for i in range(n))
 
