@@ -1172,6 +1172,14 @@ DK_Error* dk_cpu_Comm_Destroy(DK_Comm_Destroy_Args* args) {
                      "%s: comm %p is not a live communicator (destroyed, or not from Comm_Init)",
                      kCall, static_cast<void*>(c));
   }
+  for (const Call& k : t_group.calls) {
+    if (k.comm == c) {
+      return dkh_error(DK_ERROR_FAILED_PRECONDITION,
+                       "%s: calls on this communicator are grouped on this thread and not issued "
+                       "yet; end the group (Coll_Group end) first",
+                       kCall);
+    }
+  }
   return guarded(kCall, [&]() -> DK_Error* {
     // Queued work first (within the timeout; then it is aborted, which ends it promptly).
     const auto deadline = Clock::now() + std::chrono::milliseconds(c->timeout_ms);
