@@ -258,6 +258,15 @@ def run_battery(r: Rank) -> None:
             c.group(True)
             res[name] = r.read(d, count, dk.FLOAT32)
 
+    # NaN propagates through every op (rank 1's element 2 is NaN).
+    for op in range(5):
+        x = gen("nan", me, 5, dk.FLOAT32)
+        if me == 1:
+            x[2] = np.nan
+        d = r.dev(x.nbytes)
+        c.run(comm, dk.ALL_REDUCE, r.dev(x), d, 5, dk.FLOAT32, op)
+        res[f"nan/{op}"] = r.read(d, 5, dk.FLOAT32)
+
     # Two communicators of the same ranks at once, calls interleaved.
     comm2 = c.comm_init(r.uid("idb"), n, me, timeout_ms=20000)
     for k in range(2):
@@ -527,6 +536,10 @@ def test_collectives_match_oracle_and_ranks(n, work):
             for k in range(n):
                 assert np.array_equal(res[k][name], gen(name, (k - 1) % n, count, dk.FLOAT32)), \
                     (name, k)
+    for op in range(5):
+        for k in range(n):
+            got = res[k][f"nan/{op}"]
+            assert np.isnan(got[2]) and not np.isnan(got[[0, 1, 3, 4]]).any(), (op, k, got)
     for name in (f"two/{tag}/{k}" for k in range(2) for tag in ("c1", "c2")):
         for k in range(n):
             check_reduced(res[k][name], [gen(name, i, 33, dk.INT32) for i in range(n)],
