@@ -295,6 +295,15 @@ def run_battery(r: Rank) -> None:
     c.group(True)
     p.stream_sync(st)
     res["stream_group"] = r.read(d, 7, dk.FLOAT32)
+    # A grouped ring of send / recv on the stream, recv first.
+    x = gen("p2p/stream", me, BIG, dk.FLOAT32)
+    s2, d2 = r.dev(x), r.dev(x.nbytes)
+    c.group(False)
+    c.run(comm, dk.RECV, 0, d2, BIG, dk.FLOAT32, peer=prv, stream=st)
+    c.run(comm, dk.SEND, s2, 0, BIG, dk.FLOAT32, peer=nxt, stream=st)
+    c.group(True)
+    p.stream_sync(st)
+    res["p2p/stream"] = r.read(d2, BIG, dk.FLOAT32)
     p.stream_destroy(st)
     c.comm_destroy(comm)
     r.save(masks=[c.mask_collectives, c.mask_dtypes, c.mask_reduce_ops])
@@ -544,6 +553,9 @@ def test_collectives_match_oracle_and_ranks(n, work):
         for k in range(n):
             check_reduced(res[k][name], [gen(name, i, 33, dk.INT32) for i in range(n)],
                           dk.INT32, dk.SUM, (name, k))
+    for k in range(n):
+        assert np.array_equal(res[k]["p2p/stream"], gen("p2p/stream", (k - 1) % n, BIG,
+                                                         dk.FLOAT32)), k
     want = np.min(np.stack([gen("stream", i, BIG, dk.FLOAT32)[:7] for i in range(n)]), 0)
     assert all(np.array_equal(res[i]["stream_group"], want) for i in range(n))
 
