@@ -3,7 +3,9 @@
 Each rank is a separate Python process (subprocess, a timeout, every child
 killed in a finally) running _WORKER on its own "cpu:0"; the parent makes the
 unique id and passes it on, as a launcher would. The ranks print JSON that
-the parent checks against numpy and across ranks.
+the parent checks against numpy and across ranks: every collective of the
+part, all_reduce in float32 and bfloat16, a collective ordered after an SDK op
+with no synchronize between, and abort from another thread.
 
 Needs: the reference CPU plugin with its collectives part (skipped, with the
 reason, where it reports the part absent). The part-absent error itself is in
@@ -65,6 +67,21 @@ _WORKER = textwrap.dedent(r"""
             b = dk.tensor(data(rank, 6, "float32"), dev)
             comm.broadcast(b, root=nranks - 1).wait()
             out["broadcast"] = read(b)
+            a2a = dk.zeros(nranks * 2, dtype="float32", device=dev)
+            comm.all_to_all(a2a, dk.tensor(np.arange(nranks * 2, dtype=np.float32) + 100 * rank,
+                                           dev)).wait()
+            out["all_to_all"] = read(a2a)
+            red = dk.tensor(np.full(3, rank + 1.0, np.float32), dev)
+            comm.reduce(red, root=0).wait()
+            out["reduce"] = read(red)
+            ring = dk.zeros(4, dtype="float32", device=dev)
+            with comm.group():  # a ring: each rank sends right and receives from the left
+                works = [comm.send(dk.tensor(np.full(4, float(rank), np.float32), dev),
+                                   (rank + 1) % nranks),
+                         comm.recv(ring, (rank - 1) % nranks)]
+            for w in works:
+                w.wait()
+            out["ring"] = read(ring)
             # Ordered after an SDK op on the same stream, no synchronize between:
             # the collective must see y = x * 2 + 1, and the read after it its result.
             x = dk.tensor(np.full(1000, rank + 1.0, np.float32), dev)
@@ -78,7 +95,7 @@ _WORKER = textwrap.dedent(r"""
             if rank == 0:
                 # Rank 1 never makes the call: rank 0's collective blocks until
                 # another thread aborts the communicator.
-                threading.Timer(1.0, comm.abort).start()
+                threading.Timer(0.5, comm.abort).start()
                 start = time.monotonic()
                 try:
                     comm.all_reduce(t).wait()
@@ -87,7 +104,7 @@ _WORKER = textwrap.dedent(r"""
                     out["error"] = f"{type(exc).__name__}: {exc}"
                 out["seconds"] = time.monotonic() - start
             else:
-                time.sleep(4.0)
+                time.sleep(2.0)
                 comm.abort()
     print(json.dumps(out))
 """)
@@ -161,6 +178,11 @@ def test_collectives_match_numpy_on_every_rank(cpu_collectives, nranks):
         np.testing.assert_allclose(res["reduce_scatter"], send.sum(0)[r * 4:(r + 1) * 4],
                                    rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(first["broadcast"], _inputs(nranks, 6)[nranks - 1])
+    for k, res in enumerate(results):
+        assert res["all_to_all"] == [k * 2 + i + 100.0 * r for r in range(nranks) for i in range(2)]
+        assert res["ring"] == [float((k - 1) % nranks)] * 4
+        expected = sum(r + 1.0 for r in range(nranks)) if k == 0 else k + 1.0
+        assert res["reduce"] == [expected] * 3, f"rank {k}"
     total = sum(2 * (r + 1.0) + 1 for r in range(nranks))
     for res in results:
         assert res["ordered"] == [total] * 3
