@@ -15,6 +15,7 @@ tests/test_plugin_parts.py.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -46,7 +47,8 @@ _WORKER = textwrap.dedent(r"""
     def read(t):
         return np.asarray(t.numpy(), dtype=np.float64).tolist()
 
-    with distributed.Communicator(uid, nranks, rank, dev, timeout=20.0) as comm:
+    timeout = 1.0 if scenario == "timeout" else 20.0
+    with distributed.Communicator(uid, nranks, rank, dev, timeout=timeout) as comm:
         if scenario == "collectives":
             for dtype in ("float32", "bfloat16"):
                 for op in ("sum", "avg"):
@@ -90,6 +92,23 @@ _WORKER = textwrap.dedent(r"""
             out["ordered"] = read(y)[:3]
             w.wait()
             out["completed"] = w.is_completed()
+        elif scenario == "timeout":
+            t = dk.tensor(np.ones(8, np.float32), dev)
+            if rank == 0:  # rank 1 skips the call but stays alive
+                start = time.monotonic()
+                try:
+                    comm.all_reduce(t).wait()
+                    out["error"] = None
+                except dk.DeviceKitError as exc:
+                    out["error"] = f"{type(exc).__name__}: {exc}"
+                out["seconds"] = time.monotonic() - start
+                try:  # the tensor the failed collective wrote raises that error too
+                    t.numpy()
+                    out["read"] = None
+                except dk.DeviceKitError as exc:
+                    out["read"] = str(exc)
+            else:
+                time.sleep(2.0)
         elif scenario == "abort":
             t = dk.tensor(np.ones(8, np.float32), dev)
             if rank == 0:
@@ -212,3 +231,15 @@ def test_arguments_are_checked_before_the_plugin(cpu_collectives):
             comm.broadcast(t, root=3)
         comm.all_reduce(t).wait()  # one rank: the identity
         np.testing.assert_array_equal(t.numpy(), np.arange(6, dtype=np.float32))
+
+
+def test_a_rank_that_skips_a_call_fails_it_within_the_timeout(cpu_collectives):
+    rank0, _ = _run_ranks(2, "timeout")
+    error = rank0["error"]
+    assert error is not None, "the collective completed although rank 1 never called it"
+    # It names the collective, the communicator and the missing rank.
+    assert "all_reduce" in error and "rank 0 of 2" in error, error
+    assert re.search(r"ranks? 1\b", error), error
+    assert "UNAVAILABLE" in error, error
+    assert rank0["seconds"] < 2.5, rank0  # the 1 s timeout, not rank 1's exit, ended it
+    assert rank0["read"] is not None and "UNAVAILABLE" in rank0["read"], rank0
