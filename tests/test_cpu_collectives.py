@@ -160,6 +160,23 @@ def run_battery(r: Rank) -> None:
     comm = c.comm_init(r.uid(), n, me, timeout_ms=20000)
     res = r.results
 
+    # Argument rules: an error at the call, nothing enqueued, the comm still usable.
+    s4, d4 = r.dev(64), r.dev(64)
+    bad = [  # (code, collective, send, recv, count, dtype, op, root, peer)
+        (dk.UNIMPLEMENTED, 8, s4, d4, 4, dk.FLOAT32, 0, 0, 0),
+        (dk.INVALID_ARGUMENT, -1, s4, d4, 4, dk.FLOAT32, 0, 0, 0),
+        (dk.UNIMPLEMENTED, dk.ALL_REDUCE, s4, d4, 4, dk.FLOAT32, 5, 0, 0),
+        (dk.UNIMPLEMENTED, dk.ALL_REDUCE, s4, d4, 4, 9, 0, 0, 0),
+        (dk.INVALID_ARGUMENT, dk.ALL_REDUCE, s4, d4, -1, dk.FLOAT32, 0, 0, 0),
+        (dk.INVALID_ARGUMENT, dk.ALL_REDUCE, 0, d4, 4, dk.FLOAT32, 0, 0, 0),
+        (dk.INVALID_ARGUMENT, dk.ALL_REDUCE, s4, s4 + 4, 4, dk.FLOAT32, 0, 0, 0),  # overlap
+        (dk.INVALID_ARGUMENT, dk.ALL_REDUCE, s4, d4, 32, dk.FLOAT32, 0, 0, 0),  # past the buffer
+        (dk.INVALID_ARGUMENT, dk.BROADCAST, s4, d4, 4, dk.FLOAT32, 0, n, 0),
+        (dk.INVALID_ARGUMENT, dk.SEND, s4, 0, 4, dk.FLOAT32, 0, 0, me),
+    ]
+    for code, *a in bad:
+        expect_error(lambda a=a: c.run(comm, *a), code)
+
     def all_reduce(name, count, dtype, op, in_place=False, stream=None):
         x = gen(name, me, count, dtype, op)
         s = r.dev(x)
@@ -341,13 +358,25 @@ def run_kill(r: Rank) -> None:
 def run_abort(r: Rank) -> None:
     """Rank 0 blocks on an all_reduce rank 1 never makes; another thread aborts."""
     c, me, n = r.c, r.rank, r.n
-    comm = c.comm_init(r.uid(), n, me, timeout_ms=60000)
+    uid = r.uid()
+    if me == 0:  # a rank joined twice is refused at once
+        out = {}
+        t = threading.Thread(target=lambda: out.update(comm=c.comm_init(uid, n, 0, timeout_ms=60000)))
+        t.start()
+        time.sleep(0.2)
+        dup = expect_error(lambda: c.comm_init(uid, n, 0, timeout_ms=60000), dk.INVALID_ARGUMENT)
+        t.join()
+        comm = out["comm"]
+    else:
+        time.sleep(0.6)
+        comm = c.comm_init(uid, n, me, timeout_ms=60000)
     info = {}
     if me == 0:
         x = r.dev(16)
         threading.Timer(0.3, lambda: c.comm_abort(comm)).start()
         info = expect_error(lambda: c.run(comm, dk.ALL_REDUCE, x, x, 4, dk.FLOAT32, dk.SUM),
                             dk.UNAVAILABLE)
+        info["dup"] = dup["message"]
     else:
         time.sleep(1.0)
     c.comm_destroy(comm)
@@ -519,3 +548,4 @@ def test_abort_from_another_thread_unblocks_promptly(work):
     _ok(codes, outs)
     info = _load(work, 0)[1]
     assert "abort" in info["message"] and info["seconds"] < 2.0, info
+    assert "rank 0 already joined" in info["dup"], info["dup"]

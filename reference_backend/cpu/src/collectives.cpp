@@ -61,6 +61,8 @@ constexpr uint64_t kMagic = 0x4c4f43555043444bull;  // "KDCPUCOL"
 constexpr uint32_t kVersion = 1;
 constexpr const char* kNamePrefix = "/dkcpu-coll-";
 constexpr size_t kChunkBytes = size_t(512) << 10;  // per buffer, two per rank
+// Reductions up to this size skip the split (one step less: latency).
+constexpr size_t kSmallBytes = size_t(16) << 10;
 constexpr size_t kP2PBytes = size_t(64) << 10;     // per buffer, two per ordered pair
 constexpr int kMaxRanks = 64;
 constexpr int kDescRing = 4;                       // a peer is at most one call ahead
@@ -208,7 +210,20 @@ struct Backoff {
   void reset() { n = 0; }
 };
 
-bool pid_dead(int32_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
+// Gone, or a zombie its parent has not reaped yet (Linux: /proc/<pid>/stat).
+bool pid_dead(int32_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  char path[64], buf[256];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return false;
+  const size_t got = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[got] = 0;
+  const char* end = std::strrchr(buf, ')');  // "pid (comm) S ...": comm may hold spaces
+  return end != nullptr && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
 
 }  // namespace
 }  // namespace dkcpu
@@ -587,8 +602,20 @@ DK_Error* run_collective(const Ctx& x, const Call& k) {
     } else if (DK_Error* e = barrier(x)) {
       return e;
     }
+    const bool reducing = k.collective == DK_COLL_ALL_REDUCE || k.collective == DK_COLL_REDUCE;
+    if (reducing && len * es <= kSmallBytes) {
+      // Small: every rank that needs the result reduces the whole chunk
+      // itself, in the same order (the same bits), saving a step.
+      if (k.collective == DK_COLL_ALL_REDUCE || me == k.root) {
+        for (int r = 0; r < n; ++r) srcs[r] = c->coll_buf(r, b);
+        reduce_any(k.dtype, k.op, recv + off * es, srcs.data(), n, len);
+      }
+      post(c);  // done reading the peers' buffers b
+      c->free_after[b] = c->step;
+      continue;
+    }
     // Reduce my slice (all_reduce, reduce), then everyone sees all slices.
-    if (k.collective == DK_COLL_ALL_REDUCE || k.collective == DK_COLL_REDUCE) {
+    if (reducing) {
       const size_t lo = slice_lo(len, me, n), hi = slice_lo(len, me + 1, n);
       for (int r = 0; r < n; ++r) srcs[r] = c->coll_buf(r, b) + lo * es;
       reduce_any(k.dtype, k.op, mybuf + lo * es, srcs.data(), n, hi - lo);
@@ -1029,7 +1056,9 @@ DK_Error* dk_cpu_Comm_Init(DK_Comm_Init_Args* args) {
     c->nranks = n;
     c->rank = rank;
     c->device = args->device;
-    c->timeout_ms = args->timeout_ms == 0 ? DK_COLL_DEFAULT_TIMEOUT_MS : args->timeout_ms;
+    // (capped at about 3 years so that now + timeout cannot overflow the clock)
+    c->timeout_ms = args->timeout_ms == 0 ? DK_COLL_DEFAULT_TIMEOUT_MS
+                                          : std::min<int64_t>(args->timeout_ms, int64_t(1e11));
     c->name = name;
     c->sent_chunks.assign(size_t(n), 0);
     c->recv_chunks.assign(size_t(n), 0);
