@@ -1,7 +1,8 @@
 """The Hugging Face models in the model gate (``devicekit models``, ``hf-*``).
 
-- the five transformers models (GPT-2, Llama, BERT masked-LM, ViT, ResNet
-  with batch norm) pass every phase in float32, bfloat16 and float16 on cpu:0 through ``devicekit.torch``,
+- the transformers models (GPT-2, Llama, BERT masked-LM, ViT, ResNet
+  with batch norm, T5, a Mixtral mixture of experts) pass every phase in
+  float32, bfloat16 and float16 on cpu:0 through ``devicekit.torch``,
   their float64 reference matches the committed goldens, and they reach the
   gate record;
 - a planted bug in one of ``devicekit.torch``'s lowerings fails the models
@@ -31,7 +32,7 @@ from test_gate import BASE_CASES, _conf_report, write_policy
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
 from conftest import HUNG_S
 
-HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5")
+HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5", "hf-moe")
 needs_hf = pytest.mark.skipif(hf.missing() is not None, reason=f"hf models: {hf.missing()}")
 
 
@@ -187,6 +188,44 @@ def test_planted_running_stat_bug_fails_only_resnet_inference_at_its_first_batch
     assert (first["layer"], first["kind"], first["direction"]) == (
         "resnet.embedder.embedder.normalization", "BatchNorm2d", "forward"), first
     assert loc["rows"][0]["layer"] == "resnet.embedder.embedder.convolution" and loc["rows"][0]["ok"]
+
+
+@needs_hf
+def test_hf_moe_routes_tokens_to_the_cpus_experts_and_a_wrong_topk_fails_in_the_experts(
+        monkeypatch):
+    """hf-moe's routers pick, on dk:0, the same top-2 experts per token as
+    torch's CPU (and not a constant choice: every expert is used); with topk
+    planted to return the *least* likely experts, the router's logits still
+    agree but the first diverging module is inside the first layer's experts."""
+    import torch
+    import devicekit.torch  # noqa: F401  (fills the table before it is patched)
+    from devicekit.models.hf import _Setup, get, localise, reference_modules, torch_device
+
+    model = get("hf-moe")
+    picks = {}
+    for d in ("cpu", "cpu:0"):
+        s = _Setup(model, torch_device(d), "float32")
+        got = []
+        hooks = [m.register_forward_hook(lambda m, i, o, got=got: got.append(o[2].cpu()))
+                 for n, m in s.net.named_modules() if n.endswith("mlp.gate")]
+        with torch.no_grad():
+            s.forward()
+        for h in hooks:
+            h.remove()
+        picks[d] = got
+    assert len(picks["cpu"]) == 2  # one router per layer
+    for want, got in zip(picks["cpu"], picks["cpu:0"]):
+        assert want.shape == (4 * 16, 2) and set(want.unique().tolist()) == {0, 1, 2, 3}
+        assert torch.equal(got.sort(-1).values, want.sort(-1).values)
+
+    _plant(monkeypatch, "topk", lambda fn, x, k, dim=-1, largest=True, sorted=True:
+           fn(x, k, dim, not largest, sorted))
+    loc = localise(model, "cpu:0", "float32", reference_modules("hf-moe", "float32", True))
+    first = loc["first"]  # the first expert's activation, called on the wrong tokens
+    assert (first["layer"], first["kind"], first["direction"]) == (
+        "model.layers.0.mlp.experts.act_fn", "SiLUActivation", "forward"), first
+    gate = next(r for r in loc["rows"] if r["layer"] == "model.layers.0.mlp.gate")
+    assert gate["ok"] and gate["direction"] == "forward"  # its logits: right before the topk
 
 
 # ---- a planted bug in the bridge ---------------------------------------------

@@ -1,8 +1,9 @@
 """Hugging Face ``transformers`` models in the model regression (docs/models.md).
 
 ``hf-gpt2``, ``hf-llama``, ``hf-bert`` (masked LM), ``hf-vit`` (image
-classifier), ``hf-resnet`` (a CNN with batch norm) and ``hf-t5`` (an
-encoder-decoder, teacher-forced) are the real
+classifier), ``hf-resnet`` (a CNN with batch norm), ``hf-t5`` (an
+encoder-decoder, teacher-forced) and ``hf-moe`` (a Mixtral mixture-of-experts
+decoder) are the real
 ``transformers`` classes at small configs, run through ``devicekit.torch``
 on the device under test (``dk:N``) and judged with the zoo's protocol
 (``harness.judge``): the same five phases, a float64 reference, bounds from a
@@ -84,6 +85,15 @@ SPECS = {
                    num_decoder_layers=1, num_heads=4, relative_attention_num_buckets=8,
                    relative_attention_max_distance=16, dropout_rate=0.0, pad_token_id=0,
                    eos_token_id=1, decoder_start_token_id=0)),
+    # a mixture-of-experts decoder: a linear router, softmax, top-2 of 4 experts
+    # per token (renormalised), each expert a SwiGLU MLP; tokens gathered per
+    # expert and the weighted outputs added back by index
+    "hf-moe": ("MixtralConfig", "MixtralForCausalLM", "causal",
+               dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64,
+                    num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                    num_experts_per_tok=2, vocab_size=64, max_position_embeddings=32,
+                    bos_token_id=0, eos_token_id=0, pad_token_id=0, attention_dropout=0.0,
+                    router_jitter_noise=0.0, experts_implementation="eager")),
 }
 NAMES = tuple(SPECS)
 TORCH_DTYPES = ("float64", "float32", "bfloat16", "float16")
