@@ -183,4 +183,5 @@ def test_valid_patterns_and_every_known_name_are_accepted():
     assert policy.parse(CI_POLICY.read_text(), "ci").models == [
         m for m in known["model"] if not m.startswith("hf-")]
     assert [m for m in known["model"] if m.startswith("hf-")] == [
-        "hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5", "hf-moe"]
+        "hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5", "hf-moe",
+        "hf-data2vec-audio"]

@@ -1,7 +1,8 @@
 """The Hugging Face models in the model gate (``devicekit models``, ``hf-*``).
 
 - the transformers models (GPT-2, Llama, BERT masked-LM, ViT, ResNet
-  with batch norm, T5, a Mixtral mixture of experts) pass every phase in
+  with batch norm, T5, a Mixtral mixture of experts, a Data2VecAudio speech
+  model) pass every phase in
   float32, bfloat16 and float16 on cpu:0 through ``devicekit.torch``,
   their float64 reference matches the committed goldens, and they reach the
   gate record;
@@ -32,7 +33,8 @@ from test_gate import BASE_CASES, _conf_report, write_policy
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
 from conftest import HUNG_S
 
-HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5", "hf-moe")
+HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5", "hf-moe",
+      "hf-data2vec-audio")
 needs_hf = pytest.mark.skipif(hf.missing() is not None, reason=f"hf models: {hf.missing()}")
 
 
@@ -226,6 +228,28 @@ def test_hf_moe_routes_tokens_to_the_cpus_experts_and_a_wrong_topk_fails_in_the_
         "model.layers.0.mlp.experts.act_fn", "SiLUActivation", "forward"), first
     gate = next(r for r in loc["rows"] if r["layer"] == "model.layers.0.mlp.gate")
     assert gate["ok"] and gate["direction"] == "forward"  # its logits: right before the topk
+
+
+@needs_hf
+def test_planted_grouped_conv1d_bug_fails_the_speech_model_at_its_position_conv(monkeypatch):
+    """hf-data2vec-audio's feature encoder is plain 1-D convolutions, its
+    position embedding grouped ones (4 groups) with a bias: a convolution
+    lowering that drops the bias of grouped convolutions only leaves the
+    feature encoder right and is named at the first position convolution."""
+    import devicekit.torch  # noqa: F401  (fills the table before it is patched)
+    from devicekit.models.hf import get, localise, reference_modules
+
+    _plant(monkeypatch, "convolution", lambda fn, x, w, b, *conv: fn(
+        x, w, None if conv[-1] > 1 else b, *conv))  # conv[-1]: groups
+    model = get("hf-data2vec-audio")
+    loc = localise(model, "cpu:0", "float32", reference_modules("hf-data2vec-audio", "float32",
+                                                                True))
+    first = loc["first"]
+    assert (first["layer"], first["kind"], first["direction"]) == (
+        "data2vec_audio.encoder.pos_conv_embed.layers.0.conv", "Conv1d", "forward"), first
+    ok = {r["layer"] for r in loc["rows"] if r["ok"]}
+    assert {"data2vec_audio.feature_extractor.conv_layers.0.conv",
+            "data2vec_audio.feature_extractor.conv_layers.1.conv"} <= ok
 
 
 # ---- a planted bug in the bridge ---------------------------------------------

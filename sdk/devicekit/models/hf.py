@@ -2,8 +2,9 @@
 
 ``hf-gpt2``, ``hf-llama``, ``hf-bert`` (masked LM), ``hf-vit`` (image
 classifier), ``hf-resnet`` (a CNN with batch norm), ``hf-t5`` (an
-encoder-decoder, teacher-forced) and ``hf-moe`` (a Mixtral mixture-of-experts
-decoder) are the real
+encoder-decoder, teacher-forced), ``hf-moe`` (a Mixtral mixture-of-experts
+decoder) and ``hf-data2vec-audio`` (speech: 1-D convolutions over a waveform)
+are the real
 ``transformers`` classes at small configs, run through ``devicekit.torch``
 on the device under test (``dk:N``) and judged with the zoo's protocol
 (``harness.judge``): the same five phases, a float64 reference, bounds from a
@@ -94,6 +95,25 @@ SPECS = {
                     num_experts_per_tok=2, vocab_size=64, max_position_embeddings=32,
                     bos_token_id=0, eos_token_id=0, pad_token_id=0, attention_dropout=0.0,
                     router_jitter_noise=0.0, experts_implementation="eager")),
+    # speech: raw waveform -> two 1-D convolutions (layer-normed, GELU) -> a
+    # post-LayerNorm transformer whose position embedding is two grouped 1-D
+    # convolutions -> the CTC head (a linear per frame), trained with a
+    # per-frame cross-entropy: devicekit.torch has no CTC loss (aten::_ctc_loss:
+    # no lowering, no decomposition). Data2VecAudio, not Wav2Vec2: Wav2Vec2's
+    # (and HuBERT's) position convolution is weight-normed, and
+    # aten::_weight_norm_interface_backward has no lowering. No SpecAugment
+    # masking or layer drop (they draw random numbers). num_samples is not a
+    # config field (kept as an attribute, as hf-resnet's image_size) but sizes
+    # the batch
+    "hf-data2vec-audio": ("Data2VecAudioConfig", "Data2VecAudioForCTC", "frames",
+                          dict(num_samples=400, conv_dim=[16, 16], conv_kernel=[10, 3],
+                               conv_stride=[5, 2], hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=64,
+                               num_conv_pos_embeddings=2, conv_pos_kernel_size=5,
+                               num_conv_pos_embedding_groups=4, vocab_size=32, pad_token_id=0,
+                               hidden_dropout=0.0, activation_dropout=0.0, attention_dropout=0.0,
+                               feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0,
+                               mask_time_prob=0.0, mask_feature_prob=0.0)),
 }
 NAMES = tuple(SPECS)
 TORCH_DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -179,6 +199,12 @@ class HFModel:
             shape = (c.batch, kw["num_channels"], kw["image_size"], kw["image_size"])
             return {"pixel_values": normal(shape, c.seed, "pixel_values"),
                     "labels": integers((c.batch,), c.seed, "labels", kw["num_labels"])}
+        if self.task == "frames":  # a waveform; one label per frame of the feature encoder
+            frames = kw["num_samples"]
+            for k, st in zip(kw["conv_kernel"], kw["conv_stride"]):
+                frames = (frames - k) // st + 1
+            return {"input_values": normal((c.batch, kw["num_samples"]), c.seed, "input_values"),
+                    "labels": integers((c.batch, frames), c.seed, "labels", kw["vocab_size"])}
         ids = integers((c.batch, c.length), c.seed, "input_ids", kw["vocab_size"])
         if self.task == "seq2seq":  # teacher forcing: the decoder reads the labels shifted right
             labels = integers((c.batch, c.length), c.seed, "labels", kw["vocab_size"])
@@ -201,6 +227,9 @@ def _describe(kw):
     if "hidden_sizes" in kw:  # a CNN
         return (f"channels {'/'.join(map(str, kw['hidden_sizes']))}, "
                 f"depths {'/'.join(map(str, kw['depths']))}")
+    if "conv_dim" in kw:  # speech: 1-D convolutions over the waveform, then a transformer
+        return (f"{kw['num_samples']} samples, 1-D convs {'/'.join(map(str, kw['conv_dim']))}, "
+                f"dim {kw['hidden_size']}, {kw['num_hidden_layers']} layers")
     dim = kw.get("n_embd", kw.get("hidden_size", kw.get("d_model")))
     layers = kw.get("n_layer", kw.get("num_hidden_layers"))
     if "num_decoder_layers" in kw:
