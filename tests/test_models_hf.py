@@ -2,7 +2,7 @@
 
 - the transformers models (GPT-2, Llama, BERT masked-LM, ViT, ResNet
   with batch norm, T5, a Mixtral mixture of experts, a Data2VecAudio speech
-  model) pass every phase in
+  model, CLIP) pass every phase in
   float32, bfloat16 and float16 on cpu:0 through ``devicekit.torch``,
   their float64 reference matches the committed goldens, and they reach the
   gate record;
@@ -34,7 +34,7 @@ from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_te
 from conftest import HUNG_S
 
 HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5", "hf-moe",
-      "hf-data2vec-audio")
+      "hf-data2vec-audio", "hf-clip")
 needs_hf = pytest.mark.skipif(hf.missing() is not None, reason=f"hf models: {hf.missing()}")
 
 
@@ -250,6 +250,39 @@ def test_planted_grouped_conv1d_bug_fails_the_speech_model_at_its_position_conv(
     ok = {r["layer"] for r in loc["rows"] if r["ok"]}
     assert {"data2vec_audio.feature_extractor.conv_layers.0.conv",
             "data2vec_audio.feature_extractor.conv_layers.1.conv"} <= ok
+
+
+@needs_hf
+def test_hf_clip_loss_is_clips_own_and_a_wrong_int_argmax_is_named_at_the_text_projection(
+        monkeypatch):
+    """hf-clip's loss on dk:0 is what ``CLIPModel(return_loss=True)`` computes
+    there itself, and logits_per_text is logits_per_image transposed; the text
+    tower pools at the argmax of the token ids: an integer argmax planted as
+    argmin leaves every text layer right and is named at the text projection."""
+    import torch
+    import devicekit.torch  # noqa: F401  (fills the table before it is patched)
+    from devicekit.models.hf import _Setup, get, localise, reference_modules, torch_device
+    from devicekit.torch import _table
+
+    model = get("hf-clip")
+    s = _Setup(model, torch_device("cpu:0"), "float32")
+    params = {n: m.detach() for n, m in s.masters.items()}
+    with torch.no_grad():
+        own = torch.func.functional_call(s.net, params, (), {**s.batch, "return_loss": True})
+        ours = s.loss(s.forward())
+    assert own.loss.device.type == "dk"
+    torch.testing.assert_close(ours.cpu(), own.loss.cpu(), rtol=1e-6, atol=0)
+    torch.testing.assert_close(own.logits_per_text.cpu(), own.logits_per_image.cpu().T)
+
+    argmin = _table.LOWERINGS[torch.ops.aten.argmin.default].fn
+    _plant(monkeypatch, "argmax", lambda fn, x, *a, **k: (  # x: a devicekit tensor
+        argmin if "int" in str(x.dtype) else fn)(x, *a, **k))
+    loc = localise(model, "cpu:0", "float32", reference_modules("hf-clip", "float32", True))
+    first = loc["first"]
+    assert (first["layer"], first["kind"], first["direction"]) == (
+        "text_projection", "Linear", "forward"), first
+    ok = {r["layer"] for r in loc["rows"] if r["ok"]}
+    assert {"text_model.final_layer_norm", "visual_projection"} <= ok
 
 
 # ---- a planted bug in the bridge ---------------------------------------------

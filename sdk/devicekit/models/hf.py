@@ -3,8 +3,8 @@
 ``hf-gpt2``, ``hf-llama``, ``hf-bert`` (masked LM), ``hf-vit`` (image
 classifier), ``hf-resnet`` (a CNN with batch norm), ``hf-t5`` (an
 encoder-decoder, teacher-forced), ``hf-moe`` (a Mixtral mixture-of-experts
-decoder) and ``hf-data2vec-audio`` (speech: 1-D convolutions over a waveform)
-are the real
+decoder), ``hf-data2vec-audio`` (speech: 1-D convolutions over a waveform)
+and ``hf-clip`` (vision-text contrastive) are the real
 ``transformers`` classes at small configs, run through ``devicekit.torch``
 on the device under test (``dk:N``) and judged with the zoo's protocol
 (``harness.judge``): the same five phases, a float64 reference, bounds from a
@@ -114,6 +114,21 @@ SPECS = {
                                hidden_dropout=0.0, activation_dropout=0.0, attention_dropout=0.0,
                                feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0,
                                mask_time_prob=0.0, mask_feature_prob=0.0)),
+    # vision-text contrastive: a ViT image tower (16x16 images, 8x8 patches) and a
+    # causal text tower (pooled at the highest token id: eos_token_id 2 is
+    # transformers' legacy argmax pooling), both projected to 16 and compared
+    # by cosine similarity times exp(logit_scale); CLIP's symmetric
+    # cross-entropy over the batch (image_text_contrastive_loss)
+    "hf-clip": ("CLIPConfig", "CLIPModel", "contrastive",
+                dict(projection_dim=16,
+                     text_config=dict(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      max_position_embeddings=16, eos_token_id=2,
+                                      attention_dropout=0.0),
+                     vision_config=dict(image_size=16, patch_size=8, num_channels=3,
+                                        hidden_size=32, intermediate_size=64,
+                                        num_hidden_layers=2, num_attention_heads=4,
+                                        attention_dropout=0.0))),
 }
 NAMES = tuple(SPECS)
 TORCH_DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -199,6 +214,12 @@ class HFModel:
             shape = (c.batch, kw["num_channels"], kw["image_size"], kw["image_size"])
             return {"pixel_values": normal(shape, c.seed, "pixel_values"),
                     "labels": integers((c.batch,), c.seed, "labels", kw["num_labels"])}
+        if self.task == "contrastive":  # image i goes with text i
+            tk, vk = kw["text_config"], kw["vision_config"]
+            shape = (c.batch, vk["num_channels"], vk["image_size"], vk["image_size"])
+            return {"input_ids": integers((c.batch, c.length), c.seed, "input_ids",
+                                          tk["vocab_size"]),
+                    "pixel_values": normal(shape, c.seed, "pixel_values")}
         if self.task == "frames":  # a waveform; one label per frame of the feature encoder
             frames = kw["num_samples"]
             for k, st in zip(kw["conv_kernel"], kw["conv_stride"]):
@@ -227,6 +248,12 @@ def _describe(kw):
     if "hidden_sizes" in kw:  # a CNN
         return (f"channels {'/'.join(map(str, kw['hidden_sizes']))}, "
                 f"depths {'/'.join(map(str, kw['depths']))}")
+    if "text_config" in kw:  # two towers
+        t, v = kw["text_config"], kw["vision_config"]
+        return (f"text dim {t['hidden_size']} x {t['num_hidden_layers']} layers, "
+                f"vision {v['image_size']}x{v['image_size']}/{v['patch_size']} dim "
+                f"{v['hidden_size']} x {v['num_hidden_layers']} layers, "
+                f"projection {kw['projection_dim']}")
     if "conv_dim" in kw:  # speech: 1-D convolutions over the waveform, then a transformer
         return (f"{kw['num_samples']} samples, 1-D convs {'/'.join(map(str, kw['conv_dim']))}, "
                 f"dim {kw['hidden_size']}, {kw['num_hidden_layers']} layers")
@@ -269,10 +296,14 @@ class _Setup:
     def forward(self):
         params = {n: m.to(self.dtype) for n, m in self.masters.items()}
         inputs = {k: v for k, v in self.batch.items() if k != "labels"}
-        return self.torch.func.functional_call(self.net, params, (), inputs).logits
+        out = self.torch.func.functional_call(self.net, params, (), inputs)
+        return out.logits_per_text if self.task == "contrastive" else out.logits
 
     def loss(self, logits):
         F = self.torch.nn.functional
+        if self.task == "contrastive":  # CLIP's own loss, on the master-dtype similarities
+            from transformers.models.clip.modeling_clip import image_text_contrastive_loss
+            return image_text_contrastive_loss(logits.to(self.master_dtype))
         lf, labels = logits.to(self.master_dtype), self.batch["labels"]
         if self.task == "causal":
             lf, labels = lf[:, :-1], labels[:, 1:]
