@@ -285,6 +285,42 @@ def test_hf_clip_loss_is_clips_own_and_a_wrong_int_argmax_is_named_at_the_text_p
     assert {"text_model.final_layer_norm", "visual_projection"} <= ok
 
 
+@needs_hf
+def test_hf_decoders_greedy_generation_on_dk_gives_the_cpus_tokens_with_no_fallback(monkeypatch):
+    """hf.generate: transformers' greedy generate() (KV cache, stopping
+    criteria) of hf-gpt2 and hf-llama on dk:0, with no CPU fallback, gives
+    torch's CPU tokens exactly; an argmax planted as argmin changes them
+    (the check can fail)."""
+    import numpy as np
+    import devicekit.torch as dkt
+    from devicekit.errors import InvalidArgumentError
+    from devicekit.models.hf import generate, get
+
+    dkt.reset_fallback_stats()
+    cpu = {}
+    for name in ("hf-gpt2", "hf-llama"):
+        model = get(name)
+        cpu[name] = generate(model, "cpu", "float32")
+        got = generate(model, "cpu:0", "float32")
+        assert cpu[name].shape == (4, 8) and len(np.unique(cpu[name])) > 4, cpu[name]
+        np.testing.assert_array_equal(got, cpu[name], err_msg=name)
+    assert not dkt.fallback_stats(), dkt.fallback_stats()
+    with pytest.raises(InvalidArgumentError, match="DeviceKit models: hf-bert is not a decoder"):
+        generate(get("hf-bert"), "cpu:0")
+
+    from devicekit.torch import _table
+    argmin = _table.LOWERINGS[torch_op("argmin")].fn
+    _plant(monkeypatch, "argmax", lambda fn, x, *a, **k: (  # x: a devicekit tensor
+        argmin if "float" in str(x.dtype) else fn)(x, *a, **k))
+    wrong = generate(get("hf-llama"), "cpu:0", "float32")
+    assert not np.array_equal(wrong, cpu["hf-llama"])
+
+
+def torch_op(name):
+    import torch
+    return getattr(torch.ops.aten, name).default
+
+
 # ---- a planted bug in the bridge ---------------------------------------------
 
 def _run_in_process(name, dtypes=("float32",), steps=2):

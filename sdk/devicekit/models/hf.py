@@ -401,6 +401,29 @@ def execute(model, device, dtype, steps=H.DEFAULT_STEPS, lr=H.LR, perturbed=Fals
     return run
 
 
+def generate(model, device, dtype="float32", new_tokens=8, prompt=8):
+    """Greedy decoding of a decoder (``task == "causal"``): transformers'
+    ``generate(max_new_tokens=new_tokens, do_sample=False)`` with its KV cache,
+    on ``device`` ("cpu" = torch's CPU) in ``dtype``, from the first ``prompt``
+    tokens of each row of the batch, with the masters (cast to ``dtype``)
+    loaded into the module. Returns the new tokens, (batch, new_tokens) int64
+    numpy (a row that produced its eos token early is padded with it)."""
+    import torch
+    if model.task != "causal":
+        from ..errors import InvalidArgumentError
+        raise InvalidArgumentError(f"DeviceKit models: {model.name} is not a decoder; only causal "
+                             f"language models generate")
+    s = _Setup(model, torch_device(device), dtype)
+    with torch.no_grad():
+        s.net.load_state_dict({n: m.to(s.dtype) for n, m in s.masters.items()}, strict=False)
+        s.net.eval()
+        ids = s.batch["input_ids"][:, :prompt]
+        pad = SPECS[model.name][3]["eos_token_id"]
+        out = s.net.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                             do_sample=False, pad_token_id=pad)
+    return out[:, prompt:].cpu().numpy()
+
+
 def compute(name, dtypes, steps):
     """The reference side: {"runs": {dtype: Run}} on torch's CPU, float64
     included, and {"perturbed": {dtype: Run}} (the correct runs on perturbed inputs)."""
