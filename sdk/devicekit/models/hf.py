@@ -261,6 +261,9 @@ def _describe(kw):
     layers = kw.get("n_layer", kw.get("num_hidden_layers"))
     if "num_decoder_layers" in kw:
         return f"dim {dim}, {kw['num_layers']}+{kw['num_decoder_layers']} layers"
+    if "num_local_experts" in kw:  # a mixture of experts
+        return (f"dim {dim}, {layers} layers of {kw['num_local_experts']} experts, "
+                f"top-{kw['num_experts_per_tok']}")
     return f"dim {dim}, {layers} layers"
 
 
