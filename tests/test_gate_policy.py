@@ -184,4 +184,5 @@ def test_valid_patterns_and_every_known_name_are_accepted():
         m for m in known["model"] if not m.startswith("hf-")] + [
         "hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5"]
     assert [m for m in known["model"] if m.startswith("hf-")] == [
-        "hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5"]
+        "hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5", "hf-moe",
+        "hf-data2vec-audio", "hf-clip"]

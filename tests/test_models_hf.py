@@ -1,7 +1,9 @@
 """The Hugging Face models in the model gate (``devicekit models``, ``hf-*``).
 
-- the five transformers models (GPT-2, Llama, BERT masked-LM, ViT, ResNet
-  with batch norm) pass every phase in float32, bfloat16 and float16 on cpu:0 through ``devicekit.torch``,
+- the transformers models (GPT-2, Llama, BERT masked-LM, ViT, ResNet
+  with batch norm, T5, a Mixtral mixture of experts, a Data2VecAudio speech
+  model, CLIP) pass every phase in
+  float32, bfloat16 and float16 on cpu:0 through ``devicekit.torch``,
   their float64 reference matches the committed goldens, and they reach the
   gate record;
 - a planted bug in one of ``devicekit.torch``'s lowerings fails the models
@@ -31,7 +33,8 @@ from test_gate import BASE_CASES, _conf_report, write_policy
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
 from conftest import HUNG_S
 
-HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5")
+HF = ("hf-gpt2", "hf-llama", "hf-bert", "hf-vit", "hf-resnet", "hf-t5", "hf-moe",
+      "hf-data2vec-audio", "hf-clip")
 needs_hf = pytest.mark.skipif(hf.missing() is not None, reason=f"hf models: {hf.missing()}")
 
 
@@ -187,6 +190,135 @@ def test_planted_running_stat_bug_fails_only_resnet_inference_at_its_first_batch
     assert (first["layer"], first["kind"], first["direction"]) == (
         "resnet.embedder.embedder.normalization", "BatchNorm2d", "forward"), first
     assert loc["rows"][0]["layer"] == "resnet.embedder.embedder.convolution" and loc["rows"][0]["ok"]
+
+
+@needs_hf
+def test_hf_moe_routes_tokens_to_the_cpus_experts_and_a_wrong_topk_fails_in_the_experts(
+        monkeypatch):
+    """hf-moe's routers pick, on dk:0, the same top-2 experts per token as
+    torch's CPU (and not a constant choice: every expert is used); with topk
+    planted to return the *least* likely experts, the router's logits still
+    agree but the first diverging module is inside the first layer's experts."""
+    import torch
+    import devicekit.torch  # noqa: F401  (fills the table before it is patched)
+    from devicekit.models.hf import _Setup, get, localise, reference_modules, torch_device
+
+    model = get("hf-moe")
+    picks = {}
+    for d in ("cpu", "cpu:0"):
+        s = _Setup(model, torch_device(d), "float32")
+        got = []
+        hooks = [m.register_forward_hook(lambda m, i, o, got=got: got.append(o[2].cpu()))
+                 for n, m in s.net.named_modules() if n.endswith("mlp.gate")]
+        with torch.no_grad():
+            s.forward()
+        for h in hooks:
+            h.remove()
+        picks[d] = got
+    assert len(picks["cpu"]) == 2  # one router per layer
+    for want, got in zip(picks["cpu"], picks["cpu:0"]):
+        assert want.shape == (4 * 16, 2) and set(want.unique().tolist()) == {0, 1, 2, 3}
+        assert torch.equal(got.sort(-1).values, want.sort(-1).values)
+
+    _plant(monkeypatch, "topk", lambda fn, x, k, dim=-1, largest=True, sorted=True:
+           fn(x, k, dim, not largest, sorted))
+    loc = localise(model, "cpu:0", "float32", reference_modules("hf-moe", "float32", True))
+    first = loc["first"]  # the first expert's activation, called on the wrong tokens
+    assert (first["layer"], first["kind"], first["direction"]) == (
+        "model.layers.0.mlp.experts.act_fn", "SiLUActivation", "forward"), first
+    gate = next(r for r in loc["rows"] if r["layer"] == "model.layers.0.mlp.gate")
+    assert gate["ok"] and gate["direction"] == "forward"  # its logits: right before the topk
+
+
+@needs_hf
+def test_planted_grouped_conv1d_bug_fails_the_speech_model_at_its_position_conv(monkeypatch):
+    """hf-data2vec-audio's feature encoder is plain 1-D convolutions, its
+    position embedding grouped ones (4 groups) with a bias: a convolution
+    lowering that drops the bias of grouped convolutions only leaves the
+    feature encoder right and is named at the first position convolution."""
+    import devicekit.torch  # noqa: F401  (fills the table before it is patched)
+    from devicekit.models.hf import get, localise, reference_modules
+
+    _plant(monkeypatch, "convolution", lambda fn, x, w, b, *conv: fn(
+        x, w, None if conv[-1] > 1 else b, *conv))  # conv[-1]: groups
+    model = get("hf-data2vec-audio")
+    loc = localise(model, "cpu:0", "float32", reference_modules("hf-data2vec-audio", "float32",
+                                                                True))
+    first = loc["first"]
+    assert (first["layer"], first["kind"], first["direction"]) == (
+        "data2vec_audio.encoder.pos_conv_embed.layers.0.conv", "Conv1d", "forward"), first
+    ok = {r["layer"] for r in loc["rows"] if r["ok"]}
+    assert {"data2vec_audio.feature_extractor.conv_layers.0.conv",
+            "data2vec_audio.feature_extractor.conv_layers.1.conv"} <= ok
+
+
+@needs_hf
+def test_hf_clip_loss_is_clips_own_and_a_wrong_int_argmax_is_named_at_the_text_projection(
+        monkeypatch):
+    """hf-clip's loss on dk:0 is what ``CLIPModel(return_loss=True)`` computes
+    there itself, and logits_per_text is logits_per_image transposed; the text
+    tower pools at the argmax of the token ids: an integer argmax planted as
+    argmin leaves every text layer right and is named at the text projection."""
+    import torch
+    import devicekit.torch  # noqa: F401  (fills the table before it is patched)
+    from devicekit.models.hf import _Setup, get, localise, reference_modules, torch_device
+    from devicekit.torch import _table
+
+    model = get("hf-clip")
+    s = _Setup(model, torch_device("cpu:0"), "float32")
+    params = {n: m.detach() for n, m in s.masters.items()}
+    with torch.no_grad():
+        own = torch.func.functional_call(s.net, params, (), {**s.batch, "return_loss": True})
+        ours = s.loss(s.forward())
+    assert own.loss.device.type == "dk"
+    torch.testing.assert_close(ours.cpu(), own.loss.cpu(), rtol=1e-6, atol=0)
+    torch.testing.assert_close(own.logits_per_text.cpu(), own.logits_per_image.cpu().T)
+
+    argmin = _table.LOWERINGS[torch.ops.aten.argmin.default].fn
+    _plant(monkeypatch, "argmax", lambda fn, x, *a, **k: (  # x: a devicekit tensor
+        argmin if "int" in str(x.dtype) else fn)(x, *a, **k))
+    loc = localise(model, "cpu:0", "float32", reference_modules("hf-clip", "float32", True))
+    first = loc["first"]
+    assert (first["layer"], first["kind"], first["direction"]) == (
+        "text_projection", "Linear", "forward"), first
+    ok = {r["layer"] for r in loc["rows"] if r["ok"]}
+    assert {"text_model.final_layer_norm", "visual_projection"} <= ok
+
+
+@needs_hf
+def test_hf_decoders_greedy_generation_on_dk_gives_the_cpus_tokens_with_no_fallback(monkeypatch):
+    """hf.generate: transformers' greedy generate() (KV cache, stopping
+    criteria) of hf-gpt2 and hf-llama on dk:0, with no CPU fallback, gives
+    torch's CPU tokens exactly; an argmax planted as argmin changes them
+    (the check can fail)."""
+    import numpy as np
+    import devicekit.torch as dkt
+    from devicekit.errors import InvalidArgumentError
+    from devicekit.models.hf import generate, get
+
+    dkt.reset_fallback_stats()
+    cpu = {}
+    for name in ("hf-gpt2", "hf-llama"):
+        model = get(name)
+        cpu[name] = generate(model, "cpu", "float32")
+        got = generate(model, "cpu:0", "float32")
+        assert cpu[name].shape == (4, 8) and len(np.unique(cpu[name])) > 4, cpu[name]
+        np.testing.assert_array_equal(got, cpu[name], err_msg=name)
+    assert not dkt.fallback_stats(), dkt.fallback_stats()
+    with pytest.raises(InvalidArgumentError, match="DeviceKit models: hf-bert is not a decoder"):
+        generate(get("hf-bert"), "cpu:0")
+
+    from devicekit.torch import _table
+    argmin = _table.LOWERINGS[torch_op("argmin")].fn
+    _plant(monkeypatch, "argmax", lambda fn, x, *a, **k: (  # x: a devicekit tensor
+        argmin if "float" in str(x.dtype) else fn)(x, *a, **k))
+    wrong = generate(get("hf-llama"), "cpu:0", "float32")
+    assert not np.array_equal(wrong, cpu["hf-llama"])
+
+
+def torch_op(name):
+    import torch
+    return getattr(torch.ops.aten, name).default
 
 
 # ---- a planted bug in the bridge ---------------------------------------------

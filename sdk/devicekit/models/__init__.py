@@ -26,7 +26,7 @@ ZOO = {"mlp": lambda: MLP(MLPConfig()), "cnn": lambda: CNN(CNNConfig()),
        "gpt2": lambda: GPT2(GPT2Config()), "llama": lambda: Llama(LlamaConfig()),
        "encoder": lambda: Encoder(EncoderConfig()), "vit": lambda: ViT(ViTConfig())}
 NAMES = tuple(ZOO)
-HF_NAMES = hf.NAMES  # torch + transformers models: hf-gpt2, hf-llama, hf-bert, hf-vit, hf-resnet, hf-t5
+HF_NAMES = hf.NAMES  # torch + transformers models: hf-gpt2 ... hf-clip (hf.SPECS)
 ALL_NAMES = NAMES + HF_NAMES
 
 

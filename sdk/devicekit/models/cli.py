@@ -55,7 +55,8 @@ def add_parser(sub):
     p.add_argument("--plugin", help="a plugin library path (development builds; no install needed)")
     p.add_argument("--model", action="append", default=[], metavar="NAME",
                    help="model(s) to run (repeatable or comma-separated; default: all: the zoo "
-                        "and hf-gpt2, hf-llama, hf-bert, hf-vit, hf-resnet, hf-t5, which need torch and "
+                        "and hf-gpt2, hf-llama, hf-bert, hf-vit, hf-resnet, hf-t5, hf-moe, "
+                        "hf-data2vec-audio, hf-clip, which need torch and "
                         "transformers and are skipped with the reason without them)")
     p.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
                    help=f"dtype(s) (default: {','.join(DTYPES)}; float32 is required, the others "

@@ -1,8 +1,10 @@
 """Hugging Face ``transformers`` models in the model regression (docs/models.md).
 
 ``hf-gpt2``, ``hf-llama``, ``hf-bert`` (masked LM), ``hf-vit`` (image
-classifier), ``hf-resnet`` (a CNN with batch norm) and ``hf-t5`` (an
-encoder-decoder, teacher-forced) are the real
+classifier), ``hf-resnet`` (a CNN with batch norm), ``hf-t5`` (an
+encoder-decoder, teacher-forced), ``hf-moe`` (a Mixtral mixture-of-experts
+decoder), ``hf-data2vec-audio`` (speech: 1-D convolutions over a waveform)
+and ``hf-clip`` (vision-text contrastive) are the real
 ``transformers`` classes at small configs, run through ``devicekit.torch``
 on the device under test (``dk:N``) and judged with the zoo's protocol
 (``harness.judge``): the same five phases, a float64 reference, bounds from a
@@ -84,6 +86,49 @@ SPECS = {
                    num_decoder_layers=1, num_heads=4, relative_attention_num_buckets=8,
                    relative_attention_max_distance=16, dropout_rate=0.0, pad_token_id=0,
                    eos_token_id=1, decoder_start_token_id=0)),
+    # a mixture-of-experts decoder: a linear router, softmax, top-2 of 4 experts
+    # per token (renormalised), each expert a SwiGLU MLP; tokens gathered per
+    # expert and the weighted outputs added back by index
+    "hf-moe": ("MixtralConfig", "MixtralForCausalLM", "causal",
+               dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64,
+                    num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                    num_experts_per_tok=2, vocab_size=64, max_position_embeddings=32,
+                    bos_token_id=0, eos_token_id=0, pad_token_id=0, attention_dropout=0.0,
+                    router_jitter_noise=0.0, experts_implementation="eager")),
+    # speech: raw waveform -> two 1-D convolutions (layer-normed, GELU) -> a
+    # post-LayerNorm transformer whose position embedding is two grouped 1-D
+    # convolutions -> the CTC head (a linear per frame), trained with a
+    # per-frame cross-entropy: devicekit.torch has no CTC loss (aten::_ctc_loss:
+    # no lowering, no decomposition). Data2VecAudio, not Wav2Vec2: Wav2Vec2's
+    # (and HuBERT's) position convolution is weight-normed, and
+    # aten::_weight_norm_interface_backward has no lowering. No SpecAugment
+    # masking or layer drop (they draw random numbers). num_samples is not a
+    # config field (kept as an attribute, as hf-resnet's image_size) but sizes
+    # the batch
+    "hf-data2vec-audio": ("Data2VecAudioConfig", "Data2VecAudioForCTC", "frames",
+                          dict(num_samples=400, conv_dim=[16, 16], conv_kernel=[10, 3],
+                               conv_stride=[5, 2], hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=64,
+                               num_conv_pos_embeddings=2, conv_pos_kernel_size=5,
+                               num_conv_pos_embedding_groups=4, vocab_size=32, pad_token_id=0,
+                               hidden_dropout=0.0, activation_dropout=0.0, attention_dropout=0.0,
+                               feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0,
+                               mask_time_prob=0.0, mask_feature_prob=0.0)),
+    # vision-text contrastive: a ViT image tower (16x16 images, 8x8 patches) and a
+    # causal text tower (pooled at the highest token id: eos_token_id 2 is
+    # transformers' legacy argmax pooling), both projected to 16 and compared
+    # by cosine similarity times exp(logit_scale); CLIP's symmetric
+    # cross-entropy over the batch (image_text_contrastive_loss)
+    "hf-clip": ("CLIPConfig", "CLIPModel", "contrastive",
+                dict(projection_dim=16,
+                     text_config=dict(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      max_position_embeddings=16, eos_token_id=2,
+                                      attention_dropout=0.0),
+                     vision_config=dict(image_size=16, patch_size=8, num_channels=3,
+                                        hidden_size=32, intermediate_size=64,
+                                        num_hidden_layers=2, num_attention_heads=4,
+                                        attention_dropout=0.0))),
 }
 NAMES = tuple(SPECS)
 TORCH_DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -169,6 +214,18 @@ class HFModel:
             shape = (c.batch, kw["num_channels"], kw["image_size"], kw["image_size"])
             return {"pixel_values": normal(shape, c.seed, "pixel_values"),
                     "labels": integers((c.batch,), c.seed, "labels", kw["num_labels"])}
+        if self.task == "contrastive":  # image i goes with text i
+            tk, vk = kw["text_config"], kw["vision_config"]
+            shape = (c.batch, vk["num_channels"], vk["image_size"], vk["image_size"])
+            return {"input_ids": integers((c.batch, c.length), c.seed, "input_ids",
+                                          tk["vocab_size"]),
+                    "pixel_values": normal(shape, c.seed, "pixel_values")}
+        if self.task == "frames":  # a waveform; one label per frame of the feature encoder
+            frames = kw["num_samples"]
+            for k, st in zip(kw["conv_kernel"], kw["conv_stride"]):
+                frames = (frames - k) // st + 1
+            return {"input_values": normal((c.batch, kw["num_samples"]), c.seed, "input_values"),
+                    "labels": integers((c.batch, frames), c.seed, "labels", kw["vocab_size"])}
         ids = integers((c.batch, c.length), c.seed, "input_ids", kw["vocab_size"])
         if self.task == "seq2seq":  # teacher forcing: the decoder reads the labels shifted right
             labels = integers((c.batch, c.length), c.seed, "labels", kw["vocab_size"])
@@ -191,10 +248,22 @@ def _describe(kw):
     if "hidden_sizes" in kw:  # a CNN
         return (f"channels {'/'.join(map(str, kw['hidden_sizes']))}, "
                 f"depths {'/'.join(map(str, kw['depths']))}")
+    if "text_config" in kw:  # two towers
+        t, v = kw["text_config"], kw["vision_config"]
+        return (f"text dim {t['hidden_size']} x {t['num_hidden_layers']} layers, "
+                f"vision {v['image_size']}x{v['image_size']}/{v['patch_size']} dim "
+                f"{v['hidden_size']} x {v['num_hidden_layers']} layers, "
+                f"projection {kw['projection_dim']}")
+    if "conv_dim" in kw:  # speech: 1-D convolutions over the waveform, then a transformer
+        return (f"{kw['num_samples']} samples, 1-D convs {'/'.join(map(str, kw['conv_dim']))}, "
+                f"dim {kw['hidden_size']}, {kw['num_hidden_layers']} layers")
     dim = kw.get("n_embd", kw.get("hidden_size", kw.get("d_model")))
     layers = kw.get("n_layer", kw.get("num_hidden_layers"))
     if "num_decoder_layers" in kw:
         return f"dim {dim}, {kw['num_layers']}+{kw['num_decoder_layers']} layers"
+    if "num_local_experts" in kw:  # a mixture of experts
+        return (f"dim {dim}, {layers} layers of {kw['num_local_experts']} experts, "
+                f"top-{kw['num_experts_per_tok']}")
     return f"dim {dim}, {layers} layers"
 
 
@@ -230,10 +299,14 @@ class _Setup:
     def forward(self):
         params = {n: m.to(self.dtype) for n, m in self.masters.items()}
         inputs = {k: v for k, v in self.batch.items() if k != "labels"}
-        return self.torch.func.functional_call(self.net, params, (), inputs).logits
+        out = self.torch.func.functional_call(self.net, params, (), inputs)
+        return out.logits_per_text if self.task == "contrastive" else out.logits
 
     def loss(self, logits):
         F = self.torch.nn.functional
+        if self.task == "contrastive":  # CLIP's own loss, on the master-dtype similarities
+            from transformers.models.clip.modeling_clip import image_text_contrastive_loss
+            return image_text_contrastive_loss(logits.to(self.master_dtype))
         lf, labels = logits.to(self.master_dtype), self.batch["labels"]
         if self.task == "causal":
             lf, labels = lf[:, :-1], labels[:, 1:]
@@ -329,6 +402,29 @@ def execute(model, device, dtype, steps=H.DEFAULT_STEPS, lr=H.LR, perturbed=Fals
                 curve.append(float(loss.item()))
             run.curve = curve
     return run
+
+
+def generate(model, device, dtype="float32", new_tokens=8, prompt=8):
+    """Greedy decoding of a decoder (``task == "causal"``): transformers'
+    ``generate(max_new_tokens=new_tokens, do_sample=False)`` with its KV cache,
+    on ``device`` ("cpu" = torch's CPU) in ``dtype``, from the first ``prompt``
+    tokens of each row of the batch, with the masters (cast to ``dtype``)
+    loaded into the module. Returns the new tokens, (batch, new_tokens) int64
+    numpy (a row that produced its eos token early is padded with it)."""
+    import torch
+    if model.task != "causal":
+        from ..errors import InvalidArgumentError
+        raise InvalidArgumentError(f"DeviceKit models: {model.name} is not a decoder; only causal "
+                             f"language models generate")
+    s = _Setup(model, torch_device(device), dtype)
+    with torch.no_grad():
+        s.net.load_state_dict({n: m.to(s.dtype) for n, m in s.masters.items()}, strict=False)
+        s.net.eval()
+        ids = s.batch["input_ids"][:, :prompt]
+        pad = SPECS[model.name][3]["eos_token_id"]
+        out = s.net.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                             do_sample=False, pad_token_id=pad)
+    return out[:, prompt:].cpu().numpy()
 
 
 def compute(name, dtypes, steps):
