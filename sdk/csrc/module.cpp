@@ -200,6 +200,16 @@ PYBIND11_MODULE(_core, m) {
       .def("fused_kernels", &fused_kernel_info,
            "The fused kernels the plugin registered (device API 1.2+), as [{op, name}] in the "
            "order the dispatcher asks them; [] for older plugins")
+      .def_property_readonly(
+          "parts",
+          [](const Plugin& p) {
+            py::list parts;
+            if (p.collectives()) parts.append("collectives");
+            if (p.graphs()) parts.append("graphs");
+            return parts;
+          },
+          "The optional device API parts the plugin has (1.5+: 'collectives', 'graphs'); [] for "
+          "older plugins, which cannot have them")
       .def("__repr__", [](const Plugin& p) {
         return "<devicekit.Plugin '" + p.info().name + "' " + p.info().version + " (device API " +
                std::to_string(p.api_major()) + "." + std::to_string(p.api_minor()) + ") " +
@@ -237,5 +247,6 @@ PYBIND11_MODULE(_core, m) {
   bind_ops(m);
   bind_fused(m);
   bind_raw(m);
+  bind_collectives(m);
   bind_runtime(m, device_cls);
 }

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "boundary.h"
 #include "device.h"
@@ -253,6 +254,85 @@ std::vector<std::vector<const DK_FusedKernel*>> check_fused(const std::string& p
   return by_op;
 }
 
+// The optional parts on the extension chain (since 1.5). Each known type is
+// checked as the fused registry is, so a malformed part is a load error that
+// names it rather than a crash at its first call; unknown types are skipped
+// (a newer minor's parts). The walk is bounded and refuses a loop.
+struct Parts {
+  const DK_Collectives* collectives = nullptr;
+  const DK_Graphs* graphs = nullptr;
+};
+
+constexpr int kMaxExtensions = 64;
+
+void require_ext_fn(const std::string& path, const void* fn, const char* part, const char* name) {
+  if (fn == nullptr) {
+    load_error(path, std::string(part) + "." + name +
+                         " is NULL; every function of a part the plugin lists is required (leave "
+                         "the part off the extension chain to report it absent)");
+  }
+}
+
+void check_ext_size(const std::string& path, const DK_Extension_Base* e, const char* type,
+                    size_t need) {
+  if (e->struct_size < need) {
+    version_error(path, std::string("its ") + type + " extension is " +
+                            std::to_string(e->struct_size) + " bytes, expected at least " +
+                            std::to_string(need) + " (" + type +
+                            "_STRUCT_SIZE); set base.struct_size with that macro");
+  }
+}
+
+Parts check_extensions(const std::string& path, const DK_Api* api) {
+  Parts parts;
+  if (api->api_minor < 5) return parts;  // no part existed: report them absent
+  std::vector<const DK_Extension_Base*> seen;
+  for (const DK_Extension_Base* e = api->extension_start; e != nullptr; e = e->next) {
+    for (size_t i = 0; i < seen.size(); ++i) {
+      if (seen[i] == e) {
+        load_error(path, "DK_Api.extension_start: the extension list loops back to entry " +
+                             std::to_string(i) + " (type " + std::to_string(e->type) +
+                             "); end it with next = NULL");
+      }
+    }
+    if (int(seen.size()) == kMaxExtensions) {
+      load_error(path, "DK_Api.extension_start lists more than " + std::to_string(kMaxExtensions) +
+                           " extensions; end it with next = NULL");
+    }
+    seen.push_back(e);
+    if (e->struct_size < DK_Extension_Base_STRUCT_SIZE) {
+      version_error(path, "extension " + std::to_string(seen.size() - 1) + " has struct_size " +
+                              std::to_string(e->struct_size) + ", smaller than DK_Extension_Base");
+    }
+    if (e->type == DK_EXTENSION_COLLECTIVES) {
+      if (parts.collectives) load_error(path, "the DK_Collectives extension is listed twice");
+      check_ext_size(path, e, "DK_Collectives", DK_Collectives_STRUCT_SIZE);
+      auto* c = reinterpret_cast<const DK_Collectives*>(e);
+      const std::pair<const void*, const char*> fns[] = {
+          {reinterpret_cast<const void*>(c->Comm_GetUniqueId), "Comm_GetUniqueId"},
+          {reinterpret_cast<const void*>(c->Comm_Init), "Comm_Init"},
+          {reinterpret_cast<const void*>(c->Comm_Destroy), "Comm_Destroy"},
+          {reinterpret_cast<const void*>(c->Comm_Abort), "Comm_Abort"},
+          {reinterpret_cast<const void*>(c->Coll_Run), "Coll_Run"},
+          {reinterpret_cast<const void*>(c->Coll_Group), "Coll_Group"}};
+      for (const auto& f : fns) require_ext_fn(path, f.first, "DK_Collectives", f.second);
+      parts.collectives = c;
+    } else if (e->type == DK_EXTENSION_GRAPHS) {
+      if (parts.graphs) load_error(path, "the DK_Graphs extension is listed twice");
+      check_ext_size(path, e, "DK_Graphs", DK_Graphs_STRUCT_SIZE);
+      auto* g = reinterpret_cast<const DK_Graphs*>(e);
+      const std::pair<const void*, const char*> fns[] = {
+          {reinterpret_cast<const void*>(g->Graph_Capture), "Graph_Capture"},
+          {reinterpret_cast<const void*>(g->Graph_Launch), "Graph_Launch"},
+          {reinterpret_cast<const void*>(g->Graph_Destroy), "Graph_Destroy"}};
+      for (const auto& f : fns) require_ext_fn(path, f.first, "DK_Graphs", f.second);
+      parts.graphs = g;
+    }
+    // Any other type: a part this DeviceKit does not know; skipped.
+  }
+  return parts;
+}
+
 }  // namespace
 
 std::shared_ptr<Plugin> Plugin::load(const std::string& given_path) {
@@ -295,12 +375,15 @@ std::shared_ptr<Plugin> Plugin::load(const std::string& given_path) {
   check_version(path, api);
   check_functions(path, api);
   auto fused = check_fused(path, api);
+  const Parts parts = check_extensions(path, api);
 
   std::shared_ptr<Plugin> p(new Plugin());
   p->path_ = path;
   p->handle_ = handle;
   p->api_ = api;
   p->fused_ = std::move(fused);
+  p->collectives_ = parts.collectives;
+  p->graphs_ = parts.graphs;
   try {
     p->initialize_and_describe();
   } catch (const std::exception& e) {

@@ -58,6 +58,12 @@ class Plugin {
   const std::vector<const DK_FusedKernel*>& fused_kernels(int op) const;
   int num_fused_kernels() const;
 
+  // The optional parts found on the extension chain (device API 1.5+),
+  // validated at load; null when the plugin has no such part (always for
+  // plugins older than 1.5). Constant and owned by the plugin.
+  const DK_Collectives* collectives() const { return collectives_; }
+  const DK_Graphs* graphs() const { return graphs_; }
+
   // If `err` is non-NULL: read its code and message, free it, and throw
   // Error(Device) whose text is "<context>: [<CODE>] <plugin message>".
   void check(DK_Error* err, const std::string& context) const;
@@ -71,6 +77,8 @@ class Plugin {
   PluginInfo info_;
   std::vector<std::shared_ptr<Device>> devices_;
   std::vector<std::vector<const DK_FusedKernel*>> fused_;  // [DK_FUSED_OP_COUNT]
+  const DK_Collectives* collectives_ = nullptr;
+  const DK_Graphs* graphs_ = nullptr;
 };
 
 // Fill the struct_size field of an args struct declared with

@@ -23,6 +23,7 @@ from . import autograd  # noqa: F401  (devicekit.autograd is public)
 from . import _grad_rules  # noqa: F401  (importing it registers the gradient rules with autograd)
 from . import nn
 from . import optim
+from . import distributed  # noqa: F401  (devicekit.distributed is public)
 from .autograd import enable_grad, is_grad_enabled, no_grad
 from ._fused import composite_stats, fused_kernels, reset_composite_stats
 
@@ -68,7 +69,8 @@ def memory_stats(device=None):
 
 __all__ = [
     "API_VERSION", "Device", "Plugin", "PluginRecord", "Tensor", "bfloat16", "bool_", "device",
-    "composite_stats", "devices", "dispatch_stats", "dtype", "enable_grad", "fused_kernels",
+    "composite_stats", "devices", "dispatch_stats", "distributed", "dtype", "enable_grad",
+    "fused_kernels",
     "is_grad_enabled", "no_grad", "reset_composite_stats", "empty", "empty_cache", "float16",
     "float32", "float64", "full", "int8",
     "int32", "int64", "load_plugin", "memory_stats", "nn", "ones", "ops", "optim", "plugins",

@@ -66,9 +66,13 @@ def _devices_json(records):
         if r.plugin is not None:
             p = r.plugin
             item.update(vendor=p.vendor, version=p.version, api_version=p.api_version,
-                        devices=[_device_entry(d) for d in r.devices], kernels=p.kernels())
+                        parts=list(p.parts), devices=[_device_entry(d) for d in r.devices],
+                        kernels=p.kernels())
         out.append(item)
     return out
+
+
+_OPTIONAL_PARTS = ("collectives", "graphs")
 
 
 def cmd_devices(args):
@@ -85,6 +89,13 @@ def cmd_devices(args):
             for r in loaded]
     print(table(rows, ["plugin", "version", "api", "vendor", "source", "library"]) if rows
           else "(no plugin loaded)")
+    if loaded:
+        # The optional parts of the device API (since 1.5); older plugins
+        # cannot have them, and a part a plugin lacks is reported absent.
+        rows = [(r["name"], *(("yes" if part in r["parts"] else "absent")
+                              for part in _OPTIONAL_PARTS)) for r in loaded]
+        print("\nOptional parts")
+        print(table(rows, ["plugin", *_OPTIONAL_PARTS]))
     rows, device_errors = [], []
     for r in loaded:
         implemented = sum(k["implemented"] for k in r["kernels"])

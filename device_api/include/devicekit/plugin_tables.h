@@ -70,6 +70,13 @@ DK_EXPORT const DK_Api* DK_GetApi(void);
 #if defined(DKH_TABLES_DEFINE) && !defined(DEVICEKIT_PLUGIN_TABLES_DEFINED_)
 #define DEVICEKIT_PLUGIN_TABLES_DEFINED_
 
+/* DK_Api.extension_start: a plugin with optional parts (collectives, ...)
+ * defines DKH_TABLES_EXTENSION_START as the address of its first extension's
+ * DK_Extension_Base (an address constant); without it there are none. */
+#ifndef DKH_TABLES_EXTENSION_START
+#define DKH_TABLES_EXTENSION_START NULL
+#endif
+
 static DK_KernelFn* const dkh_kernels_[DK_OP_COUNT] = {
 #define DKH_OP(id, fn, dtypes, caps) [DK_OP_##id] = fn,
 #include DKH_TABLES_OPS_DEF
@@ -129,7 +136,7 @@ static const DK_FusedKernelTable dkh_fused_kernel_table_ = {
 
 static const DK_Api dkh_api_ = {
     .struct_size = DK_Api_STRUCT_SIZE_1_2,
-    .extension_start = NULL,
+    .extension_start = DKH_TABLES_EXTENSION_START,
     .api_major = DK_API_MAJOR,
     .api_minor = DK_API_MINOR,
 

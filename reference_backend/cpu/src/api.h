@@ -18,6 +18,11 @@ extern "C" {
  * The Error_* entries are <devicekit/plugin_helpers.h>'s dkh_Error_*. */
 DKH_DECLARE_RUNTIME_CALLS(dk_cpu);
 
+/* The collectives part (device API 1.5), src/collectives.cpp: its table is
+ * the first (and only) entry of DK_Api.extension_start. */
+extern const DK_Collectives dk_cpu_collectives;
+#define DKH_TABLES_EXTENSION_START (&dk_cpu_collectives.base)
+
 /* The kernels and fused kernels, one row each in the .def files
  * (ops_all.def and fused_all.def list them), declared here; api.c defines the
  * kernel table dk_cpu_kernel_table (also read by the kernels' own
