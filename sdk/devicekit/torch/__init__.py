@@ -24,8 +24,9 @@ norm, pooling, convolution), ``_lower_select`` (bitwise, sort/topk,
 multinomial, index_put: generation), ``_autocast`` (``torch.autocast("dk")``'s
 cast policy, GradScaler's ops), ``_fallback``,
 ``_coverage``, ``_distributed`` (the ``torch.distributed`` backend ``dk``,
-registered here, imported at the first ``init_process_group``); ``hf_models`` (public: small Hugging Face models for coverage, tests and
-``python -m devicekit.torch_cli``).
+registered here, imported at the first ``init_process_group``); ``hf_models``
+(public: small Hugging Face models for coverage, tests and ``python -m
+devicekit.torch_cli``).
 """
 
 try:
