@@ -126,6 +126,7 @@ class DKProcessGroup(dist.ProcessGroup):
         self._comm = dkd.Communicator(uid, size, rank, dev, timeout=timeout)
         self._gloo = None
         self._one = None  # barrier's tensor
+        self._group_name = self._group_desc = ""
 
     # ---- what torch asks of every process group -------------------------------------
 
@@ -137,6 +138,20 @@ class DKProcessGroup(dist.ProcessGroup):
 
     def getSize(self):
         return self._size
+
+    # (torch stores a group's name and description in its backends; a Python
+    # process group has none, so it keeps them: DeviceMesh and FSDP2 read them)
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupName(self):
+        return self._group_name
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
+
+    def getGroupDesc(self):
+        return self._group_desc
 
     def abort(self):
         self._comm.abort()
