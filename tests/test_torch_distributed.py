@@ -1,15 +1,17 @@
 """devicekit.torch: the ``torch.distributed`` backend ``dk`` with two ranks.
 
-Each test spawns two rank processes (this file run as a script: ``RANK``,
-``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` on a free port, torch's
-TCPStore), each on its own ``dk:0`` (the reference CPU plugin's cpu:0), with a
-timeout, and kills every child in a ``finally``. Checked: each collective on
-``dk`` tensors equals gloo's on CPU copies in the same ``"cpu:gloo,dk:dk"``
-group; unsupported forms raise a DeviceKit error naming them; DDP trains a
-tiny Hugging Face GPT-2 on two ranks to the losses and weights of one process
-on the concatenated batch; a rank that dies makes the other's collective fail
-within the group timeout. Needs torch, and transformers for DDP (skipped with
-the reason otherwise), and a plugin with the collectives part.
+One fixture spawns two rank processes for every test (this file run as a
+script: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` on a free
+port, torch's TCPStore), each on its own ``dk:0`` (the reference CPU plugin's
+cpu:0), with a timeout, and kills every child in a ``finally``; each rank runs
+the parts in turn, in a new process group each. Checked: each collective on
+``dk`` tensors equals gloo's on CPU copies in one ``"cpu:gloo,dk:dk"`` group;
+unsupported forms raise a DeviceKit error naming them; DDP trains a tiny
+Hugging Face GPT-2 on two ranks to the losses and weights of one process on
+the concatenated batch, and a CPU tensor in that ``"dk"`` group is refused; a
+rank that dies makes the other's collective fail within the group timeout.
+Needs torch, transformers and a plugin with the collectives part (skipped
+with the reason otherwise).
 """
 
 import json
@@ -146,7 +148,12 @@ def _ddp(rank):
     losses = _train(model, ids[2 * rank:2 * rank + 2].to("dk:0"))
     weights = {k: v.cpu().tolist() for k, v in model.module.state_dict().items()
                if k.endswith(("c_attn.weight", "wte.weight", "ln_f.bias"))}
-    return {"losses": losses, "weights": weights}
+    try:  # a "dk" group has no CPU backend: refused, never run
+        torch.distributed.all_reduce(torch.ones(2))
+        cpu_refused = None
+    except Exception as e:
+        cpu_refused = f"{type(e).__name__}: {e}"
+    return {"losses": losses, "weights": weights, "cpu_refused": cpu_refused}
 
 
 def _rank(rank, out):
@@ -271,6 +278,8 @@ def test_ddp_gpt2_equals_one_process_on_the_whole_batch(ranks):
             diff = (torch.tensor(w) - ref_weights[k]).abs().max().item()
             assert diff <= ATOL, f"rank {rank} {k}: max abs difference {diff} after DDP"
     assert ddp[0]["weights"] == ddp[1]["weights"], "the ranks' weights differ"
+    for res in ddp:
+        assert res["cpu_refused"] and "cpu:gloo,dk:dk" in res["cpu_refused"], res["cpu_refused"]
 
 
 def test_dead_rank_fails_the_other_within_the_timeout(ranks):

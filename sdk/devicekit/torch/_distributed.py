@@ -259,8 +259,8 @@ class DKProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.AllgatherOptions()
-        flat_in = [t for t in input_tensors]
-        if not self._route("allgather", flat_in + [o for outs in output_tensors for o in outs]):
+        if not self._route("allgather",
+                           list(input_tensors) + [o for outs in output_tensors for o in outs]):
             return self._gloo_work(
                 self._cpu_group("allgather").allgather(output_tensors, input_tensors, opts),
                 output_tensors)
@@ -361,7 +361,7 @@ class DKProcessGroup(dist.ProcessGroup):
                     output, input, output_split_sizes, input_split_sizes, opts), [output])
         for name, splits, t in (("output", output_split_sizes, output),
                                 ("input", input_split_sizes, input)):
-            if splits and len(set(splits)) != 1 or (splits and splits[0] * self._size != t.shape[0]):
+            if splits and (len(set(splits)) != 1 or splits[0] * self._size != t.shape[0]):
                 raise _unsupported(
                     "alltoall_base with unequal splits",
                     f"{name}_split_sizes={list(splits)}; DeviceKit's all_to_all sends equal blocks "
