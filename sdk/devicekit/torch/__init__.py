@@ -23,8 +23,10 @@ write-through), ``_lower_ops`` (base-op lowerings), ``_lower_nn``
 norm, pooling, convolution), ``_lower_select`` (bitwise, sort/topk,
 multinomial, index_put: generation), ``_autocast`` (``torch.autocast("dk")``'s
 cast policy, GradScaler's ops), ``_fallback``,
-``_coverage``; ``hf_models`` (public: small Hugging Face models for coverage, tests and
-``python -m devicekit.torch_cli``).
+``_coverage``, ``_distributed`` (the ``torch.distributed`` backend ``dk``,
+registered here, imported at the first ``init_process_group``); ``hf_models``
+(public: small Hugging Face models for coverage, tests and ``python -m
+devicekit.torch_cli``).
 """
 
 try:
@@ -56,6 +58,18 @@ _lower_cnn.register_autograd(_lib)
 # same dispatch, so it is decomposed, falls back or is refused by its name.
 _fallback_lib = torch.library.Library("_", "IMPL")
 _fallback_lib.fallback(lambda op, *args, **kwargs: _dispatch_op(op, args, kwargs), "PrivateUse1")
+
+
+def _create_process_group(dist_backend_opts, backend_options=None):
+    # The torch.distributed backend "dk" (_distributed) is imported only when
+    # a process makes a group: importing devicekit.torch stays as fast.
+    from ._distributed import create
+    return create(dist_backend_opts, backend_options)
+
+
+if torch.distributed.is_available():
+    torch.distributed.Backend.register_backend(
+        "dk", _create_process_group, extended_api=True, devices=["dk"])
 
 
 def lowered_ops():

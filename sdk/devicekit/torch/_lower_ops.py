@@ -15,7 +15,7 @@ from .. import dtypes as _dt
 from .. import ops
 from ..nn import functional as F
 from ._device import dk_dtype
-from ._table import derives, lowers
+from ._table import derives, lowers, unwrap
 
 aten = torch.ops.aten
 
@@ -85,6 +85,19 @@ for _name, _fn in _BINARY.items():
                  else ("Tensor", "Scalar"))
     lowers(*(f"{_name}.{o}" for o in overloads))(lambda a, b, _fn=_fn: _fn(a, b))
 lowers("max.other")(ops.maximum)
+
+
+@lowers("mul.out", raw=True)
+def mul_out(a, b, *, out):
+    """``torch.mul(a, b, out=out)`` with ``out`` of the result's shape: DDP's
+    reducer scales each gradient into its bucket this way (``mul_out(bucket
+    view, grad, 1 / world size)``)."""
+    value = ops.mul(unwrap(a), unwrap(b))
+    if tuple(value.shape) != tuple(out.shape):
+        raise RuntimeError(f"mul.out: out has shape {list(out.shape)}, the result "
+                           f"{list(value.shape)} (devicekit.torch does not resize out)")
+    bridge.copy_into(out._dk, value)
+    return out
 lowers("min.other")(ops.minimum)
 
 
