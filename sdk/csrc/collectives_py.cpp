@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "bindings.h"
 #include "boundary.h"
@@ -213,12 +214,16 @@ class Comm {
     return record(ctx);
   }
 
+  // Abort and destroy never overlap (the header forbids Comm_Abort during
+  // Comm_Destroy of the same comm): an abort that comes while a destroy runs
+  // waits for it (bounded by the comm's timeout) and then finds nothing to do.
   void abort() {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(lifecycle_mu_);
     DK_Comm* comm = comm_.load();
     if (comm == nullptr) return;  // destroyed: nothing is pending
     auto a = DK_ARGS(DK_Comm_Abort_Args);
     a.comm = comm;
-    py::gil_scoped_release nogil;
     dev_->check(coll_.Comm_Abort(&a), "Comm_Abort");
   }
 
@@ -240,6 +245,7 @@ class Comm {
   }
 
   void destroy_nogil() {
+    std::lock_guard<std::mutex> lock(lifecycle_mu_);
     DK_Comm* c = comm_.exchange(nullptr);
     if (c == nullptr) return;
     auto a = DK_ARGS(DK_Comm_Destroy_Args);
@@ -293,6 +299,7 @@ class Comm {
   DK_CollUniqueId id_{};
   int nranks_, rank_;
   std::atomic<DK_Comm*> comm_{nullptr};
+  std::mutex lifecycle_mu_;  // abort vs destroy
 };
 
 py::bytes unique_id(const std::shared_ptr<Device>& dev) {

@@ -762,7 +762,9 @@ typedef struct DK_Comm_Abort_Args {
 DK_DEFINE_STRUCT_SIZE(DK_Comm_Abort_Args, comm);
 /* May be called from any thread while other calls on `comm` are blocked or
  * queued: each of them ends promptly with DK_ERROR_UNAVAILABLE ("aborted"),
- * and so does every later call except Comm_Destroy. Idempotent. */
+ * and so does every later call except Comm_Destroy. Idempotent. Never
+ * concurrently with Comm_Destroy of the same comm: the caller orders the two
+ * (abort, then destroy). */
 typedef DK_Error* DK_Comm_Abort(DK_Comm_Abort_Args* args);
 
 typedef struct DK_Coll_Run_Args {
