@@ -79,15 +79,15 @@ def _rank_main(rank, nranks, store_path, device, sizes, rounds, out_q):
         t_gloo = torch.from_numpy(host.copy())
         iters = _iters(nbytes)
 
-        def run_dk():
+        def run_dk(t=t_dk, iters=iters):
             work = None
             for _ in range(iters):
-                work = comm.all_reduce(t_dk, op="sum")
+                work = comm.all_reduce(t, op="sum")
             work.wait()
 
-        def run_gloo():
+        def run_gloo(t=t_gloo, iters=iters):
             for _ in range(iters):
-                dist.all_reduce(t_gloo)
+                dist.all_reduce(t)
 
         run_dk(), run_gloo()  # warm-up: first-touch pages, connections
         times = {"dk": [], "gloo": []}
@@ -108,7 +108,6 @@ def _rank_main(rank, nranks, store_path, device, sizes, rounds, out_q):
                     np.copyto(dst, src)
                 cp.append((time.perf_counter() - t0) / iters)
             rows.append((nbytes, times["dk"], times["gloo"], cp))
-        del t_dk, t_gloo
     comm.destroy()
     dist.destroy_process_group()
     if rank == 0:
