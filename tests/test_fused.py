@@ -91,7 +91,7 @@ def ref_sdpa(q, k, v, mask, scale, causal):
 # ---- the registry ----------------------------------------------------------------
 
 def test_cpu_plugin_registers_its_fused_kernels(cpu):
-    assert cpu.plugin.api_version == devicekit.API_VERSION == "1.4"
+    assert cpu.plugin.api_version == devicekit.API_VERSION == "1.5"
     # one kernel per op and dtype, float32 first (the SDK asks them in this order)
     assert cpu.plugin.fused_kernels() == [
         {"op": op, "name": f"{name}_{dt}"} for op, name in (
