@@ -14,6 +14,12 @@ What each group of tests needs, so a missing one is named, not guessed:
   session (the slow end-to-end tests install it into fresh venvs, tests/_venv.py).
 - ``misbehaving_plugins``: tests/plugins/misbehave.c built once per way it
   misbehaves (a C compiler, as ``bad_plugins``).
+- ``cpu_conformance_run`` / ``cpu_models_run``: the whole conformance suite
+  (level full) and every model (the zoo, and the hf-* models where transformers
+  is installed) on cpu:0, each run once per session into
+  ``cpu_suite_reports`` (conformance/, models/), the layout ``gate certify
+  --from-reports`` reads: the tests of both suites and the gate's CI test judge
+  the same runs instead of repeating the longest runs of the session.
 
 Every test, and every process a test starts, keeps its plugin probe cache in
 a temporary folder (DEVICEKIT_PROBE_CACHE), never in the user's ~/.cache.
@@ -260,6 +266,42 @@ def devicekit_wheel(tmp_path_factory) -> Path:
     from _venv import build_devicekit_wheel
 
     return build_devicekit_wheel(tmp_path_factory.mktemp("devicekit_wheel"))
+
+
+# ---------------------------------------------------------------- the suites on cpu:0, once
+
+@pytest.fixture(scope="session")
+def cpu_suite_reports(tmp_path_factory) -> Path:
+    """The folder the session's cpu:0 suite runs write into (conformance/, models/)."""
+    return tmp_path_factory.mktemp("cpu_suites")
+
+
+def _suite_run(folder, suite, *args):
+    out = folder / suite
+    proc = subprocess.run([sys.executable, "-m", "devicekit", suite, "--device", "cpu:0",
+                           "--jobs", "2", *args, "--report", str(out)],
+                          capture_output=True, text=True, timeout=HUNG_S)
+    assert (out / "report.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    import json
+
+    return proc, json.loads((out / "report.json").read_text()), out
+
+
+@pytest.fixture(scope="session")
+def cpu_conformance_run(cpu_suite_reports):
+    """``devicekit conformance --device cpu:0 --level full``: (proc, report, folder)."""
+    return _suite_run(cpu_suite_reports, "conformance", "--level", "full")
+
+
+@pytest.fixture(scope="session")
+def cpu_models_run(cpu_suite_reports):
+    """``devicekit models --device cpu:0`` over the zoo and, where transformers is
+    installed, every hf-* model, every dtype: (proc, report, folder)."""
+    from devicekit import models as zoo
+    from devicekit.models import hf
+
+    names = list(zoo.NAMES) + ([] if hf.missing() else list(hf.NAMES))
+    return _suite_run(cpu_suite_reports, "models", "--model", ",".join(names))
 
 
 # ---------------------------------------------------------------- the emulated CUDA plugin

@@ -37,10 +37,10 @@ def outcomes(report, prefix=""):
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory):
-    """The whole suite on the reference plugin, once, with reports."""
-    tmp = tmp_path_factory.mktemp("full")
-    return run_report(tmp, "--device", "cpu:0", "--jobs", "2")
+def full_run(cpu_conformance_run):
+    """The whole suite on the reference plugin with reports: the session's run
+    (conftest.cpu_conformance_run, which the gate's CI test certifies from)."""
+    return cpu_conformance_run
 
 
 def test_reference_plugin_passes_full_suite(full_run):

@@ -11,7 +11,9 @@ build identical to the baseline's binary (sha256) is not timed at all; a
 baseline binary that is not on the CI machine is skipped with a note
 (other_machine = "skip"), as records of another machine were before.
 
-Needs: the reference CPU plugin (cpu:0). About 45 s on 2 cores.
+Needs: the reference CPU plugin (cpu:0) and the session's suite runs on it
+(conftest.cpu_conformance_run, cpu_models_run); the certify itself then
+measures only performance.
 """
 
 import os
@@ -50,9 +52,16 @@ def test_committed_baseline_is_a_full_release_record():
 
 
 @pytest.mark.slow
-def test_reference_plugin_passes_the_release_gate(tmp_path):
+def test_reference_plugin_passes_the_release_gate(tmp_path, cpu_conformance_run, cpu_models_run,
+                                                  cpu_suite_reports):
+    # Certified from the session's full conformance run and its run of every
+    # model on this binary (conftest), which the suites' own tests judge too:
+    # certify checks that both reports are this binary's and this device's, at
+    # level full, and measures performance itself.
+    assert cpu_conformance_run[1]["run"]["level"] == "full" and not cpu_models_run[1]["run"].get(
+        "partial")
     new = tmp_path / "cpu.json"
-    proc = gate("certify", "--device", "cpu:0", "--out", new, "--reports", tmp_path / "reports")
+    proc = gate("certify", "--device", "cpu:0", "--out", new, "--from-reports", cpu_suite_reports)
     assert proc.returncode == 0 and new.exists(), proc.stdout + proc.stderr[-3000:]
     assert 'timing = "alternate"' in POLICY.read_text()
     proc = gate("check", new, "--baseline", BASELINE, "--policy", POLICY,

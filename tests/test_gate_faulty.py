@@ -48,9 +48,10 @@ def records(tmp_path_factory):
         rec = out / f"faulty{fault}.json"
         proc = gate("certify", "--plugin", lib, *[x for c in CASES for x in ("--case", c)],
                     "--model", "mlp", "--model-dtype", "float32", "--no-perf", "--jobs", "2",
-                    "--out", rec)
+                    "--out", rec, "--reports", out / f"reports{fault}")
         assert proc.returncode == 0 and rec.exists(), proc.stdout + proc.stderr[-3000:]
         recs[f"lib{fault}"], recs[f"rec{fault}"] = lib, rec
+        recs[f"reports{fault}"] = out / f"reports{fault}"
     # The test policy: DeviceKit's release policy, accepting these narrowed
     # (partial) records, requiring only the MLP, and without performance.
     text = (REPO_ROOT / "ci" / "policy.toml").read_text()
@@ -151,3 +152,51 @@ def test_certifying_twice_gives_the_same_record(records, tmp_path):
     assert a["conformance"]["cases_sha256"] == b["conformance"]["cases_sha256"]
     assert a["models"]["per_model"]["mlp"]["float32"]["loss_curve"] == \
         b["models"]["per_model"]["mlp"]["float32"]["loss_curve"]
+
+
+def test_certify_from_reports_writes_the_record_the_run_wrote(records, tmp_path):
+    """--from-reports: the suites' reports of a certify run give the same record
+    without running them again."""
+    from devicekit.gate import record
+
+    out = tmp_path / "from.json"
+    proc = gate("certify", "--plugin", records["lib1"], "--from-reports", records["reports1"],
+                "--no-perf", "--out", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "running conformance" not in proc.stderr and "running models" not in proc.stderr
+    a, b = record.load(records["rec1"]), record.load(out)
+    assert b["conformance"]["partial"]  # what the reports say: a filtered run stays partial
+    assert record.deterministic_view(a) == record.deterministic_view(b)
+
+
+def test_certify_from_reports_refuses_reports_that_are_not_this_run(records, tmp_path):
+    import shutil
+
+    def certify(*args):
+        return gate("certify", "--out", tmp_path / "r.json", "--no-perf", *args)
+
+    # another binary's reports (lib0 certified with lib1's results)
+    proc = certify("--plugin", records["lib0"], "--from-reports", records["reports1"])
+    assert proc.returncode == 2 and "is not the certified binary's" in proc.stderr, proc.stderr
+    # another level than the one asked for
+    proc = certify("--plugin", records["lib1"], "--from-reports", records["reports1"],
+                   "--level", "core")
+    assert proc.returncode == 2 and "conformance level 'full', not the requested 'core'" \
+        in proc.stderr, proc.stderr
+    # one suite's report where the other's belongs
+    swapped = tmp_path / "swapped"
+    shutil.copytree(records["reports1"] / "models", swapped / "conformance")
+    shutil.copytree(records["reports1"] / "models", swapped / "models")
+    proc = certify("--plugin", records["lib1"], "--from-reports", swapped)
+    assert proc.returncode == 2 and "not a `devicekit conformance` report" in proc.stderr
+    # a missing report
+    half = tmp_path / "half"
+    shutil.copytree(records["reports1"] / "conformance", half / "conformance")
+    proc = certify("--plugin", records["lib1"], "--from-reports", half)
+    assert proc.returncode == 3 and "models/report.json: not found" in proc.stderr, proc.stderr
+    # filters belong to the run that made the reports
+    proc = certify("--plugin", records["lib1"], "--from-reports", records["reports1"],
+                   "--model", "mlp")
+    assert proc.returncode == 2 and "--from-reports takes the suites' reports as they are" \
+        in proc.stderr
+    assert not (tmp_path / "r.json").exists()

@@ -53,28 +53,32 @@ def outcomes(report):
     return {c["id"]: c["outcome"] for c in report["cases"]}
 
 
-def test_reference_plugin_passes_every_model(tmp_path):
-    # the zoo; the hf-* models (in the default run too) are test_models_hf.py's
-    proc, report, out = run_report(tmp_path, "--device", "cpu:0", "--jobs", "2",
-                                   "--model", ",".join(zoo.NAMES))
+def test_reference_plugin_passes_every_model(cpu_models_run):
+    # the session's run of every model (conftest.cpu_models_run); the hf-* models
+    # in it are test_models_hf.py's to judge, the zoo's are judged here
+    proc, report, out = cpu_models_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     s = report["summary"]
-    assert s["passed"] and s["total"] == s["by_outcome"]["pass"] == 6 * 3 * 5
+    total = s["total"]
+    zoo_cases = [c for c in report["cases"] if c["op"] in zoo.NAMES]
+    assert s["passed"] and total == s["by_outcome"]["pass"]
+    assert len(zoo_cases) == 6 * 3 * 5 and all(c["outcome"] == "pass" for c in zoo_cases)
     assert report["suite"] == "models" and report["schema_version"] == 1
     assert len(report["plugin"]["sha256"]) == 64 and report["device"]["name"] == "cpu:0"
-    assert set(s["by_section"]) == {"mlp", "cnn", "gpt2", "llama", "encoder", "vit"}
-    for name, info in report["models"].items():
+    assert {"mlp", "cnn", "gpt2", "llama", "encoder", "vit"} <= set(s["by_section"])
+    for name in zoo.NAMES:
+        info = report["models"][name]
         assert info["golden"]["match"], (name, info["golden"])
         assert len(info["curves"]["float64"]) == 6 and info["layers"][0] in ("fc0", "stem", "embed")
     gpt = next(c for c in report["cases"] if c["id"] == "models/gpt2/float32/inference")
     assert "cpu.sdpa_flash_f32" in gpt["details"]["fused_kernels"]  # no_grad ran the fused kernels
     root = ET.parse(out / "junit.xml").getroot()
-    assert root.get("name") == "devicekit models cpu:0" and int(root.get("tests")) == 90
+    assert root.get("name") == "devicekit models cpu:0" and int(root.get("tests")) == total
     assert {t.get("name") for t in root} == {f"models.{m}" for m in s["by_section"]}
     html = (out / "report.html").read_text()
     assert "PASSED" in html and "http" not in html.split("</style>")[0]
     assert "PASSED" in proc.stdout and "llama" in proc.stdout  # the summary table
-    assert "[90/90]" in proc.stderr  # progress
+    assert f"[{total}/{total}]" in proc.stderr  # progress
 
 
 def test_wrong_add_fails_and_names_the_first_layer(tmp_path, faulty):

@@ -28,6 +28,7 @@ import pytest
 from devicekit.gate import check as check_mod
 from devicekit.gate import policy, record
 from devicekit.gate.errors import BadPolicy
+from devicekit import models as zoo
 from devicekit.models import hf
 from test_gate import BASE_CASES, _conf_report, write_policy
 from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
@@ -75,12 +76,11 @@ def _policy(tmp_path, required):
 # ---- the hf models pass on the reference plugin --------------------------
 
 @pytest.fixture(scope="module")
-def hf_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hf_models") / "rep"
-    proc = models_cli("--device", "cpu:0", "--model", ",".join(("mlp",) + HF), "--jobs", "2",
-                      "--report", out)
-    assert (out / "report.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc, json.loads((out / "report.json").read_text())
+def hf_run(cpu_models_run):
+    """The session's run of every model on cpu:0 (conftest.cpu_models_run): the
+    zoo and the hf-* models, every dtype."""
+    proc, rep, _ = cpu_models_run
+    return proc, rep
 
 
 @needs_hf
@@ -88,8 +88,9 @@ def test_hf_models_pass_every_phase_and_dtype_on_cpu0(hf_run):
     proc, rep = hf_run
     assert proc.returncode == 0, proc.stdout[-3000:]
     s = rep["summary"]
-    assert s["passed"] and s["total"] == s["by_outcome"]["pass"] == (1 + len(HF)) * 3 * 5
-    assert set(s["by_section"]) == {"mlp", *HF}
+    assert s["passed"] and s["total"] == s["by_outcome"]["pass"] == \
+        (len(zoo.NAMES) + len(HF)) * 3 * 5
+    assert set(s["by_section"]) == {*zoo.NAMES, *HF}
     for name in HF:
         info = rep["models"][name]
         assert info["golden"]["match"], (name, info["golden"])

@@ -36,11 +36,13 @@ CERTIFY_CODES = """exit codes:
   0    record written (whatever the results: judging is `gate check`'s job)
   2    usage error; a device/plugin that cannot be opened; a suite that produced no
        report; a --wheel without the certified library; a --sign key that is not an
-       unencrypted Ed25519 PEM private key (or cryptography is not installed)
-  3    --wheel, --perf-json or the --sign key not found; --out or --reports cannot be
+       unencrypted Ed25519 PEM private key (or cryptography is not installed); a
+       --from-reports report of another suite, binary, device or level
+  3    --wheel, --perf-json, the --sign key or a --from-reports report not found;
+       --out or --reports cannot be
        written (checked before any work; a write that fails after it leaves the
        previous file as it was)
-  4    an unreadable --perf-json, a --wheel that is not a zip
+  4    an unreadable --perf-json or --from-reports report, a --wheel that is not a zip
   124  --timeout ran out: the running part is stopped, no record is written
   130  Ctrl-C (143: SIGTERM)"""
 CHECK_CODES = f"""exit codes:
@@ -85,6 +87,11 @@ def add_parser(sub):
     c.add_argument("--out", required=True, metavar="RECORD.json", help="where to write the record")
     c.add_argument("--reports", metavar="DIR",
                    help="also keep the full conformance/ and models/ reports here (CI artifacts)")
+    c.add_argument("--from-reports", metavar="DIR",
+                   help="do not run the suites: take DIR/conformance/report.json and "
+                        "DIR/models/report.json from a run of `devicekit conformance` and "
+                        "`devicekit models` on this same binary and device (checked: suite, "
+                        "plugin sha256, device, level); performance is still measured")
     c.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="worker processes for conformance and models (default: CPU count)")
     c.add_argument("--level", choices=("core", "full"), default="full",
@@ -184,6 +191,14 @@ def _certify(args):
     if not args.device and not args.plugin:
         _err("certify", "give --device NAME or --plugin PATH")
         return EXIT_USAGE
+    if args.from_reports and (args.op or args.case or args.model or args.model_dtype
+                              or args.reports):
+        _err("certify", "--from-reports takes the suites' reports as they are: it excludes "
+                        "--op, --case, --model, --model-dtype and --reports")
+        return EXIT_USAGE
+    if args.from_reports and not os.path.isdir(args.from_reports):
+        _err("certify", f"{args.from_reports}: --from-reports folder not found")
+        return 3
     if args.perf_json and args.no_perf:
         _err("certify", "--perf-json and --no-perf exclude each other")
         return EXIT_USAGE
@@ -231,7 +246,10 @@ def _certify_run(args, key, deadline):
         kernels, fused = p.kernels(), _fused(p)
         _check_wheel(args, p.path)
         with tempfile.TemporaryDirectory(prefix="devicekit-certify-") as tmp:
-            reps = _certify_suites(args, target.plugin, deadline, args.reports or tmp, timing)
+            if args.from_reports:
+                reps = _certify_from_reports(args, target)
+            else:
+                reps = _certify_suites(args, target.plugin, deadline, args.reports or tmp, timing)
             machine = record.host_info()
             t0 = time.monotonic()
             perf_section = _certify_perf(args, target.plugin, deadline, tmp, machine)
@@ -310,6 +328,49 @@ def _certify_suites(args, plugin, deadline, folder, timing):
                                     f"record written")
         with open(path) as f:
             reps[suite] = json.load(f)
+    return reps
+
+
+def _certify_from_reports(args, target):
+    """The suites' report.json documents under --from-reports, each checked to
+    be the named suite's, of the binary being certified (sha256), on the same
+    device, and (conformance) at the requested level: a record must never
+    certify one binary with another's results."""
+    import json
+
+    from . import record
+
+    sha = record.sha256_file(target.device.plugin.path)
+    reps = {}
+    for suite in ("conformance", "models"):
+        path = os.path.join(args.from_reports, suite, "report.json")
+        try:
+            with open(path) as f:
+                rep = json.load(f)
+        except FileNotFoundError:
+            raise _Stop(3, f"{path}: not found (--from-reports needs DIR/conformance/ and "
+                           f"DIR/models/ as `devicekit {suite} --report DIR/{suite}` writes "
+                           f"them)") from None
+        except (OSError, ValueError) as e:
+            raise _Stop(4, f"{path}: not readable JSON: {e}") from None
+        # a models report says so; a conformance report has no "suite" key
+        kind = rep.get("suite", "conformance") if isinstance(rep, dict) else None
+        if kind != suite or not isinstance(rep.get("cases"), list):
+            raise _Stop(EXIT_USAGE, f"{path}: not a `devicekit {suite}` report (suite {kind!r})")
+        theirs = (rep.get("plugin") or {}).get("sha256")
+        if theirs != sha:
+            raise _Stop(EXIT_USAGE, f"{path}: its plugin sha256 {str(theirs)[:16]} is not the "
+                                    f"certified binary's {sha[:16]} "
+                                    f"({target.device.plugin.path}); run the suites on this binary")
+        device = (rep.get("device") or {}).get("name")
+        if device != target.device.name:
+            raise _Stop(EXIT_USAGE, f"{path}: ran on device {device!r}, not "
+                                    f"{target.device.name!r}")
+        if suite == "conformance" and (rep.get("run") or {}).get("level") != args.level:
+            raise _Stop(EXIT_USAGE, f"{path}: conformance level "
+                                    f"{(rep.get('run') or {}).get('level')!r}, not the requested "
+                                    f"{args.level!r}")
+        reps[suite] = rep
     return reps
 
 
