@@ -175,3 +175,22 @@ def test_cli_records_a_script_and_summarises(cpu, tmp_path, capsys):
     assert main(["trace", "--summary", str(out)]) == 0
     assert "reduce_sum" in capsys.readouterr().out
     _no_hooks_left()
+
+
+def test_collectives_are_spans(cpu):
+    from devicekit import distributed
+
+    if not distributed.is_available("cpu:0"):
+        pytest.skip("the CPU plugin here has no collectives part")
+    comm = distributed.Communicator(distributed.unique_id("cpu:0"), 1, 0, device="cpu:0")
+    try:
+        t = dk.tensor(np.ones(4, np.float32), device="cpu:0")
+        with dktrace.record() as rec:
+            comm.all_reduce(t).wait()
+    finally:
+        comm.destroy()
+    doc = _check_well_formed(rec.trace)
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "collective"]
+    assert [(e["name"], e["args"]["count"], e["args"]["nranks"]) for e in spans] == [
+        ("all_reduce", 4, 1)]
+    assert dktrace.summary(doc)["causes"]["collective all_reduce"]["count"] == 1

@@ -217,7 +217,8 @@ def summary(doc):
     """Per op from a trace (a dict or a path): ``ops``: {name: {count,
     host_us, device_us, device_timed}} for launches, fused launches and copies
     (device_us from the stream tracks); ``causes``: {"aten.x" / composite /
-    collective: {count, host_us}}; ``syncs`` and ``allocs``: counts."""
+    collective: {count, host_us}} (keys "aten.add.Tensor", "composite softmax",
+    "collective all_reduce"); ``syncs``, ``allocs`` and ``frees``: counts."""
     if not isinstance(doc, dict):
         doc = load(doc)
     ops, causes = {}, {}
@@ -241,7 +242,8 @@ def summary(doc):
         elif cat == "sync":
             syncs += 1
         else:
-            c = causes.setdefault(f"{cat} {e['name']}", {"count": 0, "host_us": 0.0})
+            key = e["name"] if cat == "aten" else f"{cat} {e['name']}"  # aten.* says it already
+            c = causes.setdefault(key, {"count": 0, "host_us": 0.0})
             c["count"] += 1
             c["host_us"] += e["dur"]
     return {"ops": ops, "causes": causes, "syncs": syncs, "allocs": allocs, "frees": frees}

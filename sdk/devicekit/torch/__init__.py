@@ -75,9 +75,12 @@ def _traced_dispatch_op(func, args, kwargs):
 
 
 # devicekit.trace swaps the traced dispatch in at start and out at stop, so
-# an untraced ATen call pays nothing for it.
+# an untraced ATen call pays nothing for it (and in now, when this import
+# happens while a trace records: `devicekit trace script.py`).
 _tracing.hooks.append((lambda: _device.hook_dispatch(_traced_dispatch_op),
                        lambda: _device.hook_dispatch(_dispatch_op)))
+if _tracing.on:
+    _device.hook_dispatch(_traced_dispatch_op)
 
 
 def _create_process_group(dist_backend_opts, backend_options=None):
