@@ -6,6 +6,7 @@
 
 #include "boundary.h"
 #include "ops.h"
+#include "trace.h"
 
 namespace dk {
 
@@ -103,6 +104,11 @@ void Device::synchronize() {
   check_fork();
   auto a = DK_ARGS(DK_Device_Synchronize_Args);
   a.device = index_;
+  if (trace::on()) {
+    trace::Span span(trace::kSync, *this, nullptr, "Device_Synchronize");
+    synchronizing([&] { check(api()->Device_Synchronize(&a), "Device_Synchronize"); });
+    return;
+  }
   synchronizing([&] { check(api()->Device_Synchronize(&a), "Device_Synchronize"); });
 }
 
@@ -115,6 +121,13 @@ void Device::memcpy(DK_CopyKind kind, void* dst, const void* src, size_t n, DK_S
   c.src = src;
   c.size = n;
   c.stream = stream;
+  if (trace::on()) {
+    static const char* const kNames[] = {"h2d", "d2h", "d2d"};
+    const char* name = (kind >= 0 && kind < 3) ? kNames[kind] : "memcpy";
+    trace::Span span(trace::kCopy, *this, stream, name, n);
+    check(api()->Memcpy(&c), "Memcpy");
+    return;
+  }
   check(api()->Memcpy(&c), "Memcpy");
 }
 
@@ -122,7 +135,14 @@ void Device::synchronize(DK_Stream* stream) {
   check_fork();
   auto s = DK_ARGS(DK_Stream_Synchronize_Args);
   s.stream = stream;
-  auto call = [&] { check(api()->Stream_Synchronize(&s), "Stream_Synchronize"); };
+  auto call = [&] {
+    if (trace::on()) {
+      trace::Span span(trace::kSync, *this, nullptr, "Stream_Synchronize");
+      check(api()->Stream_Synchronize(&s), "Stream_Synchronize");
+    } else {
+      check(api()->Stream_Synchronize(&s), "Stream_Synchronize");
+    }
+  };
   // Only the default stream carries tensor kernels; raw runtime streams'
   // errors say nothing about tensors.
   if (stream != nullptr && stream == stream_.load()) {
@@ -209,6 +229,7 @@ void* Device::allocate(size_t nbytes, size_t* block_size) {
       stats_.cached_bytes -= bs;
       stats_.allocated_bytes += bs;
       ++stats_.cache_hits;
+      if (trace::on()) trace::memory(*this, int64_t(bs), stats_.allocated_bytes);
       return p;
     }
   }
@@ -229,6 +250,7 @@ void* Device::allocate(size_t nbytes, size_t* block_size) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.allocated_bytes += bs;
   ++stats_.plugin_alloc_calls;
+  if (trace::on()) trace::memory(*this, int64_t(bs), stats_.allocated_bytes);
   return p;
 }
 
@@ -241,6 +263,7 @@ void Device::release(void* ptr, size_t block_size) noexcept {
   free_[block_size].push_back(ptr);
   stats_.allocated_bytes -= block_size;
   stats_.cached_bytes += block_size;
+  if (trace::on()) trace::memory(*this, -int64_t(block_size), stats_.allocated_bytes);
 }
 
 void Device::empty_cache() {

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "ops.h"  // kNumOps
+#include "trace.h"
 
 namespace dk {
 
@@ -152,7 +153,13 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
   g_counts[op].kernel.fetch_add(1, std::memory_order_relaxed);
   const uint64_t epoch = dev.epoch();
   for (auto* t : out) t->storage()->written_epoch.store(epoch, std::memory_order_relaxed);
-  DK_Error* err = fn(&a);
+  DK_Error* err;
+  if (trace::on()) {
+    trace::Span span(trace::kLaunch, dev, a.stream, op_name(op));
+    err = fn(&a);
+  } else {
+    err = fn(&a);
+  }
   if (err)
     plugin->check(
         err,

@@ -3,6 +3,7 @@
 #include <array>
 
 #include "ops.h"
+#include "trace.h"
 
 namespace dk {
 namespace {
@@ -232,7 +233,14 @@ bool try_fused(int op, const std::vector<Tensor>& inputs, FusedAttrs attrs,
       outs[i] = TensorImpl::empty(inputs[0]->device_ptr(), c.out_dtype[i], c.out_shape[i]);
       out_views[i] = outs[i]->as_view();
     }
-    if (DK_Error* err = k->launch(&a)) {
+    DK_Error* err;
+    if (trace::on()) {
+      trace::Span span(trace::kFused, dev, a.stream, k->name);  // the plugin owns k->name
+      err = k->launch(&a);
+    } else {
+      err = k->launch(&a);
+    }
+    if (err) {
       dev.plugin()->check(err, dev.ctx(("fused kernel '" + std::string(k->name) + "' for op '" +
                                         spec.name + "' " + operands(c, n, outs))
                                            .c_str()));

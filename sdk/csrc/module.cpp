@@ -249,4 +249,5 @@ PYBIND11_MODULE(_core, m) {
   bind_raw(m);
   bind_collectives(m);
   bind_runtime(m, device_cls);
+  bind_trace(m);
 }

@@ -24,6 +24,7 @@ from . import _grad_rules  # noqa: F401  (importing it registers the gradient ru
 from . import nn
 from . import optim
 from . import distributed  # noqa: F401  (devicekit.distributed is public)
+from . import trace  # noqa: F401  (devicekit.trace is public)
 from .autograd import enable_grad, is_grad_enabled, no_grad
 from ._fused import composite_stats, fused_kernels, reset_composite_stats
 
@@ -75,5 +76,5 @@ __all__ = [
     "float32", "float64", "full", "int8",
     "int32", "int64", "load_plugin", "memory_stats", "nn", "ones", "ops", "optim", "plugins",
     "reload_plugins",
-    "reset_dispatch_stats", "synchronize", "tensor", "uint8", "zeros", *_errors_all,
+    "reset_dispatch_stats", "synchronize", "tensor", "trace", "uint8", "zeros", *_errors_all,
 ]

@@ -29,7 +29,7 @@ exit codes (each command's --help has its own list):
   3    an output location cannot be written (checked before any work starts),
        or a write failed (one line; every previous file is left as it was)
   130  stopped by Ctrl-C (SIGINT); 143: stopped by SIGTERM
-'bench', 'new', 'dev', 'upgrade-api', 'gate', 'report', 'ray' and 'torch' number some of
+'bench', 'new', 'dev', 'upgrade-api', 'gate', 'report', 'ray', 'torch' and 'trace' number some of
 their own failures differently: see their --help.
 """
 DEVICES_EXIT_CODES_HELP = """\
@@ -168,6 +168,8 @@ def main(argv=None):
     scale_cli.add_parser(sub)
     from . import torch_cli
     torch_cli.add_parser(sub)
+    from . import trace_cli
+    trace_cli.add_parser(sub)
 
     args = parser.parse_args(argv)
     if args.include_dir:

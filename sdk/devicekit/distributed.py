@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 
-from . import _core
+from . import _core, _tracing
 from ._op_facts import COLL_REDUCE_OPS, COLLECTIVES
 from ._plugins.registry import device as _device
 from .errors import InvalidArgumentError
@@ -162,7 +162,13 @@ class Communicator:
     def _run(self, name, send, recv, op="sum", root=0, peer=0, writes=()):
         count = _count(name, send, recv, self.nranks)
         op_id = _op_id(op) if COLLECTIVES[name]["reduce"] else 0
-        work = self._comm.run(_IDS[name], send, recv, count, op_id, int(root), int(peer))
+        if _tracing.on:  # the one test tracing costs when off
+            t0 = _tracing.now_ns()
+            work = self._comm.run(_IDS[name], send, recv, count, op_id, int(root), int(peer))
+            _tracing.add("collective", name, t0, {"count": count, "op": op, "rank": self.rank,
+                                                  "nranks": self.nranks, "device": self.device.name})
+        else:
+            work = self._comm.run(_IDS[name], send, recv, count, op_id, int(root), int(peer))
         return Work(work, writes)
 
     def all_reduce(self, t, op="sum", out=None):

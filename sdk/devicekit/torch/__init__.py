@@ -34,6 +34,7 @@ try:
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError("devicekit.torch needs PyTorch: pip install 'devicekit[torch]'") from e
 
+from .. import _core, _tracing
 from . import _device
 from ._coverage import Coverage, Recorder, coverage, recording
 from ._device import DKTensor, device, dk_device, prefer
@@ -58,6 +59,28 @@ _lower_cnn.register_autograd(_lib)
 # same dispatch, so it is decomposed, falls back or is refused by its name.
 _fallback_lib = torch.library.Library("_", "IMPL")
 _fallback_lib.fallback(lambda op, *args, **kwargs: _dispatch_op(op, args, kwargs), "PrivateUse1")
+
+
+def _traced_dispatch_op(func, args, kwargs):
+    """DKTensor's dispatch while a devicekit.trace records: a span per ATen
+    op, named as the cause of the launches it makes."""
+    name = str(func)
+    t0 = _tracing.now_ns()
+    _core._trace_push(name)
+    try:
+        return _dispatch_op(func, args, kwargs)
+    finally:
+        _core._trace_pop()
+        _tracing.add("aten", name, t0)
+
+
+# devicekit.trace swaps the traced dispatch in at start and out at stop, so
+# an untraced ATen call pays nothing for it (and in now, when this import
+# happens while a trace records: `devicekit trace script.py`).
+_tracing.hooks.append((lambda: _device.hook_dispatch(_traced_dispatch_op),
+                       lambda: _device.hook_dispatch(_dispatch_op)))
+if _tracing.on:
+    _device.hook_dispatch(_traced_dispatch_op)
 
 
 def _create_process_group(dist_backend_opts, backend_options=None):
