@@ -503,6 +503,7 @@ def main(argv=None):
     rank = None
     try:
         rank = Rank(job)
+        answer["open_seconds"] = round(time.monotonic() - start, 3)
         rank.run()
     except BaseException as e:  # travels back as text; the parent names the rank
         answer["error"] = f"{type(e).__name__}: {e}"
