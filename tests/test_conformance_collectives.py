@@ -101,3 +101,36 @@ def test_a_plugin_without_the_part_is_not_implemented_never_a_pass(plugin_withou
     assert res["outcome"] == "not-implemented"
     assert "not implemented: the plugin has no collectives part" in res["message"]
     assert not cases[0].required  # an optional part: its absence does not fail the run
+
+
+def test_the_release_policy_requires_the_section_of_a_declared_part():
+    from devicekit.gate import check, policy
+
+    pol = policy.load(str(REPO_ROOT / "ci" / "policy.toml"))
+    assert pol.part_sections == ["collectives"]
+
+    def refusals(parts, cases, unavailable=None):
+        record = {"plugin": {"declared": {"parts": parts}},
+                  "conformance": {"cases": cases, "unavailable_sections": unavailable or {}}}
+        v = check.Verdict("new", "base", "policy", {}, {}, {})
+        check._part_sections(record, pol, v)
+        return [(r.rule, r.subject, r.new) for r in v.refusals]
+
+    passing = [{"id": "collectives/all_reduce/2ranks", "section": "collectives", "outcome": "pass"}]
+    assert refusals(["collectives"], passing) == []
+    assert refusals(["collectives"], []) == [("conformance.required", "collectives/part",
+                                               "missing")]
+    assert refusals(["collectives"], [], {"collectives": "no devicekit.distributed"})
+    assert refusals([], []) == []  # a plugin without the part: nothing required
+
+
+def test_the_report_and_the_record_carry_the_plugin_parts(cpu_target):
+    from devicekit.conformance.target import describe
+
+    from devicekit.gate import record
+
+    meta = describe(cpu_target)
+    assert meta["plugin"]["parts"] == ["collectives"]
+    section = record.plugin_section({"plugin": meta["plugin"], "device": meta["device"]},
+                                    meta["kernels"], [], None)
+    assert section["declared"]["parts"] == ["collectives"]
