@@ -507,8 +507,24 @@ class Rank:
                 self.matrix(comm, group)
 
 
+def run_job(job, log=None):
+    """A rank started by multiprocessing (the section's forkserver): its
+    stdout and stderr, and the plugin's, go to ``log``."""
+    if log:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        import faulthandler
+        faulthandler.enable()
+    _run(job)
+
+
 def main(argv=None):
-    job = json.loads((argv or sys.argv[1:])[0])
+    _run(json.loads((argv or sys.argv[1:])[0]))
+
+
+def _run(job):
     answer = {"rank": job["rank"]}
     start = time.monotonic()
     rank = None
