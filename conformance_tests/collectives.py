@@ -182,6 +182,11 @@ def judge(ctx, group, answers):
         if a.get("error"):
             raise AssertionError(f"{group}: rank {a['rank']} raised {a['error']}\n"
                                  f"{a.get('traceback', '')[-1500:]}")
+    lib = os.path.realpath(ctx.device.plugin.path)
+    for a in live:  # the ranks ran the binary under test, not another of its name
+        if a.get("library") != lib:
+            raise AssertionError(f"{group}: rank {a['rank']} opened {a.get('library')}, not the "
+                                 f"plugin under test {lib}")
     for a in live:
         if a.get("failure"):
             raise AssertionError(f"collectives/{group}: {a['failure']}")

@@ -540,6 +540,7 @@ def _run(job):
     try:
         rank = Rank(job)
         answer["open_seconds"] = round(time.monotonic() - start, 3)
+        answer["library"] = os.path.realpath(rank.dev.plugin.path)
         rank.run()
     except BaseException as e:  # travels back as text; the parent names the rank
         answer["error"] = f"{type(e).__name__}: {e}"
