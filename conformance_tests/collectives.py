@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from devicekit.conformance.case import Case, Section
+from devicekit.conformance.case import Case, Section, Skip
 
 NRANKS = (2, 3, 4)
 GROUPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
@@ -318,6 +318,36 @@ def invalid_argument(ctx, name):
             f"{name}: an all_reduce on one rank after the rejected call changed its data"
 
 
+def outside_the_part(ctx):
+    """A dtype or reduce op outside the part's masks: NotImplementedByPlugin
+    naming it, at once, and the communicator still works. Skipped (with the
+    reason) where the part takes every dtype the device stores and every op."""
+    import devicekit as dk
+    from devicekit import distributed
+    from devicekit._op_facts import COLL_REDUCE_OPS
+
+    dev = ctx.device
+    outside = []
+    with distributed.Communicator(distributed.unique_id(dev), 1, 0, dev, timeout=2.0) as comm:
+        probes = [(dt, "sum") for dt in dev.properties["dtypes"]]
+        probes += [("float32", op) for op in COLL_REDUCE_OPS[1:]]
+        for dtype, op in probes:
+            t = dk.tensor(np.ones(3, np.float32), dev, dtype=dtype)
+            start = time.monotonic()
+            try:
+                comm.all_reduce(t, op=op).wait()
+            except dk.NotImplementedByPlugin as e:
+                outside.append(f"{dtype}/{op}")
+                assert "not implemented" in str(e), f"{dtype}/{op}: {e}"
+                assert time.monotonic() - start < 1.5, f"{dtype}/{op}: the error was not at once"
+        t = dk.tensor(np.arange(3, dtype=np.float32), dev)
+        comm.all_reduce(t).wait()
+        assert np.array_equal(t.numpy(), np.arange(3, dtype=np.float32))
+    ctx.details["outside_the_part"] = outside
+    if not outside:
+        raise Skip("the collectives part takes every dtype the device stores and every reduce op")
+
+
 def cases(target):
     if not _has_part(target):
         def absent(ctx):
@@ -341,4 +371,7 @@ def cases(target):
     for name in INVALID:
         out.append(Case(id=f"collectives/invalid_argument/{name}", section="collectives",
                         fn=functools.partial(invalid_argument, name=name)))
+    # (not in the floor: skipped on a plugin whose masks hold everything)
+    out.append(Case(id="collectives/invalid_argument/outside_the_part_masks",
+                    section="collectives", fn=outside_the_part))
     return out
