@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from devicekit.conformance.case import Case, Section, Skip
+from devicekit.conformance.case import Case, Section
 
 NRANKS = (2, 3, 4)
 GROUPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
@@ -59,6 +59,7 @@ def _fixed_ids():
             "collectives/two_communicators/3ranks"]
     ids += [f"collectives/never_hang/{k}/3ranks" for k in HANG_KINDS]
     ids += [f"collectives/invalid_argument/{name}" for name in _invalid_names()]
+    ids += ["collectives/one_rank/dtypes_and_ops"]
     return ids
 
 
@@ -318,10 +319,11 @@ def invalid_argument(ctx, name):
             f"{name}: an all_reduce on one rank after the rejected call changed its data"
 
 
-def outside_the_part(ctx):
-    """A dtype or reduce op outside the part's masks: NotImplementedByPlugin
-    naming it, at once, and the communicator still works. Skipped (with the
-    reason) where the part takes every dtype the device stores and every op."""
+def dtypes_and_ops_on_one_rank(ctx):
+    """Every dtype the device stores and every reduce op, on a one-rank
+    communicator: one the part takes gives its input back (an all_reduce over
+    one rank), one outside the part's masks raises NotImplementedByPlugin at
+    once; the communicator works afterwards either way."""
     import devicekit as dk
     from devicekit import distributed
     from devicekit._op_facts import COLL_REDUCE_OPS
@@ -329,10 +331,10 @@ def outside_the_part(ctx):
     dev = ctx.device
     outside = []
     with distributed.Communicator(distributed.unique_id(dev), 1, 0, dev, timeout=2.0) as comm:
-        probes = [(dt, "sum") for dt in dev.properties["dtypes"]]
-        probes += [("float32", op) for op in COLL_REDUCE_OPS[1:]]
+        probes = [(dt, op) for dt in dev.properties["dtypes"] for op in COLL_REDUCE_OPS]
         for dtype, op in probes:
-            t = dk.tensor(np.ones(3, np.float32), dev, dtype=dtype)
+            host = np.array([1, 0, 1], np.float32)
+            t = dk.tensor(host, dev, dtype=dtype)
             start = time.monotonic()
             try:
                 comm.all_reduce(t, op=op).wait()
@@ -340,12 +342,15 @@ def outside_the_part(ctx):
                 outside.append(f"{dtype}/{op}")
                 assert "not implemented" in str(e), f"{dtype}/{op}: {e}"
                 assert time.monotonic() - start < 1.5, f"{dtype}/{op}: the error was not at once"
+                continue
+            got = np.asarray(t.numpy()).astype(np.float64)
+            assert np.array_equal(got, host), \
+                f"all_reduce {dtype} op={op} on one rank: expected {host.tolist()}, got {got.tolist()}"
         t = dk.tensor(np.arange(3, dtype=np.float32), dev)
         comm.all_reduce(t).wait()
         assert np.array_equal(t.numpy(), np.arange(3, dtype=np.float32))
     ctx.details["outside_the_part"] = outside
-    if not outside:
-        raise Skip("the collectives part takes every dtype the device stores and every reduce op")
+    assert "float32/sum" not in outside, "the collectives part does not take float32 sum"
 
 
 def cases(target):
@@ -371,7 +376,6 @@ def cases(target):
     for name in INVALID:
         out.append(Case(id=f"collectives/invalid_argument/{name}", section="collectives",
                         fn=functools.partial(invalid_argument, name=name)))
-    # (not in the floor: skipped on a plugin whose masks hold everything)
-    out.append(Case(id="collectives/invalid_argument/outside_the_part_masks",
-                    section="collectives", fn=outside_the_part))
+    out.append(Case(id="collectives/one_rank/dtypes_and_ops", section="collectives",
+                    fn=dtypes_and_ops_on_one_rank))
     return out

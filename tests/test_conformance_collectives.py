@@ -45,8 +45,7 @@ def test_the_section_builds_every_collective_for_2_3_and_4_ranks(cpu_target, cpu
         assert f"collectives/never_hang/{k}/3ranks" in cpu_cases
     assert sum(i.startswith("collectives/invalid_argument/") for i in cpu_cases) >= 10
     floor = registry.expected_floor(cpu_target, ONLY)[2]
-    # every case but the one skipped where the part's masks hold everything
-    assert floor["collectives"] == len(cpu_cases) - 1
+    assert floor["collectives"] == len(cpu_cases)
 
 
 @pytest.mark.parametrize("case_id", [
@@ -66,8 +65,9 @@ def test_a_case_passes_on_cpu(cpu_target, cpu_cases, case_id):
 def test_the_argument_rules_pass_on_cpu(cpu_target, cpu_cases):
     ids = [i for i in cpu_cases if i.startswith("collectives/invalid_argument/")]
     results = {i: run_case(cpu_cases[i], cpu_target) for i in ids}
-    skipped = "collectives/invalid_argument/outside_the_part_masks"
-    assert results.pop(skipped)["outcome"] == "skipped"  # the CPU part takes everything
+    ids.append("collectives/one_rank/dtypes_and_ops")
+    results = {i: run_case(cpu_cases[i], cpu_target) for i in ids}
+    assert results["collectives/one_rank/dtypes_and_ops"]["details"]["outside_the_part"] == []
     bad = {i: r["message"] for i, r in results.items() if r["outcome"] != "pass"}
     assert not bad, bad
 
