@@ -182,8 +182,9 @@ def _ddp(rank, world, name):
 
 def _fsdp(rank, world, name):
     """The tiny model under FSDP2 (each block, then the root, fully_shard'ed)
-    on this rank's slice: losses, and this rank's shards of some weights
-    (dim-0 chunks, as ``Shard(0)`` lays them out)."""
+    on this rank's slice: losses, this rank's shards of some weights (dim-0
+    chunks, as ``Shard(0)`` lays them out), and those weights gathered in
+    full (``DTensor.full_tensor``: the functional all-gather)."""
     from torch.distributed.fsdp import fully_shard
 
     model, ids = MODELS[name]()
@@ -193,11 +194,13 @@ def _fsdp(rank, world, name):
         fully_shard(block)
     fully_shard(model)
     losses = _train(model, _slice(ids, rank, world).to("dk:0"))
-    shards = {k: v.to_local().cpu().tolist() for k, v in model.state_dict().items()
-              if k.endswith(("c_attn.weight", "wte.weight", "ln_f.bias", "q_proj.weight",
-                             "embed_tokens.weight", "norm.weight"))}
+    state = {k: v for k, v in model.state_dict().items()
+             if k.endswith(("c_attn.weight", "wte.weight", "ln_f.bias", "q_proj.weight",
+                            "embed_tokens.weight", "norm.weight"))}
+    shards = {k: v.to_local().cpu().tolist() for k, v in state.items()}
+    weights = {k: v.full_tensor().cpu().tolist() for k, v in state.items()}
     sharded = type(model.transformer.wte.weight).__name__ if name == "gpt2" else None
-    return {"losses": losses, "shards": shards, "param_type": sharded}
+    return {"losses": losses, "shards": shards, "weights": weights, "param_type": sharded}
 
 
 def _cpu_refused():
@@ -364,15 +367,13 @@ def _check_equals_one_process(ranks, key, world):
                 assert torch.tensor(w).shape == chunk.shape, (rank, k, chunk.shape)
                 diff = (torch.tensor(w) - chunk).abs().max().item()
                 assert diff <= ATOL, f"rank {rank} {k}: max abs difference {diff} after {key}"
-            continue
         assert res["weights"], "no weights came back"
         for k, w in res["weights"].items():
             assert torch.tensor(w).shape == ref_weights[k].shape, (rank, k)
             diff = (torch.tensor(w) - ref_weights[k]).abs().max().item()
             assert diff <= ATOL, f"rank {rank} {k}: max abs difference {diff} after {key}"
-    if "weights" in runs[0]:
-        assert all(r["weights"] == runs[0]["weights"] for r in runs), (
-            f"{key}: the ranks' weights differ")
+    assert all(r["weights"] == runs[0]["weights"] for r in runs), (
+        f"{key}: the ranks' weights differ")
     return runs
 
 
