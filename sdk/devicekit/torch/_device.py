@@ -178,6 +178,10 @@ class DKTensor(torch.Tensor):
         and resizes the storage of its all-gather buffers): see ``DKStorage``."""
         return DKStorage(self)
 
+    def _typed_storage(self):  # what Tensor.storage() and is_shared() wrap: torch's own
+        return torch.TypedStorage(wrap_storage=torch.Tensor.untyped_storage(self),
+                                  dtype=self.dtype, _internal=True)
+
     def __reduce_ex__(self, proto):
         # Pickled (torch.save) as torch pickles any storage-less device tensor:
         # its values on the CPU, rebuilt with .to("dk:N") on load. The Python
