@@ -18,6 +18,7 @@ import collections
 import math
 import os
 import threading
+import weakref
 
 import numpy as np
 import torch
@@ -25,7 +26,7 @@ import torch
 from .. import bridge
 from .. import dtypes as _dt
 from .. import devices as _dk_devices
-from ..errors import DeviceNotFoundError, DTypeError
+from ..errors import DeviceNotFoundError, DTypeError, InvalidArgumentError
 
 BACKEND = "dk"
 
@@ -172,6 +173,15 @@ class DKTensor(torch.Tensor):
     def __tensor_unflatten__(inner_tensors, ctx, outer_size, outer_stride):
         return wrap(ctx[0])
 
+    def untyped_storage(self):
+        """The tensor's storage as torch code outside ATen uses it (FSDP2 sizes
+        and resizes the storage of its all-gather buffers): see ``DKStorage``."""
+        return DKStorage(self)
+
+    def _typed_storage(self):  # what Tensor.storage() and is_shared() wrap: torch's own
+        return torch.TypedStorage(wrap_storage=torch.Tensor.untyped_storage(self),
+                                  dtype=self.dtype, _internal=True)
+
     def __reduce_ex__(self, proto):
         # Pickled (torch.save) as torch pickles any storage-less device tensor:
         # its values on the CPU, rebuilt with .to("dk:N") on load. The Python
@@ -198,6 +208,67 @@ class DKTensor(torch.Tensor):
             out += ", requires_grad=True"
         out += ")"
         return "Parameter containing:\n" + out if getattr(self, "_is_param", False) else out
+
+
+# storage id -> the byte size ``DKStorage.resize_`` set (absent: the full size)
+_resized = {}
+
+
+class DKStorage:
+    """``untyped_storage()`` of a dk tensor. torch's own storage object for a
+    wrapper tensor holds no data (its ``resize_`` and ``data_ptr`` raise); the
+    memory is the DeviceKit storage of ``_dk``, shared by every view.
+
+    ``size``/``nbytes``: the byte size torch's metadata gives the storage, or
+    the size a ``resize_`` set. ``resize_(n)`` records n for every view of the
+    storage, for n up to that size; it does NOT release or reallocate device
+    memory (DeviceKit's core has no storage resize), so FSDP2's
+    ``resize_(0)``/``resize_(n)`` cycle keeps the unsharded parameters
+    allocated: correct, without FSDP2's memory saving. Growing past the size
+    raises. ``data_ptr``: an identity of the DeviceKit storage (equal for views
+    of one storage, never dereferenced). Anything else is torch's storage
+    object's."""
+
+    def __init__(self, tensor):
+        self._tensor = tensor
+        self._torch = torch.Tensor.untyped_storage(tensor)
+
+    def _full(self):
+        return self._torch.nbytes()
+
+    def size(self):
+        return _resized.get(self._tensor._dk._storage_id, self._full())
+
+    nbytes = size
+
+    def __len__(self):
+        return self.size()
+
+    def resize_(self, size):
+        dk = self._tensor._dk
+        sid = dk._storage_id
+        size = int(size)
+        if not 0 <= size <= self._full():
+            raise InvalidArgumentError(
+                f"devicekit.torch: untyped_storage().resize_({size}) on {self._tensor.device}: "
+                f"a DeviceKit storage cannot grow past its {self._full()} bytes")
+        if size == self._full():
+            _resized.pop(sid, None)
+        else:
+            if sid not in _resized:
+                weakref.finalize(dk, _resized.pop, sid, None)
+            _resized[sid] = size
+        return self
+
+    def data_ptr(self):
+        return self._tensor._dk._storage_id
+
+    @property
+    def device(self):
+        return self._tensor.device
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
 
 
 def wrap(t, requires_grad=False):
@@ -262,9 +333,87 @@ def rng(dev):
         return _rngs.setdefault(dev.name, _Rng())
 
 
+class Event:
+    """``torch.dk.Event``. DeviceKit runs a device's ops on one stream, in the
+    order they are issued, so an event recorded on any dk stream is passed by
+    every op issued after it: ``wait`` has nothing to order, ``query`` is true,
+    and ``synchronize`` waits for the device (host-side waits need it)."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        self.device = None
+
+    def record(self, stream=None):
+        self.device = (stream or Stream.current()).device
+
+    def wait(self, stream=None):
+        pass
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        if self.device is not None:
+            dk_device(self.device).synchronize()
+
+
+class Stream:
+    """``torch.dk.Stream``: a name for the device's one DeviceKit stream
+    (see ``Event``). Stream-ordered code written for CUDA (FSDP2's all-gather
+    and reduce-scatter streams) runs correctly on it, without overlap."""
+
+    _current = None
+
+    def __init__(self, device=None, priority=0):
+        self.device = torch.device(BACKEND, 0) if device is None else torch.device(device)
+
+    @classmethod
+    def current(cls, device=None):
+        if cls._current is None:
+            cls._current = cls(device)
+        return cls._current
+
+    def wait_stream(self, stream):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def record_event(self, event=None):
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        dk_device(self.device).synchronize()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 class BackendModule:
     """``torch.dk``: what torch asks of an out-of-tree device's Python module
-    (device count, and seeding: ``torch.manual_seed`` calls ``manual_seed_all``)."""
+    (device count, seeding: ``torch.manual_seed`` calls ``manual_seed_all``;
+    streams and events, which FSDP2 uses: ``Stream``, ``Event``)."""
+
+    Stream, Event = Stream, Event
+
+    @staticmethod
+    def current_stream(device=None):
+        return Stream.current(device)
+
+    @staticmethod
+    def stream(stream):
+        return stream if stream is not None else Stream.current()
+
+    @staticmethod
+    def synchronize(device=None):
+        dk_device(device if device is not None else 0).synchronize()
 
     @staticmethod
     def is_available():

@@ -69,6 +69,9 @@ def _derive(func):
         if inner.kind == VIEW:  # squeeze_, t_, ...: a copy cannot change sizes and strides
             return Lowering(_no_inplace_view(func), KERNEL, True)
         return Lowering(lambda *a, **k: write_through(inner, a, k), inner.kind, True)
+    if func.namespace in ("fsdp", "_c10d_functional"):  # torch.distributed's library ops
+        from ._lower_dist import lowering  # (adds them to the table)
+        return lowering(func)
     name = func._schema.name.split("::")[1]
     if name.startswith("_foreach_"):
         foreach = DERIVERS["foreach"]
