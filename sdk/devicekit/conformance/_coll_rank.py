@@ -53,11 +53,14 @@ def _np(dtype):
     return np.dtype("bool" if dtype == "bool" else dtype)
 
 
-def gen(seed, key, rank, n, dtype, op=None):
-    """Rank ``rank``'s ``n`` inputs of combination ``key``: every rank can make them."""
+def gen(seed, key, rank, n, dtype, op=None, nan_rank=None):
+    """Rank ``rank``'s ``n`` inputs of combination ``key``: every rank can make
+    them. With ``nan_rank``, that rank's element 3 is NaN (it must propagate)."""
     rng = np.random.default_rng(zlib.crc32(f"{seed}/{key}/{rank}".encode()))
     if dtype in FLOATS:
         x = rng.uniform(0.5, 1.5, n) if op == "prod" else rng.uniform(-4, 4, n)
+        if rank == nan_rank and n > 3:
+            x[3] = np.nan
         return x.astype(_np(dtype))
     if dtype == "bool":
         return rng.integers(0, 2, n).astype(bool)
@@ -128,8 +131,9 @@ def first_bad(got, exact, bound, want):
             same = got == want
         bad = np.flatnonzero(~same)
     else:
-        err = np.abs(got.astype(np.float64) - exact)
-        bad = np.flatnonzero(~(err <= bound))
+        g = got.astype(np.float64)
+        err = np.abs(g - exact)
+        bad = np.flatnonzero(~((err <= bound) | (np.isnan(exact) & np.isnan(g))))
     return int(bad[0]) if bad.size else None
 
 
@@ -222,10 +226,14 @@ class Rank:
                     if (dtype == "float32" and op == ops[0] and not in_place
                             and root == roots[-1]):
                         counts += (big,)  # larger than a chunk: one dtype, to bound the time
-                    for count in counts:
+                    nan = (facts["reduce"] and dtype in FLOATS and not in_place
+                           and root == roots[-1])
+                    for count in counts + (("nan",) if nan else ()):
                         what = (f"{name} {dtype}" + (f" op={op}" if op else "")
                                 + (f" root={root}" if facts["root"] else "")
-                                + f" count={count} "
+                                + (f" count={ODD_COUNT} with a NaN at index 3 on rank "
+                                   f"{self.n - 1}" if count == "nan" else f" count={count}")
+                                + " "
                                 + ("in-place" if in_place else "out-of-place")
                                 + f" nranks={self.n}")
                         try:
@@ -248,8 +256,11 @@ class Rank:
         key = what
         ndt = _np(dtype)
         fill = np.full
+        nan_rank = None
+        if count == "nan":  # the odd count, rank n-1's element 3 NaN
+            count, nan_rank = ODD_COUNT, n - 1
         if name == "all_reduce":
-            xs = [gen(s, key, r, count, dtype, op) for r in range(n)]
+            xs = [gen(s, key, r, count, dtype, op, nan_rank) for r in range(n)]
             send = self.tensor(xs[me], dtype)
             out = send if in_place else self.tensor(fill(count, SENTINEL, ndt), dtype)
             comm.all_reduce(send, op=op, out=None if in_place else out)
@@ -271,7 +282,7 @@ class Rank:
                 self.check_equal(what, got, xs[root])
                 self.digest(what, got)
         elif name == "reduce":
-            xs = [gen(s, key, r, count, dtype, op) for r in range(n)]
+            xs = [gen(s, key, r, count, dtype, op, nan_rank) for r in range(n)]
             send = self.tensor(xs[me], dtype)
             out = send if in_place else self.tensor(fill(count, SENTINEL, ndt), dtype)
             comm.reduce(send, root=root, op=op, out=None if in_place else out)
@@ -300,7 +311,7 @@ class Rank:
                 self.check_equal(what, got, np.concatenate(xs))
                 self.digest(what, got)
         elif name == "reduce_scatter":
-            xs = [gen(s, key, r, n * count, dtype, op) for r in range(n)]
+            xs = [gen(s, key, r, n * count, dtype, op, nan_rank) for r in range(n)]
             send = self.tensor(xs[me], dtype)
             if in_place:
                 out = send[me * count:(me + 1) * count]
@@ -503,6 +514,7 @@ def main(argv=None):
     rank = None
     try:
         rank = Rank(job)
+        answer["open_seconds"] = round(time.monotonic() - start, 3)
         rank.run()
     except BaseException as e:  # travels back as text; the parent names the rank
         answer["error"] = f"{type(e).__name__}: {e}"

@@ -51,6 +51,8 @@ def describe(target):
         "device_api_version": dk.API_VERSION,
         "plugin": {"name": p.name, "vendor": p.vendor, "version": p.version,
                    "api_version": p.api_version, "attributes": p.attributes,
+                   # the optional device API parts it declares (1.5+: collectives, graphs)
+                   "parts": list(getattr(p, "parts", ())),
                    "library_path": os.path.realpath(p.path), "sha256": sha256(p.path),
                    "mtime": os.path.getmtime(p.path)},
         "device": {"name": dev.name, "properties": dict(dev.properties)},

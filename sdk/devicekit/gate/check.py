@@ -151,10 +151,30 @@ def _conformance(new, base, policy, v):
                       or [""])[0]
             v.refusals.append(Reason("conformance.required", c["id"], was.get(c["id"], "absent"),
                                      c["outcome"], detail))
+    _part_sections(new, policy, v)
     corpus = nc.get("corpus", {})
     if corpus.get("checked") and not corpus.get("ok", True):
         v.refusals.append(Reason("conformance.required", "corpus", "complete", "collapsed",
                                  "; ".join(corpus.get("short", []))[:300]))
+
+
+def _part_sections(new, policy, v):
+    """A plugin that declares an optional part the policy names must have
+    run that part's section: its cases are dtype-less and required, so each
+    must pass (above); here, a record where none of them ran is refused."""
+    nc = new["conformance"]
+    parts = (new.get("plugin", {}).get("declared") or {}).get("parts") or []
+    for name in policy.part_sections:
+        if name not in parts:
+            continue
+        ran = [c for c in nc["cases"] if c.get("section") == name
+               and c["outcome"] in ("pass", "fail", "error", "crash")]
+        if not ran:
+            why = (nc.get("unavailable_sections") or {}).get(name)
+            v.refusals.append(Reason(
+                "conformance.required", f"{name}/part", "run", "missing",
+                f"the plugin declares the {name} part but no case of the section '{name}' ran"
+                + (f" (unavailable: {why})" if why else "")))
 
 
 def _models(new, base, policy, v):

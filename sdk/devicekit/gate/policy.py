@@ -109,6 +109,7 @@ SCHEMA = {
         "level": (str, "full", _one_of(LEVELS)),
         "required_dtypes": (_STR_LIST, ["float32"], _each_known("dtype")),
         "allow_partial": (bool, False, None),
+        "part_sections": (_STR_LIST, [], _each_known("section")),
     },
     "models": {
         "required": (_STR_LIST, [], _each_known("model")),
@@ -157,6 +158,9 @@ class Policy:
     level: str = "full"
     required_dtypes: List[str] = field(default_factory=lambda: ["float32"])
     allow_partial: bool = False
+    #: sections named after an optional device API part (collectives): a
+    #: plugin whose record declares the part must have run the section
+    part_sections: List[str] = field(default_factory=list)
     models: List[str] = field(default_factory=list)
     model_dtypes: List[str] = field(default_factory=lambda: ["float32"])
     loss_band: float = 0.01
@@ -322,7 +326,7 @@ def parse(text, path="<policy>"):
         ws.append(Waiver(**w))
     c, m = v["conformance"], v["models"]
     return Policy(path=path, level=c["level"], required_dtypes=c["required_dtypes"],
-                  allow_partial=c["allow_partial"],
+                  allow_partial=c["allow_partial"], part_sections=c["part_sections"],
                   models=m["required"], model_dtypes=m["dtypes"], loss_band=m["loss_band"],
                   perf_enabled=p["enabled"], perf_timing=p["timing"],
                   max_slowdown=p["max_slowdown"], min_repeats=p["min_repeats"],

@@ -171,7 +171,8 @@ def plugin_section(conf_report, kernels, fused, wheel):
             "size_bytes": os.path.getsize(p["library_path"]),
             "wheel": wheel_info(wheel, p["sha256"]) if wheel else None,
             "declared": {"ops": sorted(k["op"] for k in kernels if k.get("implemented")),
-                         "dtypes": list(dtypes), "fused": fused}}
+                         "dtypes": list(dtypes), "fused": fused,
+                         "parts": list(p.get("parts", []))}}
 
 
 def build(conf_report, models_report, perf, kernels, fused, wheel=None, timing=None):
