@@ -442,7 +442,9 @@ class Rank:
         comm = self.comm(uids[0])
         if kind == "skipped_rank":
             if me == last:
-                time.sleep(self.timeout + 1.0)  # never calls; then leaves
+                # never calls, and stays alive past the others' timeout and its
+                # margin: their error must come from the timeout, not from its exit
+                time.sleep(2 * self.timeout + 3.0)
             else:
                 t = self.tensor(np.ones(5, np.float32), "float32")
                 self.expect_error(f"all_reduce with rank {last} never calling it",
