@@ -65,6 +65,9 @@ def test_a_case_passes_on_cpu(cpu_target, cpu_cases, case_id):
 def test_the_argument_rules_pass_on_cpu(cpu_target, cpu_cases):
     ids = [i for i in cpu_cases if i.startswith("collectives/invalid_argument/")]
     results = {i: run_case(cpu_cases[i], cpu_target) for i in ids}
+    ids.append("collectives/one_rank/dtypes_and_ops")
+    results = {i: run_case(cpu_cases[i], cpu_target) for i in ids}
+    assert results["collectives/one_rank/dtypes_and_ops"]["details"]["outside_the_part"] == []
     bad = {i: r["message"] for i, r in results.items() if r["outcome"] != "pass"}
     assert not bad, bad
 

@@ -379,14 +379,23 @@ class Rank:
         key = "stream_order"
         a = [gen(self.seed, key + "/a", r, count, "float32") for r in range(n)]
         b = [gen(self.seed, key + "/b", r, count, "float32") for r in range(n)]
+        hops = 4  # queued work long enough that a collective not ordered after it reads early
         for round_ in range(2):
-            s = ops.add(self.tensor(a[me], "float32"), self.tensor(b[me], "float32"))
+            bt = self.tensor(b[me], "float32")
+            s = self.tensor(a[me], "float32")
+            for _ in range(hops):
+                s = ops.add(s, bt)
             comm.all_reduce(s)  # in place, not waited for
             after = ops.neg(s)
             got = -self.read(after)
-            xs = [a[r] + b[r] for r in range(n)]  # float32 adds, as the kernel does them
-            self.check_reduce(f"stream_order round {round_}: add -> all_reduce(sum) -> neg "
-                              f"without synchronize, count={count} nranks={n}", got, xs,
+            xs = []
+            for r in range(n):  # float32 adds, as the kernels do them
+                x = a[r]
+                for _ in range(hops):
+                    x = x + b[r]
+                xs.append(x)
+            self.check_reduce(f"stream_order round {round_}: {hops} adds -> all_reduce(sum) -> "
+                              f"neg without synchronize, count={count} nranks={n}", got, xs,
                               "float32", "sum")
 
     def two_comms(self, c1, c2):
@@ -514,14 +523,31 @@ class Rank:
                 self.matrix(comm, group)
 
 
+def run_job(job, log=None):
+    """A rank started by multiprocessing (the section's forkserver): its
+    stdout and stderr, and the plugin's, go to ``log``."""
+    if log:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        import faulthandler
+        faulthandler.enable()
+    _run(job)
+
+
 def main(argv=None):
-    job = json.loads((argv or sys.argv[1:])[0])
+    _run(json.loads((argv or sys.argv[1:])[0]))
+
+
+def _run(job):
     answer = {"rank": job["rank"]}
     start = time.monotonic()
     rank = None
     try:
         rank = Rank(job)
         answer["open_seconds"] = round(time.monotonic() - start, 3)
+        answer["library"] = os.path.realpath(rank.dev.plugin.path)
         rank.run()
     except BaseException as e:  # travels back as text; the parent names the rank
         answer["error"] = f"{type(e).__name__}: {e}"
