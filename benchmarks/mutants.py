@@ -287,6 +287,67 @@ MUTANTS += [
      "        s->first_error = err;", "runtime"),
 ]
 
+MUTANTS += [
+    # ---- collectives (collectives.cpp: the shared-memory communicators) ----
+    # Bugs of a collective engine: a chunk left unreduced, the wrong root, a
+    # reduction order that depends on the rank (different bits on different
+    # ranks, float addition being commutative but not associative: visible
+    # from 3 ranks), a barrier left out (a race), a deadline that never comes,
+    # a segment left in /dev/shm, 16-bit accumulation, avg divided too early,
+    # an all_gather block at the chunk's offset instead of the count's.
+    ("coll_reduce_drops_last_chunk", "collectives.cpp",
+     "reduce_any(k.dtype, k.op, mybuf + lo * es, srcs.data(), n, hi - lo);",
+     "if (ci + 1 < nchunks || nchunks == 1)\n"
+     "        reduce_any(k.dtype, k.op, mybuf + lo * es, srcs.data(), n, hi - lo);", "collectives"),
+    ("coll_broadcast_from_rank0", "collectives.cpp",
+     "copy(recv + off * es, me == k.root ? send + off * es : c->coll_buf(k.root, b), len * es);",
+     "copy(recv + off * es, me == k.root ? send + off * es : c->coll_buf(0, b), len * es);",
+     "collectives"),
+    ("coll_reduce_to_root_plus_one", "collectives.cpp",
+     "      if (k.collective == DK_COLL_ALL_REDUCE || me == k.root) {\n"
+     "        for (int r = 0; r < n; ++r) srcs[r] = c->coll_buf(r, b);",
+     "      if (k.collective == DK_COLL_ALL_REDUCE || me == (k.root + 1) % n) {\n"
+     "        for (int r = 0; r < n; ++r) srcs[r] = c->coll_buf(r, b);", "collectives"),
+    ("coll_reduce_order_starts_at_self", "collectives.cpp",
+     "for (int r = 0; r < n; ++r) srcs[r] = c->coll_buf(r, b);",
+     "for (int r = 0; r < n; ++r) srcs[r] = c->coll_buf((me + r) % n, b);", "collectives"),
+    ("coll_no_barrier_after_reduce", "collectives.cpp",
+     "      reduce_any(k.dtype, k.op, mybuf + lo * es, srcs.data(), n, hi - lo);\n"
+     "      if (DK_Error* e = barrier(x)) return e;\n",
+     "      reduce_any(k.dtype, k.op, mybuf + lo * es, srcs.data(), n, hi - lo);\n",
+     "collectives"),
+    # the deadline recomputed at every check: the timeout never fires (a rank
+    # that stays alive but never calls blocks its peers for ever)
+    ("coll_wait_deadline_moves", "collectives.cpp",
+     "std::string why = check_wait(x, deadline, missing(), pids);",
+     "std::string why = check_wait(\n"
+     "          x, Clock::now() + std::chrono::milliseconds(x.c->timeout_ms), missing(), pids);",
+     "collectives"),
+    ("coll_segment_never_unlinked", "collectives.cpp",
+     "    shm_unlink(name.c_str());\n    if (e != nullptr) {", "    if (e != nullptr) {",
+     "collectives"),
+    ("coll_half_sum_in_storage_precision", "collectives.cpp",
+     "      reduce_span<S, A>(d, s, n, len, ld, [](A a, A b) { return wrap_add(a, b); }, st);",
+     "      reduce_span<S, A>(d, s, n, len, ld, [&](A a, A b) {\n"
+     "        if constexpr (sizeof(S) == 2) return A(ld(st(a + b)));\n"
+     "        else return wrap_add(a, b);\n"
+     "      }, st);", "collectives"),
+    ("coll_avg_int_divides_first", "collectives.cpp",
+     "[&](S v) { return int64_t(ld(v)); },\n"
+     "            [](int64_t a, int64_t b) { return wrap_add(a, b); },\n"
+     "            [&](int64_t a) { return st(A(a / nn)); });",
+     "[&](S v) { return int64_t(ld(v)) / nn; },\n"
+     "            [](int64_t a, int64_t b) { return wrap_add(a, b); },\n"
+     "            [&](int64_t a) { return st(A(a)); });", "collectives"),
+    ("coll_avg_float_divides_first", "collectives.cpp",
+     "d, s, n, len, ld, [](A a, A b) { return a + b; }, [&](A a) { return st(a / nn); });",
+     "d, s, n, len, [&](S v) { return ld(v) / nn; }, [](A a, A b) { return a + b; }, st);",
+     "collectives"),
+    ("coll_all_gather_block_at_chunk_offset", "collectives.cpp",
+     "copy(recv + (size_t(j) * count + off) * es, c->coll_buf(j, b), len * es);",
+     "copy(recv + (size_t(j) * len + off) * es, c->coll_buf(j, b), len * es);", "collectives"),
+]
+
 #: A fast subset for CI: one per kind, each cheap to build (small files).
 CI_SUBSET = ["bf16_round_half_up", "gather_index_equal_size_accepted", "argmax_last_tie",
              "view_bounds_ignore_offset"]

@@ -2,6 +2,7 @@
 a reference plugin?
 
     python benchmarks/mutation_run.py [--target cpu|cuda_sim] [--only NAME ...] [--kind KIND ...]
+                                      [-k PATTERN ...] [--wall SECONDS]
 
 Targets: ``cpu``, the reference CPU plugin (reference_backend/cpu/src,
 mutants in benchmarks/mutants.py), and ``cuda_sim``, the reference CUDA
@@ -18,14 +19,42 @@ patched file, links a variant library, and runs ``devicekit conformance
 Prints each mutant as killed (with the first case that failed) or SURVIVED,
 the kill rate per kind, and the survivors; exits 1 if any survived. Each
 survivor is a missing case.
+
+Sections: ``-k PATTERN`` runs only the conformance cases whose id contains
+PATTERN (the unpatched build and every variant alike). A kind whose bugs only
+one section can see has its patterns in SECTIONS and gets them by default
+when every selected mutant is of such a kind: ``--kind collectives`` runs the
+``collectives/`` section alone (a communicator bug is invisible to the
+single-device sections; running them would only cost time).
+
+What "killed" means: the suite reported a case as fail, error or crash, or
+gave its failing verdict otherwise (exit 1: a required case not implemented,
+a collapsed corpus; exit 2: the plugin cannot be opened). An interrupted run
+(130, 143) is no verdict. A bug that
+makes a call hang (a collective whose timeout never fires) is killed only
+when the suite itself reports the hang: its case fails because the expected
+error did not come within the communicator's timeout, or the runner's
+per-case limit (``--timeout``, 60 s here) turns the stuck case into an error
+"timed out after 60 s". The run's own wall-clock limit per variant
+(``--wall``) is a safety net, not a verdict: when it expires the conformance
+run is interrupted (SIGINT, then SIGKILL of its process group) and the variant
+counts as killed only if its partial report already holds a failing case;
+otherwise it is listed as SURVIVED (hung), a missing never-a-hang case.
+
+Collective variants can leave shared-memory segments behind (one mutant
+skips shm_unlink on purpose); after each variant the run removes the
+reference plugin's segments (/dev/shm/dkcpu-coll-<pid>-...) that appeared
+during it and whose creating process is gone, after the suite has judged.
 """
 
 import argparse
 import concurrent.futures as futures
+import glob
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -65,6 +94,13 @@ TARGETS = {
         "libdevicekit_cuda_sim.so", "mutants_cuda", skip={"gpu_cuda.cpp"},
         flags=['-DDKCUDA_NAME="cuda_sim"', '-DDKCUDA_VERSION="0.0.0-mutant"', "-I{src}"]),
 }
+
+
+#: Kinds whose bugs one section alone can see: its case-id patterns (-k).
+SECTIONS = {"collectives": ("collectives/",)}
+#: The per-case limit the suite applies (conformance --timeout).
+CASE_TIMEOUT_S = 60
+SHM_GLOB = "/dev/shm/dkcpu-coll-*"
 
 
 class PatchError(Exception):
@@ -159,26 +195,82 @@ def build(src, objdir, libpath, only=None, base_objs=None, pool=None, fast=True,
     return link([objs[u] for u in units(src, fast, target)], libpath, target), objs
 
 
-def conformance(lib, report, jobs, exitfirst=True, timeout=900):
+def conformance(lib, report, jobs, exitfirst=True, wall=900, patterns=()):
+    """Runs the suite on lib; returns (killed, first failure, seconds, output tail).
+    killed: the report lists a fail/error/crash case (see the module docstring)."""
     cmd = [sys.executable, "-m", "devicekit", "conformance", "--plugin", lib, "--jobs", str(jobs),
-           "--report", report, "--timeout", "60"]
+           "--report", report, "--timeout", str(CASE_TIMEOUT_S)]
+    for pat in patterns:
+        cmd += ["-k", pat]
     if exitfirst:
         cmd.append("--exitfirst")
     start = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    # its own process group: the workers and the ranks they spawn go with it
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    hung = False
+    try:
+        out, err = p.communicate(timeout=wall)
+    except subprocess.TimeoutExpired:
+        hung = True
+        os.killpg(p.pid, signal.SIGINT)  # the suite writes its partial report
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
     took = time.monotonic() - start
-    first = None
+    first, killed = None, False
     try:
         with open(os.path.join(report, "report.json")) as f:
             rep = json.load(f)
         bad = [c for c in rep["cases"] if c["outcome"] in ("fail", "error", "crash")]
-        first = f"{bad[0]['outcome']} {bad[0]['id']}" if bad else None
+        if bad:
+            killed = True
+            first = f"{bad[0]['outcome']} {bad[0]['id']}"
+            if str(bad[0].get("message", "")).startswith("timed out after"):
+                first += " (the suite's per-case limit: it hung)"
     except (OSError, ValueError):
-        first = (p.stderr.strip().splitlines() or ["no report"])[-1][:200]
-    return p.returncode, first, took, p.stdout[-2000:] + p.stderr[-2000:]
+        first = (err.strip().splitlines() or ["no report"])[-1][:200]
+    if not killed and not hung and p.returncode in (1, 2):
+        # the suite's verdict without a failing case: a required case not
+        # implemented, a collapsed corpus, a plugin that cannot be opened
+        killed = True
+        first = first or f"exit {p.returncode}: {(err.strip().splitlines() or [''])[-1][:160]}"
+    if hung and not killed:
+        first = f"hung: no case failed within the run's wall-clock limit ({wall:g} s)"
+    return killed, first, took, out[-2000:] + err[-2000:]
 
 
-def run(selected, jobs, build_jobs, workdir, baseline=True, target=None):
+def shm_segments():
+    return set(glob.glob(SHM_GLOB))
+
+
+def remove_orphan_segments(before):
+    """Removes the segments that appeared since `before` and whose creator
+    (the pid in the name) is gone; a live run's segments are left alone."""
+    for path in shm_segments() - before:
+        m = re.match(r"dkcpu-coll-(\d+)-", os.path.basename(path))
+        if m is None:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # its creator is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def run(selected, jobs, build_jobs, workdir, baseline=True, target=None, patterns=(), wall=900):
     target = target or TARGETS["cpu"]
     src = os.path.join(workdir, "src")
     shutil.copytree(target.src, src)
@@ -191,9 +283,9 @@ def run(selected, jobs, build_jobs, workdir, baseline=True, target=None):
     base_lib, base_objs = build(src, os.path.join(workdir, "obj"),
                                 os.path.join(workdir, target.lib), pool=pool, target=target)
     if baseline:
-        code, first, took, tail = conformance(base_lib, os.path.join(workdir, "rep-base"), jobs,
-                                              exitfirst=True)
-        if code != 0:
+        killed, first, took, tail = conformance(base_lib, os.path.join(workdir, "rep-base"), jobs,
+                                                exitfirst=True, wall=wall, patterns=patterns)
+        if killed or first:
             raise SystemExit(f"the unpatched build does not pass conformance ({first}); "
                              f"a mutation run needs a passing baseline:\n{tail}")
         print(f"unpatched build passes ({took:.1f} s)", flush=True)
@@ -213,8 +305,10 @@ def run(selected, jobs, build_jobs, workdir, baseline=True, target=None):
         finally:
             with open(path, "w") as f:
                 f.write(original)
-        code, first, took, _ = conformance(lib, os.path.join(mdir, "rep"), jobs)
-        killed = code != 0
+        before = shm_segments()
+        killed, first, took, _ = conformance(lib, os.path.join(mdir, "rep"), jobs, wall=wall,
+                                             patterns=patterns)
+        remove_orphan_segments(before)
         results.append((name, kind, killed, first, took))
         print(f"{'killed  ' if killed else 'SURVIVED'} {name:40s} {kind:10s} {took:6.1f} s  "
               f"{first or ''}", flush=True)
@@ -248,6 +342,12 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=2, help="conformance worker processes")
     ap.add_argument("--build-jobs", type=int, default=2)
     ap.add_argument("--workdir", help="keep the builds here (default: a temporary folder)")
+    ap.add_argument("-k", dest="patterns", action="append", default=[], metavar="PATTERN",
+                    help="run only the conformance cases whose id contains PATTERN (repeatable; "
+                         "default: the section of the selected kinds, if SECTIONS names one)")
+    ap.add_argument("--wall", type=float, default=900,
+                    help="wall-clock limit of one variant's conformance run, in seconds "
+                         "(default 900; a safety net, not a verdict: see the docstring)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip checking that the unpatched build passes (CI: the installed "
@@ -262,11 +362,16 @@ def main(argv=None):
     selected = [m for m in MUTANTS if (not args.only or m[0] in args.only)
                 and (not args.kind or m[4] in args.kind)
                 and (args.headers is None or (m[1].endswith(".h") == (args.headers == "only")))]
+    patterns = args.patterns
+    if not patterns and selected and all(m[4] in SECTIONS for m in selected):
+        patterns = sorted({p for m in selected for p in SECTIONS[m[4]]})
+    if patterns:
+        print(f"conformance cases: -k {' -k '.join(patterns)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="dk-mutants-") as tmp:
         workdir = args.workdir or tmp
         try:
             results = run(selected, args.jobs, args.build_jobs, workdir, not args.no_baseline,
-                          target)
+                          target, patterns, args.wall)
         except PatchError as e:
             print(f"mutation run: error: {e}", file=sys.stderr)
             return 2

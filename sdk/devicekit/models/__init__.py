@@ -11,12 +11,14 @@ named layer boundaries (:class:`~devicekit.models.base.Layer`)::
 
 ``devicekit models --device NAME`` runs the regression protocol
 (``devicekit.models.harness``) against every model: the zoo (``NAMES``) and
-the Hugging Face ``transformers`` models run through ``devicekit.torch``
-(``HF_NAMES``, ``devicekit.models.hf``); ``ALL_NAMES`` is both, in report order.
+the multi-rank cases (``MULTI_RANK_NAMES``: ``gpt2-ddp2``, ``devicekit.models.ddp``)
+and the Hugging Face ``transformers`` models run through ``devicekit.torch``
+(``HF_NAMES``, ``devicekit.models.hf``); ``ALL_NAMES`` is all three, in report order.
 """
 
 from . import hf
 from .base import Layer, Model
+from .ddp import DDPModel
 from .transformers import (GPT2, Encoder, EncoderConfig, GPT2Config, Llama, LlamaConfig, ViT,
                            ViTConfig)
 from .vision import CNN, MLP, CNNConfig, MLPConfig
@@ -26,8 +28,11 @@ ZOO = {"mlp": lambda: MLP(MLPConfig()), "cnn": lambda: CNN(CNNConfig()),
        "gpt2": lambda: GPT2(GPT2Config()), "llama": lambda: Llama(LlamaConfig()),
        "encoder": lambda: Encoder(EncoderConfig()), "vit": lambda: ViT(ViTConfig())}
 NAMES = tuple(ZOO)
+# multi-rank cases: a zoo model trained data-parallel (models.ddp)
+MULTI_RANK = {"gpt2-ddp2": lambda: DDPModel(ZOO["gpt2"](), 2)}
+MULTI_RANK_NAMES = tuple(MULTI_RANK)
 HF_NAMES = hf.NAMES  # torch + transformers models: hf-gpt2 ... hf-clip (hf.SPECS)
-ALL_NAMES = NAMES + HF_NAMES
+ALL_NAMES = NAMES + MULTI_RANK_NAMES + HF_NAMES
 
 
 def get(name):
@@ -37,12 +42,15 @@ def get(name):
 
     if name in HF_NAMES:
         return hf.get(name)
+    if name in MULTI_RANK:
+        return MULTI_RANK[name]()
     if name not in ZOO:
         raise InvalidArgumentError(f"unknown model {name!r}; the models are: "
                                    f"{', '.join(ALL_NAMES)}")
     return ZOO[name]()
 
 
-__all__ = ["ALL_NAMES", "CNN", "CNNConfig", "Encoder", "EncoderConfig", "GPT2", "GPT2Config",
-           "HF_NAMES", "Layer", "Llama", "LlamaConfig", "MLP", "MLPConfig", "Model", "NAMES", "ViT",
+__all__ = ["ALL_NAMES", "CNN", "CNNConfig", "DDPModel", "Encoder", "EncoderConfig", "GPT2", "GPT2Config",
+           "HF_NAMES", "Layer", "Llama", "LlamaConfig", "MLP", "MLPConfig", "MULTI_RANK_NAMES",
+           "Model", "NAMES", "ViT",
            "ViTConfig", "ZOO", "get"]

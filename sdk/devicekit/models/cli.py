@@ -185,7 +185,12 @@ def _run_suite(models, dtypes, target, args, shard=None, selected=None):
     from .harness import MULTIPLIER, PHASES
 
     zoo = {m: get(m) for m in models}
-    cases = report.make_cases(models, dtypes, PHASES, {m: z.config.seed for m, z in zoo.items()})
+    # a multi-rank case needs the optional collectives part: required only where declared
+    from .. import distributed
+    optional = [m for m, z in zoo.items()
+                if getattr(z, "ddp", False) and not distributed.is_available(target.device)]
+    cases = report.make_cases(models, dtypes, PHASES, {m: z.config.seed for m, z in zoo.items()},
+                              optional)
     by_id = {c.id: c for c in cases}
     plugin = os.path.abspath(args.plugin) if args.plugin else None
     print(f"devicekit models: {target.device.name} ({target.device.plugin.name} "

@@ -189,10 +189,13 @@ def forward(model, master, inp, dtype, record=None):
     return x
 
 
-def execute(model, device, dtype, steps=DEFAULT_STEPS, lr=LR, record=False, perturbed=False):
+def execute(model, device, dtype, steps=DEFAULT_STEPS, lr=LR, record=False, perturbed=False,
+            sync=None):
     """Runs every phase of ``model`` on ``device`` in ``dtype`` ("float64" is
     the reference). ``record`` keeps each layer's forward output;
-    ``perturbed`` nudges the batch and the initial parameters (:func:`perturb`)."""
+    ``perturbed`` nudges the batch and the initial parameters (:func:`perturb`);
+    ``sync(master)``, called after every backward, is data parallelism's
+    gradient average over the ranks (``models.ddp``)."""
     run = Run(model.name, device if isinstance(device, str) else device.name, dtype)
     inp = master = logits = loss = None
     with _phase(run, "forward"):
@@ -207,6 +210,8 @@ def execute(model, device, dtype, steps=DEFAULT_STEPS, lr=LR, record=False, pert
     with _phase(run, "backward") as ok:
         if ok:
             loss.backward()
+            if sync is not None:
+                sync(master)
             run.grads = {n: to_numpy(t.grad) for n, t in master.items()}
     with _phase(run, "inference"):
         if master is None:  # forward failed before it had them
@@ -216,11 +221,11 @@ def execute(model, device, dtype, steps=DEFAULT_STEPS, lr=LR, record=False, pert
             run.inference = to_numpy(forward(model, master, inp, dtype))
     with _phase(run, "train") as ok:
         if ok:
-            run.curve = _train(model, master, inp, dtype, steps, lr, loss)
+            run.curve = _train(model, master, inp, dtype, steps, lr, loss, sync)
     return run
 
 
-def _train(model, master, inp, dtype, steps, lr, first_loss):
+def _train(model, master, inp, dtype, steps, lr, first_loss, sync=None):
     """``steps`` updates of the float32 (float64) masters by a
     ``devicekit.optim.AdamW`` (its moments in the masters' dtype); the curve
     is the loss before each update and after the last (steps + 1 values). The
@@ -233,6 +238,8 @@ def _train(model, master, inp, dtype, steps, lr, first_loss):
         loss = loss_of(forward(model, master, inp, dtype), inp)
         if step < steps:
             loss.backward()
+            if sync is not None:
+                sync(master)
         curve.append(float(loss.item()))
     return curve
 

@@ -35,10 +35,13 @@ class ModelCase(Case):
         return self.model_seed
 
 
-def make_cases(models, dtypes, phases, seeds):
-    """Cases ``models/<model>/<dtype>/<phase>``; float32 is required, the others optional."""
+def make_cases(models, dtypes, phases, seeds, optional_models=()):
+    """Cases ``models/<model>/<dtype>/<phase>``; float32 is required, the others
+    optional; every case of ``optional_models`` is optional (a multi-rank case
+    on a plugin without the collectives part)."""
     return [ModelCase(id=f"models/{m}/{d}/{p}", fn=None, section=m, op=m, dtype=d,
-                      required=d == "float32", model_seed=seeds[m])
+                      required=d == "float32" and m not in optional_models,
+                      model_seed=seeds[m])
             for m in models for d in dtypes for p in phases]
 
 

@@ -23,6 +23,10 @@ import shlex
 import sys
 
 
+#: Seconds the ranks of a multi-rank model case may take (every dtype, every phase).
+DDP_TIMEOUT_S = 300
+
+
 def case_id(model, dtype, phase):
     return f"models/{model}/{dtype}/{phase}"
 
@@ -45,13 +49,26 @@ def _needed(correct, phase):
     return {op for p in chain for op in correct.ops.get(p, {})}
 
 
+def _has_collectives(target):
+    from .. import distributed
+    return distributed.is_available(target.device)
+
+
 def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold=None):
     """Runs ``model`` against ``target`` (a conformance ``Target``); ``emit(obj)`` answers."""
     from ..conformance.case import ERROR, FAIL, NOT_IMPLEMENTED, SKIPPED
-    from . import goldens, hf, reference
+    from . import ddp, goldens, hf, reference
     from . import harness as H
 
     is_hf = getattr(model, "hf", False)
+    is_ddp = getattr(model, "ddp", False)
+    if is_ddp and not _has_collectives(target):
+        for dtype in dtypes:
+            for phase in H.PHASES:
+                emit({"case": case_id(model.name, dtype, phase), "outcome": NOT_IMPLEMENTED,
+                      "message": ddp.NOT_IMPLEMENTED_WHY, "details": {}, "duration_s": 0.0})
+        emit({"model": {"not_implemented": ddp.NOT_IMPLEMENTED_WHY}})
+        return
     why = is_hf and hf.missing()
     if why:  # never a pass: every case says why it did not run
         for dtype in dtypes:
@@ -72,6 +89,15 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
         return
     ref = runs["float64"]
     info = {"curves": {"float64": ref.curve}, "needs": {}}
+    ranks, ranks_error = {}, None
+    if is_ddp:  # every dtype's ranks in one spawn: the ranks import and open the plugin once
+        declared = [d for d in dtypes if d in target.dtypes]
+        try:
+            ranks = ddp.spawn(model, target.device, target.plugin, declared, steps,
+                              timeout=DDP_TIMEOUT_S) if declared else {}
+        except Exception as e:  # no ranks, no verdict on the plugin: an error with the cause
+            ranks_error = f"{type(e).__name__}: {e}"
+        info["ranks"] = model.nranks
     if is_hf:
         info["layers"] = [layer.name for layer in model.layers()]
     for dtype in dtypes:
@@ -86,7 +112,12 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
         # (an hf model's correct run is torch's CPU: it launches no base ops to count)
         needs = {p: blocked_by(_needed(correct, p), target.declared) for p in H.PHASES}
         info["needs"][dtype] = sorted(_needed(correct, "train") | _needed(correct, "inference"))
-        if is_hf:
+        if ranks_error:
+            plugin = H.Run(model.name, target.device.name, dtype)
+            plugin.problems = {p: (ERROR, ranks_error) for p in H.PHASES}
+        elif is_ddp:
+            plugin = ddp.combine(model, dtype, ranks[dtype])
+        elif is_hf:
             plugin = hf.execute(model, target.device, dtype, steps)
         elif needs["forward"]:
             plugin = H.Run(model.name, target.device.name, dtype)
@@ -113,7 +144,9 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
     # rounding follows the instruction set torch dispatches to (AVX2 or AVX-512
     # builds): a golden of them pins the machine's CPU, not DeviceKit's numerics
     # (which the cases above judge against them). Its float64 reference is held.
-    info["golden"] = goldens.compare(model, {"float64": ref} if is_hf else runs, steps)
+    # (a multi-rank case's reference is its single-process model's: that golden)
+    info["golden"] = goldens.compare(model.inner if is_ddp else model,
+                                     {"float64": ref} if is_hf else runs, steps)
     if padding_threshold is not None and is_hf:
         info["padding"] = {"threshold": padding_threshold, "rows": [], "suggestions": [],
                            "not_run": "the padding advisor times zoo models only"}
