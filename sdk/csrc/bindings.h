@@ -32,6 +32,7 @@ void bind_ops(py::module_& m);      // ops_py.cpp: the generic op paths
 void bind_fused(py::module_& m);    // fused_py.cpp: fused-kernel dispatch
 void bind_raw(py::module_& m);      // raw_py.cpp: direct kernel calls (conformance)
 void bind_collectives(py::module_& m);  // collectives_py.cpp: communicators, collectives
+void bind_graphs(py::module_& m);       // graphs_py.cpp: capture and replay
 py::list fused_kernel_info(const Plugin& p);  // fused_py.cpp: [{op, name}] in table order
 
 // A Python bool/int/float as a DK_Scalar; TypeError for anything else.

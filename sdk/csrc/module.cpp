@@ -248,5 +248,6 @@ PYBIND11_MODULE(_core, m) {
   bind_fused(m);
   bind_raw(m);
   bind_collectives(m);
+  bind_graphs(m);
   bind_runtime(m, device_cls);
 }
