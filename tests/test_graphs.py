@@ -335,5 +335,26 @@ def test_invalid_captures_and_replays_are_rejected(cpu):
     assert devicekit.graphs.is_available(cpu)
 
 
+
+def test_a_plugin_without_the_part_says_not_implemented(tmp_path):
+    import devicekit
+    from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
+
+    compiler = _find_c_compiler()
+    if compiler is None:
+        pytest.skip("no C compiler on PATH: tests/plugins/ext_chain.c cannot be built")
+    lib = compile_test_plugin(compiler, REPO_ROOT / "tests" / "plugins" / "ext_chain.c",
+                              DEVICE_API_INCLUDE, tmp_path / "ext_graphs_1_4.so",
+                              flags=("-DEXT_VARIANT=6", '-DBP_PLUGIN_NAME="ext_graphs_1_4"'))
+    dev = devicekit.load_plugin(lib).devices[0]  # a 1.4 plugin: no graphs part
+    assert not devicekit.graphs.is_available(dev)
+    g = devicekit.graphs.Graph()
+    with pytest.raises(devicekit.NotImplementedByPlugin) as e:
+        with devicekit.graphs.capture(g, dev):
+            pass
+    assert "not implemented: the plugin has no graphs part" in str(e.value)
+    assert "ext_graphs_1_4" in str(e.value)
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["raw"]:
     _raw_main()
