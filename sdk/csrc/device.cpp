@@ -323,7 +323,8 @@ void Device::empty_cache() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     blocks.swap(free_);
-    stats_.cached_bytes = 0;
+    // Blocks a live graph's pool holds stay cached (and counted) there.
+    for (const auto& kv : blocks) stats_.cached_bytes -= kv.first * kv.second.size();
   }
   try {
     synchronize();
