@@ -258,9 +258,14 @@ def test_graph_pool_keeps_temporaries_from_other_tensors(cpu):
     for o in others:
         assert (o.numpy() == 3.0).all()
     assert np.array_equal(_bits(y), _bits(f(x)))
+    devicekit.empty_cache(cpu)  # the graph's released temporaries stay in its pool
+    assert 0 < cpu.memory_stats()["cached_bytes"] < 1 << 40
     g.reset()  # the pool goes back: its blocks serve eager tensors again
     z = devicekit.full((256, 256), 5.0, device=cpu)
     assert (z.numpy() == 5.0).all()
+    del y, z, others
+    devicekit.empty_cache(cpu)
+    assert cpu.memory_stats()["cached_bytes"] == 0
 
 
 def test_replay_on_another_stream_is_ordered_with_the_default_stream(cpu):
