@@ -102,6 +102,7 @@ DK_Stream* Device::default_stream() {
 
 void Device::synchronize() {
   check_fork();
+  check_not_capturing("Device_Synchronize");
   auto a = DK_ARGS(DK_Device_Synchronize_Args);
   a.device = index_;
   if (trace::on()) {
@@ -114,6 +115,10 @@ void Device::synchronize() {
 
 void Device::memcpy(DK_CopyKind kind, void* dst, const void* src, size_t n, DK_Stream* stream) {
   check_fork();
+  if (kind != DK_COPY_DEVICE_TO_DEVICE) {
+    check_not_capturing(kind == DK_COPY_DEVICE_TO_HOST ? "a copy to host memory"
+                                                       : "a copy from host memory");
+  }
   auto c = DK_ARGS(DK_Memcpy_Args);
   c.device = index_;
   c.kind = kind;
@@ -133,6 +138,7 @@ void Device::memcpy(DK_CopyKind kind, void* dst, const void* src, size_t n, DK_S
 
 void Device::synchronize(DK_Stream* stream) {
   check_fork();
+  if (stream == stream_.load()) check_not_capturing("Stream_Synchronize");
   auto s = DK_ARGS(DK_Stream_Synchronize_Args);
   s.stream = stream;
   auto call = [&] {
@@ -222,6 +228,17 @@ void* Device::allocate(size_t nbytes, size_t* block_size) {
   check_fork();
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (capture_pool_ != nullptr) {  // a block this capture released is reused first
+      auto it = capture_pool_->free.find(bs);
+      if (it != capture_pool_->free.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        stats_.cached_bytes -= bs;
+        stats_.allocated_bytes += bs;
+        ++stats_.cache_hits;
+        return p;
+      }
+    }
     auto it = free_.find(bs);
     if (it != free_.end() && !it->second.empty()) {
       void* p = it->second.back();
@@ -229,7 +246,11 @@ void* Device::allocate(size_t nbytes, size_t* block_size) {
       stats_.cached_bytes -= bs;
       stats_.allocated_bytes += bs;
       ++stats_.cache_hits;
+<<<<<<< HEAD
       if (trace::on()) trace::memory(*this, int64_t(bs), stats_.allocated_bytes);
+=======
+      pin_locked(p, bs);
+>>>>>>> r4-graphs
       return p;
     }
   }
@@ -250,8 +271,58 @@ void* Device::allocate(size_t nbytes, size_t* block_size) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.allocated_bytes += bs;
   ++stats_.plugin_alloc_calls;
+<<<<<<< HEAD
   if (trace::on()) trace::memory(*this, int64_t(bs), stats_.allocated_bytes);
+=======
+  pin_locked(p, bs);
+>>>>>>> r4-graphs
   return p;
+}
+
+void Device::pin_locked(void* p, size_t bs) {
+  if (capture_pool_ == nullptr) return;
+  capture_pool_->owned.emplace(p, bs);
+  pinned_.emplace(p, capture_pool_);
+}
+
+void Device::begin_capture(std::shared_ptr<GraphPool> pool) {
+  std::lock_guard<std::mutex> lock(mu_);
+  capture_pool_ = std::move(pool);
+  capturing_.store(true);
+}
+
+void Device::keep_for_capture(std::shared_ptr<const void> object) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (capture_pool_ != nullptr) capture_pool_->keepalive.push_back(std::move(object));
+}
+
+void Device::end_capture() {
+  std::lock_guard<std::mutex> lock(mu_);
+  capture_pool_.reset();
+  capturing_.store(false);
+}
+
+void Device::drop_pool(GraphPool& pool) noexcept {
+  if (stale_after_fork()) return;
+  std::vector<std::shared_ptr<const void>> kept;  // released after the lock: they release blocks
+  std::lock_guard<std::mutex> lock(mu_);
+  kept.swap(pool.keepalive);
+  for (const auto& kv : pool.owned) pinned_.erase(kv.first);
+  for (auto& kv : pool.free) {
+    auto& dst = free_[kv.first];
+    dst.insert(dst.end(), kv.second.begin(), kv.second.end());
+  }
+  pool.free.clear();
+  pool.owned.clear();
+}
+
+void Device::check_not_capturing(const std::string& call) const {
+  if (!capturing()) return;
+  throw Error(ErrorKind::InvalidArgument,
+              "devicekit.graphs.capture: " + call + " on device " + name_ +
+                  " needs the host while the device's stream is being captured into a graph "
+                  "(a graph replays device work only: no host copies, no synchronisation). "
+                  "Hint: read results after the capture, or after Graph.replay().");
 }
 
 void Device::release(void* ptr, size_t block_size) noexcept {
@@ -260,7 +331,12 @@ void Device::release(void* ptr, size_t block_size) noexcept {
   // been held by a parent thread that does not exist here.
   if (stale_after_fork()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  free_[block_size].push_back(ptr);
+  auto pin = pinned_.find(ptr);
+  if (pin != pinned_.end()) {
+    pin->second->free[block_size].push_back(ptr);  // stays the graph's
+  } else {
+    free_[block_size].push_back(ptr);
+  }
   stats_.allocated_bytes -= block_size;
   stats_.cached_bytes += block_size;
   if (trace::on()) trace::memory(*this, -int64_t(block_size), stats_.allocated_bytes);
@@ -276,7 +352,8 @@ void Device::empty_cache() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     blocks.swap(free_);
-    stats_.cached_bytes = 0;
+    // Blocks a live graph's pool holds stay cached (and counted) there.
+    for (const auto& kv : blocks) stats_.cached_bytes -= kv.first * kv.second.size();
   }
   try {
     synchronize();

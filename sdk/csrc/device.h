@@ -71,6 +71,30 @@ class Device {
   // under the GIL, see module.cpp); a null hook skips it. Must not throw.
   static void set_reclaim_hook(void (*hook)());
 
+  // Graph capture (graphs_py.cpp). While a capture is open, every block
+  // allocate() hands out is pinned to the capture's pool: the graph's
+  // launches write it again on every replay, so until the graph is
+  // destroyed a released pinned block goes back to that pool (reused only by
+  // later allocations of the same capture, in the same order on replay),
+  // never to the shared cache. Host copies and synchronisations of a
+  // capturing device are refused before they reach the plugin.
+  struct GraphPool {
+    std::unordered_map<void*, size_t> owned;                 // block -> size
+    std::unordered_map<size_t, std::vector<void*>> free;     // released blocks
+    std::vector<std::shared_ptr<const void>> keepalive;      // e.g. cached constants read
+  };
+  void begin_capture(std::shared_ptr<GraphPool> pool);
+  void end_capture();
+  bool capturing() const { return capturing_.load(std::memory_order_relaxed); }
+  // Keeps `object` alive as long as the open capture's graph (no-op if none).
+  void keep_for_capture(std::shared_ptr<const void> object);
+  // Unpins the pool's blocks: released ones join the shared cache, the ones
+  // tensors still hold go there when released. The caller has ordered every
+  // launch of the graph before later default-stream work.
+  void drop_pool(GraphPool& pool) noexcept;
+  // Throws InvalidArgument naming `call` when a capture is open.
+  void check_not_capturing(const std::string& call) const;
+
   // Fork safety. A device used (stream or memory) in a parent process is
   // refused in a forked child with an error naming the 'spawn' start method:
   // the plugin's worker threads did not survive fork(), so any wait would hang.
@@ -117,6 +141,7 @@ class Device {
       used_in_generation_.store(fork_generation(), std::memory_order_relaxed);
   }
   [[noreturn]] void forked_error() const;
+  void pin_locked(void* p, size_t block_size);  // caller holds mu_
   // Runs a synchronizing plugin call; an error it returns fails the epoch.
   template <class Call> void synchronizing(Call call);
 
@@ -137,6 +162,9 @@ class Device {
 
   std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_;
+  std::atomic<bool> capturing_{false};
+  std::shared_ptr<GraphPool> capture_pool_;                            // under mu_
+  std::unordered_map<void*, std::shared_ptr<GraphPool>> pinned_;       // under mu_
   CacheStats stats_;
 };
 

@@ -248,6 +248,7 @@ PYBIND11_MODULE(_core, m) {
   bind_fused(m);
   bind_raw(m);
   bind_collectives(m);
+  bind_graphs(m);
   bind_runtime(m, device_cls);
   bind_trace(m);
 }

@@ -106,6 +106,8 @@ void bind_buffer(py::module_& m) {
 void bind_stream(py::module_& m) {
   py::class_<Stream, std::shared_ptr<Stream>>(m, "Stream")
       .def_property_readonly("device", [](const Stream& s) { return s.dev; })
+      .def_property_readonly(  // for graphs_py.cpp's replay(stream)
+          "_handle", [](const Stream& s) { return reinterpret_cast<uintptr_t>(s.s); })
       .def("synchronize", &Stream::synchronize)
       .def("query",
            [](Stream& s) {

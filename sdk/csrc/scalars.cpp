@@ -116,6 +116,8 @@ Tensor constant(const std::shared_ptr<Device>& dev, DK_DType dt, const DK_Scalar
     auto it = c.map.find(key);
     if (it != c.map.end()) {
       const Tensor t = it->second;
+      // A graph being captured reads it on every replay: eviction must not free it.
+      if (dev->capturing()) dev->keep_for_capture(t);
       if (!dev->has_failures()) return t;
       // A fill in an epoch that later failed left undefined contents: make a new one.
       try {
@@ -125,6 +127,12 @@ Tensor constant(const std::shared_ptr<Device>& dev, DK_DType dt, const DK_Scalar
     }
   }
   Tensor t = full(dev, {}, dt, s);  // outside the lock: it launches
+  // Made inside a capture, its fill is recorded, not run: it holds its value
+  // only once the graph replays, so it stays the graph's and never enters the cache.
+  if (dev->capturing()) {
+    dev->keep_for_capture(t);
+    return t;
+  }
   std::lock_guard<std::mutex> lock(c.mu);
   if (c.map.emplace(key, t).second) {
     c.order.push_back(key);

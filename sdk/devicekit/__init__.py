@@ -25,6 +25,7 @@ from . import nn
 from . import optim
 from . import distributed  # noqa: F401  (devicekit.distributed is public)
 from . import trace  # noqa: F401  (devicekit.trace is public)
+from . import graphs  # noqa: F401  (devicekit.graphs is public)
 from .autograd import enable_grad, is_grad_enabled, no_grad
 from ._fused import composite_stats, fused_kernels, reset_composite_stats
 
@@ -70,7 +71,7 @@ def memory_stats(device=None):
 
 __all__ = [
     "API_VERSION", "Device", "Plugin", "PluginRecord", "Tensor", "bfloat16", "bool_", "device",
-    "composite_stats", "devices", "dispatch_stats", "distributed", "dtype", "enable_grad",
+    "composite_stats", "devices", "dispatch_stats", "distributed", "dtype", "graphs", "enable_grad",
     "fused_kernels",
     "is_grad_enabled", "no_grad", "reset_composite_stats", "empty", "empty_cache", "float16",
     "float32", "float64", "full", "int8",

@@ -16,6 +16,7 @@ import numbers
 import numpy as np
 
 from . import _core
+from . import _graph_state
 from . import dtypes as _dt
 from ._plugins.registry import device as _device
 from .autograd import track as _track
@@ -110,7 +111,15 @@ def _dtype(self):
     return _dt.from_id(self._dtype_id)
 
 
-def _numpy(self):
+def _refuse_in_capture(self, call):
+    name = self.device.name
+    if name in _graph_state.capturing:
+        _graph_state.refuse_host(call, name)
+
+
+def _numpy(self, _call="Tensor.numpy()"):
+    if _graph_state.capturing:
+        _refuse_in_capture(self, _call)
     out = np.empty(self.shape, dtype=self.dtype.numpy)
     self._copy_to_host(_raw(out))
     return out
@@ -288,7 +297,7 @@ def _basic_view(self, index):
 
 
 def _repr(self):
-    body = np.array2string(self.numpy(), separator=", ", prefix="tensor(")
+    body = np.array2string(_numpy(self, "repr(Tensor)"), separator=", ", prefix="tensor(")
     return f"tensor({body}, dtype={self.dtype}, device='{self.device.name}')"
 
 
@@ -301,18 +310,18 @@ def _len(self):
 def _item(self):
     if self.numel() != 1:
         raise InvalidArgumentError(f"item() needs exactly one element, tensor has {self.numel()}")
-    return self.numpy().reshape(()).item()
+    return _numpy(self, "Tensor.item()").reshape(()).item()
 
 
 def _bool(self):
     if self.numel() != 1:
         raise InvalidArgumentError(f"the truth value of a tensor with {self.numel()} elements is "
                                    f"ambiguous; use ops.sum/ops.max or .item()")
-    return bool(self.item())
+    return bool(_numpy(self, "bool(Tensor)").reshape(()).item())
 
 
 def _tolist(self):
-    return self.numpy().tolist()
+    return _numpy(self, "Tensor.tolist()").tolist()
 
 
 def _t(self):
@@ -324,7 +333,7 @@ def _contiguous(self):
 
 
 def _array(self, dtype=None, copy=None):
-    a = self.numpy()
+    a = _numpy(self, "numpy.asarray(Tensor)")
     return a.astype(dtype) if dtype is not None else a
 
 

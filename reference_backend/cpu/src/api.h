@@ -18,9 +18,10 @@ extern "C" {
  * The Error_* entries are <devicekit/plugin_helpers.h>'s dkh_Error_*. */
 DKH_DECLARE_RUNTIME_CALLS(dk_cpu);
 
-/* The collectives part (device API 1.5), src/collectives.cpp: its table is
- * the first (and only) entry of DK_Api.extension_start. */
+/* The optional parts (device API 1.5), linked from DK_Api.extension_start:
+ * collectives (src/collectives.cpp), then graphs (src/graphs.cpp). */
 extern const DK_Collectives dk_cpu_collectives;
+extern const DK_Graphs dk_cpu_graphs;
 #define DKH_TABLES_EXTENSION_START (&dk_cpu_collectives.base)
 
 /* The kernels and fused kernels, one row each in the .def files

@@ -902,6 +902,12 @@ DK_Error* check_run(const DK_Coll_Run_Args* a, std::string& call) {
   call = call_name(coll);
   if (a->stream != nullptr) {
     if (DK_Error* e = check_stream(call.c_str(), a->stream, c->device)) return e;
+    if (stream_capture(a->stream) != nullptr) {  // its work item owns heap state: not replayable
+      return dkh_error(DK_ERROR_UNIMPLEMENTED,
+                       "%s: the stream is capturing a graph; the cpu plugin does not record "
+                       "collectives in a graph",
+                       call.c_str());
+    }
   }
   if (a->dtype < 0) return invalid(call, "dtype is %d; expected a DK_DType", a->dtype);
   if (a->dtype >= 64 || !(kDTypeMask >> a->dtype & 1)) {
@@ -1283,7 +1289,7 @@ DK_Error* dk_cpu_Coll_Group(DK_Coll_Group_Args* args) {
 
 // The part's table, linked into DK_Api.extension_start (api.h).
 const DK_Collectives dk_cpu_collectives = {
-    {DK_Collectives_STRUCT_SIZE, DK_EXTENSION_COLLECTIVES, nullptr},
+    {DK_Collectives_STRUCT_SIZE, DK_EXTENSION_COLLECTIVES, &dk_cpu_graphs.base},
     kCollMask,
     kDTypeMask,
     kOpMask,

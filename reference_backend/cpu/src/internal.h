@@ -84,6 +84,30 @@ DK_Error* check_stream(const char* call, const DK_Stream* stream, int32_t device
 // allocation and, in steady state, no system call.
 void enqueue_raw(DK_Stream* stream, WorkFn fn, const void* payload, size_t bytes);
 
+// ---- Graphs: capture hooks (graphs.cpp, stream.cpp) -------------------------
+
+// The recording a capturing stream appends to instead of running (graphs.cpp).
+struct Capture;
+
+// Appends one unit of work to `capture`; enqueue_raw calls it, under the
+// stream's enqueue lock, while the stream captures.
+void capture_record(Capture* capture, WorkFn fn, const void* payload, size_t bytes);
+void capture_delete(Capture* capture);  // a stream destroyed while capturing
+
+// A call the header forbids while `stream` captures (a host synchronisation,
+// a host copy): if `stream` captures, invalidates the capture and returns
+// DK_ERROR_FAILED_PRECONDITION naming `call`; otherwise NULL.
+DK_Error* capture_forbidden(const char* call, DK_Stream* stream);
+
+// The capture `stream` records into, or NULL (stream.cpp). Swapped only by
+// Graph_Capture, compare-and-swap so two begins cannot both win.
+Capture* stream_capture(const DK_Stream* stream);
+int32_t stream_device(const DK_Stream* stream);
+bool stream_swap_capture(DK_Stream* stream, Capture* expected, Capture* desired);
+
+// Enqueues bypassing any capture (a graph's own launch item).
+void enqueue_uncaptured(DK_Stream* stream, WorkFn fn, const void* payload, size_t bytes);
+
 template <class Payload> void enqueue(DK_Stream* stream, WorkFn fn, const Payload& payload) {
   static_assert(std::is_trivially_copyable<Payload>::value, "payload is copied bytewise");
   static_assert(sizeof(Payload) <= kMaxPayloadBytes, "raise kMaxPayloadBytes");

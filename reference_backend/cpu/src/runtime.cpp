@@ -168,6 +168,9 @@ DK_Error* dk_cpu_Memcpy(DK_Memcpy_Args* args) {
     if (args->size == 0) return nullptr;
     const CopyPayload copy{args->dst, args->src, args->size};
     if (args->stream == nullptr) return run_copy(&copy);
+    if (args->kind != DK_COPY_DEVICE_TO_DEVICE) {
+      if (DK_Error* e = capture_forbidden(kCall, args->stream)) return e;
+    }
     enqueue(args->stream, run_copy, copy);
     return nullptr;
   });

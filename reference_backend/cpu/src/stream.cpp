@@ -108,6 +108,7 @@ struct DK_Stream {
   Waiter work_ready;  // the worker waits here for tail != head
   Waiter progress;    // hosts wait here for head to move (synchronize, full queue)
   std::atomic<bool> stop{false};
+  std::atomic<dkcpu::Capture*> capture{nullptr};  // graphs.cpp: recording, not running
   std::mutex error_mu;
   DK_Error* first_error = nullptr;  // first asynchronous error; later ones are dropped
   std::thread worker;
@@ -198,6 +199,18 @@ DK_Error* check_event(const char* call, const char* what, const DK_Event* e) {
   return dkh::check_event(call, what, e);
 }
 
+// Event_Record / Stream_WaitEvent on a capturing stream: the header has them
+// recorded; this plugin does not record them yet, so it refuses them rather
+// than run them out of order with the recorded work (the capture goes on).
+DK_Error* capture_no_events(const char* call, const DK_Stream* s) {
+  if (s->capture.load() == nullptr) return nullptr;
+  return dkh_error(DK_ERROR_UNIMPLEMENTED,
+                   "%s: the stream is capturing a graph, and the CPU plugin does not record "
+                   "events in a graph yet. Hint: record events before Graph_Capture(begin) or "
+                   "after Graph_Capture(end).",
+                   call);
+}
+
 std::shared_ptr<EventPoint> current_point(DK_Event* e) {
   std::lock_guard<std::mutex> lock(e->mu);
   return e->point;
@@ -210,11 +223,27 @@ DK_Error* check_stream(const char* call, const DK_Stream* s, int32_t device) {
 }
 
 void enqueue_raw(DK_Stream* s, WorkFn fn, const void* payload, size_t bytes) {
+  if (Capture* c = s->capture.load()) {
+    std::lock_guard<std::mutex> lock(s->enqueue_mu);  // orders records like pushes
+    if (s->capture.load() == c) return capture_record(c, fn, payload, bytes);
+  }
+  enqueue_uncaptured(s, fn, payload, bytes);
+}
+
+void enqueue_uncaptured(DK_Stream* s, WorkFn fn, const void* payload, size_t bytes) {
   push(s, [&](WorkItem& item) {
     item.kind = WorkItem::kRun;
     item.fn = fn;
     std::memcpy(item.payload, payload, bytes);
   });
+}
+
+Capture* stream_capture(const DK_Stream* s) { return s->capture.load(); }
+int32_t stream_device(const DK_Stream* s) { return s->device; }
+
+bool stream_swap_capture(DK_Stream* s, Capture* expected, Capture* desired) {
+  std::lock_guard<std::mutex> lock(s->enqueue_mu);  // no record is half-way through
+  return s->capture.compare_exchange_strong(expected, desired);
 }
 
 }  // namespace dkcpu
@@ -252,6 +281,7 @@ DK_Error* dk_cpu_Stream_Destroy(DK_Stream_Destroy_Args* args) {
     s->stop.store(true);
     s->work_ready.wake();
     s->worker.join();
+    capture_delete(s->capture.exchange(nullptr));  // an open capture ends with its stream
     s->magic.store(kDead);
     // The stream is gone either way; an error its last work raised is still
     // reported (nothing silent), so the caller must not destroy it again.
@@ -263,6 +293,7 @@ DK_Error* dk_cpu_Stream_Synchronize(DK_Stream_Synchronize_Args* args) {
   static const char* const kCall = "cpu.Stream_Synchronize";
   DKCPU_CHECK_ARGS(kCall, args, DK_Stream_Synchronize_Args);
   if (DK_Error* e = check_stream(kCall, args->stream, -1)) return e;
+  if (DK_Error* e = capture_forbidden(kCall, args->stream)) return e;
   return guarded(kCall, [&] {
     drain(args->stream);
     return take_error(args->stream);
@@ -273,6 +304,7 @@ DK_Error* dk_cpu_Stream_Query(DK_Stream_Query_Args* args) {
   static const char* const kCall = "cpu.Stream_Query";
   DKCPU_CHECK_ARGS(kCall, args, DK_Stream_Query_Args);
   if (DK_Error* e = check_stream(kCall, args->stream, -1)) return e;
+  if (DK_Error* e = capture_forbidden(kCall, args->stream)) return e;
   args->idle = args->stream->head.load() == args->stream->tail.load();
   return nullptr;
 }
@@ -283,6 +315,9 @@ DK_Error* dk_cpu_Device_Synchronize(DK_Device_Synchronize_Args* args) {
   if (DK_Error* e = check_device(kCall, args->device)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
     const auto streams = dkh::live_streams(plugin().devices[args->device]);
+    for (auto& s : streams) {
+      if (DK_Error* e = capture_forbidden(kCall, s.get())) return e;
+    }
     for (auto& s : streams) drain(s.get());
     // Only the first error is returned (and cleared); other streams keep
     // theirs for their own next synchronize rather than losing them.
@@ -317,6 +352,7 @@ DK_Error* dk_cpu_Event_Record(DK_Event_Record_Args* args) {
   DKCPU_CHECK_ARGS(kCall, args, DK_Event_Record_Args);
   if (DK_Error* e = check_event(kCall, "event", args->event)) return e;
   if (DK_Error* e = check_stream(kCall, args->stream, args->event->device)) return e;
+  if (DK_Error* e = capture_no_events(kCall, args->stream)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
     auto point = std::make_shared<EventPoint>();
     push_point(args->stream, WorkItem::kRecord, point);
@@ -330,6 +366,7 @@ DK_Error* dk_cpu_Stream_WaitEvent(DK_Stream_WaitEvent_Args* args) {
   static const char* const kCall = "cpu.Stream_WaitEvent";
   DKCPU_CHECK_ARGS(kCall, args, DK_Stream_WaitEvent_Args);
   if (DK_Error* e = check_stream(kCall, args->stream, -1)) return e;
+  if (DK_Error* e = capture_no_events(kCall, args->stream)) return e;
   if (DK_Error* e = check_event(kCall, "event", args->event)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
     std::shared_ptr<EventPoint> point = current_point(args->event);

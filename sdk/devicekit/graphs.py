@@ -1,0 +1,121 @@
+"""Capture DeviceKit work once, replay it with one plugin call.
+
+In the spirit of ``torch.cuda.CUDAGraph`` / ``torch.cuda.graph``::
+
+    x = devicekit.ones(64, 64, device="cpu:0")      # static input, allocated before
+    y = f(x)                                         # warm-up: eager, fills caches
+    g = devicekit.graphs.Graph()
+    with devicekit.graphs.capture(g, "cpu:0"):
+        y = f(x)                                     # recorded, not run
+    x.copy_(new_values)                              # update the input in place
+    g.replay()                                       # y now holds f(new_values)
+
+Inside the ``with`` block every op the device runs is recorded by the
+plugin's graphs part (device API 1.5) instead of run; ``replay()`` launches
+the whole recording on the device's stream (or ``replay(stream)`` on another
+stream of the device, ordered after the earlier work and before the later
+work of the default stream). Results are bitwise those of eager execution: the
+same kernels run with the same arguments. The tensors made inside the capture
+(``y``) hold their values only after a replay (the capture runs nothing).
+
+Memory: the tensors made inside the capture (``y`` and every temporary)
+come from a pool that belongs to the graph; their blocks are never handed to
+another tensor while the graph lives, even after Python drops them, because
+each replay writes them again. Tensors made before the capture (``x``) are
+the caller's: keep them alive and update them in place, never rebind them.
+A warm-up run before the capture is recommended (it fills DeviceKit's
+constant cache; a constant first made inside a capture only holds its value
+after the first replay and then belongs to the graph).
+
+Inside a capture, anything that needs the host raises
+:class:`devicekit.InvalidArgumentError` naming the call (``Tensor.item()``,
+``numpy()``, ``tolist()``, ``bool(t)``, a synchronize, a copy from or to host
+memory, so a shape- or value-dependent branch cannot be recorded); the capture
+is then discarded. Captures do not nest. A plugin without the graphs part
+raises :class:`devicekit.NotImplementedByPlugin`; recording launches in the SDK
+for such plugins is not built yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from . import _core, _graph_state
+from ._plugins.registry import device as _device
+from .errors import InvalidArgumentError
+
+__all__ = ["Graph", "capture", "is_available"]
+
+
+def is_available(device=None) -> bool:
+    """Whether the device's plugin has the graphs part."""
+    return "graphs" in _device(device).plugin.parts
+
+
+class Graph:
+    """A captured sequence of device work; see the module docstring."""
+
+    __slots__ = ("_g",)
+
+    def __init__(self):
+        self._g = _core.Graph()
+
+    @property
+    def device(self):
+        """The device it was captured on (None before a capture)."""
+        return self._g.device
+
+    @property
+    def captured(self) -> bool:
+        return self._g.captured
+
+    def capture_begin(self, device=None):
+        """Start recording the device's work (prefer :func:`capture`)."""
+        dev = _device(device)
+        self._g.begin_capture(dev)
+        _graph_state.capturing.add(dev.name)
+
+    def capture_end(self):
+        """Stop recording; raises the plugin's error if the capture was invalidated."""
+        dev = self._g.device
+        try:
+            self._g.end_capture()
+        finally:
+            if dev is not None:
+                _graph_state.capturing.discard(dev.name)
+
+    def replay(self, stream=None):
+        """Launch the recorded work on the default stream, or on ``stream``
+        (a :meth:`Device.stream` of the same device)."""
+        if stream is None:
+            self._g.replay()
+        else:
+            if self._g.device is not None and stream.device.name != self._g.device.name:
+                raise InvalidArgumentError(
+                    f"Graph.replay: the stream belongs to device {stream.device.name}, the "
+                    f"graph to {getattr(self._g.device, 'name', None)}")
+            self._g.replay(stream._handle)
+
+    def reset(self):
+        """Destroy the recording and give its pool back; the Graph can capture again.
+        Launches already queued still run (the plugin frees the graph after them)."""
+        dev = self._g.device
+        try:
+            self._g.destroy()
+        finally:
+            if dev is not None:
+                _graph_state.capturing.discard(dev.name)
+
+
+@contextlib.contextmanager
+def capture(graph: Graph, device=None):
+    """Record the device's work inside the block into ``graph``.
+
+    An exception inside the block discards the capture and propagates."""
+    graph.capture_begin(device)
+    try:
+        yield graph
+    except BaseException:
+        graph.reset()
+        raise
+    graph.capture_end()

@@ -1,0 +1,365 @@
+"""Device graphs: the reference CPU plugin's graphs part (device API 1.5)
+called directly through ctypes (the header's capture rules and error codes;
+in a child process, ``python test_graphs.py raw``, because a plugin is
+initialised once per process and the SDK's tests use it too),
+and ``devicekit.graphs`` (capture and replay of DeviceKit ops, bitwise equal
+to eager execution, the graph's private pool, host reads named in capture)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from ctypes import c_int32, c_void_p
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import _dk_ctypes as dkc  # noqa: E402
+
+EXTENSION_GRAPHS = 2
+_Capture = dkc._args(("stream", c_void_p), ("end", c_int32), ("graph", c_void_p))
+_Launch = dkc._args(("graph", c_void_p), ("stream", c_void_p))
+_Destroy = dkc._args(("graph", c_void_p))
+
+
+class _GraphsTable(ctypes.Structure):
+    _fields_ = [("base", dkc._ExtBase), ("Graph_Capture", c_void_p), ("Graph_Launch", c_void_p),
+                ("Graph_Destroy", c_void_p)]
+
+
+class RawGraphs:
+    """The DK_Graphs part of a plugin, called with ctypes."""
+
+    def __init__(self, plugin):
+        p = plugin.extension(EXTENSION_GRAPHS)
+        assert p is not None, "the cpu plugin lists no graphs extension"
+        t = _GraphsTable.from_address(p)
+        self.p = plugin
+        self.fn = {n: dkc._FN(getattr(t, n)) for n in ("Graph_Capture", "Graph_Launch",
+                                                       "Graph_Destroy")}
+
+    def begin(self, stream):
+        self.p.check(dkc._call(self.fn["Graph_Capture"], _Capture(stream=stream, end=0)))
+
+    def end(self, stream):
+        a = _Capture(stream=stream, end=1)
+        self.p.check(dkc._call(self.fn["Graph_Capture"], a))
+        assert a.graph
+        return a.graph
+
+    def launch(self, graph, stream):
+        self.p.check(dkc._call(self.fn["Graph_Launch"], _Launch(graph=graph, stream=stream)))
+
+    def destroy(self, graph):
+        self.p.check(dkc._call(self.fn["Graph_Destroy"], _Destroy(graph=graph)))
+
+
+def _raw_plugin():
+    import devicekit_cpu
+
+    p = dkc.Plugin(devicekit_cpu.library_path())
+    return p, RawGraphs(p)
+
+
+def _h2d(p, dst, arr, stream=None):
+    p.memcpy(dst, arr.ctypes.data, arr.nbytes, dkc.H2D, stream=stream)
+
+
+def _d2h(p, src, n):
+    out = np.empty(n, np.float32)
+    p.memcpy(out.ctypes.data, src, out.nbytes, dkc.D2H)
+    return out
+
+
+# ---- the plugin's graphs part, through ctypes -----------------------------------------
+
+
+def plugin_records_copies_and_replays_them_on_any_stream(raw):
+    p, g = raw
+    n = 1 << 16
+    a, b, c = (p.alloc(4 * n) for _ in range(3))
+    s, other = p.stream_create(), p.stream_create()
+    try:
+        _h2d(p, a, np.full(n, 1.0, np.float32))
+        _h2d(p, b, np.zeros(n, np.float32))
+        _h2d(p, c, np.zeros(n, np.float32))
+        g.begin(s)
+        p.memcpy(b, a, 4 * n, dkc.D2D, stream=s)  # recorded, not run
+        p.memcpy(c, b, 4 * n, dkc.D2D, stream=s)
+        graph = g.end(s)
+        assert (_d2h(p, b, n) == 0).all() and (_d2h(p, c, n) == 0).all(), "capture ran the copy"
+        x = np.arange(n, dtype=np.float32)
+        _h2d(p, a, x)
+        g.launch(graph, s)
+        p.stream_sync(s)
+        assert np.array_equal(_d2h(p, c, n), x)  # reads a's current contents, in order
+        _h2d(p, a, -x)
+        g.launch(graph, other)  # another stream of the same device
+        p.stream_sync(other)
+        assert np.array_equal(_d2h(p, c, n), -x)
+        # Destroyed while launches are queued: they still run, then the graph is freed.
+        for _ in range(20):
+            g.launch(graph, s)
+        _h2d(p, a, 2 * x, stream=s)
+        g.launch(graph, s)
+        g.destroy(graph)
+        p.stream_sync(s)
+        assert np.array_equal(_d2h(p, c, n), 2 * x)
+        with pytest.raises(dkc.DKError) as e:
+            g.launch(graph, s)
+        assert e.value.code == dkc.INVALID_ARGUMENT and "Graph_Launch" in e.value.message
+        g.destroy(None)  # NULL: a no-op
+    finally:
+        for ptr in (a, b, c):
+            p.free(ptr)
+        p.stream_destroy(s)
+        p.stream_destroy(other)
+
+
+def plugin_nested_and_unmatched_capture_fail_with_failed_precondition(raw):
+    p, g = raw
+    n = 256
+    a, b = p.alloc(4 * n), p.alloc(4 * n)
+    s = p.stream_create()
+    try:
+        with pytest.raises(dkc.DKError) as e:
+            g.end(s)
+        assert e.value.code == dkc.FAILED_PRECONDITION and "not capturing" in e.value.message
+        g.begin(s)
+        with pytest.raises(dkc.DKError) as e:
+            g.begin(s)  # does not nest, and the capture goes on
+        assert e.value.code == dkc.FAILED_PRECONDITION and "do not nest" in e.value.message
+        p.memcpy(b, a, 4 * n, dkc.D2D, stream=s)
+        graph = g.end(s)
+        _h2d(p, a, np.full(n, 7.0, np.float32))
+        g.launch(graph, s)
+        p.stream_sync(s)
+        assert (_d2h(p, b, n) == 7.0).all()
+        g.destroy(graph)
+    finally:
+        p.free(a)
+        p.free(b)
+        p.stream_destroy(s)
+
+
+FORBIDDEN = ("stream_sync", "stream_query", "device_sync", "h2d", "d2h")
+
+
+def plugin_host_work_in_capture_invalidates_it(raw, forbidden):
+    p, g = raw
+    n = 64
+    a, b = p.alloc(4 * n), p.alloc(4 * n)
+    host = np.zeros(n, np.float32)
+    s = p.stream_create()
+    try:
+        g.begin(s)
+        p.memcpy(b, a, 4 * n, dkc.D2D, stream=s)
+        calls = {
+            "stream_sync": lambda: p.stream_sync(s),
+            "stream_query": lambda: p.check(dkc._call(p.fn["Stream_Query"],
+                                                      dkc._args(("stream", c_void_p),
+                                                                ("idle", c_int32))(stream=s))),
+            "device_sync": lambda: p.check(dkc._call(p.fn["Device_Synchronize"],
+                                                     dkc._args(("device", c_int32))(device=0))),
+            "h2d": lambda: p.memcpy(a, host.ctypes.data, host.nbytes, dkc.H2D, stream=s),
+            "d2h": lambda: p.memcpy(host.ctypes.data, a, host.nbytes, dkc.D2H, stream=s),
+        }
+        with pytest.raises(dkc.DKError) as e:
+            calls[forbidden]()
+        assert e.value.code == dkc.FAILED_PRECONDITION and "capturing a graph" in e.value.message
+        with pytest.raises(dkc.DKError) as e:
+            g.end(s)  # the capture is invalid: the error again, and no graph
+        assert e.value.code == dkc.FAILED_PRECONDITION
+        p.stream_sync(s)  # the stream captures no more and works as before
+    finally:
+        p.free(a)
+        p.free(b)
+        p.stream_destroy(s)
+
+
+def _raw_main():
+    raw = _raw_plugin()
+    plugin_records_copies_and_replays_them_on_any_stream(raw)
+    print("ok records_copies_and_replays")
+    plugin_nested_and_unmatched_capture_fail_with_failed_precondition(raw)
+    print("ok nested_and_unmatched")
+    for forbidden in FORBIDDEN:
+        plugin_host_work_in_capture_invalidates_it(raw, forbidden)
+        print("ok forbidden", forbidden)
+
+
+def test_plugin_graphs_part_through_ctypes():
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "raw"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("ok ") == 2 + len(FORBIDDEN), r.stdout
+
+
+# ---- devicekit.graphs ----------------------------------------------------------------
+
+
+def _bits(t):
+    return t.numpy().view(np.uint32)
+
+
+def _families():
+    from devicekit import ops
+    from devicekit.nn import functional as F
+
+    return {
+        "elementwise": lambda x, w: ops.tanh(x * 2.0 + 1.0) - ops.exp(x) * 0.5,
+        "reduction": lambda x, w: ops.sum(x * x, 1),
+        "matmul": lambda x, w: ops.matmul(x, w),
+        "softmax": lambda x, w: F.softmax(ops.matmul(x, w), -1),
+    }
+
+
+@pytest.mark.parametrize("family", ["elementwise", "reduction", "matmul", "softmax"])
+def test_capture_replay_equals_eager_bitwise(cpu, family):
+    import devicekit
+    from devicekit import bridge
+
+    f = _families()[family]
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((48, 80), dtype=np.float32) for _ in range(3)]
+    w = devicekit.tensor(rng.standard_normal((80, 40), dtype=np.float32), device=cpu)
+    x = devicekit.tensor(xs[0], device=cpu)  # the static input
+    f(x, w)  # warm-up
+    g = devicekit.graphs.Graph()
+    with devicekit.graphs.capture(g, cpu):
+        y = f(x, w)
+    for xv in xs[1:] + xs[:1]:  # replay with changed inputs, written in place
+        bridge.copy_into(x, devicekit.tensor(xv, device=cpu))
+        g.replay()
+        eager = f(devicekit.tensor(xv, device=cpu), w)
+        assert np.array_equal(_bits(y), _bits(eager)), family
+    g.reset()
+
+
+def test_graph_pool_keeps_temporaries_from_other_tensors(cpu):
+    import devicekit
+    from devicekit import bridge, ops
+
+    x = devicekit.tensor(np.ones((256, 256), np.float32), device=cpu)
+    f = lambda x: ops.sum(ops.exp(x * 0.5) + x, 1)  # noqa: E731  temporaries die inside
+    f(x)
+    g = devicekit.graphs.Graph()
+    with devicekit.graphs.capture(g, cpu):
+        y = f(x)
+    # Eager tensors made now must not get the capture's (released) temporaries'
+    # blocks: the replay writes those again.
+    others = [devicekit.full((256, 256), 3.0, device=cpu) for _ in range(8)]
+    bridge.copy_into(x, devicekit.tensor(np.full((256, 256), 2.0, np.float32), device=cpu))
+    g.replay()
+    for o in others:
+        assert (o.numpy() == 3.0).all()
+    assert np.array_equal(_bits(y), _bits(f(x)))
+    devicekit.empty_cache(cpu)  # the graph's released temporaries stay in its pool
+    assert 0 < cpu.memory_stats()["cached_bytes"] < 1 << 40
+    g.reset()  # the pool goes back: its blocks serve eager tensors again
+    z = devicekit.full((256, 256), 5.0, device=cpu)
+    assert (z.numpy() == 5.0).all()
+    del y, z, others
+    devicekit.empty_cache(cpu)
+    assert cpu.memory_stats()["cached_bytes"] == 0
+
+
+def test_replay_on_another_stream_is_ordered_with_the_default_stream(cpu):
+    import devicekit
+    from devicekit import bridge, ops
+
+    x = devicekit.tensor(np.zeros(4096, np.float32), device=cpu)
+    f = lambda x: ops.exp(x) + x  # noqa: E731
+    f(x)
+    g = devicekit.graphs.Graph()
+    with devicekit.graphs.capture(g, cpu):
+        y = f(x)
+    side = cpu.stream()
+    for v in (1.0, 2.0, 3.0):
+        bridge.copy_into(x, devicekit.full((4096,), v, device=cpu))  # default stream
+        g.replay(side)  # after the copy, and before the read below
+        assert np.array_equal(_bits(y), _bits(f(x)))
+    g.reset()
+
+
+@pytest.mark.parametrize("call", ["item", "numpy", "tolist", "bool"])
+def test_host_read_in_capture_names_the_call(cpu, call):
+    import devicekit
+    from devicekit import ops
+
+    x = devicekit.tensor(np.ones(4, np.float32), device=cpu)
+    g = devicekit.graphs.Graph()
+    read = {"item": lambda t: ops.sum(t, 0).item(), "numpy": lambda t: t.numpy(),
+            "tolist": lambda t: t.tolist(), "bool": lambda t: bool(ops.sum(t, 0) > 0)}[call]
+    name = {"item": "Tensor.item()", "numpy": "Tensor.numpy()", "tolist": "Tensor.tolist()",
+            "bool": "bool(Tensor)"}[call]
+    with pytest.raises(devicekit.InvalidArgumentError) as e:
+        with devicekit.graphs.capture(g, cpu):
+            read(x * 2.0)
+    assert f"devicekit.graphs.capture: {name} needs the host" in str(e.value)
+    assert not g.captured  # the capture was discarded; the device works eagerly again
+    assert (x * 2.0).numpy().tolist() == [2.0] * 4
+
+
+def test_host_copy_and_sync_in_capture_are_refused(cpu):
+    import devicekit
+
+    g = devicekit.graphs.Graph()
+    with pytest.raises(devicekit.InvalidArgumentError, match="copy from host memory"):
+        with devicekit.graphs.capture(g, cpu):
+            devicekit.tensor(np.ones(3, np.float32), device=cpu)
+    with pytest.raises(devicekit.InvalidArgumentError, match="Device_Synchronize"):
+        with devicekit.graphs.capture(g, cpu):
+            cpu.synchronize()
+    assert devicekit.tensor([1.0], device=cpu).numpy().tolist() == [1.0]
+
+
+def test_invalid_captures_and_replays_are_rejected(cpu):
+    import devicekit
+
+    g, h = devicekit.graphs.Graph(), devicekit.graphs.Graph()
+    with pytest.raises(devicekit.InvalidArgumentError, match="holds no capture"):
+        g.replay()
+    x = devicekit.ones(8, device=cpu)
+    x * 2.0
+    with devicekit.graphs.capture(g, cpu):
+        y = x * 2.0
+        with pytest.raises(devicekit.InvalidArgumentError, match="captures do not nest"):
+            h.capture_begin(cpu)
+    with pytest.raises(devicekit.InvalidArgumentError, match="already holds a capture"):
+        g.capture_begin(cpu)
+    g.replay()
+    assert y.numpy().tolist() == [2.0] * 8
+    g.reset()
+    with pytest.raises(devicekit.InvalidArgumentError, match="holds no capture"):
+        g.replay()
+    assert devicekit.graphs.is_available(cpu)
+
+
+
+def test_a_plugin_without_the_part_says_not_implemented(tmp_path):
+    import devicekit
+    from conftest import DEVICE_API_INCLUDE, REPO_ROOT, _find_c_compiler, compile_test_plugin
+
+    compiler = _find_c_compiler()
+    if compiler is None:
+        pytest.skip("no C compiler on PATH: tests/plugins/ext_chain.c cannot be built")
+    lib = compile_test_plugin(compiler, REPO_ROOT / "tests" / "plugins" / "ext_chain.c",
+                              DEVICE_API_INCLUDE, tmp_path / "ext_graphs_1_4.so",
+                              flags=("-DEXT_VARIANT=6", '-DBP_PLUGIN_NAME="ext_graphs_1_4"'))
+    dev = devicekit.load_plugin(lib).devices[0]  # a 1.4 plugin: no graphs part
+    assert not devicekit.graphs.is_available(dev)
+    g = devicekit.graphs.Graph()
+    with pytest.raises(devicekit.NotImplementedByPlugin) as e:
+        with devicekit.graphs.capture(g, dev):
+            pass
+    assert "not implemented: the plugin has no graphs part" in str(e.value)
+    assert "ext_graphs_1_4" in str(e.value)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["raw"]:
+    _raw_main()
