@@ -32,11 +32,8 @@ void bind_ops(py::module_& m);      // ops_py.cpp: the generic op paths
 void bind_fused(py::module_& m);    // fused_py.cpp: fused-kernel dispatch
 void bind_raw(py::module_& m);      // raw_py.cpp: direct kernel calls (conformance)
 void bind_collectives(py::module_& m);  // collectives_py.cpp: communicators, collectives
-<<<<<<< HEAD
 void bind_trace(py::module_& m);        // trace_py.cpp: the trace recorder (devicekit.trace)
-=======
 void bind_graphs(py::module_& m);       // graphs_py.cpp: capture and replay
->>>>>>> r4-graphs
 py::list fused_kernel_info(const Plugin& p);  // fused_py.cpp: [{op, name}] in table order
 
 // A Python bool/int/float as a DK_Scalar; TypeError for anything else.

@@ -246,11 +246,8 @@ void* Device::allocate(size_t nbytes, size_t* block_size) {
       stats_.cached_bytes -= bs;
       stats_.allocated_bytes += bs;
       ++stats_.cache_hits;
-<<<<<<< HEAD
       if (trace::on()) trace::memory(*this, int64_t(bs), stats_.allocated_bytes);
-=======
       pin_locked(p, bs);
->>>>>>> r4-graphs
       return p;
     }
   }
@@ -271,11 +268,8 @@ void* Device::allocate(size_t nbytes, size_t* block_size) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.allocated_bytes += bs;
   ++stats_.plugin_alloc_calls;
-<<<<<<< HEAD
   if (trace::on()) trace::memory(*this, int64_t(bs), stats_.allocated_bytes);
-=======
   pin_locked(p, bs);
->>>>>>> r4-graphs
   return p;
 }
 
