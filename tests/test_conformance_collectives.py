@@ -133,7 +133,7 @@ def test_the_report_and_the_record_carry_the_plugin_parts(cpu_target):
     from devicekit.gate import record
 
     meta = describe(cpu_target)
-    assert meta["plugin"]["parts"] == ["collectives"]
+    assert meta["plugin"]["parts"] == ["collectives", "graphs"]
     section = record.plugin_section({"plugin": meta["plugin"], "device": meta["device"]},
                                     meta["kernels"], [], None)
-    assert section["declared"]["parts"] == ["collectives"]
+    assert section["declared"]["parts"] == ["collectives", "graphs"]
