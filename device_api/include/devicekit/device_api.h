@@ -827,7 +827,8 @@ DK_DEFINE_STRUCT_SIZE(DK_Collectives, Coll_Group);
 /*
  * Capture the work enqueued on one stream, then launch it again and again
  * with no host work per captured call (CUDA graphs' shape). Between
- * Graph_BeginCapture(stream) and Graph_EndCapture(stream), kernel launches,
+ * Graph_Capture(stream, end = 0) ("begin capture") and Graph_Capture(stream,
+ * end = 1) ("end capture"), kernel launches,
  * fused-kernel launches, device-to-device Memcpy and Stream_WaitEvent /
  * Event_Record on that stream are recorded, not run; their arguments
  * (views with their data pointers, shapes, strides and attribute structs)
@@ -836,13 +837,13 @@ DK_DEFINE_STRUCT_SIZE(DK_Collectives, Coll_Group);
  * - No host synchronisation: Stream_Synchronize, Stream_Query,
  *   Event_Synchronize of an event recorded in the capture, Device_Synchronize
  *   of its device, and a Memcpy to or from host memory on it return
- *   DK_ERROR_FAILED_PRECONDITION and invalidate the capture (its
- *   Graph_EndCapture then returns that error and no graph).
+ *   DK_ERROR_FAILED_PRECONDITION and invalidate the capture (its end
+ *   capture then returns that error and no graph).
  * - No allocation inside the graph: Memory_Allocate / Memory_Free are host
  *   calls and are not captured. Every buffer a captured call touches is
  *   allocated before capture (DeviceKit's SDK gives each graph a private
  *   memory pool) and must stay allocated until the graph is destroyed.
- * - Capture does not nest: Graph_BeginCapture on a capturing stream returns
+ * - Capture does not nest: a begin capture on a capturing stream returns
  *   DK_ERROR_FAILED_PRECONDITION (the capture goes on).
  * Graph_Launch enqueues the whole recorded sequence on any stream of the
  * graph's device, in the recorded order, as if each call were enqueued
