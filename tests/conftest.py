@@ -15,8 +15,7 @@ What each group of tests needs, so a missing one is named, not guessed:
 - ``misbehaving_plugins``: tests/plugins/misbehave.c built once per way it
   misbehaves (a C compiler, as ``bad_plugins``).
 - ``cpu_conformance_run`` / ``cpu_models_run``: the whole conformance suite
-  (level full) and every model (the zoo, and the hf-* models where transformers
-  is installed) on cpu:0, each run once per session into
+  (level full) and every model (the default list, as certify runs it) on cpu:0, each run once per session into
   ``cpu_suite_reports`` (conformance/, models/), the layout ``gate certify
   --from-reports`` reads: the tests of both suites and the gate's CI test judge
   the same runs instead of repeating the longest runs of the session.
@@ -295,13 +294,10 @@ def cpu_conformance_run(cpu_suite_reports):
 
 @pytest.fixture(scope="session")
 def cpu_models_run(cpu_suite_reports):
-    """``devicekit models --device cpu:0`` over the zoo and, where transformers is
-    installed, every hf-* model, every dtype: (proc, report, folder)."""
-    from devicekit import models as zoo
-    from devicekit.models import hf
-
-    names = list(zoo.NAMES) + ([] if hf.missing() else list(hf.NAMES))
-    return _suite_run(cpu_suite_reports, "models", "--model", ",".join(names))
+    """``devicekit models --device cpu:0``, the default list (the zoo, the
+    multi-rank cases, and the hf-* models, skipped with the reason where
+    transformers is not installed), every dtype: (proc, report, folder)."""
+    return _suite_run(cpu_suite_reports, "models")
 
 
 # ---------------------------------------------------------------- the emulated CUDA plugin
