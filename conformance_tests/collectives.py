@@ -202,7 +202,6 @@ def judge(ctx, group, answers):
                                      f"from rank {base['rank']}'s (the contract: every rank "
                                      f"receives the same bits)")
     ctx.details["combinations"] = base.get("combos", 0)
-    ctx.details["rank_seconds"] = [[a.get("open_seconds"), a.get("seconds")] for a in live]
     ni = base.get("not_implemented") or {}
     if ni:
         ctx.details["not_implemented"] = ni

@@ -161,8 +161,12 @@ def _conformance(new, base, policy, v):
 def _part_sections(new, policy, v):
     """A plugin that declares an optional part the policy names must have
     run that part's section: its cases are dtype-less and required, so each
-    must pass (above); here, a record where none of them ran is refused."""
+    must pass (above); here, a record where none of them ran is refused. A
+    partial (filtered) record, which only a policy with allow_partial admits,
+    is not judged on it, as its corpus is not."""
     nc = new["conformance"]
+    if nc.get("partial"):
+        return
     parts = (new.get("plugin", {}).get("declared") or {}).get("parts") or []
     for name in policy.part_sections:
         if name not in parts:
