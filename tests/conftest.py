@@ -275,8 +275,9 @@ def cpu_suite_reports(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cpu_suites")
 
 
-def _suite_run(folder, suite, *args):
-    out = folder / suite
+def _suite_run(folder, name, *args):
+    out = folder / name
+    suite = name.split("-")[0]
     proc = subprocess.run([sys.executable, "-m", "devicekit", suite, "--device", "cpu:0",
                            "--jobs", "2", *args, "--report", str(out)],
                           capture_output=True, text=True, timeout=HUNG_S)
@@ -290,6 +291,12 @@ def _suite_run(folder, suite, *args):
 def cpu_conformance_run(cpu_suite_reports):
     """``devicekit conformance --device cpu:0 --level full``: (proc, report, folder)."""
     return _suite_run(cpu_suite_reports, "conformance", "--level", "full")
+
+
+@pytest.fixture(scope="session")
+def cpu_core_conformance_run(cpu_suite_reports):
+    """``devicekit conformance --device cpu:0 --level core``: (proc, report, folder)."""
+    return _suite_run(cpu_suite_reports, "conformance-core", "--level", "core")
 
 
 @pytest.fixture(scope="session")

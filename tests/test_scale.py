@@ -103,17 +103,33 @@ def test_shard_cli_errors_and_partition(tmp_path):
     assert parts[1] == whole[1::3]
 
 
-def test_conformance_shards_merge_into_the_single_run(tmp_path):
-    """Unfiltered (level core): the merged corpus check is the single run's."""
-    _run("conformance", tmp_path / "single", "--level", "core", "--jobs", "2")
-    for k in (1, 2):
-        rep = _run("conformance", tmp_path / f"s{k}", "--level", "core", "--jobs", "1",
-                   "--shard", f"{k}/2")
+def test_conformance_shards_merge_into_the_single_run(tmp_path, cpu_core_conformance_run):
+    """Unfiltered (level core): the merged corpus check is the single run's
+    (the session's core run of cpu:0, tests/conftest.py)."""
+    proc, _, single = cpu_core_conformance_run
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # the two shards at once, one worker each: as two machines would run them
+    shards = [subprocess.Popen([sys.executable, "-m", "devicekit", "conformance", "--device",
+                                "cpu:0", "--report", str(tmp_path / f"s{k}"), "--level", "core",
+                                "--jobs", "1", "--shard", f"{k}/2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               stdin=subprocess.DEVNULL) for k in (1, 2)]
+    try:
+        outs = [p.communicate(timeout=HUNG_S)[0] for p in shards]
+    finally:
+        for p in shards:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for k, (p, out) in enumerate(zip(shards, outs), 1):
+        assert p.returncode == 0, out[-3000:]
+        with open(tmp_path / f"s{k}" / "report.json") as f:
+            rep = json.load(f)
         assert rep["run"]["shard"]["index"] == k and not rep["corpus"]["checked"]
     proc = dk("report", "merge", tmp_path / "s2", tmp_path / "s1" / "report.json",
               "--out", tmp_path / "merged")
     assert proc.returncode == 0, proc.stderr
-    single, merged = _assert_same(tmp_path / "single", tmp_path / "merged")
+    single, merged = _assert_same(single, tmp_path / "merged")
     assert merged["corpus"]["checked"] and merged["corpus"]["ok"] and not merged["run"]["partial"]
     assert [s["index"] for s in merged["run"]["shards"]] == [1, 2]
 

@@ -39,7 +39,25 @@ NOT_IMPLEMENTED_WHY = ("the plugin has no collectives part (optional, device API
                        "data parallelism needs all_reduce")
 
 
-class DDPModel(Model):
+class _SameModel(Model):
+    """``inner``'s parameters, buffers and layers under another name: the
+    data-parallel case and each rank's shard are the same network."""
+
+    def __init__(self, inner):
+        super().__init__(inner.config)
+        self.inner = inner
+
+    def param_specs(self):
+        return self.inner.param_specs()
+
+    def buffer_specs(self):
+        return self.inner.buffer_specs()
+
+    def layers(self):
+        return self.inner.layers()
+
+
+class DDPModel(_SameModel):
     """``inner`` trained data-parallel on ``nranks`` ranks; in one process it
     *is* ``inner`` (its parameters, batch and layers): that is the run the
     ranks' combined result is judged against."""
@@ -47,45 +65,27 @@ class DDPModel(Model):
     ddp = True
 
     def __init__(self, inner, nranks=NRANKS):
-        super().__init__(inner.config)
-        self.inner, self.nranks = inner, nranks
+        super().__init__(inner)
+        self.nranks = nranks
         self.name = f"{inner.name}-ddp{nranks}"
         self.title = (f"{inner.title}, data parallel on {nranks} ranks (devicekit.distributed, "
                       f"gradients all_reduce'd avg) against one process on the whole batch")
 
-    def param_specs(self):
-        return self.inner.param_specs()
-
-    def buffer_specs(self):
-        return self.inner.buffer_specs()
-
     def make_data(self):
         return self.inner.make_data()
-
-    def layers(self):
-        return self.inner.layers()
 
     def config_dict(self):
         return {**self.inner.config_dict(), "model": self.name, "ranks": self.nranks}
 
 
-class _Shard(Model):
+class _Shard(_SameModel):
     """Rank ``rank``'s part of ``inner``'s batch (its first axis split in
     ``nranks`` equal parts, in rank order)."""
 
     def __init__(self, inner, rank, nranks):
-        super().__init__(inner.config)
-        self.inner, self.rank, self.nranks = inner, rank, nranks
+        super().__init__(inner)
+        self.rank, self.nranks = rank, nranks
         self.name = inner.name
-
-    def param_specs(self):
-        return self.inner.param_specs()
-
-    def buffer_specs(self):
-        return self.inner.buffer_specs()
-
-    def layers(self):
-        return self.inner.layers()
 
     def make_data(self):
         data = self.inner.make_data()
