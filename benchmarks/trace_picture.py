@@ -157,8 +157,8 @@ def probe(binary, html_path, budget_ms):
                             "file://" + probe_path]).stdout
     start = dom.find('<pre id="dk-probe">')
     if start < 0:
-        raise SystemExit("trace_picture: the viewer did not finish importing the trace "
-                         "(no probe output in the page; raise --budget-ms)")
+        raise SystemExit("trace_picture: the viewer has no model of the trace in the page "
+                         "(it failed to import it, or needs more time: --budget-ms)")
     text = dom[start + len('<pre id="dk-probe">'):dom.index("</pre>", start)]
     return json.loads(base64.b64decode(text))
 
