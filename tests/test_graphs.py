@@ -456,6 +456,23 @@ def test_recorded_capture_issues_nothing_until_replay(cpu):
         devicekit.graphs.Graph(mode="other")
 
 
+def test_a_collective_in_a_recorded_capture_is_refused(cpu):
+    import devicekit
+    from devicekit import distributed
+
+    if "collectives" not in cpu.plugin.parts:
+        pytest.skip("the CPU plugin reports no collectives part")
+    t = devicekit.ones(4, device=cpu)
+    with distributed.Communicator(distributed.unique_id(cpu), 1, 0, cpu, timeout=2.0) as comm:
+        g = devicekit.graphs.Graph(mode="recorded")
+        with pytest.raises(devicekit.NotImplementedByPlugin, match="does not record collectives"):
+            with devicekit.graphs.capture(g, cpu):
+                comm.all_reduce(t * 2.0).wait()
+        assert not g.captured
+        comm.all_reduce(t).wait()  # eager again
+    assert t.numpy().tolist() == [1.0] * 4
+
+
 def test_native_graphs_hold_no_sdk_recording(cpu):
     import devicekit
 
