@@ -197,9 +197,10 @@ class Comm {
     }
     if (dev_->recording() != nullptr) {  // it would run now, out of the graph's order
       throw Error(ErrorKind::NotImplemented,
-                  ctx + ": not implemented: DeviceKit's own graph recording (devicekit.graphs, "
-                        "mode 'recorded') does not record collectives; run them outside the "
-                        "capture");
+                  ctx +
+                      ": not implemented: DeviceKit's own graph recording (devicekit.graphs, "
+                      "mode 'recorded') does not record collectives; run them outside the "
+                      "capture");
     }
     auto a = DK_ARGS(DK_Coll_Run_Args);
     a.comm = comm;
