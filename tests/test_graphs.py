@@ -511,6 +511,24 @@ def test_a_replay_is_one_trace_slice_with_its_calls(cpu, mode):
     g.reset()
 
 
+def test_a_capture_traced_holds_no_trace_events(cpu):
+    """Tracing a native capture records no timing events into the graph (the
+    plugin records a capturing stream's events; the trace destroys its own)."""
+    import devicekit
+    from devicekit import ops
+
+    x = devicekit.ones(64, device=cpu)
+    f = lambda x: ops.exp(x * 2.0)  # noqa: E731
+    f(x)
+    g = devicekit.graphs.Graph(mode="native")
+    with devicekit.trace.record():
+        with devicekit.graphs.capture(g, cpu):
+            y = f(x)
+    g.replay()  # an event the trace destroyed would fail the launch
+    assert np.array_equal(_bits(y), _bits(f(x)))
+    g.reset()
+
+
 def _graphs_section(dev):
     from devicekit.conformance import registry
     from devicekit.conformance.case import Target, run_case
