@@ -346,6 +346,38 @@ MUTANTS += [
     ("coll_all_gather_block_at_chunk_offset", "collectives.cpp",
      "copy(recv + (size_t(j) * count + off) * es, c->coll_buf(j, b), len * es);",
      "copy(recv + (size_t(j) * len + off) * es, c->coll_buf(j, b), len * es);", "collectives"),
+    # ---- graphs (graphs.cpp): what a plugin's capture and replay can get wrong ----
+    # a stale argument block: every launch of a kernel replays with the
+    # arguments its first captured launch had (views, scalars)
+    ("graph_replays_first_args_per_kernel", "graphs.cpp",
+     "  n.fn = fn;\n  std::memcpy(n.payload, payload, bytes);",
+     "  n.fn = fn;\n"
+     "  const GraphNode* first = nullptr;\n"
+     "  for (const GraphNode& m : c->nodes) {\n"
+     "    if (m.fn == fn && &m != &n) {\n"
+     "      first = &m;\n"
+     "      break;\n"
+     "    }\n"
+     "  }\n"
+     "  std::memcpy(n.payload, first != nullptr ? first->payload : payload, bytes);", "graphs"),
+    # the arguments kept by reference: one argument block per kernel that each
+    # capture of it overwrites, so every launch replays with its last arguments
+    ("graph_args_by_reference", "graphs.cpp",
+     "  n.fn = fn;\n  std::memcpy(n.payload, payload, bytes);",
+     "  n.fn = fn;\n"
+     "  for (GraphNode& m : c->nodes) {\n"
+     "    if (m.fn == fn) std::memcpy(m.payload, payload, bytes);\n"
+     "  }", "graphs"),
+    # the graph freed too early: a launch takes no share, so the first launch's
+    # worker frees the graph (its recorded calls) under the caller
+    ("graph_launch_takes_no_share", "graphs.cpp",
+     "    g->refs.fetch_add(1);\n    const LaunchPayload p{g, points.release()};",
+     "    const LaunchPayload p{g, points.release()};", "graphs"),
+    # the last recorded call is dropped at end-capture
+    ("graph_end_drops_last_call", "graphs.cpp",
+     "    g->nodes = std::move(owned->nodes);\n",
+     "    g->nodes = std::move(owned->nodes);\n    if (g->nodes.size() > 1) g->nodes.pop_back();\n",
+     "graphs"),
 ]
 
 #: A fast subset for CI: one per kind, each in one small translation unit (a

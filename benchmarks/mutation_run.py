@@ -97,7 +97,7 @@ TARGETS = {
 
 
 #: Kinds whose bugs one section alone can see: its case-id patterns (-k).
-SECTIONS = {"collectives": ("collectives/",)}
+SECTIONS = {"collectives": ("collectives/",), "graphs": ("graphs/",)}
 #: The per-case limit the suite applies (conformance --timeout).
 CASE_TIMEOUT_S = 60
 SHM_GLOB = "/dev/shm/dkcpu-coll-*"

@@ -146,6 +146,68 @@ def plugin_nested_and_unmatched_capture_fail_with_failed_precondition(raw):
         p.stream_destroy(s)
 
 
+_EvCreate = dkc._args(("device", c_int32), ("event", c_void_p))
+_EvOne = dkc._args(("event", c_void_p))
+_EvRecord = dkc._args(("event", c_void_p), ("stream", c_void_p))
+_WaitEvent = dkc._args(("stream", c_void_p), ("event", c_void_p))
+
+
+def plugin_records_events_in_a_capture(raw):
+    """Event_Record / Stream_WaitEvent on a capturing stream are recorded:
+    nothing happens at capture, and each launch records the event where the
+    capture had it (a host waiting on it after the launch waits for the
+    replay to get there) and waits where the capture waited."""
+    p, g = raw
+    n = 1 << 18
+    a, b, c = (p.alloc(4 * n) for _ in range(3))
+    s, other = p.stream_create(), p.stream_create()
+    call = lambda name, args: p.check(dkc._call(p.fn[name], args))  # noqa: E731
+    ev_args = _EvCreate(device=0)
+    call("Event_Create", ev_args)
+    ev = ev_args.event
+    try:
+        x = np.arange(n, dtype=np.float32)
+        _h2d(p, a, x)
+        _h2d(p, b, np.zeros(n, np.float32))
+        _h2d(p, c, np.zeros(n, np.float32))
+        g.begin(s)
+        p.memcpy(b, a, 4 * n, dkc.D2D, stream=s)
+        call("Event_Record", _EvRecord(event=ev, stream=s))  # recorded, not run
+        call("Stream_WaitEvent", _WaitEvent(stream=s, event=ev))  # a wait on it: recorded
+        p.memcpy(c, b, 4 * n, dkc.D2D, stream=s)
+        graph = g.end(s)
+        call("Event_Synchronize", _EvOne(event=ev))  # never recorded outside: returns at once
+        assert (_d2h(p, b, n) == 0).all()
+        for k in (1.0, 2.0, 3.0):
+            _h2d(p, a, k * x)
+            g.launch(graph, s)
+            # `other` waits for the replayed record, then copies b (already written)
+            call("Stream_WaitEvent", _WaitEvent(stream=other, event=ev))
+            p.memcpy(a, b, 4 * n, dkc.D2D, stream=other)
+            call("Event_Synchronize", _EvOne(event=ev))  # the replay has reached the record
+            assert np.array_equal(_d2h(p, b, n), k * x)
+            p.stream_sync(other)
+            p.stream_sync(s)
+            assert np.array_equal(_d2h(p, c, n), k * x)
+        g.destroy(graph)
+        # Event_Synchronize of an event recorded in an open capture is host work in it
+        g.begin(s)
+        call("Event_Record", _EvRecord(event=ev, stream=s))
+        with pytest.raises(dkc.DKError) as e:
+            call("Event_Synchronize", _EvOne(event=ev))
+        assert e.value.code == dkc.FAILED_PRECONDITION and "capturing a graph" in e.value.message
+        with pytest.raises(dkc.DKError):
+            g.end(s)
+        call("Event_Record", _EvRecord(event=ev, stream=s))  # eager again
+        call("Event_Synchronize", _EvOne(event=ev))
+    finally:
+        call("Event_Destroy", _EvOne(event=ev))
+        for ptr in (a, b, c):
+            p.free(ptr)
+        p.stream_destroy(s)
+        p.stream_destroy(other)
+
+
 FORBIDDEN = ("stream_sync", "stream_query", "device_sync", "h2d", "d2h")
 
 
@@ -187,6 +249,8 @@ def _raw_main():
     print("ok records_copies_and_replays")
     plugin_nested_and_unmatched_capture_fail_with_failed_precondition(raw)
     print("ok nested_and_unmatched")
+    plugin_records_events_in_a_capture(raw)
+    print("ok records_events")
     for forbidden in FORBIDDEN:
         plugin_host_work_in_capture_invalidates_it(raw, forbidden)
         print("ok forbidden", forbidden)
@@ -196,7 +260,7 @@ def test_plugin_graphs_part_through_ctypes():
     r = subprocess.run([sys.executable, os.path.abspath(__file__), "raw"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.count("ok ") == 2 + len(FORBIDDEN), r.stdout
+    assert r.stdout.count("ok ") == 3 + len(FORBIDDEN), r.stdout
 
 
 # ---- devicekit.graphs ----------------------------------------------------------------
@@ -353,12 +417,158 @@ def test_a_plugin_without_the_part_says_not_implemented(tmp_path):
                               flags=("-DEXT_VARIANT=6", '-DBP_PLUGIN_NAME="ext_graphs_1_4"'))
     dev = devicekit.load_plugin(lib).devices[0]  # a 1.4 plugin: no graphs part
     assert not devicekit.graphs.is_available(dev)
-    g = devicekit.graphs.Graph()
+    g = devicekit.graphs.Graph(mode="native")
     with pytest.raises(devicekit.NotImplementedByPlugin) as e:
         with devicekit.graphs.capture(g, dev):
             pass
     assert "not implemented: the plugin has no graphs part" in str(e.value)
     assert "ext_graphs_1_4" in str(e.value)
+    assert "mode='recorded'" in str(e.value)
+    # the default mode records in the SDK instead
+    g = devicekit.graphs.Graph()
+    with devicekit.graphs.capture(g, dev):
+        pass
+    assert g.captured and g.mode == "recorded" and g.recorded_calls == 0
+    g.replay()
+    g.reset()
+
+
+# ---- DeviceKit's own recording (mode "recorded") ------------------------------------
+
+
+def test_recorded_capture_issues_nothing_until_replay(cpu):
+    import devicekit
+    from devicekit import bridge, ops
+
+    x = devicekit.tensor(np.arange(6, dtype=np.float32), device=cpu)
+    out = devicekit.tensor(np.full(6, -1.0, np.float32), device=cpu)  # static output
+    bridge.copy_into(out, ops.exp(x) * 2.0)  # warm-up
+    bridge.copy_into(out, devicekit.full((6,), -1.0, device=cpu))
+    g = devicekit.graphs.Graph(mode="recorded")
+    with devicekit.graphs.capture(g, cpu):
+        bridge.copy_into(out, ops.exp(x) * 2.0)
+    assert g.mode == "recorded" and g.recorded_calls >= 3  # exp, mul, the copy
+    assert out.numpy().tolist() == [-1.0] * 6  # nothing ran during the capture
+    g.replay()
+    assert np.array_equal(out.numpy(), (ops.exp(x) * 2.0).numpy())
+    g.reset()
+    with pytest.raises(devicekit.InvalidArgumentError, match="mode is 'other'"):
+        devicekit.graphs.Graph(mode="other")
+
+
+def test_a_collective_in_a_recorded_capture_is_refused(cpu):
+    import devicekit
+    from devicekit import distributed
+
+    if "collectives" not in cpu.plugin.parts:
+        pytest.skip("the CPU plugin reports no collectives part")
+    t = devicekit.ones(4, device=cpu)
+    with distributed.Communicator(distributed.unique_id(cpu), 1, 0, cpu, timeout=2.0) as comm:
+        g = devicekit.graphs.Graph(mode="recorded")
+        with pytest.raises(devicekit.NotImplementedByPlugin, match="does not record collectives"):
+            with devicekit.graphs.capture(g, cpu):
+                comm.all_reduce(t * 2.0).wait()
+        assert not g.captured
+        comm.all_reduce(t).wait()  # eager again
+    assert t.numpy().tolist() == [1.0] * 4
+
+
+def test_native_graphs_hold_no_sdk_recording(cpu):
+    import devicekit
+
+    x = devicekit.ones(8, device=cpu)
+    x * 2.0
+    g = devicekit.graphs.Graph()  # auto: the CPU plugin has the part
+    with devicekit.graphs.capture(g, cpu):
+        y = x * 2.0
+    assert g.mode == "native" and g.recorded_calls == 0
+    g.replay()
+    assert y.numpy().tolist() == [2.0] * 8
+    g.reset()
+
+
+@pytest.mark.parametrize("mode", ["native", "recorded"])
+def test_a_replay_is_one_trace_slice_with_its_calls(cpu, mode):
+    import devicekit
+    from devicekit import ops
+
+    x = devicekit.ones(64, device=cpu)
+    f = lambda x: ops.exp(x * 2.0) + x  # noqa: E731  mul, exp, add
+    f(x)
+    g = devicekit.graphs.Graph(mode=mode)
+    with devicekit.graphs.capture(g, cpu):
+        y = f(x)
+    assert g.calls == 3, g.calls
+    with devicekit.trace.record() as r:
+        g.replay()
+        g.replay(cpu.stream())
+    host = [e for e in r.trace["traceEvents"] if e.get("cat") == "graph" and e["pid"] == 1]
+    names = {e["name"] for e in r.trace["traceEvents"] if e.get("ph") == "X"}
+    assert len(host) == 2, host
+    assert all(e["name"] == f"graph_replay({mode})" and e["args"]["calls"] == 3 for e in host)
+    assert not names & {"exp", "mul", "add"}  # the replayed kernels are inside the slice
+    assert np.array_equal(_bits(y), _bits(f(x)))
+    g.reset()
+
+
+def test_a_capture_traced_holds_no_trace_events(cpu):
+    """Tracing a native capture records no timing events into the graph (the
+    plugin records a capturing stream's events; the trace destroys its own)."""
+    import devicekit
+    from devicekit import ops
+
+    x = devicekit.ones(64, device=cpu)
+    f = lambda x: ops.exp(x * 2.0)  # noqa: E731
+    f(x)
+    g = devicekit.graphs.Graph(mode="native")
+    with devicekit.trace.record():
+        with devicekit.graphs.capture(g, cpu):
+            y = f(x)
+    g.replay()  # an event the trace destroyed would fail the launch
+    assert np.array_equal(_bits(y), _bits(f(x)))
+    g.reset()
+
+
+def _graphs_section(dev):
+    from devicekit.conformance import registry
+    from devicekit.conformance.case import Target, run_case
+
+    target = Target.of(dev, level="core")
+    cases, unavailable = registry.build(target, {"graphs"})
+    assert not unavailable, unavailable
+    return target, cases, run_case
+
+
+def test_the_graphs_section_passes_on_cpu(cpu):
+    target, cases, run_case = _graphs_section(cpu)
+    ids = {c.id for c in cases}
+    for mode in ("native", "recorded"):
+        for fam in ("elementwise", "reduction", "matmul", "softmax_norm", "gather_scatter",
+                    "random", "cast"):
+            assert f"graphs/{mode}/bitwise/{fam}" in ids
+        for check in ("invalid", "destroyed_while_queued", "other_stream", "pool_growth"):
+            assert f"graphs/{mode}/{check}" in ids
+    assert "graphs/native_vs_recorded/random" in ids
+    results = {c.id: run_case(c, target) for c in cases}
+    bad = {i: r["message"] for i, r in results.items() if r["outcome"] != "pass"}
+    assert not bad, bad
+
+
+def test_the_graphs_section_on_cuda_sim():
+    import devicekit
+
+    try:
+        dev = devicekit.device("cuda_sim:0")
+    except Exception as e:  # noqa: BLE001  the emulated CUDA plugin is an optional build
+        pytest.skip(f"no cuda_sim plugin installed ({type(e).__name__})")
+    target, cases, run_case = _graphs_section(dev)
+    results = {c.id: run_case(c, target) for c in cases}
+    ran = {i: r for i, r in results.items() if not i.startswith("graphs/native")}
+    bad = {i: r["message"] for i, r in ran.items() if r["outcome"] != "pass"}
+    assert not bad, bad
+    if "graphs" not in dev.plugin.parts:  # the native cases say why they did not run
+        assert all(r["outcome"] == "not-implemented"
+                   for i, r in results.items() if i.startswith("graphs/native")), results
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["raw"]:

@@ -195,6 +195,13 @@ class Comm {
     if (dev_->has_failures()) {
       if (send) dev_->check_not_failed(send->storage()->written_epoch.load(), send->describe());
     }
+    if (dev_->recording() != nullptr) {  // it would run now, out of the graph's order
+      throw Error(ErrorKind::NotImplemented,
+                  ctx +
+                      ": not implemented: DeviceKit's own graph recording (devicekit.graphs, "
+                      "mode 'recorded') does not record collectives; run them outside the "
+                      "capture");
+    }
     auto a = DK_ARGS(DK_Coll_Run_Args);
     a.comm = comm;
     a.stream = dev_->default_stream();

@@ -119,6 +119,13 @@ void Device::memcpy(DK_CopyKind kind, void* dst, const void* src, size_t n, DK_S
     check_not_capturing(kind == DK_COPY_DEVICE_TO_HOST ? "a copy to host memory"
                                                        : "a copy from host memory");
   }
+  if (kind == DK_COPY_DEVICE_TO_DEVICE && stream != nullptr && stream == stream_.load()) {
+    if (Recording* r = recording()) {  // recorded by the SDK, not issued
+      r->add_copy(dst, src, n);
+      return;
+    }
+    if (capturing()) count_captured_call();
+  }
   auto c = DK_ARGS(DK_Memcpy_Args);
   c.device = index_;
   c.kind = kind;
@@ -279,9 +286,12 @@ void Device::pin_locked(void* p, size_t bs) {
   pinned_.emplace(p, capture_pool_);
 }
 
-void Device::begin_capture(std::shared_ptr<GraphPool> pool) {
+void Device::begin_capture(std::shared_ptr<GraphPool> pool, std::shared_ptr<Recording> recording) {
   std::lock_guard<std::mutex> lock(mu_);
   capture_pool_ = std::move(pool);
+  recording_ = std::move(recording);
+  recording_ptr_.store(recording_.get());
+  captured_calls_.store(0);
   capturing_.store(true);
 }
 
@@ -293,6 +303,8 @@ void Device::keep_for_capture(std::shared_ptr<const void> object) {
 void Device::end_capture() {
   std::lock_guard<std::mutex> lock(mu_);
   capture_pool_.reset();
+  recording_ptr_.store(nullptr);
+  recording_.reset();
   capturing_.store(false);
 }
 

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "graph_record.h"
 #include "plugin.h"
 
 namespace dk {
@@ -83,8 +84,17 @@ class Device {
     std::unordered_map<size_t, std::vector<void*>> free;     // released blocks
     std::vector<std::shared_ptr<const void>> keepalive;      // e.g. cached constants read
   };
-  void begin_capture(std::shared_ptr<GraphPool> pool);
+  // `recording`: the SDK records the capture's device work itself (see
+  // graph_record.h) instead of the plugin's graphs part; NULL: the plugin does.
+  void begin_capture(std::shared_ptr<GraphPool> pool, std::shared_ptr<Recording> recording = {});
   void end_capture();
+  // The open capture's SDK-side recording, or NULL (no capture, or the
+  // plugin records it). One relaxed load: launch() asks on every op.
+  Recording* recording() const { return recording_ptr_.load(std::memory_order_relaxed); }
+  // Calls the SDK issued into the open capture (kernels, fused kernels,
+  // device-to-device copies); reset by begin_capture.
+  void count_captured_call() { captured_calls_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t captured_calls() const { return captured_calls_.load(std::memory_order_relaxed); }
   bool capturing() const { return capturing_.load(std::memory_order_relaxed); }
   // Keeps `object` alive as long as the open capture's graph (no-op if none).
   void keep_for_capture(std::shared_ptr<const void> object);
@@ -164,6 +174,9 @@ class Device {
   std::unordered_map<size_t, std::vector<void*>> free_;
   std::atomic<bool> capturing_{false};
   std::shared_ptr<GraphPool> capture_pool_;                            // under mu_
+  std::shared_ptr<Recording> recording_;                               // under mu_
+  std::atomic<Recording*> recording_ptr_{nullptr};                     // recording_.get()
+  std::atomic<uint64_t> captured_calls_{0};
   std::unordered_map<void*, std::shared_ptr<GraphPool>> pinned_;       // under mu_
   CacheStats stats_;
 };

@@ -153,6 +153,11 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
   g_counts[op].kernel.fetch_add(1, std::memory_order_relaxed);
   const uint64_t epoch = dev.epoch();
   for (auto* t : out) t->storage()->written_epoch.store(epoch, std::memory_order_relaxed);
+  if (Recording* r = dev.recording()) {  // a capture the SDK records: not issued now
+    r->add_kernel(fn, a, op_name(op), false);
+    return;
+  }
+  if (dev.capturing()) dev.count_captured_call();
   DK_Error* err;
   if (trace::on()) {
     trace::Span span(trace::kLaunch, dev, a.stream, op_name(op));

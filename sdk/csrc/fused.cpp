@@ -233,12 +233,17 @@ bool try_fused(int op, const std::vector<Tensor>& inputs, FusedAttrs attrs,
       outs[i] = TensorImpl::empty(inputs[0]->device_ptr(), c.out_dtype[i], c.out_shape[i]);
       out_views[i] = outs[i]->as_view();
     }
-    DK_Error* err;
-    if (trace::on()) {
-      trace::Span span(trace::kFused, dev, a.stream, k->name);  // the plugin owns k->name
-      err = k->launch(&a);
+    DK_Error* err = nullptr;
+    if (Recording* r = dev.recording()) {  // a capture the SDK records: not issued now
+      r->add_kernel(k->launch, a, k->name, true);
     } else {
-      err = k->launch(&a);
+      if (dev.capturing()) dev.count_captured_call();
+      if (trace::on()) {
+        trace::Span span(trace::kFused, dev, a.stream, k->name);  // the plugin owns k->name
+        err = k->launch(&a);
+      } else {
+        err = k->launch(&a);
+      }
     }
     if (err) {
       dev.plugin()->check(err, dev.ctx(("fused kernel '" + std::string(k->name) + "' for op '" +

@@ -4,13 +4,16 @@
 // plugin call. The allocations made during the capture belong to the graph
 // (Device::begin_capture pins them to its pool), so a replay never writes
 // memory that has since been handed to another tensor. A plugin without the
-// part gets a clear "not implemented" (the SDK-side recording that would give
-// every plugin graphs is not built yet).
+// part gets the SDK's own recording (graph_record.h): the same capture rules
+// and pool, with the recorded calls issued again from C++ on replay; a
+// caller may ask for that recording on any plugin (mode "recorded"), e.g.
+// to compare it with the plugin's native graphs.
 #include <cstdio>
 #include <memory>
 
 #include "bindings.h"
 #include "boundary.h"
+#include "trace.h"
 
 namespace dk {
 namespace {
@@ -23,8 +26,8 @@ const DK_Graphs& graphs_of(const Device& d) {
                     "): not implemented: the plugin has no graphs part (device API " +
                     std::to_string(d.plugin()->api_major()) + "." +
                     std::to_string(d.plugin()->api_minor()) +
-                    " plugin; the part is the optional DK_Graphs extension, since 1.5), and "
-                    "DeviceKit does not record graphs for such plugins yet");
+                    " plugin; the part is the optional DK_Graphs extension, since 1.5); use "
+                    "mode='recorded' (or 'auto') for DeviceKit's own recording");
   }
   return *g;
 }
@@ -42,19 +45,38 @@ class Graph {
     }
   }
 
-  void begin(std::shared_ptr<Device> dev) {
-    if (graph_ != nullptr || capturing_) {
+  // mode: "auto" (native when the plugin has the graphs part, else
+  // recorded), "native" or "recorded".
+  void begin(std::shared_ptr<Device> dev, const std::string& mode) {
+    if (mode != "auto" && mode != "native" && mode != "recorded") {
+      invalid_argument("Graph.capture: mode is '" + mode +
+                       "'; expected 'auto', 'native' or 'recorded'");
+    }
+    if (graph_ != nullptr || recording_ != nullptr || capturing_) {
       invalid_argument(
           "Graph.capture: this graph already holds a capture; make a new Graph "
           "(or reset() this one) to capture again");
     }
-    const DK_Graphs& g = graphs_of(*dev);
+    const bool recorded =
+        mode == "recorded" || (mode == "auto" && dev->plugin()->graphs() == nullptr);
+    if (!recorded) graphs_of(*dev);  // throws for a plugin without the part
     dev->begin_use();
     if (dev->capturing()) {
       invalid_argument("Graph.capture: device " + dev->name() +
                        " is already capturing a graph; captures do not nest");
     }
     auto pool = std::make_shared<Device::GraphPool>();
+    if (recorded) {
+      dev->default_stream();  // created before the capture: replays use it
+      auto rec = std::make_shared<Recording>();
+      dev->begin_capture(pool, rec);
+      recording_ = std::move(rec);
+      dev_ = std::move(dev);
+      pool_ = std::move(pool);
+      capturing_ = true;
+      return;
+    }
+    const DK_Graphs& g = graphs_of(*dev);
     auto a = DK_ARGS(DK_Graph_Capture_Args);
     a.stream = dev->default_stream();
     a.end = 0;
@@ -68,7 +90,12 @@ class Graph {
   void end() {
     if (!capturing_) invalid_argument("Graph.end_capture: this graph is not capturing");
     capturing_ = false;
+    native_calls_ = dev_->captured_calls();
     dev_->end_capture();
+    if (recording_ != nullptr) {
+      recorded_ = true;
+      return;
+    }
     auto a = DK_ARGS(DK_Graph_Capture_Args);
     a.stream = dev_->default_stream();
     a.end = 1;
@@ -89,17 +116,16 @@ class Graph {
   // stream's earlier work and before its later work (two events), so the
   // graph's pool and the tensors it writes keep the default stream's order.
   void replay(uintptr_t stream_handle) {
-    if (graph_ == nullptr) {
+    if (graph_ == nullptr && !recorded_) {
       invalid_argument(capturing_ ? "Graph.replay: the capture has not ended yet"
                                   : "Graph.replay: this graph holds no capture (capture one "
                                     "with devicekit.graphs.capture first)");
     }
     dev_->check_fork();
-    const DK_Graphs& g = graphs_of(*dev_);
     DK_Stream* dflt = dev_->default_stream();
     auto* side = reinterpret_cast<DK_Stream*>(stream_handle);
     if (side == nullptr || side == dflt) {
-      launch(g, dflt);
+      launch(dflt);
       return;
     }
     if (before_ == nullptr) {
@@ -107,7 +133,7 @@ class Graph {
       after_ = make_event();
     }
     record_and_wait(before_, dflt, side);
-    launch(g, side);
+    launch(side);
     record_and_wait(after_, side, dflt);
   }
 
@@ -125,6 +151,9 @@ class Graph {
       dev_->check(graphs_of(*dev_).Graph_Destroy(&a), "Graph_Destroy");
     }
     graph_ = nullptr;
+    // The recorded calls already issued hold plain pointers: nothing to wait for.
+    recording_.reset();
+    recorded_ = false;
     for (DK_Event** ev : {&before_, &after_}) {
       if (*ev == nullptr || dev_->stale_after_fork()) continue;
       auto a = DK_ARGS(DK_Event_Destroy_Args);
@@ -139,13 +168,38 @@ class Graph {
     dev_.reset();
   }
 
-  bool captured() const { return graph_ != nullptr; }
+  bool captured() const { return graph_ != nullptr || recorded_; }
+  // "native", "recorded", or "" before a capture.
+  std::string mode() const {
+    if (recording_ != nullptr) return "recorded";
+    return (graph_ != nullptr || capturing_) ? "native" : "";
+  }
+  // The calls an SDK-side recording holds (0 for a native graph).
+  size_t recorded_calls() const { return recording_ == nullptr ? 0 : recording_->size(); }
+  // The calls a replay issues: the recording's, or those the SDK issued into
+  // the plugin's capture.
+  uint64_t calls() const { return recording_ != nullptr ? recording_->size() : native_calls_; }
   bool capturing() const { return capturing_; }
   std::shared_ptr<Device> device() const { return dev_; }
   size_t pool_blocks() const { return pool_ == nullptr ? 0 : pool_->owned.size(); }
 
  private:
-  void launch(const DK_Graphs& g, DK_Stream* s) {
+  void launch(DK_Stream* s) {
+    if (trace::on()) {  // one slice per replay, with the number of calls it issues
+      trace::Span span(trace::kGraph, *dev_, s,
+                       recording_ != nullptr ? "graph_replay(recorded)" : "graph_replay(native)",
+                       calls());
+      issue(s);
+      return;
+    }
+    issue(s);
+  }
+  void issue(DK_Stream* s) {
+    if (recording_ != nullptr) {
+      recording_->replay(*dev_, s);
+      return;
+    }
+    const DK_Graphs& g = graphs_of(*dev_);
     auto a = DK_ARGS(DK_Graph_Launch_Args);
     a.graph = graph_;
     a.stream = s;
@@ -172,6 +226,9 @@ class Graph {
   std::shared_ptr<Device> dev_;
   std::shared_ptr<Device::GraphPool> pool_;
   DK_Graph* graph_ = nullptr;
+  std::shared_ptr<Recording> recording_;  // mode "recorded"
+  bool recorded_ = false;                 // the recording's capture has ended
+  uint64_t native_calls_ = 0;             // calls issued into the plugin's capture
   bool capturing_ = false;
   DK_Event* before_ = nullptr;
   DK_Event* after_ = nullptr;
@@ -182,12 +239,15 @@ class Graph {
 void bind_graphs(py::module_& m) {
   py::class_<Graph, std::shared_ptr<Graph>>(m, "Graph")
       .def(py::init<>())
-      .def("begin_capture", &Graph::begin, py::arg("device"))
+      .def("begin_capture", &Graph::begin, py::arg("device"), py::arg("mode") = "auto")
       .def("end_capture", &Graph::end)
       .def("replay", &Graph::replay, py::arg("stream_handle") = 0)
       .def("destroy", &Graph::destroy)
       .def_property_readonly("captured", &Graph::captured)
       .def_property_readonly("capturing", &Graph::capturing)
+      .def_property_readonly("mode", &Graph::mode)
+      .def_property_readonly("recorded_calls", &Graph::recorded_calls)
+      .def_property_readonly("calls", &Graph::calls)
       .def_property_readonly("device", &Graph::device)
       .def_property_readonly("pool_blocks", &Graph::pool_blocks);
   m.def("device_has_graphs", [](const Device& d) { return d.plugin()->graphs() != nullptr; });

@@ -74,8 +74,10 @@ void destroy_event(Device& dev, DK_Event* ev) {
 
 Span::Span(Kind kind, Device& dev, DK_Stream* stream, const char* name, uint64_t bytes)
     : dev_(dev), stream_(stream) {
-  const bool timed =
-      stream != nullptr && (dev.properties().capabilities & DK_DEVICE_CAP_TIMING_EVENTS);
+  // Not while the device captures a graph: a plugin records Event_Record on a
+  // capturing stream into the graph, which would then hold the trace's events.
+  const bool timed = stream != nullptr && !dev.capturing() &&
+                     (dev.properties().capabilities & DK_DEVICE_CAP_TIMING_EVENTS);
   Record r;
   r.kind = kind;
   r.name = name;

@@ -21,7 +21,8 @@ namespace trace {
 extern std::atomic<bool> g_on;
 inline bool on() { return g_on.load(std::memory_order_relaxed); }
 
-enum Kind : uint8_t { kLaunch, kFused, kCopy, kSync, kAlloc, kFree };
+// kGraph: one graph replay (`bytes` holds the number of calls it issues).
+enum Kind : uint8_t { kLaunch, kFused, kCopy, kSync, kAlloc, kFree, kGraph };
 
 // A host span around one plugin call. With a non-null `stream` on a device
 // with timing events, Event_Record before and after the call gives the

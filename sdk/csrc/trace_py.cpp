@@ -17,6 +17,7 @@ const char* kind_name(trace::Kind k) {
     case trace::kSync: return "sync";
     case trace::kAlloc: return "alloc";
     case trace::kFree: return "free";
+    case trace::kGraph: return "graph";
   }
   return "unknown";
 }
@@ -63,7 +64,8 @@ py::list to_python(std::vector<trace::Record>& recs) {
     d["tid"] = r.tid;
     d["t0"] = r.t0;
     d["t1"] = r.t1 ? r.t1 : r.t0;
-    d["bytes"] = r.bytes;
+    d["bytes"] = r.kind == trace::kGraph ? 0 : r.bytes;
+    if (r.kind == trace::kGraph) d["calls"] = r.bytes;
     d["in_use"] = r.in_use;
     d["scope"] = r.scope;
     if (r.stream) {

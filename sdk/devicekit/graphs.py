@@ -10,9 +10,13 @@ In the spirit of ``torch.cuda.CUDAGraph`` / ``torch.cuda.graph``::
     x.copy_(new_values)                              # update the input in place
     g.replay()                                       # y now holds f(new_values)
 
-Inside the ``with`` block every op the device runs is recorded by the
-plugin's graphs part (device API 1.5) instead of run; ``replay()`` launches
-the whole recording on the device's stream (or ``replay(stream)`` on another
+Inside the ``with`` block every op the device runs is recorded instead of
+run: by the plugin's graphs part (device API 1.5) when it has one, else by
+DeviceKit itself (``Graph(mode="recorded")`` asks for that on any plugin:
+the SDK keeps a copy of every kernel launch's arguments and every
+device-to-device copy, and ``replay()`` issues them again from C++, with no
+Python and no dispatch per op). ``replay()`` launches the whole recording on
+the device's stream (or ``replay(stream)`` on another
 stream of the device, ordered after the earlier work and before the later
 work of the default stream). Results are bitwise those of eager execution: the
 same kernels run with the same arguments. The tensors made inside the capture
@@ -31,9 +35,8 @@ Inside a capture, anything that needs the host raises
 :class:`devicekit.InvalidArgumentError` naming the call (``Tensor.item()``,
 ``numpy()``, ``tolist()``, ``bool(t)``, a synchronize, a copy from or to host
 memory, so a shape- or value-dependent branch cannot be recorded); the capture
-is then discarded. Captures do not nest. A plugin without the graphs part
-raises :class:`devicekit.NotImplementedByPlugin`; recording launches in the SDK
-for such plugins is not built yet.
+is then discarded. Captures do not nest. ``Graph(mode="native")`` on a plugin
+without the graphs part raises :class:`devicekit.NotImplementedByPlugin`.
 """
 
 from __future__ import annotations
@@ -48,17 +51,43 @@ __all__ = ["Graph", "capture", "is_available"]
 
 
 def is_available(device=None) -> bool:
-    """Whether the device's plugin has the graphs part."""
+    """Whether the device's plugin has the graphs part (native graphs). Every
+    device can capture: without the part DeviceKit records the work itself."""
     return "graphs" in _device(device).plugin.parts
 
 
 class Graph:
     """A captured sequence of device work; see the module docstring."""
 
-    __slots__ = ("_g",)
+    __slots__ = ("_g", "_mode")
 
-    def __init__(self):
+    MODES = ("auto", "native", "recorded")
+
+    def __init__(self, mode: str = "auto"):
+        """``mode``: "auto" (the plugin's graphs part when it has one, else
+        DeviceKit's recording), "native" (the plugin's part; an error
+        without it) or "recorded" (DeviceKit's recording on any plugin)."""
+        if mode not in self.MODES:
+            raise InvalidArgumentError(
+                f"devicekit.graphs.Graph: mode is {mode!r}; expected one of {self.MODES}")
         self._g = _core.Graph()
+        self._mode = mode
+
+    @property
+    def mode(self) -> str:
+        """How the capture is recorded: "native" or "recorded" once captured,
+        else the mode asked for."""
+        return self._g.mode or self._mode
+
+    @property
+    def calls(self) -> int:
+        """The calls one replay issues (kernels, fused kernels, device copies)."""
+        return self._g.calls
+
+    @property
+    def recorded_calls(self) -> int:
+        """The calls DeviceKit's recording holds (0 for a native graph)."""
+        return self._g.recorded_calls
 
     @property
     def device(self):
@@ -72,7 +101,7 @@ class Graph:
     def capture_begin(self, device=None):
         """Start recording the device's work (prefer :func:`capture`)."""
         dev = _device(device)
-        self._g.begin_capture(dev)
+        self._g.begin_capture(dev, self._mode)
         _graph_state.capturing.add(dev.name)
 
     def capture_end(self):

@@ -18,6 +18,10 @@ script and prints :func:`summary`. What is recorded (see docs/trace.md):
   from timing events where the device declares them
   (``DK_DEVICE_CAP_TIMING_EVENTS``), else the host enqueue span (the event's
   ``args.time`` says which);
+- every graph replay (``devicekit.graphs``) as one span, host and stream,
+  named ``graph_replay(native)`` or ``graph_replay(recorded)``, with
+  ``args.calls``: the calls the replay issued (its kernels are not traced one
+  by one);
 - every allocation and free of the SDK's caching allocator, and a "memory in
   use" counter per device;
 - SDK composites with the fused-kernel decision (the kernel that ran, or why
@@ -38,7 +42,7 @@ from .errors import InvalidArgumentError
 
 _untraced_dispatch = _fused.dispatch  # the composite dispatch, put back by stop()
 _HOST_PID = 1
-_DEVICE_KINDS = ("launch", "fused", "copy")
+_DEVICE_KINDS = ("launch", "fused", "copy", "graph")
 
 
 def _decisions(op):
@@ -163,6 +167,8 @@ def to_chrome(records, spans):
             continue
         if kind == "copy":
             args["bytes"] = r["bytes"]
+        if kind == "graph":  # one graph replay: the calls it issued
+            args["calls"] = r["calls"]
         if "stream" in r:
             args["stream"] = r["stream"]
         ts, dur = _us(r["t0"], base), (r["t1"] - r["t0"]) / 1000.0

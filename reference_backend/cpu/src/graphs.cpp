@@ -9,9 +9,15 @@
 // is ONE queue item whose worker runs the recorded calls in order, so the host
 // pays one enqueue per graph, not one per captured call.
 //
-// Not recorded (refused): Event_Record / Stream_WaitEvent and collectives on
-// a capturing stream (DK_ERROR_UNIMPLEMENTED, the capture goes on), and a
-// Graph_Launch into a capturing stream. Forbidden by the header (they
+// Event_Record / Stream_WaitEvent on a capturing stream are recorded as event
+// nodes: each Graph_Launch makes a fresh point for every recorded record (the
+// event's latest record from then on) and takes the point every recorded wait
+// waits for, in node order, and the launch's worker reaches or waits for them
+// where they were recorded. A recorded event must outlive the graph.
+//
+// Not recorded (refused): collectives on a capturing stream
+// (DK_ERROR_UNIMPLEMENTED, the capture goes on), and a Graph_Launch into a
+// capturing stream. Forbidden by the header (they
 // invalidate the capture): host synchronisation and host copies (stream.cpp,
 // runtime.cpp call capture_forbidden).
 #include <cstring>
@@ -24,7 +30,9 @@
 namespace dkcpu {
 
 struct GraphNode {
-  WorkFn fn;
+  enum Kind { kRun, kRecord, kWait } kind = kRun;
+  WorkFn fn = nullptr;         // kRun
+  DK_Event* event = nullptr;   // kRecord, kWait: borrowed, must outlive the graph
   alignas(16) unsigned char payload[kMaxPayloadBytes];
 };
 
@@ -45,6 +53,7 @@ struct DK_Graph {
   std::atomic<uint32_t> magic{kLive};             // best-effort use-after-destroy check
   int32_t device = 0;
   std::vector<GraphNode> nodes;
+  size_t event_nodes = 0;  // kRecord and kWait nodes
   // One share for the caller (dropped by Graph_Destroy) and one per queued
   // launch (dropped by its worker once it ran): destroying a graph whose
   // launches are still queued is safe, the last of them frees it.
@@ -58,15 +67,32 @@ void release(DK_Graph* g) {
   if (g->refs.fetch_sub(1) == 1) delete g;
 }
 
-struct LaunchPayload { DK_Graph* graph; };
+// `points`: the launch's event points, one per event node in node order
+// (heap, owned by the launch item; NULL when the graph has no event nodes).
+struct LaunchPayload {
+  DK_Graph* graph;
+  std::vector<EventPointRef>* points;
+};
 
 // One launch of a graph, on the stream's worker: every recorded call in the
 // recorded order. Like eager work, an error does not stop the calls after it;
 // the first error is the one the stream reports.
 DK_Error* run_graph(const void* payload) {
-  DK_Graph* g = static_cast<const LaunchPayload*>(payload)->graph;
+  const auto* lp = static_cast<const LaunchPayload*>(payload);
+  DK_Graph* g = lp->graph;
+  std::unique_ptr<std::vector<EventPointRef>> points(lp->points);
+  size_t next_point = 0;
   DK_Error* first = nullptr;
   for (const GraphNode& n : g->nodes) {
+    if (n.kind != GraphNode::kRun) {
+      const EventPointRef& p = (*points)[next_point++];
+      if (n.kind == GraphNode::kRecord) {
+        event_point_reach(p);
+      } else {
+        event_point_wait(p);
+      }
+      continue;
+    }
     DK_Error* e = guarded("cpu.Graph_Launch (replayed call)", [&] { return n.fn(n.payload); });
     if (e == nullptr) continue;
     if (first == nullptr) {
@@ -97,6 +123,13 @@ void capture_record(Capture* c, WorkFn fn, const void* payload, size_t bytes) {
   GraphNode& n = c->nodes.back();
   n.fn = fn;
   std::memcpy(n.payload, payload, bytes);
+}
+
+void capture_event(Capture* c, int wait, DK_Event* event) {
+  c->nodes.emplace_back();
+  GraphNode& n = c->nodes.back();
+  n.kind = wait ? GraphNode::kWait : GraphNode::kRecord;
+  n.event = event;
 }
 
 void capture_delete(Capture* c) {
@@ -160,6 +193,7 @@ static DK_Error* dk_cpu_Graph_Capture(DK_Graph_Capture_Args* args) {
     auto g = std::make_unique<DK_Graph>();
     g->device = owned->device;
     g->nodes = std::move(owned->nodes);
+    for (const GraphNode& n : g->nodes) g->event_nodes += n.kind != GraphNode::kRun;
     args->graph = g.release();
     return nullptr;
   });
@@ -177,9 +211,23 @@ static DK_Error* dk_cpu_Graph_Launch(DK_Graph_Launch_Args* args) {
                      kCall);
   }
   return guarded(kCall, [&]() -> DK_Error* {
-    if (args->graph->nodes.empty()) return nullptr;
-    args->graph->refs.fetch_add(1);
-    const LaunchPayload p{args->graph};
+    DK_Graph* g = args->graph;
+    if (g->nodes.empty()) return nullptr;
+    std::unique_ptr<std::vector<EventPointRef>> points;
+    if (g->event_nodes != 0) {
+      for (const GraphNode& n : g->nodes) {
+        if (n.kind == GraphNode::kRun) continue;
+        if (DK_Error* e = check_live_event(kCall, n.event)) return e;  // destroyed before the graph
+      }
+      points = std::make_unique<std::vector<EventPointRef>>();
+      points->reserve(g->event_nodes);
+      for (const GraphNode& n : g->nodes) {
+        if (n.kind == GraphNode::kRecord) points->push_back(event_new_point(n.event));
+        if (n.kind == GraphNode::kWait) points->push_back(event_pending_point(n.event));
+      }
+    }
+    g->refs.fetch_add(1);
+    const LaunchPayload p{g, points.release()};
     enqueue_uncaptured(args->stream, run_graph, &p, sizeof p);
     return nullptr;
   });

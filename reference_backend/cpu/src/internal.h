@@ -9,6 +9,7 @@
 #include <devicekit/plugin_runtime.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -104,6 +105,23 @@ DK_Error* capture_forbidden(const char* call, DK_Stream* stream);
 Capture* stream_capture(const DK_Stream* stream);
 int32_t stream_device(const DK_Stream* stream);
 bool stream_swap_capture(DK_Stream* stream, Capture* expected, Capture* desired);
+
+// Event_Record / Stream_WaitEvent on a capturing stream are recorded as graph
+// nodes (`wait` 0: a record, 1: a wait) in the capture's order, under the
+// stream's enqueue lock (graphs.cpp).
+void capture_event(Capture* capture, int wait, DK_Event* event);
+// Events in a launched graph (stream.cpp). At Graph_Launch, in node order: a
+// recorded Event_Record makes a new point the event's latest record (so a
+// host or stream waiting after the launch waits for the replay to reach it),
+// a recorded Stream_WaitEvent takes the event's latest point then (NULL when
+// it has none or it is reached). The worker reaches or waits for them.
+using EventPointRef = std::shared_ptr<void>;
+EventPointRef event_new_point(DK_Event* event);
+EventPointRef event_pending_point(DK_Event* event);
+void event_point_reach(const EventPointRef& point);
+void event_point_wait(const EventPointRef& point);
+// NULL, destroyed: an error naming `call` (stream.cpp).
+DK_Error* check_live_event(const char* call, const DK_Event* event);
 
 // Enqueues bypassing any capture (a graph's own launch item).
 void enqueue_uncaptured(DK_Stream* stream, WorkFn fn, const void* payload, size_t bytes);

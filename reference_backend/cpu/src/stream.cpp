@@ -121,6 +121,9 @@ struct DK_Event {
   const int32_t device;
   std::mutex mu;
   std::shared_ptr<EventPoint> point;  // latest record; NULL until recorded
+  // The stream whose capture last recorded it: Event_Synchronize of it while
+  // that stream still captures is host work in the capture (forbidden).
+  std::atomic<DK_Stream*> captured_on{nullptr};
 };
 
 namespace dkcpu {
@@ -199,16 +202,16 @@ DK_Error* check_event(const char* call, const char* what, const DK_Event* e) {
   return dkh::check_event(call, what, e);
 }
 
-// Event_Record / Stream_WaitEvent on a capturing stream: the header has them
-// recorded; this plugin does not record them yet, so it refuses them rather
-// than run them out of order with the recorded work (the capture goes on).
-DK_Error* capture_no_events(const char* call, const DK_Stream* s) {
-  if (s->capture.load() == nullptr) return nullptr;
-  return dkh_error(DK_ERROR_UNIMPLEMENTED,
-                   "%s: the stream is capturing a graph, and the CPU plugin does not record "
-                   "events in a graph yet. Hint: record events before Graph_Capture(begin) or "
-                   "after Graph_Capture(end).",
-                   call);
+// Event_Record / Stream_WaitEvent on a capturing stream are recorded, not
+// run (the header's rule): true when `s` captured the call.
+bool captured_event(DK_Stream* s, int wait, DK_Event* e) {
+  Capture* c = s->capture.load();
+  if (c == nullptr) return false;
+  std::lock_guard<std::mutex> lock(s->enqueue_mu);  // ordered with the captured kernels
+  if (s->capture.load() != c) return false;
+  capture_event(c, wait, e);
+  if (wait == 0) e->captured_on.store(s);
+  return true;
 }
 
 std::shared_ptr<EventPoint> current_point(DK_Event* e) {
@@ -228,6 +231,36 @@ void enqueue_raw(DK_Stream* s, WorkFn fn, const void* payload, size_t bytes) {
     if (s->capture.load() == c) return capture_record(c, fn, payload, bytes);
   }
   enqueue_uncaptured(s, fn, payload, bytes);
+}
+
+EventPointRef event_new_point(DK_Event* e) {
+  auto point = std::make_shared<EventPoint>();
+  std::lock_guard<std::mutex> lock(e->mu);
+  e->point = point;
+  return point;
+}
+
+EventPointRef event_pending_point(DK_Event* e) {
+  std::shared_ptr<EventPoint> point = current_point(e);
+  if (point == nullptr || point->reached.load()) return nullptr;
+  return point;
+}
+
+void event_point_reach(const EventPointRef& ref) {
+  auto* p = static_cast<EventPoint*>(ref.get());
+  p->when = Clock::now();
+  p->reached.store(true);
+  p->waiter.wake();
+}
+
+void event_point_wait(const EventPointRef& ref) {
+  if (ref == nullptr) return;
+  auto* p = static_cast<EventPoint*>(ref.get());
+  p->waiter.wait([&] { return p->reached.load(); });
+}
+
+DK_Error* check_live_event(const char* call, const DK_Event* e) {
+  return check_event(call, "event", e);
 }
 
 void enqueue_uncaptured(DK_Stream* s, WorkFn fn, const void* payload, size_t bytes) {
@@ -352,8 +385,9 @@ DK_Error* dk_cpu_Event_Record(DK_Event_Record_Args* args) {
   DKCPU_CHECK_ARGS(kCall, args, DK_Event_Record_Args);
   if (DK_Error* e = check_event(kCall, "event", args->event)) return e;
   if (DK_Error* e = check_stream(kCall, args->stream, args->event->device)) return e;
-  if (DK_Error* e = capture_no_events(kCall, args->stream)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
+    if (captured_event(args->stream, 0, args->event)) return nullptr;
+    args->event->captured_on.store(nullptr);
     auto point = std::make_shared<EventPoint>();
     push_point(args->stream, WorkItem::kRecord, point);
     std::lock_guard<std::mutex> lock(args->event->mu);
@@ -366,9 +400,9 @@ DK_Error* dk_cpu_Stream_WaitEvent(DK_Stream_WaitEvent_Args* args) {
   static const char* const kCall = "cpu.Stream_WaitEvent";
   DKCPU_CHECK_ARGS(kCall, args, DK_Stream_WaitEvent_Args);
   if (DK_Error* e = check_stream(kCall, args->stream, -1)) return e;
-  if (DK_Error* e = capture_no_events(kCall, args->stream)) return e;
   if (DK_Error* e = check_event(kCall, "event", args->event)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
+    if (captured_event(args->stream, 1, args->event)) return nullptr;
     std::shared_ptr<EventPoint> point = current_point(args->event);
     // Never recorded, or already reached: nothing to wait for.
     if (point != nullptr && !point->reached.load()) {
@@ -391,6 +425,14 @@ DK_Error* dk_cpu_Event_Synchronize(DK_Event_Synchronize_Args* args) {
   static const char* const kCall = "cpu.Event_Synchronize";
   DKCPU_CHECK_ARGS(kCall, args, DK_Event_Synchronize_Args);
   if (DK_Error* e = check_event(kCall, "event", args->event)) return e;
+  if (DK_Stream* s = args->event->captured_on.load()) {  // recorded in a capture
+    if (DK_Error* dead = check_stream(kCall, s, -1)) {  // destroyed since: not capturing
+      DK_Error_Destroy_Args destroy = {DK_Error_Destroy_Args_STRUCT_SIZE, dead};
+      dkh_Error_Destroy(&destroy);
+    } else if (DK_Error* e = capture_forbidden(kCall, s)) {
+      return e;
+    }
+  }
   return guarded(kCall, [&]() -> DK_Error* {
     std::shared_ptr<EventPoint> point = current_point(args->event);
     if (point != nullptr) point->waiter.wait([&] { return point->reached.load(); });

@@ -1,0 +1,255 @@
+"""Section "graphs": capture and replay of device work (``devicekit.graphs``),
+through the plugin's optional graphs part (device API 1.5, mode "native") and
+through DeviceKit's own recording (mode "recorded", which every plugin gets).
+
+- ``graphs/<mode>/bitwise/<family>``: a captured function replayed on three
+  new inputs (written in place into the static input) equals eager runs bit
+  for bit, for every kernel family: elementwise, reduction, matmul,
+  softmax/norm, gather/scatter, random with a fixed seed, cast.
+- ``graphs/<mode>/invalid``: nested captures, a second capture into a held
+  graph, a replay of an empty graph and host work in a capture are rejected
+  with the documented errors, and the device works eagerly afterwards.
+- ``graphs/<mode>/destroyed_while_queued``: a graph reset right after several
+  replays were issued (no synchronize): the queued work still runs right.
+- ``graphs/<mode>/other_stream``: replays on a second stream of the device
+  are ordered with the default stream's work before and after them.
+- ``graphs/<mode>/pool_growth``: a lot allocated (and the cache emptied)
+  between the capture and the replays: replays still equal eager runs and
+  the tensors allocated meanwhile are never overwritten.
+- ``graphs/native_vs_recorded/<family>``: the plugin's native graph and the
+  SDK's recording of the same code give the same bits.
+
+A plugin without the graphs part gets its native cases reported as not
+implemented (optional: it does not fail the run); the recorded ones run on
+every plugin.
+"""
+
+import functools
+
+import numpy as np
+
+import devicekit as dk
+from devicekit import bridge, ops
+from devicekit.conformance.case import Case, Section
+from devicekit.nn import functional as F
+
+MODES = ("native", "recorded")
+FAMILIES = ("elementwise", "reduction", "matmul", "softmax_norm", "gather_scatter", "random",
+            "cast")
+SHAPE = (48, 80)
+NO_PART = "not implemented: the plugin has no graphs part"
+
+
+def _has_part(target):
+    return "graphs" in target.device.plugin.parts
+
+
+def _family(name):
+    """fn(x, w, idx) -> a tuple of tensors, with x [48, 80] float32,
+    w [80, 40] float32 and idx [48, 10] int64 in [0, 80)."""
+    return {
+        "elementwise": lambda x, w, i: (ops.tanh(x * 2.0 + 1.0) - ops.exp(x) * 0.5,
+                                        ops.maximum(x, ops.neg(x)) / (ops.abs(x) + 1.0)),
+        "reduction": lambda x, w, i: (ops.sum(x * x, 1), ops.amax(x, 0), ops.cumsum(x, 1)),
+        "matmul": lambda x, w, i: (ops.matmul(x, w),),
+        "softmax_norm": lambda x, w, i: (F.softmax(ops.matmul(x, w), -1),
+                                         F.layer_norm(x), F.rms_norm(x)),
+        "gather_scatter": lambda x, w, i: (ops.gather(x, 1, i),
+                                           ops.scatter_add(x, 1, i, ops.gather(x, 1, i) * 2.0)),
+        "random": lambda x, w, i: (ops.rand(SHAPE, 1234, 5, device=x.device) + x,
+                                   ops.randn((7, 9), 99, 0, device=x.device)),
+        "cast": lambda x, w, i: (ops.cast(x * 100.0, dk.int32), ops.cast(x, dk.float16),
+                                 ops.cast(ops.cast(x * 7.0, dk.int64), dk.float32)),
+    }[name]
+
+
+def _inputs(device, seed):
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal(SHAPE, dtype=np.float32) for _ in range(4)]
+    w = dk.tensor(rng.standard_normal((80, 40), dtype=np.float32), device=device)
+    idx = dk.tensor(rng.integers(0, SHAPE[1], (48, 10), dtype=np.int64), device=device)
+    return xs, w, idx
+
+
+def _bits(t):
+    a = t.numpy()
+    return a.view(np.dtype(f"u{a.itemsize}")) if a.dtype.kind == "f" else a
+
+
+def _same_bits(got, want, what):
+    assert len(got) == len(want), what
+    for k, (g, e) in enumerate(zip(got, want)):
+        gb, eb = _bits(g), _bits(e)
+        assert gb.shape == eb.shape and np.array_equal(gb, eb), (
+            f"{what}: output {k} differs from the eager run "
+            f"({int((gb != eb).sum()) if gb.shape == eb.shape else 'shape'} elements)")
+
+
+def _captured(device, mode, fn, x, *rest):
+    fn(x, *rest)  # warm-up (the constant cache)
+    g = dk.graphs.Graph(mode=mode)
+    with dk.graphs.capture(g, device):
+        ys = fn(x, *rest)
+    assert g.mode == mode, (g.mode, mode)
+    return g, ys
+
+
+def check_bitwise(ctx, mode, family):
+    fn = _family(family)
+    xs, w, idx = _inputs(ctx.device, ctx.seed)
+    x = dk.tensor(xs[0], device=ctx.device)  # the static input
+    g, ys = _captured(ctx.device, mode, fn, x, w, idx)
+    try:
+        for n, xv in enumerate(xs[1:]):
+            bridge.copy_into(x, dk.tensor(xv, device=ctx.device))
+            g.replay()
+            _same_bits(ys, fn(dk.tensor(xv, device=ctx.device), w, idx),
+                       f"{mode} {family}, replay {n}")
+    finally:
+        g.reset()
+
+
+def check_native_vs_recorded(ctx, family):
+    fn = _family(family)
+    xs, w, idx = _inputs(ctx.device, ctx.seed)
+    x = dk.tensor(xs[0], device=ctx.device)
+    gn, yn = _captured(ctx.device, "native", fn, x, w, idx)
+    gr, yr = _captured(ctx.device, "recorded", fn, x, w, idx)
+    try:
+        for n, xv in enumerate(xs[1:]):
+            bridge.copy_into(x, dk.tensor(xv, device=ctx.device))
+            gn.replay()
+            gr.replay()
+            _same_bits(yr, yn, f"recorded against native, {family}, replay {n}")
+    finally:
+        gn.reset()
+        gr.reset()
+
+
+def _raises(exc, text, call):
+    try:
+        call()
+    except exc as e:
+        assert text in str(e), f"expected {exc.__name__} with {text!r}, got: {e}"
+        return
+    raise AssertionError(f"expected {exc.__name__} with {text!r}; nothing was raised")
+
+
+def check_invalid(ctx, mode):
+    d = ctx.device
+    g, h = dk.graphs.Graph(mode=mode), dk.graphs.Graph(mode=mode)
+    _raises(dk.InvalidArgumentError, "holds no capture", g.replay)
+    x = dk.ones(8, device=d)
+    x * 2.0
+    with dk.graphs.capture(g, d):
+        y = x * 2.0
+        _raises(dk.InvalidArgumentError, "captures do not nest", lambda: h.capture_begin(d))
+    _raises(dk.InvalidArgumentError, "already holds a capture", lambda: g.capture_begin(d))
+    g.replay()
+    assert y.numpy().tolist() == [2.0] * 8
+    g.reset()
+    _raises(dk.InvalidArgumentError, "holds no capture", g.replay)
+
+    def host_read():
+        with dk.graphs.capture(h, d):
+            ops.sum(x * 3.0, 0).item()
+
+    _raises(dk.InvalidArgumentError, "devicekit.graphs.capture: Tensor.item() needs the host",
+            host_read)
+    assert not h.captured
+
+    def host_copy():
+        with dk.graphs.capture(h, d):
+            dk.tensor(np.ones(3, np.float32), device=d)
+
+    _raises(dk.InvalidArgumentError, "copy from host memory", host_copy)
+    assert (x * 3.0).numpy().tolist() == [3.0] * 8  # eager again
+
+
+def check_destroyed_while_queued(ctx, mode):
+    d = ctx.device
+    n = 1 << 20  # a few ms per replay: the last ones are still queued at the reset
+    x = dk.tensor(np.linspace(-1, 1, n, dtype=np.float32), device=d)
+    fn = lambda x: ops.tanh(ops.exp(x) * x + 1.0) * 3.0  # noqa: E731
+    g, y = _captured(d, mode, fn, x)
+    for k in range(4):
+        bridge.copy_into(x, dk.full((n,), 0.25 * k, device=d))
+        g.replay()
+    g.reset()  # launches still queued: they run, the graph goes after them
+    others = [dk.full((n,), 7.0, device=d) for _ in range(4)]
+    assert np.array_equal(_bits(y), _bits(fn(x)))
+    for o in others:
+        assert (o.numpy() == 7.0).all()
+
+
+def check_other_stream(ctx, mode):
+    d = ctx.device
+    x = dk.tensor(np.zeros(4096, np.float32), device=d)
+    fn = lambda x: ops.exp(x) + x  # noqa: E731
+    g, y = _captured(d, mode, fn, x)
+    side = d.stream()
+    try:
+        for v in (1.0, 2.0, 3.0):
+            bridge.copy_into(x, dk.full((4096,), v, device=d))  # default stream
+            g.replay(side)  # after the copy, before the read below
+            assert np.array_equal(_bits(y), _bits(fn(x))), v
+    finally:
+        g.reset()
+
+
+def check_pool_growth(ctx, mode):
+    d = ctx.device
+    xs, w, idx = _inputs(d, ctx.seed)
+    x = dk.tensor(xs[0], device=d)
+    fn = _family("softmax_norm")
+    g, ys = _captured(d, mode, fn, x, w, idx)
+    try:
+        for n, xv in enumerate(xs[1:]):
+            big = [dk.full((1 << 18,), float(k), device=d) for k in range(24)]  # 24 MiB
+            dk.empty_cache(d)
+            bridge.copy_into(x, dk.tensor(xv, device=d))
+            g.replay()
+            _same_bits(ys, fn(dk.tensor(xv, device=d), w, idx), f"{mode} replay {n}")
+            for k, b in enumerate(big):
+                assert (b.numpy() == float(k)).all(), "a replay wrote a tensor made after it"
+            del big
+    finally:
+        g.reset()
+
+
+CHECKS = {"invalid": check_invalid, "destroyed_while_queued": check_destroyed_while_queued,
+          "other_stream": check_other_stream, "pool_growth": check_pool_growth}
+
+
+def _ids(target):
+    ids = []
+    for mode in MODES:
+        ids += [f"graphs/{mode}/bitwise/{f}" for f in FAMILIES]
+        ids += [f"graphs/{mode}/{c}" for c in CHECKS]
+    ids += [f"graphs/native_vs_recorded/{f}" for f in FAMILIES]
+    return ids
+
+
+SECTION = Section("graphs", "Device graphs: capture and replay (native part, device API 1.5+, "
+                  "and DeviceKit's recording)", order=75,
+                  min_cases=lambda target: len(_ids(target)) if _has_part(target) else None)
+
+
+def cases(target):
+    native = _has_part(target)
+    out = []
+    for case_id in _ids(target):
+        parts = case_id.split("/")
+        if parts[1] == "native_vs_recorded":
+            fn = functools.partial(check_native_vs_recorded, family=parts[2])
+        elif parts[2] == "bitwise":
+            fn = functools.partial(check_bitwise, mode=parts[1], family=parts[3])
+        else:
+            fn = functools.partial(CHECKS[parts[2]], mode=parts[1])
+        needs_part = parts[1] in ("native", "native_vs_recorded")
+        if needs_part and not native:
+            out.append(Case(id=case_id, section="graphs", fn=fn, required=False,
+                            not_implemented=NO_PART + " (DeviceKit's recorded graphs still run)"))
+        else:
+            out.append(Case(id=case_id, section="graphs", fn=fn))
+    return out

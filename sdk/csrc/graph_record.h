@@ -1,0 +1,54 @@
+// SDK-side graph recording, for plugins without the device API's graphs part
+// (and for any plugin when a caller asks for it): while a device captures in
+// this mode, launch() (dispatch.cpp), a fused kernel's launch (fused.cpp) and
+// a device-to-device copy on the default stream (Device::memcpy) append a
+// deep copy of their call here instead of issuing it, and replay() issues the
+// recorded calls again from C++, in order, on the stream asked for. The
+// views' data pointers are those of the graph's pinned pool and of the
+// caller's static tensors, exactly as the eager call had them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "devicekit/device_api.h"
+
+namespace dk {
+
+class Device;
+
+class Recording {
+ public:
+  // A kernel or fused kernel: `fn` is its entry (DK_KernelFn shape), `name`
+  // a static string or the plugin's kernel name for error messages.
+  void add_kernel(DK_KernelFn* fn, const DK_Kernel_Args& a, const char* name, bool fused);
+  void add_copy(void* dst, const void* src, size_t n);
+  size_t size() const;
+  // Issues every recorded call on `stream` of `dev`, in order. Stops at the
+  // first call the plugin refuses and throws its error naming the call.
+  void replay(Device& dev, DK_Stream* stream) const;
+
+ private:
+  struct Call {
+    bool copy = false;
+    bool fused = false;
+    DK_KernelFn* fn = nullptr;
+    const char* name = "";
+    DK_Kernel_Args args{};
+    std::vector<DK_TensorView> views;          // inputs then outputs
+    std::vector<const DK_TensorView*> ptrs;    // NULL entries kept NULL
+    std::vector<int64_t> dims;                 // shapes and strides of the views
+    std::vector<uint64_t> attrs;               // the attribute struct, 8-byte aligned
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+  };
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Call>> calls_;
+};
+
+}  // namespace dk
