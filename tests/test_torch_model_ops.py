@@ -37,8 +37,9 @@ def calls(monkeypatch):
     seen = {}
 
     def watch(*names):
-        for name in names:
-            op = getattr(aten, name).default
+        for name in names:  # "op" (its default overload) or "op.overload"
+            pkt, _, over = name.partition(".")
+            op = getattr(getattr(aten, pkt), over or "default")
             low = _table.LOWERINGS[op]
 
             def fn(*a, _fn=low.fn, _name=name, **k):
@@ -147,3 +148,53 @@ def test_mixtral_default_grouped_experts_path(calls):
     for (name, p), (_, q) in zip(cpu.named_parameters(), dk.named_parameters()):
         close(q.grad, p.grad, f"grad of {name}")
     assert seen.get("histc") and seen.get("_grouped_mm"), seen
+
+
+CTC_CASES = {  # targets, input lengths, target lengths, zero_infinity
+    "padded": (torch.tensor([[1, 2, 2, 5], [3, 1, 0, 0], [4, 4, 4, 1]]), [12, 10, 7], [4, 2, 3],
+               False),
+    "concatenated, repeats, an empty target": (torch.tensor([1, 1, 2, 3, 3]), [12, 5, 9],
+                                               [3, 0, 2], False),
+    "impossible alignment, zero_infinity": (torch.tensor([[1, 2, 3, 4], [2, 3, 4, 5], [1, 1, 1, 1]]),
+                                            [3, 12, 12], [4, 4, 1], True),
+    "lengths as tensors": (torch.tensor([[5, 4, 3, 2], [1, 2, 1, 2], [3, 3, 3, 3]]),
+                           torch.tensor([12, 11, 6]), torch.tensor([4, 3, 1]), False),
+}
+
+
+@pytest.mark.parametrize("case", list(CTC_CASES))
+def test_ctc_loss_and_its_gradient(calls, case):
+    import torch.nn.functional as F
+    targets, il, tl, zero_inf = CTC_CASES[case]
+    over = ".Tensor" if isinstance(il, torch.Tensor) else ""
+    seen = calls("_ctc_loss" + over, "_ctc_loss_backward" + over)
+    torch.manual_seed(3)
+    lp = torch.randn(12, 3, 6).log_softmax(2).detach().requires_grad_()
+    lp2 = lp.detach().to(DK).requires_grad_()
+    dev = lambda v: v.to(DK) if isinstance(v, torch.Tensor) else v  # noqa: E731
+    for reduction in ("none", "mean"):
+        want = F.ctc_loss(lp, targets, il, tl, reduction=reduction, zero_infinity=zero_inf)
+        got = F.ctc_loss(lp2, targets.to(DK), dev(il), dev(tl), reduction=reduction,
+                         zero_infinity=zero_inf)
+        w = torch.rand_like(want) + 0.5
+        (want * w).sum().backward()
+        (got * w.to(DK)).sum().backward()
+        close(got, want.detach(), f"{reduction} loss")
+        close(lp2.grad, lp.grad, f"{reduction} gradient")
+        assert torch.isfinite(lp.grad).all()
+        lp.grad = lp2.grad = None
+    assert seen == {"_ctc_loss" + over: 2, "_ctc_loss_backward" + over: 2}, seen
+
+
+def test_ctc_loss_unbatched():
+    import torch.nn.functional as F
+    torch.manual_seed(4)
+    lp = torch.randn(9, 5).log_softmax(1).detach().requires_grad_()
+    lp2 = lp.detach().to(DK).requires_grad_()
+    targets = torch.tensor([1, 3, 3, 2])
+    want = F.ctc_loss(lp, targets, (9,), (4,))
+    got = F.ctc_loss(lp2, targets.to(DK), (9,), (4,))
+    want.backward()
+    got.backward()
+    close(got, want.detach(), "loss")
+    close(lp2.grad, lp.grad, "gradient")

@@ -99,10 +99,10 @@ SPECS = {
     # speech: raw waveform -> two 1-D convolutions (layer-normed, GELU) -> a
     # post-LayerNorm transformer whose position embedding is two grouped 1-D
     # convolutions -> the CTC head (a linear per frame), trained with a
-    # per-frame cross-entropy: devicekit.torch has no CTC loss (aten::_ctc_loss:
-    # no lowering, no decomposition). Data2VecAudio, not Wav2Vec2, was chosen
-    # when Wav2Vec2's (and HuBERT's) weight-normed position convolution had no
-    # backward lowering (it has now: devicekit.torch._lower_models). No SpecAugment
+    # per-frame cross-entropy (the model predates devicekit.torch's CTC loss and
+    # weight-norm backward, devicekit.torch._lower_models; it keeps its goldens).
+    # Data2VecAudio, not Wav2Vec2, was chosen when Wav2Vec2's (and HuBERT's)
+    # weight-normed position convolution had no backward lowering. No SpecAugment
     # masking or layer drop (they draw random numbers). num_samples is not a
     # config field (kept as an attribute, as hf-resnet's image_size) but sizes
     # the batch

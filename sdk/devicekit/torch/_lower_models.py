@@ -1,15 +1,20 @@
 """Lowerings that particular model families need: the weight norm of
 Wav2Vec2/HuBERT's position convolution (``_weight_norm_interface`` and its
 backward), ``histc`` and ``_grouped_mm`` (transformers' default
-grouped-experts path of Mixtral and other mixtures of experts).
+grouped-experts path of Mixtral and other mixtures of experts), and the CTC
+loss with its backward (speech models' CTC heads).
 
 All of it is base ops. 16-bit inputs compute in float32 and round once, as
-torch's kernels do. ``histc`` with ``min == max`` and ``_grouped_mm``'s
-group offsets read a few values back to the host (data-dependent bounds and
-sizes, one sync each, as torch's own kernels on an accelerator do).
+torch's kernels do. ``histc`` with ``min == max``, ``_grouped_mm``'s group
+offsets and the CTC lengths given as tensors read a few values back to the
+host (data-dependent bounds and sizes, one sync each, as torch's own kernels
+on an accelerator do).
 """
 
 import math
+
+import numpy as np
+import torch
 
 from .. import bridge
 from .. import dtypes as _dt
@@ -160,3 +165,200 @@ def grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
     raise RuntimeError(f"DeviceKit's _grouped_mm takes 2-D or 3-D operands, got {a.ndim}-D x "
                        f"{b.ndim}-D")
 
+
+
+# ---- CTC loss ------------------------------------------------------------------------
+
+_NEG_INF = float("-inf")
+
+
+def _lse3(a, b, c):
+    """log(exp a + exp b + exp c) elementwise; -inf where all three are."""
+    m = ops.maximum(ops.maximum(a, b), c)
+    m = ops.where(ops.eq(m, _NEG_INF), 0.0, m)
+    s = ops.add(ops.add(ops.exp(ops.sub(a, m)), ops.exp(ops.sub(b, m))), ops.exp(ops.sub(c, m)))
+    return ops.add(ops.log(s), m)
+
+
+def _lengths(v):
+    if isinstance(v, bridge.Tensor):
+        return [int(e) for e in _device.to_host(v).reshape(-1).tolist()]
+    return [int(e) for e in v]
+
+
+class _CTC:
+    """One CTC call's extended labels (blank, t1, blank, t2, ..., blank) as
+    [N, L] on the device, L = 2 * max target length + 1, with the host-known
+    lengths; ``lp`` [T, N, L] the log-probabilities of each extended label."""
+
+    def __init__(self, log_probs, targets, input_lengths, target_lengths, blank):
+        if log_probs.dtype not in (_dt.float32, _dt.float64):
+            raise NotImplementedError(f"DeviceKit's CTC loss takes float32 or float64 "
+                                      f"log-probabilities, not {log_probs.dtype} (as torch's CPU "
+                                      f"kernel)")
+        self.unbatched = log_probs.ndim == 2
+        lp = log_probs.reshape(log_probs.shape[0], 1, log_probs.shape[1]) if self.unbatched \
+            else log_probs
+        self.t_max, self.n, self.c = lp.shape
+        self.tl, self.il = _lengths(target_lengths), _lengths(input_lengths)
+        self.blank = int(blank)
+        s_max = max(self.tl, default=0)
+        self.L = L = 2 * s_max + 1
+        dev = log_probs.device
+        # the position in targets of each label: padded [N, S] or concatenated 1-D
+        pos = np.zeros((self.n, max(s_max, 1)), np.int64)
+        tflat = targets.reshape(-1)
+        if targets.ndim == 2 and not self.unbatched:
+            width = targets.shape[1]
+            for i, k in enumerate(self.tl):
+                pos[i, :k] = i * width + np.arange(k)
+        else:
+            start = 0
+            for i, k in enumerate(self.tl):
+                pos[i, :k] = start + np.arange(k)
+                start += k
+        labels = ops.gather(bridge.cast(tflat, _dt.int64.id), 0,
+                            _device.from_host(torch.from_numpy(pos.reshape(-1)), dev))
+        labels = labels.reshape(self.n, pos.shape[1])
+        s = np.arange(L)
+        odd = (s % 2 == 1)
+        label_at = np.minimum((s - 1) // 2, pos.shape[1] - 1).clip(0)
+        idx = _device.from_host(torch.from_numpy(np.broadcast_to(label_at, (self.n, L)).copy()),
+                                dev)
+        ext = ops.gather(labels, 1, idx)
+        self.ext = ops.where(_device.from_host(torch.from_numpy(odd), dev).reshape(1, L), ext,
+                             self.blank)
+        lengths = np.array([2 * k + 1 for k in self.tl])
+        self.valid = _device.from_host(torch.from_numpy(s[None, :] < lengths[:, None]), dev)
+        # a skip from s - 2 to s: s odd, s >= 3, and a label other than at s - 2
+        skip = np.zeros(L, bool)
+        skip[3::2] = True
+        if L > 2:
+            differs = ops.ne(self.ext.narrow(1, 2, L - 2), self.ext.narrow(1, 0, L - 2))
+            pad = bridge.full(dev, [self.n, 2], _dt.bool_.id, 0)
+            self.skip = ops.logical_and(bridge.cat([pad, differs], 1),
+                                        _device.from_host(torch.from_numpy(skip), dev).reshape(1, L))
+        else:
+            self.skip = bridge.full(dev, [self.n, L], _dt.bool_.id, 0)
+        self.log_probs = lp
+        ext_t = self.ext.reshape(1, self.n, L).expand(self.t_max, self.n, L).contiguous()
+        self.ext_t = ext_t
+        self.lp = ops.gather(lp, 2, ext_t)  # [T, N, L]
+        self.np = np
+        self.lengths = lengths
+
+    def host_mask(self, rows):
+        """A [N, L] bool device tensor from a host array."""
+        return _device.from_host(torch.from_numpy(self.np.ascontiguousarray(rows)),
+                                 self.lp.device)
+
+    def shifted(self, x, k, mask=None, left=True):
+        """x [N, L] moved k places right (left=True: x[s - k] at s) or left, -inf filled."""
+        n, L = x.shape
+        fill = bridge.full(x.device, [n, k], bridge.dtype_id(x), _NEG_INF)
+        if k >= L:
+            out = bridge.full(x.device, [n, L], bridge.dtype_id(x), _NEG_INF)
+        elif left:
+            out = bridge.cat([fill, x.narrow(1, 0, L - k)], 1)
+        else:
+            out = bridge.cat([x.narrow(1, k, L - k), fill], 1)
+        return out if mask is None else ops.where(mask, out, _NEG_INF)
+
+    def alphas(self):
+        """[T, N, L] log alpha (values past a sample's input length are not used)."""
+        np, L = self.np, self.L
+        start = np.zeros((self.n, L), bool)
+        start[:, 0] = True
+        start[:, 1:2] = (self.lengths > 1)[:, None] if L > 1 else start[:, 1:2]
+        alpha = ops.where(self.host_mask(start), self.lp.narrow(0, 0, 1).reshape(self.n, L),
+                          _NEG_INF)
+        out = [alpha]
+        for t in range(1, self.t_max):
+            a = _lse3(alpha, self.shifted(alpha, 1), self.shifted(alpha, 2, self.skip))
+            alpha = ops.where(self.valid, ops.add(self.lp.narrow(0, t, 1).reshape(self.n, L), a),
+                              _NEG_INF)
+            out.append(alpha)
+        return ops.stack(out, 0)
+
+    def nll(self, log_alpha_ntl):
+        """-log p(target | input) per sample, from log alpha [N, T, L]."""
+        np, L, T = self.np, self.L, self.t_max
+        last = np.array([max(t - 1, 0) * L for t in self.il])
+        i1 = last + self.lengths - 1
+        i2 = last + np.maximum(self.lengths - 2, 0)
+        idx = self.host_mask(np.stack([i1, i2], 1).astype(np.int64))
+        ends = ops.gather(log_alpha_ntl.reshape(self.n, T * L), 1, idx)
+        two = self.host_mask(np.stack([np.ones(self.n, bool), self.lengths > 1], 1))
+        ends = ops.where(two, ends, _NEG_INF)
+        e0, e1 = ends.narrow(1, 0, 1), ends.narrow(1, 1, 1)
+        neg = bridge.full(ends.device, [self.n, 1], bridge.dtype_id(ends), _NEG_INF)
+        nll = ops.neg(_lse3(e0, e1, neg)).reshape(self.n)
+        none = self.host_mask(np.array([t == 0 for t in self.il]))  # no input: p = 0 ...
+        empty = self.host_mask(np.array([t == 0 and k == 0 for t, k in zip(self.il, self.tl)]))
+        nll = ops.where(none, float("inf"), nll)
+        return ops.where(empty, 0.0, nll)  # ... unless the target is empty too
+
+
+def _ctc_forward(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity):
+    ctc = _CTC(log_probs, targets, input_lengths, target_lengths, blank)
+    log_alpha = ops.contiguous(ctc.alphas().transpose(0, 1))  # [N, T, L], as torch saves it
+    nll = ctc.nll(log_alpha)  # (zero_infinity: ctc_loss zeroes it above this op)
+    return (nll.reshape(()) if ctc.unbatched else nll), log_alpha
+
+
+@lowers("_ctc_loss.default", "_ctc_loss.Tensor", kind=COMPOSITE)
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    """(negative log-likelihood per sample, log alpha [N, T, 2S+1]): the CTC
+    forward recursion in log space, one step of base ops per time step; the
+    lengths are host values (the ``.Tensor`` form reads them back)."""
+    return _ctc_forward(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
+
+
+@lowers("_ctc_loss_backward.default", "_ctc_loss_backward.Tensor", kind=COMPOSITE)
+def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha,
+                      blank, zero_infinity=False):
+    """torch's gradient: per time step and class, exp(lp) - exp(log sum over the
+    extended labels of that class of alpha * beta + nll - lp), times the
+    sample's grad; zero past a sample's input length (and for an infinite
+    loss under zero_infinity). Beta runs the recursion backwards; the sum
+    over labels is a scatter_add of exp(alpha + beta - max) per step."""
+    ctc = _CTC(log_probs, targets, input_lengths, target_lengths, blank)
+    np, n, L, T, C = ctc.np, ctc.n, ctc.L, ctc.t_max, ctc.c
+    la = log_alpha.reshape(n, T, L) if log_alpha.ndim == 3 else log_alpha
+    ends = np.zeros((n, L), bool)
+    for i, k in enumerate(ctc.lengths):
+        ends[i, k - 1] = True
+        if k > 1:
+            ends[i, k - 2] = True
+    ends = ctc.host_mask(ends)
+    il = np.array(ctc.il)
+    skip_b = ctc.shifted(bridge.cast(ctc.skip, _dt.float32.id), 2, left=False)
+    skip_b = ops.eq(skip_b, 1.0)  # skip[s + 2]: a skip back from s + 2 to s
+    beta = bridge.full(la.device, [n, L], bridge.dtype_id(la), _NEG_INF)
+    ab = [None] * T
+    for t in range(T - 1, -1, -1):
+        lp_t = ctc.lp.narrow(0, t, 1).reshape(n, L)
+        rec = ops.add(lp_t, _lse3(beta, ctc.shifted(beta, 1, left=False),
+                                  ctc.shifted(beta, 2, skip_b, left=False)))
+        at_end = ctc.host_mask((il - 1 == t)[:, None].repeat(L, 1))
+        inside = ctc.host_mask((t < il - 1)[:, None].repeat(L, 1))
+        beta = ops.where(at_end, ops.where(ends, lp_t, _NEG_INF),
+                         ops.where(inside, rec, _NEG_INF))
+        beta = ops.where(ctc.valid, beta, _NEG_INF)
+        ab[t] = ops.add(la.narrow(1, t, 1).reshape(n, L), beta)
+    ab = ops.stack(ab, 0)  # [T, N, L]
+    m = ops.amax(ab, 2, keepdims=True)
+    m = ops.where(ops.eq(m, _NEG_INF), 0.0, m)
+    e = ops.exp(ops.sub(ab, m))
+    sums = bridge.full(ab.device, [T, n, C], bridge.dtype_id(ab), 0)
+    sums = ops.scatter_add(sums, 2, ctc.ext_t, ops.contiguous(e))
+    lcab = ops.add(ops.log(sums), m)
+    lp = ctc.log_probs
+    nll3 = nll.reshape(1, n, 1)
+    g = ops.sub(ops.exp(lp), ops.exp(ops.sub(ops.add(lcab, nll3), lp)))
+    g = ops.mul(g, grad.reshape(1, n, 1))
+    live = ctc.host_mask((np.arange(T)[:, None] < il[None, :])[:, :, None])
+    g = ops.where(live, g, 0.0)
+    if zero_infinity:
+        g = ops.where(ops.eq(nll3, float("inf")), 0.0, g)
+    return g.reshape(T, C) if ctc.unbatched else g
