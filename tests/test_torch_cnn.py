@@ -189,6 +189,8 @@ def test_avg_pool3d(cpu, kw):
 def test_adaptive_pool3d(cpu, size):
     check(lambda x: F.adaptive_avg_pool3d(x, size), (2, 3, 5, 7, 6))
     check(lambda x: F.adaptive_max_pool3d(x, size), (2, 3, 5, 7, 6))
+    x = torch.randn(0, 3, 5, 7, 6)  # an empty batch
+    close(F.adaptive_avg_pool3d(x.to(DK), size), F.adaptive_avg_pool3d(x, size), "empty batch")
 
 
 def test_conv4d_is_a_devicekit_error(cpu):

@@ -333,7 +333,8 @@ def _gather(x, index, valid, fill):
     """x [N, C, *spatial] -> [N, C, K*O]: every window element, fill where padded."""
     n, c = x.shape[:2]
     k = index.shape[0]
-    cols = ops.gather(x.reshape(n, c, -1), 2, index.reshape(1, 1, k).expand(n, c, k))
+    cols = ops.gather(x.reshape(n, c, int(np.prod(x.shape[2:]))), 2,
+                      index.reshape(1, 1, k).expand(n, c, k))
     if valid is not None:
         cols = ops.where(valid.reshape(1, 1, k), cols, fill)
     return cols
@@ -398,9 +399,10 @@ def _index_scatter(g, x, indices):
     """Each output's gradient summed into the input element its flat index names."""
     n, c = x.shape[:2]
     out = bridge.full(g.device, [n, c, int(np.prod(x.shape[2:]))], bridge.dtype_id(g), 0)
-    src = _compute(g).reshape(n, c, -1).contiguous()
+    o = int(np.prod(g.shape[2:]))
+    src = _compute(g).reshape(n, c, o).contiguous()
     out = ops.scatter_add(bridge.cast(out, bridge.dtype_id(src)), 2,
-                          indices.reshape(n, c, -1).contiguous(), src)
+                          indices.reshape(n, c, o).contiguous(), src)
     return _as(out, g).reshape(*x.shape)
 
 
