@@ -403,9 +403,9 @@ def execute(model, device, dtype, steps=H.DEFAULT_STEPS, lr=H.LR, perturbed=Fals
                     loss.backward()
                 curve.append(float(loss.item()))
             run.curve = curve
-    if model.generates:
+    if model.generates and not perturbed:  # (the tokens' verdict uses no perturbed run)
         with _phase(run, H.GENERATE):
-            run.tokens, run.margins = _generate(model, tdev, dtype, perturbed=perturbed)
+            run.tokens, run.margins = _generate(model, tdev, dtype)
     return run
 
 
@@ -423,12 +423,12 @@ def generate(model, device, dtype="float32", new_tokens=8, prompt=8):
     return _generate(model, torch_device(device), dtype, new_tokens, prompt)[0]
 
 
-def _generate(model, tdev, dtype, new_tokens=8, prompt=8, perturbed=False):
+def _generate(model, tdev, dtype, new_tokens=8, prompt=8):
     """:func:`generate` on the torch device ``tdev``: (tokens, margins), margins
     being, per new token, the gap between the two largest logits of that step
     divided by the RMS of its logits (what ``harness.token_checks`` reads)."""
     import torch
-    s = _Setup(model, tdev, dtype, perturbed)
+    s = _Setup(model, tdev, dtype)
     with torch.no_grad():
         s.net.load_state_dict({n: m.to(s.dtype) for n, m in s.masters.items()}, strict=False)
         s.net.eval()
