@@ -88,7 +88,12 @@ def test_hf_models_pass_every_phase_and_dtype_on_cpu0(hf_run):
     proc, rep = hf_run
     assert proc.returncode == 0, proc.stdout[-3000:]
     s = rep["summary"]
-    assert s["passed"] and s["total"] == s["by_outcome"]["pass"] == len(zoo.ALL_NAMES) * 3 * 5
+    decoders = [m for m in HF if hf.get(m).generates]  # + the generate phase
+    assert decoders == ["hf-gpt2", "hf-llama", "hf-moe"]
+    assert s["passed"] and s["total"] == s["by_outcome"]["pass"] == (
+        len(zoo.ALL_NAMES) * 5 + len(decoders)) * 3
+    assert {c["id"] for c in rep["cases"] if c["id"].endswith("/generate")} == {
+        f"models/{m}/{dt}/generate" for m in decoders for dt in ("float32", "bfloat16", "float16")}
     assert set(s["by_section"]) == set(zoo.ALL_NAMES) and set(HF) <= set(zoo.ALL_NAMES)
     for name in HF:
         info = rep["models"][name]
@@ -314,6 +319,41 @@ def test_hf_decoders_greedy_generation_on_dk_gives_the_cpus_tokens_with_no_fallb
         argmin if "float" in str(x.dtype) else fn)(x, *a, **k))
     wrong = generate(get("hf-llama"), "cpu:0", "float32")
     assert not np.array_equal(wrong, cpu["hf-llama"])
+
+
+@needs_hf
+def test_generate_phase_fails_on_a_planted_argmax_and_passes_otherwise(monkeypatch):
+    """The generate phase's judge (``harness.judge("generate")`` on
+    ``hf._generate``'s tokens and margins, as ``hf.execute`` records them;
+    that the phase passes in the report on cpu:0 is the session run's test
+    above): hf-gpt2's greedy tokens on dk:0 pass against torch's CPU; with
+    argmax planted as argmin on floating inputs (what greedy decoding picks
+    the next token with) the phase fails, naming the row and step."""
+    import devicekit.torch  # noqa: F401  (fills the table before it is patched)
+    from devicekit.models import harness as H
+    from devicekit.models.hf import _generate, _np, _Setup, get, torch_device
+    from devicekit.torch import _table
+
+    model = get("hf-gpt2")
+
+    def side(device, dtype):
+        run = H.Run(model.name, device, dtype)
+        with H._phase(run, "forward"):
+            run.logits = _np(_Setup(model, torch_device(device), dtype).forward())
+        with H._phase(run, H.GENERATE):
+            run.tokens, run.margins = _generate(model, torch_device(device), dtype)
+        return run
+
+    ref, correct = side("cpu", "float64"), side("cpu", "float32")
+    assert H.judge(H.GENERATE, side("cpu:0", "float32"), correct, ref, "float32")[:2] == (
+        "pass", "")
+    argmin = _table.LOWERINGS[torch_op("argmin")].fn
+    _plant(monkeypatch, "argmax", lambda fn, x, *a, **k: (  # x: a devicekit tensor
+        argmin if "float" in str(x.dtype) else fn)(x, *a, **k))
+    outcome, msg, details = H.judge(H.GENERATE, side("cpu:0", "float32"), correct, ref, "float32")
+    assert outcome == "fail" and "4 of 4 rows generate other tokens than torch's CPU in " \
+        "float32" in msg and "step 0" in msg, msg
+    assert details["tokens"]["correct"] == correct.tokens.tolist()
 
 
 def torch_op(name):

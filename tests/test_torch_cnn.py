@@ -2,8 +2,8 @@
 (``sdk/devicekit/torch/_lower_cnn.py``). Per op, forward and backward against
 torch on the CPU in float32: batch norm (train with its running statistics,
 eval), group norm (also a gradient through its saved statistics), max/avg/
-adaptive pooling, convolution (1-D, 2-D, groups, depthwise, stride, padding,
-dilation, transposed). Then a small CNN and a 1-D conv model
+adaptive pooling, convolution (1-D, 2-D, 3-D, groups, depthwise, stride, padding,
+dilation, transposed), 3-D max (with indices), avg and adaptive pooling. Then a small CNN and a 1-D conv model
 trained 3 SGD steps on dk and on the CPU: losses, weights and running
 statistics agree, then eval outputs. Needs torch (skipped otherwise).
 """
@@ -152,11 +152,53 @@ def test_conv_transpose1d(cpu):
     check(lambda x, w: F.conv_transpose1d(x, w, stride=2), (2, 4, 6), (4, 3, 3))
 
 
-def test_conv3d_is_a_devicekit_error(cpu):
+@pytest.mark.parametrize("kw, w", [(dict(), (3, 2, 2, 2, 2)),
+                                   (dict(stride=(2, 1, 2), padding=1, dilation=(1, 2, 1)),
+                                    (4, 2, 3, 3, 2)),
+                                   (dict(groups=2, padding=(0, 1, 1)), (4, 1, 2, 3, 3))])
+def test_conv3d(cpu, kw, w):
+    check(lambda x, w, b: F.conv3d(x, w, b, **kw), (2, 2, 5, 6, 5), w, (w[0],))
+
+
+def test_conv_transpose3d(cpu):
+    check(lambda x, w: F.conv_transpose3d(x, w, stride=2, padding=1, output_padding=1, groups=2),
+          (1, 4, 3, 3, 2), (4, 1, 3, 2, 3))
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=(3, 2, 3), stride=2,
+                                                          padding=1, dilation=(1, 2, 1),
+                                                          ceil_mode=True)])
+def test_max_pool3d_with_indices(cpu, kw):
+    check(lambda x: F.max_pool3d(x, **kw), (2, 3, 7, 8, 7))
+    x = torch.randn(3, 5, 6, 7)  # unbatched: the indices too
+    want = F.max_pool3d(x, return_indices=True, **kw)
+    got = F.max_pool3d(x.to(DK), return_indices=True, **kw)
+    close(got[0], want[0], "output")
+    assert torch.equal(got[1].cpu(), want[1]), "indices"
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+                                dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                     count_include_pad=False),
+                                dict(kernel_size=2, divisor_override=3)])
+def test_avg_pool3d(cpu, kw):
+    check(lambda x: F.avg_pool3d(x, **kw), (2, 3, 7, 6, 5))
+
+
+@pytest.mark.parametrize("size", [1, (3, 2, 4)])
+def test_adaptive_pool3d(cpu, size):
+    check(lambda x: F.adaptive_avg_pool3d(x, size), (2, 3, 5, 7, 6))
+    check(lambda x: F.adaptive_max_pool3d(x, size), (2, 3, 5, 7, 6))
+    x = torch.randn(0, 3, 5, 7, 6)  # an empty batch
+    close(F.adaptive_avg_pool3d(x.to(DK), size), F.adaptive_avg_pool3d(x, size), "empty batch")
+
+
+def test_conv4d_is_a_devicekit_error(cpu):
     import devicekit
-    x, w = torch.randn(1, 2, 4, 4, 4).to(DK), torch.randn(3, 2, 2, 2, 2).to(DK)
-    with pytest.raises(devicekit.UnloweredOpError, match="DeviceKit lowers 1-D and 2-D"):
-        F.conv3d(x, w)
+    x, w = torch.randn(1, 2, 3, 3, 3, 3).to(DK), torch.randn(3, 2, 2, 2, 2, 2).to(DK)
+    with pytest.raises((devicekit.UnloweredOpError, RuntimeError),
+                       match="DeviceKit lowers 1-D, 2-D and 3-D"):
+        aten.convolution(x, w, None, [1] * 4, [0] * 4, [1] * 4, False, [0] * 4, 1)
 
 
 class SmallCNN(nn.Module):

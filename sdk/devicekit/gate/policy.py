@@ -57,7 +57,7 @@ def known():
             "op": tuple(_op_facts.OPS),
             "model": tuple(zoo.ALL_NAMES),  # the zoo and the hf-* models
             "model dtype": tuple(harness.DTYPES),
-            "phase": tuple(harness.PHASES),
+            "phase": tuple(harness.ALL_PHASES),
             "section": tuple(dict.fromkeys(s.name for s, _ in sections()))}
 
 

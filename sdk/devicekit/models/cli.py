@@ -182,20 +182,21 @@ def _run_suite(models, dtypes, target, args, shard=None, selected=None):
     from ..conformance.target import describe
     from .._util import workers as _workers
     from . import get, report, runner
-    from .harness import MULTIPLIER, PHASES
+    from .harness import MULTIPLIER, phases_of
 
     zoo = {m: get(m) for m in models}
     # a multi-rank case needs the optional collectives part: required only where declared
     from .. import distributed
     optional = [m for m, z in zoo.items()
                 if getattr(z, "ddp", False) and not distributed.is_available(target.device)]
-    cases = report.make_cases(models, dtypes, PHASES, {m: z.config.seed for m, z in zoo.items()},
-                              optional)
+    cases = report.make_cases(models, dtypes, {m: phases_of(z) for m, z in zoo.items()},
+                              {m: z.config.seed for m, z in zoo.items()}, optional)
     by_id = {c.id: c for c in cases}
     plugin = os.path.abspath(args.plugin) if args.plugin else None
     print(f"devicekit models: {target.device.name} ({target.device.plugin.name} "
           f"{target.device.plugin.version}), {len(models)} models x {len(dtypes)} dtypes x "
-          f"{len(PHASES)} phases, {args.steps} steps, {args.jobs} jobs", file=sys.stderr)
+          f"{len(phases_of(None))} phases (+ generate for decoders), {args.steps} steps, "
+          f"{args.jobs} jobs", file=sys.stderr)
     progress = Progress(len(cases))
     start = time.monotonic()
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime())

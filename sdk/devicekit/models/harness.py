@@ -8,7 +8,10 @@
 - ``inference``: the logits again under ``no_grad``, where the plugin's fused
   kernels may run (on the initial weights; the CNN's batch norms use the
   running statistics the ``forward`` phase's training forward left);
-- ``train``: ``steps`` AdamW steps from the same start; the loss curve.
+- ``train``: ``steps`` AdamW steps from the same start; the loss curve;
+- ``generate`` (decoders of the ``hf-*`` set only, :func:`phases_of`): greedy
+  decoding with the KV cache from the initial weights; the new tokens, judged
+  by :func:`token_checks`.
 
 Mixed precision is the way people train: float32 *master* parameters and
 optimizer state; each forward casts the masters to the run dtype (a recorded
@@ -43,7 +46,10 @@ from ..tensor import tensor
 from .base import HALF
 
 PHASES = ("forward", "loss", "backward", "inference", "train")
-NEEDS = {"loss": "forward", "backward": "loss", "inference": None, "train": "backward"}
+GENERATE = "generate"  # the extra phase of a model that generates (phases_of)
+ALL_PHASES = PHASES + (GENERATE,)
+NEEDS = {"loss": "forward", "backward": "loss", "inference": None, "train": "backward",
+         GENERATE: None}
 DTYPES = ("float32", "bfloat16", "float16")
 MULTIPLIER = 4.0
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
@@ -52,6 +58,12 @@ PRECISION = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}  # sign
 PERTURB_SEED = 20261126
 DEFAULT_STEPS = 5
 LR, WEIGHT_DECAY = 3e-3, 0.01
+
+
+def phases_of(model):
+    """The phases ``model`` is judged on: :data:`PHASES`, and ``generate`` for a
+    model that generates text (``model.generates``: the ``hf-*`` decoders)."""
+    return ALL_PHASES if getattr(model, "generates", False) else PHASES
 
 
 def to_numpy(t):
@@ -87,6 +99,8 @@ class Run:
     ops: dict = field(default_factory=dict)      # phase -> {base op: kernel launches}
     fused: dict = field(default_factory=dict)    # phase -> {fused kernel: launches}
     problems: dict = field(default_factory=dict)  # phase -> (outcome, message)
+    tokens: object = None   # generate: the new tokens, (batch, new) int64
+    margins: object = None  # generate: per new token, the top-two logit gap / the logits' RMS
 
 
 @contextlib.contextmanager
@@ -305,9 +319,40 @@ def curve_check(plugin, correct, ref, dtype, perturbed=None):
     return rows
 
 
+def token_checks(plugin, correct, ref, dtype):
+    """Per row of the batch: the plugin's greedy tokens equal the correct run's
+    (torch's CPU in the same dtype), except where the correct run itself chose
+    between two near-tied logits. At the first step where the two differ, the
+    correct run's top-two gap (``margins``, in units of that step's logits RMS)
+    must be within ``tie = 2 * bound(forward)`` : each of the two logits may be
+    off by the forward phase's bound (:func:`bound` of the correct run's
+    logits error against float64), so a gap that small is a tie the dtype
+    cannot decide, and the rest of the row (another context from there) is not
+    compared. In float32 ``tie`` is ~1e-6: the tokens must be equal. A row:
+    ``error`` the gap at the first difference (0 if none), ``bound`` the tie."""
+    tie = 2.0 * bound(rel_error(correct.logits, ref.logits), dtype)
+    got, want = np.asarray(plugin.tokens), np.asarray(correct.tokens)
+    margins = np.asarray(correct.margins, np.float64)
+    if got.shape != want.shape:
+        return [{"tensor": "tokens (shape)", "error": math.inf, "correct_error": 0.0,
+                 "perturbed_error": 0.0, "bound": tie, "ratio": math.inf, "ok": False}]
+    rows = []
+    for i in range(want.shape[0]):
+        diff = np.flatnonzero(got[i] != want[i])
+        gap = float(margins[i, diff[0]]) if diff.size else 0.0
+        name = f"tokens[row {i}]" + (f" step {int(diff[0])}: {int(got[i, diff[0]])} for "
+                                     f"{int(want[i, diff[0]])}" if diff.size else "")
+        rows.append({"tensor": name, "error": gap, "correct_error": 0.0, "perturbed_error": 0.0,
+                     "bound": tie, "ratio": gap / tie if diff.size else 0.0,
+                     "ok": bool(gap <= tie)})
+    return rows
+
+
 def phase_checks(phase, plugin, correct, ref, dtype, perturbed=None):
     """The phase's per-tensor rows; ``perturbed`` (a ``Run`` or None) widens the bounds."""
     q = perturbed
+    if phase == GENERATE:
+        return token_checks(plugin, correct, ref, dtype)
     if phase == "forward":
         return [check("logits", plugin.logits, correct.logits, ref.logits, dtype, 0.0,
                       None if q is None else q.logits)]
@@ -346,6 +391,9 @@ def judge(phase, plugin, correct, ref, dtype, perturbed=None):
     details = {"checks": sorted(rows, key=lambda r: -r["ratio"])[:8], "worst": worst,
                "fused_kernels": plugin.fused.get(phase, {}), "tensors": len(rows),
                "perturbed": perturbed is not None}
+    if phase == GENERATE:
+        details["tokens"] = {"plugin": np.asarray(plugin.tokens).tolist(),
+                             "correct": np.asarray(correct.tokens).tolist()}
     if phase == "train":
         details["curve"] = {"plugin": plugin.curve, "correct": correct.curve, "reference": ref.curve}
         if perturbed is not None:
@@ -353,6 +401,11 @@ def judge(phase, plugin, correct, ref, dtype, perturbed=None):
     bad = [r for r in rows if not r["ok"]]
     if not bad:
         return PASS, "", details
+    if phase == GENERATE:
+        return FAIL, (f"{len(bad)} of {len(rows)} rows generate other tokens than torch's CPU "
+                      f"in {dtype}; worst {worst['tensor']}: the CPU's top-two logit gap there is "
+                      f"{_fmt(worst['error'])} logits RMS = {_fmt(worst['ratio'])}x the near-tie "
+                      f"bound {_fmt(worst['bound'])}"), details
     return FAIL, (f"{len(bad)} of {len(rows)} tensors exceed their bound; worst {worst['tensor']}: "
                   f"error {_fmt(worst['error'])} = {_fmt(worst['ratio'])}x the bound "
                   f"{_fmt(worst['bound'])} (correct {dtype} run: {_fmt(worst['correct_error'])}, "

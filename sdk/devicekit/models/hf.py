@@ -7,7 +7,8 @@ decoder), ``hf-data2vec-audio`` (speech: 1-D convolutions over a waveform)
 and ``hf-clip`` (vision-text contrastive) are the real
 ``transformers`` classes at small configs, run through ``devicekit.torch``
 on the device under test (``dk:N``) and judged with the zoo's protocol
-(``harness.judge``): the same five phases, a float64 reference, bounds from a
+(``harness.judge``): the same five phases (and ``generate`` for the
+decoders: greedy tokens equal to torch's CPU), a float64 reference, bounds from a
 correct run's own error, goldens.
 
 - Weights: Philox normals computed on the host (``base.normal``, one stream
@@ -98,10 +99,10 @@ SPECS = {
     # speech: raw waveform -> two 1-D convolutions (layer-normed, GELU) -> a
     # post-LayerNorm transformer whose position embedding is two grouped 1-D
     # convolutions -> the CTC head (a linear per frame), trained with a
-    # per-frame cross-entropy: devicekit.torch has no CTC loss (aten::_ctc_loss:
-    # no lowering, no decomposition). Data2VecAudio, not Wav2Vec2: Wav2Vec2's
-    # (and HuBERT's) position convolution is weight-normed, and
-    # aten::_weight_norm_interface_backward has no lowering. No SpecAugment
+    # per-frame cross-entropy (the model predates devicekit.torch's CTC loss and
+    # weight-norm backward, devicekit.torch._lower_models; it keeps its goldens).
+    # Data2VecAudio, not Wav2Vec2, was chosen when Wav2Vec2's (and HuBERT's)
+    # weight-normed position convolution had no backward lowering. No SpecAugment
     # masking or layer drop (they draw random numbers). num_samples is not a
     # config field (kept as an attribute, as hf-resnet's image_size) but sizes
     # the batch
@@ -167,6 +168,7 @@ class HFModel:
     def __init__(self, name):
         cfg_cls, model_cls, task, kwargs = SPECS[name]
         self.name, self.task = name, task
+        self.generates = task == "causal"  # the decoders get the generate phase
         self.config = HFConfig(arch=model_cls, transformers=json.dumps(kwargs, sort_keys=True))
         self.title = f"transformers {model_cls} ({task}), {_describe(kwargs)}"
 
@@ -401,6 +403,9 @@ def execute(model, device, dtype, steps=H.DEFAULT_STEPS, lr=H.LR, perturbed=Fals
                     loss.backward()
                 curve.append(float(loss.item()))
             run.curve = curve
+    if model.generates and not perturbed:  # (the tokens' verdict uses no perturbed run)
+        with _phase(run, H.GENERATE):
+            run.tokens, run.margins = _generate(model, tdev, dtype)
     return run
 
 
@@ -411,20 +416,37 @@ def generate(model, device, dtype="float32", new_tokens=8, prompt=8):
     tokens of each row of the batch, with the masters (cast to ``dtype``)
     loaded into the module. Returns the new tokens, (batch, new_tokens) int64
     numpy (a row that produced its eos token early is padded with it)."""
-    import torch
     if model.task != "causal":
         from ..errors import InvalidArgumentError
         raise InvalidArgumentError(f"DeviceKit models: {model.name} is not a decoder; only causal "
-                             f"language models generate")
-    s = _Setup(model, torch_device(device), dtype)
+                                   f"language models generate")
+    return _generate(model, torch_device(device), dtype, new_tokens, prompt)[0]
+
+
+def _generate(model, tdev, dtype, new_tokens=8, prompt=8):
+    """:func:`generate` on the torch device ``tdev``: (tokens, margins), margins
+    being, per new token, the gap between the two largest logits of that step
+    divided by the RMS of its logits (what ``harness.token_checks`` reads)."""
+    import torch
+    s = _Setup(model, tdev, dtype)
     with torch.no_grad():
         s.net.load_state_dict({n: m.to(s.dtype) for n, m in s.masters.items()}, strict=False)
         s.net.eval()
         ids = s.batch["input_ids"][:, :prompt]
         pad = SPECS[model.name][3]["eos_token_id"]
         out = s.net.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                             do_sample=False, pad_token_id=pad)
-    return out[:, prompt:].cpu().numpy()
+                             do_sample=False, pad_token_id=pad, output_scores=True,
+                             return_dict_in_generate=True)
+        tokens = out.sequences[:, prompt:].cpu().numpy()
+        scores = torch.stack(out.scores, 1).to("cpu", torch.float64)  # (batch, new, vocab)
+        top = scores.topk(2, dim=-1).values
+        rms = scores.pow(2).mean(-1).sqrt()
+        margins = ((top[..., 0] - top[..., 1]) / rms).numpy()
+    if tokens.shape[1] < new_tokens:  # every row stopped at eos: what generate pads with
+        fill = np.full((tokens.shape[0], new_tokens - tokens.shape[1]), pad, tokens.dtype)
+        tokens = np.concatenate([tokens, fill], 1)
+        margins = np.concatenate([margins, np.full(fill.shape, np.inf)], 1)
+    return tokens, margins
 
 
 def compute(name, dtypes, steps):

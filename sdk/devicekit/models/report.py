@@ -38,11 +38,13 @@ class ModelCase(Case):
 def make_cases(models, dtypes, phases, seeds, optional_models=()):
     """Cases ``models/<model>/<dtype>/<phase>``; float32 is required, the others
     optional; every case of ``optional_models`` is optional (a multi-rank case
-    on a plugin without the collectives part)."""
+    on a plugin without the collectives part). ``phases``: one list for every
+    model, or {model: its phases} (``harness.phases_of``)."""
     return [ModelCase(id=f"models/{m}/{d}/{p}", fn=None, section=m, op=m, dtype=d,
                       required=d == "float32" and m not in optional_models,
                       model_seed=seeds[m])
-            for m in models for d in dtypes for p in phases]
+            for m in models for d in dtypes
+            for p in (phases[m] if isinstance(phases, dict) else phases)]
 
 
 def replay_command(row, run):

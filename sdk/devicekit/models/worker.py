@@ -60,11 +60,12 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
     from . import ddp, goldens, hf, reference
     from . import harness as H
 
+    phases = H.phases_of(model)
     is_hf = getattr(model, "hf", False)
     is_ddp = getattr(model, "ddp", False)
     if is_ddp and not _has_collectives(target):
         for dtype in dtypes:
-            for phase in H.PHASES:
+            for phase in phases:
                 emit({"case": case_id(model.name, dtype, phase), "outcome": NOT_IMPLEMENTED,
                       "message": ddp.NOT_IMPLEMENTED_WHY, "details": {}, "duration_s": 0.0})
         emit({"model": {"not_implemented": ddp.NOT_IMPLEMENTED_WHY}})
@@ -72,7 +73,7 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
     why = is_hf and hf.missing()
     if why:  # never a pass: every case says why it did not run
         for dtype in dtypes:
-            for phase in H.PHASES:
+            for phase in phases:
                 emit({"case": case_id(model.name, dtype, phase), "outcome": SKIPPED,
                       "message": f"{model.name} {why}", "details": {}, "duration_s": 0.0})
         emit({"model": {"skipped": f"{model.name} {why}"}})
@@ -82,7 +83,7 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
         runs, perturbed = side["runs"], side.get("perturbed", {})
     except Exception as e:  # no reference, no verdict: every case is an error, with the cause
         for dtype in dtypes:
-            for phase in H.PHASES:
+            for phase in phases:
                 emit({"case": case_id(model.name, dtype, phase), "outcome": ERROR,
                       "message": f"{type(e).__name__}: {e}", "details": {}, "duration_s": 0.0})
         emit({"model": {"error": f"reference side failed: {e}"}})
@@ -104,29 +105,29 @@ def run_model(model, target, dtypes, steps, target_args, emit, padding_threshold
         emit({"start": dtype})
         if dtype not in target.dtypes:
             why = f"the plugin does not declare {dtype} (declares {', '.join(target.dtypes)})"
-            for phase in H.PHASES:
+            for phase in phases:
                 emit({"case": case_id(model.name, dtype, phase), "outcome": NOT_IMPLEMENTED,
                       "message": why, "details": {}, "duration_s": 0.0})
             continue
         correct = runs[dtype]
         # (an hf model's correct run is torch's CPU: it launches no base ops to count)
-        needs = {p: blocked_by(_needed(correct, p), target.declared) for p in H.PHASES}
+        needs = {p: blocked_by(_needed(correct, p), target.declared) for p in phases}
         info["needs"][dtype] = sorted(_needed(correct, "train") | _needed(correct, "inference"))
         if ranks_error:
             plugin = H.Run(model.name, target.device.name, dtype)
-            plugin.problems = {p: (ERROR, ranks_error) for p in H.PHASES}
+            plugin.problems = {p: (ERROR, ranks_error) for p in phases}
         elif is_ddp:
             plugin = ddp.combine(model, dtype, ranks[dtype])
         elif is_hf:
             plugin = hf.execute(model, target.device, dtype, steps)
         elif needs["forward"]:
             plugin = H.Run(model.name, target.device.name, dtype)
-            plugin.problems = {p: (NOT_IMPLEMENTED, "") for p in H.PHASES}
+            plugin.problems = {p: (NOT_IMPLEMENTED, "") for p in phases}
         else:
             plugin = H.execute(model, target.device, dtype, steps)
         info["curves"][dtype] = {"plugin": plugin.curve, "correct": correct.curve}
         results = {}
-        for phase in H.PHASES:
+        for phase in phases:
             outcome, message, details = H.judge(phase, plugin, correct, ref, dtype,
                                                 perturbed.get(dtype))
             if outcome == NOT_IMPLEMENTED and needs[phase]:

@@ -21,7 +21,8 @@ decomposition, errors), ``_lower_views`` (views, copies, factories, in-place
 write-through), ``_lower_ops`` (base-op lowerings), ``_lower_nn``
 (composites with fused kernels, losses, random ops), ``_lower_cnn`` (batch
 norm, pooling, convolution), ``_lower_select`` (bitwise, sort/topk,
-multinomial, index_put: generation), ``_autocast`` (``torch.autocast("dk")``'s
+multinomial, index_put: generation), ``_lower_models`` (weight norm,
+histc, _grouped_mm: what model families need), ``_autocast`` (``torch.autocast("dk")``'s
 cast policy, GradScaler's ops), ``_fallback``,
 ``_coverage``, ``_distributed`` (the ``torch.distributed`` backend ``dk``,
 registered here, imported at the first ``init_process_group``); ``hf_models``
@@ -41,7 +42,7 @@ from ._device import DKTensor, device, dk_device, prefer
 from ._dispatch import clear_pending_errors, dispatch as _dispatch_op
 from ._fallback import fallback, fallback_stats, reset_fallback_stats
 from ._table import LOWERINGS
-from . import _lower_views, _lower_ops, _lower_nn, _lower_cnn, _lower_select  # noqa: F401,E501  (they fill LOWERINGS)
+from . import _lower_views, _lower_ops, _lower_nn, _lower_cnn, _lower_select, _lower_models  # noqa: F401,E501  (they fill LOWERINGS)
 from . import _autocast  # torch.autocast("dk") policy; GradScaler's ops (in LOWERINGS)
 
 # The wiring (STYLE 19): _device sits at the bottom and _dispatch above the

@@ -1,8 +1,9 @@
 """Lowerings of what convolutional networks use: batch norm (train and eval,
 running statistics updated in place as torch updates them), group norm,
 and their backwards; max/avg/adaptive pooling and their backwards; and
-``convolution`` in the forms torch's op takes (1-D and 2-D, groups incl.
-depthwise, stride, padding, dilation, transposed) forward and backward.
+``convolution`` in the forms torch's op takes (1-D, 2-D and 3-D, groups incl.
+depthwise, stride, padding, dilation, transposed) forward and backward; 3-D
+max/avg/adaptive pooling (with indices) and their backwards.
 
 All of it is base ops (no fused kernel yet): pooling and convolution gather
 every kernel window through an index table built once per geometry in numpy
@@ -291,11 +292,49 @@ def _windows_index(device, h, w, kernel, stride, padding, dilation, ceil=False, 
     return hit
 
 
+def _geometry_nd(sizes, kernel, stride, padding, dilation, ceil=False, out=None):
+    """:func:`_geometry` in any number of spatial dims: flat input position of
+    every (k_0, .., k_n, o_0, .., o_n) window element, whether it is inside the
+    input, and the output sizes."""
+    nd = len(sizes)
+    outs = tuple(out) if out else tuple(
+        _out_size(sizes[i], kernel[i], stride[i], padding[i], dilation[i], ceil) for i in range(nd))
+    flat, valid = np.zeros([1] * (2 * nd), np.int64), np.ones([1] * (2 * nd), bool)
+    for i in range(nd):
+        ks, os_ = [1] * (2 * nd), [1] * (2 * nd)
+        ks[i], os_[nd + i] = kernel[i], outs[i]
+        pos = ((np.arange(outs[i]) * stride[i] - padding[i]).reshape(os_)
+               + (np.arange(kernel[i]) * dilation[i]).reshape(ks))
+        valid = valid & (pos >= 0) & (pos < sizes[i])
+        flat = flat * sizes[i] + pos
+    flat = np.broadcast_to(np.where(valid, flat, 0), tuple(kernel) + outs)
+    valid = np.broadcast_to(valid, flat.shape)
+    return flat.reshape(-1).astype(np.int64), valid.reshape(-1), outs
+
+
+def _windows_index_nd(device, sizes, kernel, stride, padding, dilation, ceil=False, out=None):
+    """:func:`_windows_index` in any number of spatial dims: (index, valid or
+    None, output sizes), cached per geometry and device."""
+    key = ("nd", device.name, tuple(sizes), tuple(kernel), tuple(stride), tuple(padding),
+           tuple(dilation), ceil, None if out is None else tuple(out))
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    flat, valid, outs = _geometry_nd(sizes, kernel, stride, padding, dilation, ceil, out)
+    hit = (tensor(flat, device=device), None if valid.all() else tensor(valid, device=device),
+           outs)
+    with _cache_lock:
+        _cache[key] = hit
+    return hit
+
+
 def _gather(x, index, valid, fill):
-    """x [N, C, H, W] -> [N, C, K*O]: every window element, fill where padded."""
-    n, c, h, w = x.shape
+    """x [N, C, *spatial] -> [N, C, K*O]: every window element, fill where padded."""
+    n, c = x.shape[:2]
     k = index.shape[0]
-    cols = ops.gather(x.reshape(n, c, h * w), 2, index.reshape(1, 1, k).expand(n, c, k))
+    cols = ops.gather(x.reshape(n, c, int(np.prod(x.shape[2:]))), 2,
+                      index.reshape(1, 1, k).expand(n, c, k))
     if valid is not None:
         cols = ops.where(valid.reshape(1, 1, k), cols, fill)
     return cols
@@ -303,21 +342,21 @@ def _gather(x, index, valid, fill):
 
 def _scatter(src, index, valid, shape):
     """The adjoint of ``_gather``: src [N, C, K*O] summed into zeros of ``shape``."""
-    n, c, h, w = shape
+    n, c = shape[:2]
     k = index.shape[0]
     if valid is not None:
         src = ops.where(valid.reshape(1, 1, k), src, 0.0)
-    out = bridge.full(src.device, [n, c, h * w], bridge.dtype_id(src), 0)
+    out = bridge.full(src.device, [n, c, int(np.prod(shape[2:]))], bridge.dtype_id(src), 0)
     out = ops.scatter_add(out, 2, index.reshape(1, 1, k).expand(n, c, k), src.contiguous())
-    return out.reshape(n, c, h, w)
+    return out.reshape(*shape)
 
 
-def _batched(fn):
-    """Pooling lowerings take [N, C, H, W] or unbatched [C, H, W]."""
+def _batched(fn, nd=2):
+    """Pooling lowerings take [N, C, *spatial] or unbatched [C, *spatial]."""
     def lowered(*args):
-        if args[0].ndim == 4:
+        if args[0].ndim == nd + 2:
             return fn(*args)
-        up = [a.reshape(1, *a.shape) if isinstance(a, bridge.Tensor) and a.ndim == 3 else a
+        up = [a.reshape(1, *a.shape) if isinstance(a, bridge.Tensor) and a.ndim == nd + 1 else a
               for a in args]
         out = fn(*up)
         down = lambda t: t.reshape(*t.shape[1:]) if isinstance(t, bridge.Tensor) else t  # noqa: E731
@@ -358,12 +397,13 @@ def max_pool2d_with_indices_backward(g, x, kernel_size, stride, padding, dilatio
 
 def _index_scatter(g, x, indices):
     """Each output's gradient summed into the input element its flat index names."""
-    n, c, h, w = x.shape
-    out = bridge.full(g.device, [n, c, h * w], bridge.dtype_id(g), 0)
-    src = _compute(g).reshape(n, c, -1).contiguous()
+    n, c = x.shape[:2]
+    out = bridge.full(g.device, [n, c, int(np.prod(x.shape[2:]))], bridge.dtype_id(g), 0)
+    o = int(np.prod(g.shape[2:]))
+    src = _compute(g).reshape(n, c, o).contiguous()
     out = ops.scatter_add(bridge.cast(out, bridge.dtype_id(src)), 2,
-                          indices.reshape(n, c, -1).contiguous(), src)
-    return _as(out, g).reshape(n, c, h, w)
+                          indices.reshape(n, c, o).contiguous(), src)
+    return _as(out, g).reshape(*x.shape)
 
 
 def _avg_divisor(h, w, kernel, stride, padding, ceil, count_include_pad, divisor_override,
@@ -487,42 +527,205 @@ def adaptive_max_pool2d_backward(g, x, indices):
     return _index_scatter(g, x, indices)
 
 
+# ---- 3-D pooling ------------------------------------------------------------------------
+
+def _triple(v, fill=None):
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    if not v:
+        return fill
+    return tuple(int(v[0]) for _ in range(3)) if len(v) == 1 else tuple(int(e) for e in v)
+
+
+def _batched3(fn):
+    return _batched(fn, nd=3)
+
+
+def _max_windows(x, index, valid, k, outs):
+    """The maximum of each window and its flat input index (the first maximum)."""
+    n, c = x.shape[:2]
+    o = int(np.prod(outs))
+    cols = _gather(x, index, valid, -np.inf).reshape(n, c, k, o)
+    which = ops.argmax(cols, 2)  # the first maximum of each window, as torch picks
+    table = index.reshape(1, 1, k, o).expand(n, c, k, o)
+    idx = ops.gather(table, 2, which.reshape(n, c, 1, o))
+    return ops.max(cols, 2).reshape(n, c, *outs), idx.reshape(n, c, *outs)
+
+
+@lowers("max_pool3d_with_indices.default", kind=COMPOSITE)
+@_batched3
+def max_pool3d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    kernel = _triple(kernel_size)
+    stride, padding, dilation = _triple(stride, kernel), _triple(padding), _triple(dilation)
+    index, valid, outs = _windows_index_nd(x.device, tuple(x.shape[2:]), kernel, stride, padding,
+                                           dilation, bool(ceil_mode))
+    return _max_windows(x, index, valid, int(np.prod(kernel)), outs)
+
+
+@lowers("max_pool3d_with_indices_backward.default", kind=COMPOSITE)
+@_batched3
+def max_pool3d_with_indices_backward(g, x, kernel_size, stride, padding, dilation, ceil_mode,
+                                     indices):
+    return _index_scatter(g, x, indices)
+
+
+def _avg3_setup(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """(index, valid, output sizes, K, [O] divisor) as torch's avg_pool3d counts it."""
+    kernel = _triple(kernel_size)
+    stride, padding = _triple(stride, kernel), _triple(padding)
+    sizes = tuple(x.shape[2:])
+    index, valid, outs = _windows_index_nd(x.device, sizes, kernel, stride, padding, (1, 1, 1),
+                                           bool(ceil_mode))
+    if divisor_override:
+        div = np.full(int(np.prod(outs)), float(divisor_override), np.float32)
+    else:
+        count = np.ones(())
+        for i in range(3):
+            start = np.arange(outs[i]) * stride[i] - padding[i]
+            end = np.minimum(start + kernel[i], sizes[i] + padding[i])
+            inside = np.minimum(end, sizes[i]) - np.maximum(start, 0)
+            count = np.multiply.outer(count, end - start if count_include_pad else inside)
+        div = count.reshape(-1).astype(np.float32)
+    return index, valid, outs, int(np.prod(kernel)), tensor(div, device=x.device)
+
+
+@lowers("avg_pool3d.default", kind=COMPOSITE)
+@_batched3
+def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    n, c = x.shape[:2]
+    index, valid, outs, k, div = _avg3_setup(x, kernel_size, stride, padding, ceil_mode,
+                                             count_include_pad, divisor_override)
+    o = int(np.prod(outs))
+    cols = _gather(_compute(x), index, valid, 0.0).reshape(n, c, k, o)
+    out = ops.div(ops.sum(cols, 2), div.reshape(1, 1, o))
+    return _as(out, x).reshape(n, c, *outs)
+
+
+@lowers("avg_pool3d_backward.default", kind=COMPOSITE)
+@_batched3
+def avg_pool3d_backward(g, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    n, c = x.shape[:2]
+    index, valid, outs, k, div = _avg3_setup(x, kernel_size, stride, padding, ceil_mode,
+                                             count_include_pad, divisor_override)
+    o = int(np.prod(outs))
+    share = ops.div(_compute(g).reshape(n, c, 1, o), div.reshape(1, 1, 1, o))
+    src = share.expand(n, c, k, o).reshape(n, c, k * o)
+    return _as(_scatter(src, index, valid, list(x.shape)), x)
+
+
+def _adaptive_index_nd(device, sizes, outs):
+    """:func:`_adaptive_index` in any number of spatial dims."""
+    key = ("adaptive-nd", device.name, tuple(sizes), tuple(outs))
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    nd = len(sizes)
+    flat, valid = np.zeros([1] * (2 * nd), np.int64), np.ones([1] * (2 * nd), bool)
+    count, kernel = np.ones(()), []
+    for i in range(nd):
+        j = np.arange(outs[i])
+        start, end = (j * sizes[i]) // outs[i], -((-(j + 1) * sizes[i]) // outs[i])
+        kernel.append(int((end - start).max()))
+        ks, os_ = [1] * (2 * nd), [1] * (2 * nd)
+        ks[i], os_[nd + i] = kernel[i], outs[i]
+        pos = start.reshape(os_) + np.arange(kernel[i]).reshape(ks)
+        valid = valid & (pos < end.reshape(os_))
+        flat = flat * sizes[i] + pos
+        count = np.multiply.outer(count, end - start)
+    flat = np.broadcast_to(np.where(valid, flat, 0), tuple(kernel) + tuple(outs))
+    valid = np.broadcast_to(valid, flat.shape)
+    hit = (tensor(flat.reshape(-1).astype(np.int64), device=device),
+           tensor(valid.reshape(-1), device=device),
+           tensor(count.reshape(-1).astype(np.float32), device=device), int(np.prod(kernel)))
+    with _cache_lock:
+        _cache[key] = hit
+    return hit
+
+
+@lowers("_adaptive_avg_pool3d.default", kind=COMPOSITE)
+@_batched3
+def adaptive_avg_pool3d(x, output_size):
+    n, c = x.shape[:2]
+    outs = _triple(output_size)
+    index, valid, count, k = _adaptive_index_nd(x.device, tuple(x.shape[2:]), outs)
+    o = int(np.prod(outs))
+    cols = _gather(_compute(x), index, valid, 0.0).reshape(n, c, k, o)
+    out = ops.div(ops.sum(cols, 2), count.reshape(1, 1, o))
+    return _as(out, x).reshape(n, c, *outs)
+
+
+@lowers("_adaptive_avg_pool3d_backward.default", kind=COMPOSITE)
+@_batched3
+def adaptive_avg_pool3d_backward(g, x):
+    n, c = x.shape[:2]
+    outs = tuple(g.shape[2:])
+    index, valid, count, k = _adaptive_index_nd(x.device, tuple(x.shape[2:]), outs)
+    o = int(np.prod(outs))
+    share = ops.div(_compute(g).reshape(n, c, 1, o), count.reshape(1, 1, 1, o))
+    src = share.expand(n, c, k, o).reshape(n, c, k * o)
+    return _as(_scatter(src, index, valid, list(x.shape)), x)
+
+
+@lowers("adaptive_max_pool3d.default", kind=COMPOSITE)
+@_batched3
+def adaptive_max_pool3d(x, output_size):
+    outs = _triple(output_size)
+    index, valid, _, k = _adaptive_index_nd(x.device, tuple(x.shape[2:]), outs)
+    return _max_windows(x, index, valid, k, outs)
+
+
+@lowers("adaptive_max_pool3d_backward.default", kind=COMPOSITE)
+@_batched3
+def adaptive_max_pool3d_backward(g, x, indices):
+    return _index_scatter(g, x, indices)
+
+
 # ---- convolution -------------------------------------------------------------------------
 
 class _Conv:
-    """One convolution's geometry as 2-D (a 1-D one has height 1): the
-    forward conv maps ``inp`` [N, C, H, W] to ``out`` [N, O, OH, OW] with
-    weight [O, C/groups, kh, kw]. A transposed convolution is this map's
-    adjoint (its input is ``out``-shaped), so it reuses the same three
+    """One convolution's geometry in 2 or 3 spatial dims (a 1-D one runs as
+    2-D with height 1): the forward conv maps ``inp`` [N, C, *S] to ``out``
+    [N, O, *OS] with weight [O, C/groups, *K]. A transposed convolution is this
+    map's adjoint (its input is ``out``-shaped), so it reuses the same three
     products."""
 
     def __init__(self, x, weight, stride, padding, dilation, transposed, output_padding, groups):
         nd = x.ndim - 2
-        if nd not in (1, 2):
-            raise NotImplementedError(f"DeviceKit lowers 1-D and 2-D convolution, not {nd}-D "
-                                      f"(input shape {list(x.shape)})")
+        if nd not in (1, 2, 3):
+            raise NotImplementedError(f"DeviceKit lowers 1-D, 2-D and 3-D convolution, not "
+                                      f"{nd}-D (input shape {list(x.shape)})")
         self.one_d = nd == 1
-        lift = (lambda v, f: (f, int(v[0]))) if self.one_d else (lambda v, f: (int(v[0]), int(v[-1])))
+        self.nd = max(nd, 2)
+
+        def lift(v, f):
+            v = [int(e) for e in v]
+            if self.one_d:
+                return (f, v[0])
+            return tuple(v) if len(v) == self.nd else tuple(v[:1] * self.nd)
         self.stride, self.padding = lift(list(stride), 1), lift(list(padding), 0)
         self.dilation = lift(list(dilation), 1)
         self.groups = int(groups)
         self.transposed = bool(transposed)
-        w4 = self.lift(weight)
-        self.kernel = (w4.shape[2], w4.shape[3])
-        x4 = self.lift(x)
+        wl = self.lift(weight)
+        self.kernel = tuple(wl.shape[2:])
+        xs = tuple(self.lift(x).shape[2:])
         if self.transposed:
             op = lift(list(output_padding), 0)
             # the forward conv this is the adjoint of runs from the big tensor to x
-            h, w = [(x4.shape[2 + i] - 1) * self.stride[i] - 2 * self.padding[i]
-                    + self.dilation[i] * (self.kernel[i] - 1) + op[i] + 1 for i in range(2)]
-            self.inp_hw = (h, w)
+            self.inp_sizes = tuple((xs[i] - 1) * self.stride[i] - 2 * self.padding[i]
+                                   + self.dilation[i] * (self.kernel[i] - 1) + op[i] + 1
+                                   for i in range(self.nd))
             # output_padding can leave room for one more window than x has:
             # the windows are x's positions, the extra rows only receive zeros
-            out = (x4.shape[2], x4.shape[3])
+            out = xs
         else:
-            self.inp_hw, out = (x4.shape[2], x4.shape[3]), None
-        self.index, self.valid, self.oh, self.ow = _windows_index(
-            x.device, *self.inp_hw, self.kernel, self.stride, self.padding, self.dilation, out=out)
+            self.inp_sizes, out = xs, None
+        self.index, self.valid, self.outs = _windows_index_nd(
+            x.device, self.inp_sizes, self.kernel, self.stride, self.padding, self.dilation,
+            out=out)
+        self.npos = int(np.prod(self.outs))
 
     def lift(self, t):
         return t.reshape(t.shape[0], t.shape[1], 1, t.shape[2]) if self.one_d else t
@@ -531,31 +734,31 @@ class _Conv:
         return t.reshape(t.shape[0], t.shape[1], t.shape[3]) if self.one_d else t
 
     def cols(self, inp):
-        """inp [N, C, H, W] -> [N, g, C/g*K, O] im2col columns."""
+        """inp [N, C, *S] -> [N, g, C/g*K, O] im2col columns."""
         n, c = inp.shape[:2]
-        k = self.kernel[0] * self.kernel[1]
+        k = int(np.prod(self.kernel))
         cols = _gather(inp, self.index, self.valid, 0.0)
-        return cols.reshape(n, self.groups, c // self.groups * k, self.oh * self.ow)
+        return cols.reshape(n, self.groups, c // self.groups * k, self.npos)
 
-    def _wmat(self, w4):
-        o = w4.shape[0]
-        return w4.reshape(1, self.groups, o // self.groups, -1)
+    def _wmat(self, wl):
+        o = wl.shape[0]
+        return wl.reshape(1, self.groups, o // self.groups, -1)
 
-    def forward(self, inp, w4):
-        """conv(inp, w): [N, O, OH, OW]."""
-        y = ops.matmul(self._wmat(w4), self.cols(inp))  # [N, g, O/g, OH*OW]
-        return y.reshape(inp.shape[0], w4.shape[0], self.oh, self.ow)
+    def forward(self, inp, wl):
+        """conv(inp, w): [N, O, *OS]."""
+        y = ops.matmul(self._wmat(wl), self.cols(inp))  # [N, g, O/g, prod(OS)]
+        return y.reshape(inp.shape[0], wl.shape[0], *self.outs)
 
-    def input_grad(self, g, w4, inp_shape):
-        """The adjoint of forward in inp: g [N, O, OH, OW] -> [N, C, H, W]."""
+    def input_grad(self, g, wl, inp_shape):
+        """The adjoint of forward in inp: g [N, O, *OS] -> [N, C, *S]."""
         n, o = g.shape[:2]
-        g3 = g.reshape(n, self.groups, o // self.groups, self.oh * self.ow)
-        dcols = ops.matmul(self._wmat(w4).transpose(2, 3), g3)  # [N, g, C/g*K, O]
+        g3 = g.reshape(n, self.groups, o // self.groups, self.npos)
+        dcols = ops.matmul(self._wmat(wl).transpose(2, 3), g3)  # [N, g, C/g*K, O]
         return _scatter(dcols.reshape(n, inp_shape[1], -1), self.index, self.valid, inp_shape)
 
     def weight_grad(self, g, inp, w_shape):
         n, o = g.shape[:2]
-        g3 = g.reshape(n, self.groups, o // self.groups, self.oh * self.ow)
+        g3 = g.reshape(n, self.groups, o // self.groups, self.npos)
         dw = ops.sum(ops.matmul(g3, self.cols(inp).transpose(2, 3)), 0)  # [g, O/g, C/g*K]
         return dw.reshape(*w_shape)
 
@@ -563,15 +766,15 @@ class _Conv:
 @lowers("convolution.default", kind=COMPOSITE)
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     conv = _Conv(x, weight, stride, padding, dilation, transposed, output_padding, groups)
-    xf, w4 = conv.lift(_compute(x)), conv.lift(_compute(weight))
+    xf, wl = conv.lift(_compute(x)), conv.lift(_compute(weight))
     if conv.transposed:
         n = x.shape[0]
-        shape = [n, w4.shape[1] * conv.groups, *conv.inp_hw]
-        y = conv.input_grad(xf, w4, shape)
+        shape = [n, wl.shape[1] * conv.groups, *conv.inp_sizes]
+        y = conv.input_grad(xf, wl, shape)
     else:
-        y = conv.forward(xf, w4)
+        y = conv.forward(xf, wl)
     if bias is not None:
-        y = ops.add(y, _compute(bias).reshape(1, -1, 1, 1))
+        y = ops.add(y, _compute(bias).reshape(1, -1, *([1] * conv.nd)))
     return _as(conv.drop(y), x)
 
 
@@ -579,22 +782,22 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
 def convolution_backward(g, x, weight, bias_sizes, stride, padding, dilation, transposed,
                          output_padding, groups, output_mask):
     conv = _Conv(x, weight, stride, padding, dilation, transposed, output_padding, groups)
-    gf, xf, w4 = conv.lift(_compute(g)), conv.lift(_compute(x)), conv.lift(_compute(weight))
+    gf, xf, wl = conv.lift(_compute(g)), conv.lift(_compute(x)), conv.lift(_compute(weight))
     dx = dw = db = None
     if conv.transposed:  # y = forward-conv adjoint of x: dx = forward(g), dw from (x, g) swapped
         if output_mask[0]:
-            dx = conv.drop(conv.forward(gf, w4))
+            dx = conv.drop(conv.forward(gf, wl))
         if output_mask[1]:
-            dw = conv.weight_grad(xf, gf, list(w4.shape))
+            dw = conv.weight_grad(xf, gf, list(wl.shape))
     else:
         if output_mask[0]:
-            dx = conv.drop(conv.input_grad(gf, w4, list(xf.shape)))
+            dx = conv.drop(conv.input_grad(gf, wl, list(xf.shape)))
         if output_mask[1]:
-            dw = conv.weight_grad(gf, xf, list(w4.shape))
+            dw = conv.weight_grad(gf, xf, list(wl.shape))
     if dx is not None:
         dx = _as(dx, x)
     if dw is not None:
         dw = _as(dw.reshape(*weight.shape), weight)
     if output_mask[2] and bias_sizes is not None:
-        db = _as(ops.sum(gf, [0, 2, 3]), g)
+        db = _as(ops.sum(gf, [0] + list(range(2, 2 + conv.nd))), g)
     return dx, dw, db
