@@ -110,7 +110,7 @@ def test_the_release_policy_requires_the_section_of_a_declared_part():
     from devicekit.gate import check, policy
 
     pol = policy.load(str(REPO_ROOT / "ci" / "policy.toml"))
-    assert pol.part_sections == ["collectives"]
+    assert pol.part_sections == ["collectives", "graphs"]
 
     def refusals(parts, cases, unavailable=None):
         record = {"plugin": {"declared": {"parts": parts}},
