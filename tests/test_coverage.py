@@ -101,7 +101,7 @@ def test_exclusion_check_fails_unlisted_and_counts_needs_case():
     unlisted, needs, excused, stale = coverage_run.check(rows, entries)
     assert [(r["file"], r["line"]) for r in unlisted] == [("a.cpp", 30), ("b.cpp", 1)]
     assert [r["line"] for r in needs] == [12]
-    assert [r["line"] for r in excused] == [5]
+    assert [(r["line"], status) for r, status in excused] == [(5, "unreachable")]
     assert [e["file"] for e in stale] == ["gone.cpp"]
 
 
