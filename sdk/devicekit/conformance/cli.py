@@ -67,7 +67,7 @@ def add_parser(sub):
                         "join the parts with 'devicekit report merge' (docs/scale.md)")
     p.add_argument("--coverage", metavar="BUILD_DIR",
                    help="the build folder of a plugin built with --coverage (gcc/clang; "
-                        "docs/porting.md 'Coverage build'): its counters (.gcda) are reset "
+                        "docs/porting_guide.md 'Coverage build'): its counters (.gcda) are reset "
                         "before the run, and after it the plugin's branches no case reached "
                         "are listed per file and function, here and in report.html (needs gcovr: "
                         "pip install 'devicekit[coverage]')")

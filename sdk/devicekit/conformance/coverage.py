@@ -45,7 +45,7 @@ def reset(build_dir):
         raise CoverageError(f"--coverage: build folder {build_dir} does not exist")
     if not _gcno_files(build_dir):
         raise CoverageError(f"--coverage: no .gcno files under {build_dir}; build the plugin "
-                            "with --coverage (docs/porting.md, 'Coverage build') and pass its "
+                            "with --coverage (docs/porting_guide.md, 'Coverage build') and pass its "
                             "build folder")
     for d, _, names in os.walk(build_dir):
         for f in names:
@@ -109,7 +109,7 @@ def collect(build_dir, root=None, html=None, summary=None, exclude=(), jobs=1):
         raise CoverageError(f"DeviceKit coverage: build folder {build_dir} does not exist")
     if not _gcno_files(build_dir):
         raise CoverageError(f"DeviceKit coverage: no .gcno files under {build_dir}; "
-                            "build the plugin with --coverage (see docs/porting.md, "
+                            "build the plugin with --coverage (see docs/porting_guide.md, "
                             "'Coverage build') and pass its build folder")
     with tempfile.TemporaryDirectory(prefix="dk-gcovr-") as tmp:
         out = os.path.join(tmp, "coverage.json")
