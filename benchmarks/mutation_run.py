@@ -74,11 +74,12 @@ COMMON = ["-O2", "-fPIC", "-fvisibility=hidden", "-fno-math-errno", "-pthread", 
 class Target:
     """A plugin the run mutates: where its sources are and how they build."""
 
-    def __init__(self, name, src, exports, lib, mutants_module, skip=(), flags=()):
+    def __init__(self, name, src, exports, lib, mutants_module, skip=(), flags=(), ldflags=()):
         self.name, self.src, self.exports, self.lib = name, src, exports, lib
         self.mutants_module = mutants_module
         self.skip = set(skip)  # units of another build (the CUDA runtime backend)
-        self.flags = list(flags)
+        self.flags = list(flags)  # after COMMON: a later -O wins (coverage_run.py's -O1)
+        self.ldflags = list(ldflags)
 
     def mutants(self):
         return __import__(self.mutants_module).MUTANTS
@@ -172,7 +173,7 @@ def compile_unit(src, unit, obj, fast=True, target=None):
 
 def link(objs, lib, target=None):
     target = target or TARGETS["cpu"]
-    cmd = ["c++", "-shared", "-pthread", "-o", lib, *objs,
+    cmd = ["c++", "-shared", "-pthread", *target.ldflags, "-o", lib, *objs,
            f"-Wl,--version-script={target.exports}",
            "-Wl,--no-undefined", "-Wl,-z,nodelete"]
     r = subprocess.run(cmd, capture_output=True, text=True)

@@ -10,6 +10,10 @@ views the case builds itself (``_raw``):
   in uint8 ...); outputs sit between guard bands of canary bytes, checked after
   the kernel, and start as canaries, so an element never written is seen too;
   the result is checked against the oracle with the op's spec bound.
+- ``kernels/cast/<dtype>/ladder``: cast from dtype to every declared dtype at
+  every length of :data:`LADDER` (short lengths with different tails, then a
+  geometric ladder to a budget of 2**17 + 1 elements), each its own call, on
+  values every dtype holds exactly, judged exactly.
 - ``kernels/<op>/invalid/<case>``: one call per argument rule the header
   states (``device_api/spec/arg_rules.json``: operand counts, dtypes, shapes
   with batch dims, strides, NULL data, aliasing, views past their allocation,
@@ -147,6 +151,44 @@ def check_direct(ctx, op, dtype, shape):
                    signed_zeros=op in O.SIGNED_ZEROS, case=f"direct {dtype} seed={ctx.seed}")
 
 
+#: Lengths of the cast ladder, each its own call: short ones whose tails
+#: differ for 4-, 8-, 16- and 32-wide vectors, then a geometric ladder (x8)
+#: to the budget of 2**17 + 1 elements per call: past every common vector
+#: width and unroll, and past any size at which a kernel might split its work
+#: over threads, without knowing where a plugin puts that. Per call cost
+#: dominates, so the ladder is short: 81 dtype pairs x 9 lengths.
+LADDER = (1, 7, 17, 33, 127, 2**10 + 1, 2**13 + 3, 2**16 - 1, 2**17 + 1)
+
+
+def _in_every_range(x):
+    """x moved into [0, 100] (quarters for floats): exactly representable in
+    every dtype, so each cast has one right answer."""
+    if x.dtype == np.bool_:
+        return x
+    v = np.clip(x.astype(np.float64), -100, 100)
+    v = np.abs(np.round(v * 4) / 4) if x.dtype.kind == "f" or "float" in str(x.dtype) \
+        else np.abs(np.round(v))
+    return v.astype(x.dtype)
+
+
+def check_cast_ladder(ctx, op, dtype, shape):
+    """cast from dtype to every declared dtype at every LADDER length, each
+    its own call (a tail is a per-call property), exact as the spec says."""
+    rng = ctx.rng()
+    dsts = [d for d in spec_dtypes("cast")[0] if d in ctx.target.declared.get("cast", ())]
+    pool = _in_every_range(rand(dtype, (LADDER[-1],), rng))
+    for dst in dsts:
+        for n in LADDER:
+            x = pool[:n].copy()
+            call = _invalid.Call([(x, dtype)], (n,), dst, None)
+            (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, "cast", call)
+            assert lc == 0 and sc == 0, f"cast {dtype}->{dst} n={n}: [{lc}] {lmsg} [{sc}] {smsg}"
+            assert bands_ok, f"cast {dtype}->{dst} n={n}: wrote outside its output"
+            O.assert_close(got, O.cast(x, dst), dst, op="cast",
+                           case=f"ladder {dtype}->{dst} n={n} seed={ctx.seed}")
+    ctx.ran.add(("cast", dtype))
+
+
 def _make_direct(op, dtype, shape):
     return functools.partial(check_direct, op=op, dtype=dtype, shape=shape)
 
@@ -221,6 +263,9 @@ def cases(target):
     for o in spec()["ops"]:
         op = o["name"]
         out += op_cases(target, "kernels", op, ["direct"], _make_direct)
+        if op == "cast":
+            out += op_cases(target, "kernels", op, ["ladder"], lambda o, d, s:
+                            functools.partial(check_cast_ladder, op=o, dtype=d, shape=s))
         dtype = invalid_dtype(target, op)
         for r, name in invalid_cases(target, op)[0]:
             out.append(Case(id=f"kernels/{op}/invalid/{name}", section="kernels", op=op,

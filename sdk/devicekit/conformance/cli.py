@@ -65,6 +65,12 @@ def add_parser(sub):
     p.add_argument("--shard", metavar="K/N",
                    help="run only part K of N (K from 1; round-robin over the selected cases); "
                         "join the parts with 'devicekit report merge' (docs/scale.md)")
+    p.add_argument("--coverage", metavar="BUILD_DIR",
+                   help="the build folder of a plugin built with --coverage (gcc/clang; "
+                        "docs/porting_guide.md 'Coverage build'): its counters (.gcda) are reset "
+                        "before the run, and after it the plugin's branches no case reached "
+                        "are listed per file and function, here and in report.html (needs gcovr: "
+                        "pip install 'devicekit[coverage]')")
     p.set_defaults(func=run)
     sub2 = p.add_subparsers(dest="conformance_command", metavar="{diff}")
     from .diff import EXIT_CODES_HELP as diff_codes
@@ -226,6 +232,8 @@ def _run(args):
     corpus = _corpus(args, target, sel, ran)
     rep = report.build(meta, _run_info(args, target, sel, ran), ran.cases, ran.results, corpus,
                        sel.unavailable, status)
+    if args.coverage:
+        _add_coverage(args.coverage, rep)
     console.print_outcome(rep)
     return _finish(args, rep, ran)
 
@@ -246,6 +254,13 @@ def _check_args(args):
         raise _usage(why)
     if args.report and (why := _output.output_problem(args.report, "--report", folder=True)):
         raise _Exit(EXIT_OUTPUT, f"{PROG}: error: {why}")
+    if args.coverage:
+        from . import coverage
+
+        try:
+            coverage.reset(args.coverage)
+        except coverage.CoverageError as e:
+            raise _usage(e) from None
     return shard
 
 
@@ -351,6 +366,19 @@ def _run_info(args, target, sel, ran):
             cases_all=len(sel.all_cases), unbuilt=list(sel.unbuilt),
             floor=registry.floor_of(target, sections) if whole else None)
     return run_info
+
+
+def _add_coverage(build_dir, rep):
+    """Adds the plugin's untaken branches (``rep["coverage"]``) after the run.
+    A coverage that cannot be read is said in the report and on stderr; it
+    does not change the suite's verdict."""
+    from . import coverage
+
+    try:
+        rep["coverage"] = coverage.report_block(build_dir)
+    except coverage.CoverageError as e:
+        rep["coverage"] = {"build_dir": os.path.abspath(build_dir), "error": _one_line(e)}
+        print(f"{PROG}: coverage: {_one_line(e)}", file=sys.stderr)
 
 
 def _finish(args, rep, ran):

@@ -136,4 +136,26 @@ def print_outcome(rep):
         print(f"corpus: not checked ({corpus['reason']})")
     for s, why in rep["unavailable_sections"].items():
         print(f"section {s} not run: {why}")
+    for line in coverage_lines(rep):
+        print(line)
     print("PASSED" if rep["summary"]["passed"] else "FAILED")
+
+
+def coverage_lines(rep, most=20):
+    """The --coverage summary: totals, then the functions with untaken
+    branches (the most-missed first; the report lists them all)."""
+    cov = rep.get("coverage")
+    if cov is None:
+        return []
+    if "error" in cov:
+        return [f"coverage: not read ({cov['error']})"]
+    (lc, lt), (bc, bt) = cov["lines"], cov["branches"]
+    out = [f"coverage of the plugin ({cov['build_dir']}): lines {lc}/{lt}, branches {bc}/{bt}; "
+           f"{len(cov['unreached'])} functions with branches no case reached"]
+    rows = sorted(cov["unreached"], key=lambda u: -u["branches"])
+    for u in rows[:most]:
+        out.append(f"  {u['file']}  {u['function']}: {u['branches']} untaken "
+                   f"(lines {', '.join(map(str, u['lines'][:8]))}{' ...' if len(u['lines']) > 8 else ''})")
+    if len(rows) > most:
+        out.append(f"  ... {len(rows) - most} more functions (see report.html)")
+    return out

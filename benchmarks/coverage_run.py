@@ -1,0 +1,312 @@
+"""Coverage run: which lines and branches of a reference plugin's kernels
+does the conformance suite reach?
+
+    python benchmarks/coverage_run.py [--target cpu|cuda_sim] [--threads N|default ...]
+                                      [--jobs N] [-k PATTERN ...] [--out DIR] [--workdir DIR]
+                                      [--check ci/coverage_exclusions.toml]
+
+Compiles the target's sources straight with the host compiler, as
+mutation_run.py does (its Target table and build()), with coverage
+instrumentation added:
+
+- ``--coverage``: gcc writes a .gcno (the flow graph) beside each object
+  and links libgcov, whose counters the plugin writes to .gcda files when a
+  process that loaded it exits (every conformance worker and collective rank);
+  runs add up into the same .gcda files.
+- ``-fprofile-update=atomic``: the counters are incremented atomically, so
+  the kernels' worker threads do not lose counts of each other.
+- ``-O1`` instead of the build's ``-O2``: faster to compile and run with
+  counters, and fewer branches duplicated by the optimiser (loop
+  versioning, unswitching) than at -O2, so a branch in the report is one a
+  reader sees in the source. The numerics flags of mutation_run.COMMON stay.
+
+Then runs the FULL conformance suite (``-k`` narrows it) on the build once
+per ``--threads`` value (``DEVICEKIT_CPU_THREADS``; ``default`` leaves it
+unset: the CPU plugin's pool then has one thread per core, and the
+cuda_sim plugin's emulator ignores it), and prints line and branch coverage
+per kernel file. Writes to --out: coverage.json (gcovr's full JSON),
+summary.json (gcovr's --json-summary), html/index.html (gcovr's detailed
+pages), unreached.txt (every kernel line with an untaken branch, per file
+and function), and times.json (the seconds of each phase).
+
+--check: every untaken kernel branch must be covered by an entry of the
+exclusions file (see ci/coverage_exclusions.toml for its format); an entry
+of status "needs-case" is a branch not reached yet that a case should reach:
+the check prints how many lines and branches are in that state (it does not
+pass them silently; unreached.txt lists them) but does not fail on them, and
+prints the entries that match nothing (stale). Exit 1 when an untaken branch
+is not listed, or when the suite itself failed; 0 otherwise.
+"""
+
+import argparse
+import concurrent.futures as futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import mutation_run as mr  # noqa: E402
+from devicekit.conformance import coverage as cov  # noqa: E402
+
+COVERAGE_FLAGS = ["-O1", "--coverage", "-fprofile-update=atomic"]
+
+#: What counts as kernel code, per target (regex on the path relative to src/):
+#: the kernel units and the headers their bodies live in. The runtime
+#: (memory, streams, errors), collectives and graphs are not kernels.
+KERNELS = {
+    "cpu": r"^(kernels[^/]*\.cpp|fast/[^/]*\.cpp|(gelu|tanh|fused_half|fused_common|"
+           r"attention_backward|kernel_common|dtype)\.h)$",
+    "cuda_sim": r"^(kernels[^/]*\.cu|[^/]*_kernels\.h|(fused_device|ops_math|half|convert)\.h)$",
+}
+
+
+def coverage_target(name):
+    base = mr.TARGETS[name]
+    return mr.Target(base.name, base.src, base.exports, base.lib, base.mutants_module,
+                     skip=base.skip, flags=base.flags + COVERAGE_FLAGS, ldflags=["--coverage"])
+
+
+def build(target, workdir, build_jobs):
+    src = os.path.join(workdir, "src")
+    shutil.copytree(target.src, src)
+    shutil.copytree(os.path.join(mr.INCLUDE, "devicekit"), os.path.join(src, "devicekit"))
+    with futures.ThreadPoolExecutor(max_workers=build_jobs) as pool:
+        lib, _ = mr.build(src, os.path.join(workdir, "obj"), os.path.join(workdir, target.lib),
+                          pool=pool, target=target)
+    return src, lib
+
+
+def conformance(lib, report, jobs, threads, patterns, timeout):
+    env = dict(os.environ)
+    env.pop("DEVICEKIT_CPU_THREADS", None)
+    if threads != "default":
+        env["DEVICEKIT_CPU_THREADS"] = str(threads)
+    cmd = [sys.executable, "-m", "devicekit", "conformance", "--plugin", lib, "--jobs", str(jobs),
+           "--report", report, "--timeout", str(timeout)]
+    for pat in patterns:
+        cmd += ["-k", pat]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    tail = (r.stdout + r.stderr).strip().splitlines()[-3:]
+    return r.returncode, "\n".join(tail)
+
+
+def load_exclusions(path, target=None):
+    """The [[exclude]] entries of the file (those of target only, when given;
+    an entry without 'target' is the CPU plugin's)."""
+    import tomllib
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    entries = [e for e in data.get("exclude", [])
+               if target is None or e.get("target", "cpu") == target]
+    for e in entries:
+        if "file" not in e or "reason" not in e:
+            raise SystemExit(f"{path}: every [[exclude]] needs 'file' and 'reason': {e}")
+        if e.get("status", "unreachable") not in STATUSES:
+            raise SystemExit(f"{path}: status must be one of {', '.join(STATUSES)}: {e}")
+    return entries
+
+
+#: unreachable: no call through the device API can take it (reviewed, with the reason);
+#: needs-host: only another host's CPU takes it (an ISA level this one lacks);
+#: needs-case: reachable, not reached yet: a missing case (counted, never silent).
+STATUSES = ("unreachable", "needs-host", "needs-case")
+GENERATED = "# ---- generated by coverage_run.py --update-exclusions: not yet reached, needs a case ----"
+
+
+def update_exclusions(path, target, rows):
+    """Rewrites the generated part of the exclusions file (after GENERATED):
+    one needs-case entry per file, listing its lines with untaken branches
+    that no hand-written entry covers. The hand-written part is kept as is."""
+    with open(path) as f:
+        text = f.read()
+    head = text.split(GENERATED)[0].rstrip() + "\n\n"
+    with open(path, "w") as f:
+        f.write(head)
+    hand = [e for e in load_exclusions(path, target) if not e.get("generated")]
+    others = [e for e in load_exclusions(path) if e.get("target", "cpu") != target
+              and e.get("generated")]
+    groups = {}
+    for r in rows:
+        if any(matches(e, r) for e in hand):
+            continue
+        g = groups.setdefault(r["file"], {"lines": set(), "branches": 0, "functions": set()})
+        g["lines"].add(r["line"])
+        g["branches"] += r["total"] - r["taken"]
+        g["functions"].add(r["function"])
+    out = [head, GENERATED, "\n"]
+    for e in others:
+        out.append(_toml_entry(e))
+    for file, g in sorted(groups.items()):
+        out.append(_toml_entry({"target": target, "file": file, "line_list": sorted(g["lines"]),
+                                "status": "needs-case", "generated": True,
+                                "reason": f"not yet reached: needs a case ({g['branches']} "
+                                          f"untaken branches on {len(g['lines'])} lines in "
+                                          f"{len(g['functions'])} functions or instantiations; "
+                                          f"unreached.txt lists them)"}))
+    with open(path, "w") as f:
+        f.write("".join(out))
+    return len(groups)
+
+
+def _toml_entry(e):
+    def val(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(map(str, v)) + "]"
+        return json.dumps(v)
+    return "\n[[exclude]]\n" + "".join(f"{k} = {val(v)}\n" for k, v in e.items())
+
+
+def matches(entry, row):
+    if entry["file"] != row["file"]:
+        return False
+    if "function" in entry and entry["function"] not in row["function"]:
+        return False
+    if "lines" in entry:
+        lo, hi = entry["lines"]
+        if not lo <= row["line"] <= hi:
+            return False
+    if "line_list" in entry and row["line"] not in entry["line_list"]:
+        return False
+    return True
+
+
+def check(rows, entries):
+    """Splits unreached rows into (unlisted, needs_case, excused) and returns
+    the entries that matched nothing (stale: the code moved, or a case now
+    reaches it). excused: unreachable and needs-host rows, as (row, status)."""
+    unlisted, needs, excused, used = [], [], [], set()
+    for r in rows:
+        hit = next((i for i, e in enumerate(entries) if matches(e, r)), None)
+        if hit is None:
+            unlisted.append(r)
+            continue
+        used.add(hit)
+        status = entries[hit].get("status", "unreachable")
+        if status == "needs-case":
+            needs.append(r)
+        else:
+            excused.append((r, status))
+    stale = [e for i, e in enumerate(entries) if i not in used]
+    return unlisted, needs, excused, stale
+
+
+def fmt_row(r):
+    return (f"  {r['file']}:{r['line']}  {r['function']}  "
+            f"{r['total'] - r['taken']}/{r['total']} branches untaken")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", choices=sorted(KERNELS), default="cpu")
+    ap.add_argument("--threads", action="append", default=[],
+                    help="DEVICEKIT_CPU_THREADS of one run, or 'default' (unset); repeatable "
+                         "(default: 1 and default)")
+    ap.add_argument("--jobs", type=int, default=2, help="conformance worker processes")
+    ap.add_argument("--build-jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="seconds per case (default 300: the instrumented build at one thread "
+                         "is slow on the 2**31-element cases, and a worker killed at its "
+                         "timeout loses the counters of every case it ran)")
+    ap.add_argument("-k", dest="patterns", action="append", default=[], metavar="PATTERN",
+                    help="run only the conformance cases whose id contains PATTERN")
+    ap.add_argument("--out", default="coverage-out", help="the reports (default coverage-out/)")
+    ap.add_argument("--workdir", help="keep the build here (default: a temporary folder)")
+    ap.add_argument("--collect-only", action="store_true",
+                    help="with --workdir: read the counters already there (no build, no run)")
+    ap.add_argument("--reuse-build", action="store_true",
+                    help="with --workdir: reuse the build there (its counters are reset first)")
+    ap.add_argument("--check", metavar="TOML", help="check untaken branches against this list")
+    ap.add_argument("--update-exclusions", action="store_true",
+                    help="with --check: rewrite the file's generated needs-case part from this "
+                         "run (after adding cases, or when code moved; review the diff)")
+    args = ap.parse_args(argv)
+    threads = args.threads or ["1", "default"]
+    target = coverage_target(args.target)
+    os.makedirs(args.out, exist_ok=True)
+    times = {}
+    with tempfile.TemporaryDirectory(prefix="dk-coverage-") as tmp:
+        workdir = os.path.abspath(args.workdir or tmp)
+        start = time.monotonic()
+        src, lib = os.path.join(workdir, "src"), os.path.join(workdir, target.lib)
+        if args.collect_only:
+            threads = []
+        elif args.reuse_build and os.path.exists(lib):
+            for d, _, names in os.walk(os.path.join(workdir, "obj")):
+                for n in names:
+                    if n.endswith(".gcda"):
+                        os.unlink(os.path.join(d, n))
+        else:
+            src, lib = build(target, workdir, args.build_jobs)
+        times["build"] = time.monotonic() - start
+        print(f"built {lib} with {' '.join(COVERAGE_FLAGS)} ({times['build']:.0f} s)", flush=True)
+        failed = False
+        for t in threads:
+            start = time.monotonic()
+            rc, tail = conformance(lib, os.path.join(args.out, f"conformance-threads-{t}"),
+                                   args.jobs, t, args.patterns, args.timeout)
+            times[f"conformance threads={t}"] = time.monotonic() - start
+            print(f"conformance, threads={t}: exit {rc} ({times[f'conformance threads={t}']:.0f} s)"
+                  f"\n{tail}", flush=True)
+            failed |= rc != 0
+        start = time.monotonic()
+        data = cov.collect(os.path.join(workdir, "obj"), root=src,
+                           html=os.path.join(os.path.abspath(args.out), "html", "index.html"),
+                           summary=os.path.join(args.out, "summary.json"),
+                           jobs=args.build_jobs)
+        times["gcovr"] = time.monotonic() - start
+    with open(os.path.join(args.out, "coverage.json"), "w") as f:
+        json.dump(data, f)
+    include = KERNELS[args.target]
+    table = cov.files(data, include)
+    print(f"\nkernel coverage of the {args.target} plugin (threads: {', '.join(threads)}"
+          f"{', -k ' + ' -k '.join(args.patterns) if args.patterns else ''}):")
+    print(cov.format_table(table))
+    rows = cov.unreached(data, include)
+    with open(os.path.join(args.out, "unreached.txt"), "w") as f:
+        for file, fn, lines, n in cov.by_function(rows):
+            f.write(f"{file}  {fn}: {n} untaken branches on lines {', '.join(map(str, lines))}\n")
+    lc, lt, bc, bt = cov.totals(table)
+    summary = {"target": args.target, "threads": threads, "patterns": args.patterns,
+               "lines": [lc, lt], "branches": [bc, bt], "seconds": times,
+               "untaken_branch_lines": len(rows)}
+    status = 1 if failed else 0
+    if args.check and args.update_exclusions:
+        n = update_exclusions(args.check, args.target, rows)
+        print(f"\n{args.check}: {n} generated needs-case entries written")
+    if args.check:
+        unlisted, needs, excused, stale = check(rows, load_exclusions(args.check, args.target))
+        host = [r for r, st in excused if st == "needs-host"]
+        print(f"\ncheck against {args.check}: lines with untaken kernel branches: "
+              f"{len(excused) - len(host)} unreachable through the device API (reviewed); "
+              f"{len(host)} taken only on another host's ISA; "
+              f"{len(needs)} NOT YET REACHED, listed as needing a case "
+              f"({sum(r['total'] - r['taken'] for r in needs)} branches); "
+              f"{len(unlisted)} not listed")
+        for r in unlisted:
+            print("  NOT LISTED:  " + fmt_row(r)[2:])
+        for e in stale:
+            print(f"  stale entry (matches no untaken branch): {e}")
+        summary.update(needs_case=len(needs), needs_host=len(host), unlisted=len(unlisted),
+                       unreachable=len(excused) - len(host), stale=len(stale))
+        if unlisted:
+            status = 1
+    with open(os.path.join(args.out, "times.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print("\ntimes: " + ", ".join(f"{k} {v:.0f} s" for k, v in times.items()))
+    if failed:
+        print("coverage run: the conformance suite failed on the coverage build "
+              "(see the reports)", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Branch coverage under the conformance suite (docs/coverage.md).
+
+A freshly scaffolded plugin built with its ``PLUGIN_COVERAGE`` CMake option
+runs a filtered conformance with ``--coverage BUILD_DIR``: the report lists
+the plugin's untaken branches per file and function, in report.json, the
+text summary and report.html. The exclusion check of
+``benchmarks/coverage_run.py`` fails on an untaken branch nobody listed and
+counts the ones listed as needing a case; the reviewed list
+``ci/coverage_exclusions.toml`` is well-formed and names real code.
+
+Needs: a C compiler, cmake and gcovr (the test extra) for the vendor test.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from devicekit import cli
+
+from conftest import _find_c_compiler
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import coverage_run  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cov_build(tmp_path_factory):
+    """A scaffolded plugin built with -DPLUGIN_COVERAGE=ON: (project, build, library)."""
+    if _find_c_compiler() is None or shutil.which("cmake") is None:
+        pytest.skip("building the scaffolded plugin needs a C compiler and cmake on PATH")
+    project = tmp_path_factory.mktemp("cov") / "acme"
+    assert cli.main(["new", "acme", "--dir", str(project)]) == 0
+    build = project / "build" / "cov"
+    for cmd in (["cmake", "-S", project, "-B", build, "-DPLUGIN_COVERAGE=ON"],
+                ["cmake", "--build", build, "--parallel", "2"]):
+        r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, f"{cmd}:\n{r.stdout}{r.stderr}"
+    assert list(build.rglob("*.gcno")), "PLUGIN_COVERAGE=ON built no .gcno files"
+    return project, build, build / "libdevicekit_acme.so"
+
+
+def conformance(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "devicekit", "conformance", *map(str, args)],
+                          capture_output=True, text=True, timeout=240, cwd=cwd)
+
+
+def test_scaffolded_plugin_reports_its_untaken_branches(cov_build, tmp_path):
+    project, build, lib = cov_build
+    (build / "stale.gcda").write_bytes(b"old counters")  # reset before the run
+    r = conformance("--plugin", lib, "--coverage", build, "-k", "ops/add/", "-k", "ops/copy/",
+                    "--jobs", "1", "--report", tmp_path / "rep")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (build / "stale.gcda").exists()
+    rep = json.loads((tmp_path / "rep" / "report.json").read_text())
+    cov = rep["coverage"]
+    assert "error" not in cov, cov
+    assert cov["root"] == str(project)
+    names = {f["file"] for f in cov["files"]}
+    assert "src/kernels.c" in names and not any("plugin_" in n for n in names), names
+    lc, lt = cov["lines"]
+    assert 0 < lc < lt  # add and copy ran; the error paths and other ops did not
+    fns = {(u["file"], u["function"]) for u in cov["unreached"]}
+    # only add and copy ran: fill's kernel never did
+    assert any(f == "src/kernels.c" for f, _ in fns), fns
+    assert all(u["branches"] > 0 and u["lines"] for u in cov["unreached"])
+    assert "coverage of the plugin" in r.stdout and "src/kernels.c" in r.stdout
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "Plugin branches no case reached" in html
+    table = html[html.index('<table class="uncovered">'):]
+    table = table[:table.index("</table>")]
+    assert table.count("<tr>") == len(cov["unreached"]) + 1
+    assert "src/kernels.c" in table
+
+
+def test_coverage_of_a_folder_without_a_coverage_build_is_a_usage_error(tmp_path):
+    r = conformance("--device", "cpu:0", "--coverage", tmp_path, "--op", "add")
+    assert r.returncode == 2
+    assert "no .gcno files" in r.stderr and "--coverage" in r.stderr
+
+
+def row(file, line, function="f", taken=0, total=2):
+    return {"file": file, "line": line, "function": function, "taken": taken, "total": total}
+
+
+def test_exclusion_check_fails_unlisted_and_counts_needs_case():
+    entries = [
+        {"file": "a.cpp", "function": "oom", "reason": "allocation failure", "status": "unreachable"},
+        {"file": "a.cpp", "lines": [10, 20], "reason": "not yet reached: needs a case",
+         "status": "needs-case"},
+        {"file": "gone.cpp", "reason": "stale"},
+    ]
+    rows = [row("a.cpp", 5, "oom_path"), row("a.cpp", 12), row("a.cpp", 30), row("b.cpp", 1)]
+    unlisted, needs, excused, stale = coverage_run.check(rows, entries)
+    assert [(r["file"], r["line"]) for r in unlisted] == [("a.cpp", 30), ("b.cpp", 1)]
+    assert [r["line"] for r in needs] == [12]
+    assert [(r["line"], status) for r, status in excused] == [(5, "unreachable")]
+    assert [e["file"] for e in stale] == ["gone.cpp"]
+
+
+def test_exclusions_file_names_real_code_with_reasons():
+    path = REPO / "ci" / "coverage_exclusions.toml"
+    entries = coverage_run.load_exclusions(path)
+    data = tomllib.loads(path.read_text())
+    roots = {"cpu": REPO / "reference_backend" / "cpu" / "src",
+             "cuda_sim": REPO / "reference_backend" / "cuda" / "src"}
+    assert entries
+    for e in data["exclude"]:
+        target = e.get("target", "cpu")
+        src = roots[target] / e["file"]
+        assert src.exists(), e
+        assert len(e["reason"]) > 10, e
+        if "lines" in e:
+            lo, hi = e["lines"]
+            assert 1 <= lo <= hi <= len(src.read_text().splitlines()), e
+
+
+def test_kernel_patterns_name_existing_files():
+    import re
+
+    for target, src in (("cpu", "reference_backend/cpu/src"), ("cuda_sim",
+                                                                 "reference_backend/cuda/src")):
+        files = [os.path.relpath(os.path.join(d, f), REPO / src)
+                 for d, _, names in os.walk(REPO / src) for f in names]
+        kernels = [f for f in files if re.search(coverage_run.KERNELS[target], f)]
+        assert any(f.startswith("kernels") for f in kernels), (target, kernels)
