@@ -96,6 +96,22 @@ _SIZES = {
 }
 
 
+# A lowered op's output may have other strides than torch's meta kernel gave
+# the traced graph (which then views it without a contiguous() between), so a
+# view the strides refuse views a contiguous copy: the graph is functional
+# (AOTAutograd), so no write can reach the copy's source through it.
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
+
+def _view_or_copy(fn):
+    def view(t, *args, **kwargs):
+        try:
+            return fn(t, *args, **kwargs)
+        except RuntimeError:
+            return fn(_static_copy(t), *args, **kwargs)
+    return view
+
+
 def _numel(shape):
     n = 1
     for s in shape:
@@ -173,6 +189,8 @@ class _Program:
             self.random.append(_name(target))
         if lowering.raw:  # a lowering that takes the torch tensors as they are
             return ("raw", lowering.fn, args, kwargs, slot)
+        if target in _VIEWS:
+            return ("lowered", _view_or_copy(lowering.fn), args, kwargs, slot)
         return ("lowered", lowering.fn, args, kwargs, slot)
 
     def run(self, inputs):
