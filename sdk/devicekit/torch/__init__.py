@@ -24,8 +24,9 @@ norm, pooling, convolution), ``_lower_select`` (bitwise, sort/topk,
 multinomial, index_put: generation), ``_autocast`` (``torch.autocast("dk")``'s
 cast policy, GradScaler's ops), ``_fallback``,
 ``_coverage``, ``_compile`` (``torch.compile(model, backend="devicekit")``:
-FX graphs run by the lowering table, as device graphs), ``_distributed`` (the ``torch.distributed`` backend ``dk``,
-registered here, imported at the first ``init_process_group``); ``hf_models``
+FX graphs run by the lowering table, as device graphs), ``_distributed``
+(the ``torch.distributed`` backend ``dk``, registered here, imported at the
+first ``init_process_group``); ``hf_models``
 (public: small Hugging Face models for coverage, tests and ``python -m
 devicekit.torch_cli``).
 """
@@ -127,5 +128,6 @@ def from_torch(t):
 
 
 __all__ = ["Coverage", "DKTensor", "Recorder", "clear_pending_errors", "compile_stats",
-           "coverage", "device", "dk_device", "fallback", "fallback_stats", "from_torch", "lowered_ops", "prefer",
+           "coverage", "device", "dk_device", "fallback", "fallback_stats", "from_torch",
+           "lowered_ops", "prefer",
            "recording", "reset_compile_stats", "reset_fallback_stats", "to_torch"]

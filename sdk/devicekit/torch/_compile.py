@@ -29,7 +29,6 @@ device graph is kept per input-shape signature (at most ``GRAPHS_PER_SHAPE``).
 """
 
 import collections
-import operator
 import threading
 
 import torch
