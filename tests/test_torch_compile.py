@@ -133,3 +133,16 @@ def test_replay_is_bitwise_op_by_op():
         assert torch.equal(a, b)
     # a later call does not change an earlier result (outputs leave the graph's pool)
     assert torch.equal(replayed[0], eager[0])
+
+
+def test_dynamic_shapes_one_graph_a_device_graph_per_shape():
+    f = torch.compile(lambda x, w: torch.tanh(x @ w).sum(-1) * x.shape[0], backend="devicekit",
+                      dynamic=True)
+    w = torch.randn(4, 4)
+    for rows in (3, 3, 5, 5, 5, 7):
+        x = torch.randn(rows, 4)
+        got = f(x.to(DEV), w.to(DEV)).cpu()
+        torch.testing.assert_close(got, torch.tanh(x @ w).sum(-1) * rows)
+    s = dkt.compile_stats()
+    assert s["graphs"] == 1, s  # symbolic sizes, computed per call
+    assert s["captured"] == 2 and s["replays"] == 3 and s["op_by_op_calls"] == 3, s
