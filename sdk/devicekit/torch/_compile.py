@@ -34,7 +34,7 @@ import threading
 import torch
 
 from .. import bridge, graphs
-from ..errors import DeviceKitError
+from ..errors import DeviceKitError, NotImplementedByPlugin
 from . import _dispatch
 from ._device import DKTensor, wrap
 from ._table import RANDOM, rewrap
@@ -137,9 +137,10 @@ class _Program:
     """One FX graph as a list of steps over a value list (slot per node)."""
 
     def __init__(self, gm):
-        self.steps = []  # (kind, fn, args template, kwargs template, slot)
+        self.steps = []  # (kind, fn, args template, kwargs template, slot, ATen op or None)
         self.breaks = []
         self.random = []
+        self.mutated = []  # ops that write into a graph input
         slots = {}
         self.inputs = []
         for node in gm.graph.nodes:
@@ -154,7 +155,7 @@ class _Program:
             elif node.op == "get_attr":
                 slots[node] = len(slots)
                 value = getattr(gm, node.target)
-                self.steps.append(("const", _to_dk(value), None, None, slots[node]))
+                self.steps.append(("const", _to_dk(value), None, None, slots[node], None))
             else:
                 raise DeviceKitError(f"devicekit.torch compile: FX node kind {node.op!r} "
                                      f"({node.name}) is not supported")
@@ -176,21 +177,24 @@ class _Program:
         kwargs = self._template(node.kwargs, slots)
         slot = slots[node]
         if target in _SIZES:
-            return ("python", _SIZES[target], args, kwargs, slot)
+            return ("python", _SIZES[target], args, kwargs, slot, None)
         if not isinstance(target, torch._ops.OpOverload):
             # operator.getitem, SymInt arithmetic: plain Python on the values
-            return ("python", target, args, kwargs, slot)
+            return ("python", target, args, kwargs, slot, None)
+        if (target._schema.is_mutable and node.args and isinstance(node.args[0], torch.fx.Node)
+                and node.args[0].op == "placeholder"):
+            self.mutated.append(_name(target))
         lowering = _dispatch.lookup(target)
         if lowering is None:
             self.breaks.append(_name(target))
-            return ("eager", target, args, kwargs, slot)
+            return ("eager", target, args, kwargs, slot, target)
         if lowering.kind == RANDOM:
             self.random.append(_name(target))
         if lowering.raw:  # a lowering that takes the torch tensors as they are
-            return ("raw", lowering.fn, args, kwargs, slot)
+            return ("raw", lowering.fn, args, kwargs, slot, target)
         if target in _VIEWS:
-            return ("lowered", _view_or_copy(lowering.fn), args, kwargs, slot)
-        return ("lowered", lowering.fn, args, kwargs, slot)
+            return ("lowered", _view_or_copy(lowering.fn), args, kwargs, slot, target)
+        return ("lowered", lowering.fn, args, kwargs, slot, target)
 
     def run(self, inputs):
         values = [None] * self.nslots
@@ -207,26 +211,36 @@ class _Program:
                 return {k: fill(x) for k, x in v.items()}
             return kind(fill(x) for x in v)
 
-        for kind, fn, args, kwargs, slot in self.steps:
+        for kind, fn, args, kwargs, slot, op in self.steps:
             if kind == "const":
                 values[slot] = fn
                 continue
             a, k = fill(args), fill(kwargs)
-            if kind == "lowered":
-                out = fn(*a, **k)
-            elif kind == "python":
-                out = fn(*a, **k)
-            elif kind == "raw":
-                out = _tree(_to_dk, rewrap(fn(*_tree(_to_torch, a),
-                                              **{n: _tree(_to_torch, v) for n, v in k.items()})))
-            else:  # a graph break: the eager bridge, counted
-                with _stats.lock:
-                    _stats.break_calls[_name(fn)] += 1
-                out = _dispatch.dispatch(fn, _tree(_to_torch, a),
-                                         {n: _tree(_to_torch, v) for n, v in k.items()})
-                out = _tree(_to_dk, out)
+            try:
+                if kind == "lowered" or kind == "python":
+                    out = fn(*a, **k)
+                elif kind == "raw":
+                    out = _tree(_to_dk, rewrap(fn(*_tree(_to_torch, a),
+                                                  **{n: _tree(_to_torch, v) for n, v in k.items()})))
+                else:
+                    out = _eager(op, a, k)
+            except NotImplementedByPlugin as e:  # named as eager dispatch names it
+                raise _dispatch._plugin_gap(op, _tree(_to_torch, a), e) from None
+            except NotImplementedError:
+                if kind not in ("lowered", "raw"):
+                    raise
+                out = _eager(op, a, k)  # the lowering does not cover this call
             values[slot] = out
         return fill(self.output)
+
+
+def _eager(op, a, k):
+    """A graph break: ``op`` through the eager bridge (decomposition, the
+    counted CPU fallback, or UnloweredOpError), counted by name."""
+    with _stats.lock:
+        _stats.break_calls[_name(op)] += 1
+    out = _dispatch.dispatch(op, _tree(_to_torch, a), {n: _tree(_to_torch, v) for n, v in k.items()})
+    return _tree(_to_dk, out)
 
 
 def _shape_key(inputs):
@@ -251,7 +265,11 @@ class _Graphed:
             if type(x) is bridge.Tensor and s is not x:
                 bridge.copy_into(s, x)
         self.graph.replay()
-        return _tree(_copy_out, self.outputs)
+        # an output that is an input (a saved parameter) is that call's input;
+        # the others are copied out of the graph's pool
+        inputs_of = {id(s): x for s, x in zip(self.static, inputs) if type(s) is bridge.Tensor}
+        return _tree(lambda y: _copy_out(y) if id(y) not in inputs_of else inputs_of[id(y)],
+                     self.outputs)
 
 
 def _static_copy(x):
@@ -277,12 +295,15 @@ class _Compiled:
         p = self.program
         if p.breaks:
             self.why_not = f"graph break ({', '.join(sorted(set(p.breaks)))})"
+        elif p.mutated:
+            self.why_not = (f"writes into an input ({', '.join(sorted(set(p.mutated)))}), which a "
+                            f"replay would write into its static copy")
         elif p.random:
             self.why_not = (f"random op ({', '.join(sorted(set(p.random)))}: its Philox counters "
                             f"are taken on the host per call)")
         with _stats.lock:
             _stats.graphs += 1
-            _stats.nodes += sum(1 for s in p.steps if s[0] in ("lowered", "raw"))
+            _stats.nodes += sum(1 for step in p.steps if step[0] in ("lowered", "raw"))
             for name in p.breaks:
                 _stats.breaks[name] += 1
 
