@@ -103,6 +103,8 @@ def test_graph_break_is_counted_and_named():
     s = dkt.compile_stats()
     assert s["graph_break_calls"]["aten::logcumsumexp.default"] == 2, s
     assert any("graph break (aten::logcumsumexp.default)" in k for k in s["not_captured"]), s
+    text = _compile.format_compile_stats()  # what 'devicekit torch coverage' prints
+    assert "graph break: aten::logcumsumexp.default (1 node(s), 2 call(s)" in text, text
 
 
 def test_new_shape_recompiles():

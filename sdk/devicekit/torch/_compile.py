@@ -76,6 +76,22 @@ def compile_stats():
     return _stats.as_dict()
 
 
+def format_compile_stats(stats=None):
+    """``compile_stats()`` as lines for a terminal (empty when nothing was compiled)."""
+    s = stats or compile_stats()
+    if not s["graphs"]:
+        return ""
+    lines = [f"torch.compile(backend='devicekit'): {s['graphs']} graph(s), {s['lowered_nodes']} "
+             f"node(s) lowered, {s['captured']} device graph(s) captured, {s['replays']} "
+             f"replay(s), {s['op_by_op_calls']} call(s) op by op"]
+    for op, n in sorted(s["graph_breaks"].items()):
+        lines.append(f"  graph break: {op} ({n} node(s), {s['graph_break_calls'].get(op, 0)} "
+                     f"call(s) through the eager bridge)")
+    for why, n in sorted(s["not_captured"].items()):
+        lines.append(f"  not captured ({n} graph(s)): {why}")
+    return "\n".join(lines)
+
+
 def reset_compile_stats():
     _stats.reset()
 
