@@ -308,6 +308,7 @@ class _Compiled:
         self.device_graphs = collections.OrderedDict()  # shape key -> _Graphed
         self.seen = set()   # shape keys run once (warm-up done)
         self.why_not = None
+        self._counted = False  # why_not counted in the stats
         p = self.program
         if p.breaks:
             self.why_not = f"graph break ({', '.join(sorted(set(p.breaks)))})"
@@ -324,7 +325,7 @@ class _Compiled:
                 _stats.breaks[name] += 1
 
     def _no_capture(self, why):
-        self.why_not = why
+        self.why_not, self._counted = why, True
         with _stats.lock:
             _stats.no_capture[why] += 1
 
@@ -345,7 +346,7 @@ class _Compiled:
                     _stats.replays += 1
                 return g.run(inputs)
             self.seen.add(key)
-        elif self.why_not is not None and not getattr(self, "_counted", False):
+        elif self.why_not is not None and not self._counted:
             self._counted = True
             with _stats.lock:
                 _stats.no_capture[self.why_not] += 1
@@ -367,6 +368,8 @@ class _Compiled:
         except DeviceKitError as e:
             self._no_capture(f"capture refused: {type(e).__name__}: {e}")
             return None
+        finally:
+            self.program.last_inputs = ()  # (the warm-up's tensors: not kept alive)
         if len(self.device_graphs) >= GRAPHS_PER_SHAPE:
             self.device_graphs.popitem(last=False)[1].graph.reset()
         self.device_graphs[key] = g
