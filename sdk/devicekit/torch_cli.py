@@ -95,7 +95,7 @@ def run(args):
         print(f"devicekit torch coverage: error: {why}", file=sys.stderr)
         return _output.EXIT_OUTPUT
     import devicekit.torch as dkt
-    from .torch import _coverage
+    from .torch import _compile, _coverage
     try:
         dev = dkt.prefer(args.device)  # dk:0: torch's autograd engine serves only dk:0
         fns = {m: _runner(m) for m in args.model}
@@ -105,11 +105,15 @@ def run(args):
         import transformers
         transformers.logging.set_verbosity_error()
     reports = {}
+    _compile.reset_compile_stats()  # a model run under torch.compile(backend="devicekit")
     for model, fn in fns.items():
         with dkt.fallback(args.fallback):
             report = reports[model] = dkt.coverage(fn, dev)
         print(f"devicekit torch coverage: --model {model} on {args.device} ({dev})")
         print(report.format())
+        if text := _compile.format_compile_stats():
+            print(text)
+        _compile.reset_compile_stats()
     ranked = _coverage.plan(reports) if args.plan else None
     if args.plan:
         print(f"\ndevicekit torch coverage --plan: the base ops {args.device} lacks, for "

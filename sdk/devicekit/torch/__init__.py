@@ -24,11 +24,15 @@ norm, pooling, convolution), ``_lower_select`` (bitwise, sort/topk,
 multinomial, index_put: generation), ``_lower_models`` (weight norm,
 histc, _grouped_mm: what model families need), ``_autocast`` (``torch.autocast("dk")``'s
 cast policy, GradScaler's ops), ``_fallback``,
-``_coverage``, ``_distributed`` (the ``torch.distributed`` backend ``dk``,
-registered here, imported at the first ``init_process_group``); ``hf_models``
+``_coverage``, ``_compile`` (``torch.compile(model, backend="devicekit")``:
+FX graphs run by the lowering table, as device graphs), ``_distributed``
+(the ``torch.distributed`` backend ``dk``, registered here, imported at the
+first ``init_process_group``); ``hf_models``
 (public: small Hugging Face models for coverage, tests and ``python -m
 devicekit.torch_cli``).
 """
+
+import sys
 
 try:
     import torch
@@ -36,7 +40,8 @@ except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError("devicekit.torch needs PyTorch: pip install 'devicekit[torch]'") from e
 
 from .. import _core, _tracing
-from . import _device
+from . import _compile, _device
+from ._compile import compile_stats, reset_compile_stats
 from ._coverage import Coverage, Recorder, coverage, recording
 from ._device import DKTensor, device, dk_device, prefer
 from ._dispatch import clear_pending_errors, dispatch as _dispatch_op
@@ -91,6 +96,13 @@ def _create_process_group(dist_backend_opts, backend_options=None):
     return create(dist_backend_opts, backend_options)
 
 
+# torch.compile(model, backend="devicekit") (_compile): Dynamo finds the
+# backend through the package's torch_dynamo_backends entry point, so this
+# import does not load torch._dynamo; where it is loaded already (or the
+# entry point is absent: a source tree on sys.path) it is registered here.
+if "torch._dynamo" in sys.modules:
+    _compile.register()
+
 if torch.distributed.is_available():
     torch.distributed.Backend.register_backend(
         "dk", _create_process_group, extended_api=True, devices=["dk"])
@@ -116,6 +128,7 @@ def from_torch(t):
     return t._dk
 
 
-__all__ = ["Coverage", "DKTensor", "Recorder", "clear_pending_errors", "coverage", "device",
-           "dk_device", "fallback", "fallback_stats", "from_torch", "lowered_ops", "prefer",
-           "recording", "reset_fallback_stats", "to_torch"]
+__all__ = ["Coverage", "DKTensor", "Recorder", "clear_pending_errors", "compile_stats",
+           "coverage", "device", "dk_device", "fallback", "fallback_stats", "from_torch",
+           "lowered_ops", "prefer",
+           "recording", "reset_compile_stats", "reset_fallback_stats", "to_torch"]

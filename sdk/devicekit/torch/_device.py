@@ -149,6 +149,38 @@ def hook_dispatch(fn):
     _dispatch = fn
 
 
+class _Held:
+    """The DeviceKit tensor in ``DKTensor.__tensor_flatten__``'s context:
+    copied by reference and equal to any other (Dynamo deep-copies and
+    compares the context to guard a compiled graph)."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __eq__(self, other):
+        return isinstance(other, _Held)
+
+    __hash__ = object.__hash__
+
+
+class _outside_backward:
+    """A method that does not exist (AttributeError) while torch's autograd
+    engine runs a backward node: see ``DKTensor.__tensor_flatten__``."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __get__(self, obj, cls=None):
+        if torch._C._current_autograd_node() is not None:
+            raise AttributeError(self.fn.__name__)
+        return self.fn.__get__(obj, cls)
+
+
 class DKTensor(torch.Tensor):
     """A torch tensor on ``dk:N`` whose data is the DeviceKit tensor ``_dk``.
 
@@ -166,12 +198,35 @@ class DKTensor(torch.Tensor):
     # (torch.utils.swap_tensors) instead of making new Parameters: parameters
     # shared by two modules (tied embeddings) stay one object, as on CUDA.
     # No inner torch tensors: the data is the DeviceKit tensor in the context.
+    #
+    # torch.compile (backend "devicekit", ``_compile``) sees a dk tensor as a
+    # plain tensor on device dk: fakified (under a fake mode), it becomes a
+    # plain FakeTensor on dk, so Dynamo and AOTAutograd trace ATen ops on dk
+    # and the compiled graph gets the DKTensors themselves at run time. Inside
+    # a backward pass the protocol is hidden (``_outside_backward``), so that
+    # AOTAutograd takes a dk gradient for the plain tensor it traced.
+    @_outside_backward
     def __tensor_flatten__(self):
-        return [], (self._dk,)
+        return [], (_Held(self._dk),)
 
     @staticmethod
     def __tensor_unflatten__(inner_tensors, ctx, outer_size, outer_stride):
-        return wrap(ctx[0])
+        t = ctx[0].tensor
+        fake_mode = torch._guards.detect_fake_mode()
+        if fake_mode is not None:
+            with fake_mode:
+                return torch.empty_strided(outer_size, outer_stride, dtype=torch_dtype(t),
+                                           device=torch_device_of(t.device))
+        return wrap(t)
+
+    @classmethod
+    def __metadata_guard__(cls, orig, other):
+        # Dynamo guards sizes, strides, dtype and device itself; which
+        # DeviceKit tensor holds the data is no reason to recompile.
+        return True
+
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        return self  # the plain dk tensor the compiled backward was traced with
 
     def untyped_storage(self):
         """The tensor's storage as torch code outside ATen uses it (FSDP2 sizes

@@ -32,6 +32,12 @@ from ._table import (COMPOSITE, DERIVERS, KERNEL, LOWERINGS, VIEW, Lowering, ate
 _derived = {}  # OpOverload -> Lowering or None, built on first use
 
 
+def lookup(func):
+    """The lowering of ATen overload ``func`` (the table's, or one derived
+    from it: in-place, ``_foreach_*``, distributed), or None."""
+    return LOWERINGS.get(func) or _lookup(func)
+
+
 def _lookup(func):
     hit = LOWERINGS.get(func)
     if hit is not None:

@@ -1,0 +1,153 @@
+"""torch.compile through DeviceKit against torch's CPU, on an HF GPT-2.
+
+Sides: ``dk`` (the model on ``dk:0``, the CPU plugin, under
+``torch.compile(backend="devicekit")``: lowered graphs replayed as device
+graphs), ``eager`` (torch eager on the CPU) and ``inductor``
+(``torch.compile(backend="inductor")`` on the CPU; needs a C++ compiler).
+Tasks: one training step (forward, cross-entropy, backward, SGD step) on a
+batch, and a greedy decode of 64 tokens (batch 1; each token recomputes the
+last ``block`` tokens with no KV cache, so every call has one shape and one
+compiled graph serves them all). Sizes: ``nano`` (2 layers, d_model 64,
+block 32) and ``small`` (4 layers, d_model 256, block 128); batch 8 for
+training.
+
+Sides alternate round by round (a load change on a shared machine hits every
+side alike); each row gives the median and the spread (min, max) in ms. The
+first call (compile + warm-up) is timed apart: ``compile s``. Each thread
+count runs in its own process (``DEVICEKIT_CPU_THREADS`` and
+``torch.set_num_threads`` are read at start-up).
+
+    python benchmarks/bench_compile.py                    # 1 and 2 threads, every side
+    python benchmarks/bench_compile.py --sizes nano --sides dk,eager --rounds 5
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+SIZES = {"nano": dict(n_layer=2, n_embd=64, n_head=4, n_positions=32),
+         "small": dict(n_layer=4, n_embd=256, n_head=4, n_positions=128)}
+VOCAB, BATCH, TOKENS = 131, 8, 64
+
+
+def _model(size):
+    import torch
+    import transformers
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, bos_token_id=0, eos_token_id=0,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                  use_cache=False, **SIZES[size])
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def _side(name, size):
+    """(train_step, decode, finish) for one side."""
+    import torch
+    dev = "dk:0" if name == "dk" else "cpu"
+    model = _model(size).to(dev)
+    block = SIZES[size]["n_positions"]
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, VOCAB, (BATCH, block), generator=g).to(dev)
+    prompt = torch.randint(0, VOCAB, (1, block), generator=g).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    fwd = model if name == "eager" else torch.compile(
+        model, backend="devicekit" if name == "dk" else "inductor")
+
+    def train():
+        logits = fwd(ids).logits
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB),
+                                                 ids[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    def decode():
+        window = prompt
+        out = []
+        with torch.no_grad():
+            for _ in range(TOKENS):
+                nxt = fwd(window).logits[:, -1].argmax(-1, keepdim=True)
+                out.append(nxt)
+                window = torch.cat([window[:, 1:], nxt], 1)
+        return torch.cat(out, 1).cpu()
+
+    def finish():
+        if name == "dk":
+            torch.dk.synchronize()
+
+    return train, decode, finish
+
+
+def _child(args):
+    import torch
+    torch.set_num_threads(args.threads)
+    if "dk" in args.sides:
+        import devicekit.torch  # noqa: F401
+    results = {}
+    for size in args.sizes:
+        sides = {s: _side(s, size) for s in args.sides}
+        for task, idx in (("train", 0), ("decode", 1)):
+            compile_s = {}
+            for s, fns in sides.items():
+                t0 = time.perf_counter()
+                fns[idx]()
+                fns[idx]()  # the dk side captures its device graphs on the second call
+                fns[2]()
+                compile_s[s] = time.perf_counter() - t0
+            times = {s: [] for s in sides}
+            for _ in range(args.rounds):
+                for s, fns in sides.items():
+                    t0 = time.perf_counter()
+                    fns[idx]()
+                    fns[2]()
+                    times[s].append((time.perf_counter() - t0) * 1e3)
+            for s in sides:
+                v = sorted(times[s])
+                results[f"{size}/{task}/{s}"] = {"median_ms": v[len(v) // 2], "min_ms": v[0],
+                                                 "max_ms": v[-1], "first_two_calls_s": compile_s[s]}
+    if "dk" in args.sides:
+        import devicekit.torch as dkt
+        results["dk_compile_stats"] = dkt.compile_stats()
+    print(json.dumps(results))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="nano,small")
+    ap.add_argument("--sides", default="dk,eager,inductor")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.sizes, args.sides = args.sizes.split(","), args.sides.split(",")
+    if args.child:
+        args.threads = int(args.threads)
+        return _child(args)
+    print(f"load average at start: {os.getloadavg()}")
+    for n in args.threads.split(","):
+        env = dict(os.environ, DEVICEKIT_CPU_THREADS=n, OMP_NUM_THREADS=n)
+        cmd = [sys.executable, __file__, "--child", "--threads", n, "--rounds", str(args.rounds),
+               "--sizes", ",".join(args.sizes), "--sides", ",".join(args.sides)]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+        if out.returncode:
+            print(out.stderr[-3000:])
+            raise SystemExit(f"bench_compile: the {n}-thread run failed (exit {out.returncode})")
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        stats = res.pop("dk_compile_stats", None)
+        print(f"\n{n} thread(s); load average now {os.getloadavg()}")
+        print(f"{'size/task/side':28} {'median ms':>10} {'min':>9} {'max':>9} {'first 2 calls s':>16}")
+        for k, r in res.items():
+            print(f"{k:28} {r['median_ms']:10.2f} {r['min_ms']:9.2f} {r['max_ms']:9.2f} "
+                  f"{r['first_two_calls_s']:16.2f}")
+        if stats:
+            print(f"devicekit compile_stats: {stats}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,426 @@
+"""``torch.compile(model, backend="devicekit")``: FX graphs lowered to DeviceKit ops.
+
+Dynamo captures the Python; AOTAutograd (``aot_autograd``) traces the
+forward and backward ATen graphs with the bridge's decomposition choices (a
+``torch._decomp`` decomposition only for an op the lowering table does not
+name, as eager dispatch does). Each graph node is then run by the bridge's
+own lowering (``_dispatch.lookup``, the one table) on the DeviceKit tensors
+directly: no ``__torch_dispatch__``, no wrap/unwrap between nodes.
+
+A node with no lowering is a *graph break*: it runs through the eager bridge
+(``_dispatch.dispatch``: a decomposition, the counted CPU fallback when it is
+on, else ``UnloweredOpError``), and is counted by its name in
+``compile_stats()``. Nothing runs on the CPU unseen.
+
+Device graphs: the first call of a compiled graph runs op by op (warm-up);
+the second captures it into a ``devicekit.graphs.Graph`` over static input
+buffers, and later calls copy the inputs in (a parameter or buffer that is
+the same DeviceKit tensor on every call is used in place) and replay it;
+outputs are copied out of the graph's pool, so a later call never changes
+an earlier result. Capture is skipped, counted with its reason, for a graph
+with a graph break or a random op (its Philox counters are taken on the
+host per call), and where the device refuses it (a host read). A plugin
+without the graphs part replays DeviceKit's own recording of the graph
+(``devicekit.graphs``, mode "auto"). Replay is bitwise equal to op by op: the same kernels, same order.
+
+Shapes: static. A new input shape makes Dynamo recompile (its cache is
+bounded by ``torch._dynamo.config.recompile_limit``); if Dynamo marks a
+size dynamic, the graph's symbolic sizes are computed per call and one
+device graph is kept per input-shape signature (at most ``GRAPHS_PER_SHAPE``).
+"""
+
+import collections
+import threading
+
+import torch
+
+from .. import bridge, graphs
+from ..errors import DeviceKitError, NotImplementedByPlugin
+from . import _dispatch
+from ._device import DKTensor, wrap
+from ._table import RANDOM, rewrap
+
+GRAPHS_PER_SHAPE = 8
+
+
+class _Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self):
+        self.graphs = 0           # FX graphs compiled (forward and backward count apart)
+        self.nodes = 0            # ATen nodes lowered straight to DeviceKit
+        self.breaks = collections.Counter()       # op name -> nodes run by the eager bridge
+        self.break_calls = collections.Counter()  # op name -> calls of those nodes
+        self.captured = 0         # device graphs captured
+        self.replays = 0
+        self.op_by_op = 0         # calls run node by node (warm-up included)
+        self.no_capture = collections.Counter()  # reason -> graphs left op by op
+
+    def as_dict(self):
+        with self.lock:
+            return {"graphs": self.graphs, "lowered_nodes": self.nodes,
+                    "graph_breaks": dict(self.breaks), "graph_break_calls": dict(self.break_calls),
+                    "captured": self.captured, "replays": self.replays,
+                    "op_by_op_calls": self.op_by_op, "not_captured": dict(self.no_capture)}
+
+
+_stats = _Stats()
+
+
+def compile_stats():
+    """What ``backend="devicekit"`` did in this process: graphs compiled,
+    nodes lowered, graph breaks by ATen op (nodes, and calls of them), device
+    graphs captured and replayed, calls run op by op and why graphs were not
+    captured."""
+    return _stats.as_dict()
+
+
+def format_compile_stats(stats=None):
+    """``compile_stats()`` as lines for a terminal (empty when nothing was compiled)."""
+    s = stats or compile_stats()
+    if not s["graphs"]:
+        return ""
+    lines = [f"torch.compile(backend='devicekit'): {s['graphs']} graph(s), {s['lowered_nodes']} "
+             f"node(s) lowered, {s['captured']} device graph(s) captured, {s['replays']} "
+             f"replay(s), {s['op_by_op_calls']} call(s) op by op"]
+    for op, n in sorted(s["graph_breaks"].items()):
+        lines.append(f"  graph break: {op} ({n} node(s), {s['graph_break_calls'].get(op, 0)} "
+                     f"call(s) through the eager bridge)")
+    for why, n in sorted(s["not_captured"].items()):
+        lines.append(f"  not captured ({n} graph(s)): {why}")
+    return "\n".join(lines)
+
+
+def reset_compile_stats():
+    _stats.reset()
+
+
+def _name(target):
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target._schema.name}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+# Size queries on symbolic graphs: answered from the DeviceKit tensor.
+_SIZES = {
+    torch.ops.aten.sym_size.int: lambda t, d: t.shape[d],
+    torch.ops.aten.sym_stride.int: lambda t, d: t.strides[d],
+    torch.ops.aten.sym_numel.default: lambda t: _numel(t.shape),
+    torch.ops.aten.sym_storage_offset.default: lambda t: bridge.storage_offset(t),
+}
+
+
+# A lowered op's output may have other strides than torch's meta kernel gave
+# the traced graph (which then views it without a contiguous() between), so a
+# view the strides refuse views a contiguous copy: the graph is functional
+# (AOTAutograd), so no write can reach the copy's source through it.
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+
+
+def _view_or_copy(fn):
+    def view(t, *args, **kwargs):
+        try:
+            return fn(t, *args, **kwargs)
+        except RuntimeError:
+            return fn(_static_copy(t), *args, **kwargs)
+    return view
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _tree(fn, x):
+    t = type(x)
+    if t is list or t is tuple:
+        return t(_tree(fn, v) for v in x)
+    return fn(x)
+
+
+def _to_dk(x):
+    return x._dk if isinstance(x, DKTensor) else x
+
+
+def _to_torch(x):
+    return wrap(x) if type(x) is bridge.Tensor else x
+
+
+class _Program:
+    """One FX graph as a list of steps over a value list (slot per node)."""
+
+    def __init__(self, gm):
+        self.steps = []  # (kind, fn, args template, kwargs template, slot, ATen op or None)
+        self.breaks = []
+        self.random = []
+        self.mutated = []  # ops that write into a graph input
+        slots = {}
+        self.inputs = []
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                slots[node] = len(slots)
+                self.inputs.append(slots[node])
+            elif node.op == "call_function":
+                slots[node] = len(slots)
+                self.steps.append(self._step(node, slots))
+            elif node.op == "output":
+                self.output = self._template(node.args[0], slots)
+            elif node.op == "get_attr":
+                slots[node] = len(slots)
+                value = getattr(gm, node.target)
+                self.steps.append(("const", _to_dk(value), None, None, slots[node], None))
+            else:
+                raise DeviceKitError(f"devicekit.torch compile: FX node kind {node.op!r} "
+                                     f"({node.name}) is not supported")
+        self.nslots = len(slots)
+
+    @staticmethod
+    def _template(a, slots):
+        if isinstance(a, torch.fx.Node):
+            return ("slot", slots[a])
+        if isinstance(a, (list, tuple)):
+            return (type(a), [_Program._template(v, slots) for v in a])
+        if isinstance(a, dict):
+            return (dict, {k: _Program._template(v, slots) for k, v in a.items()})
+        return ("const", a)
+
+    def _step(self, node, slots):
+        target = node.target
+        args = self._template(node.args, slots)
+        kwargs = self._template(node.kwargs, slots)
+        slot = slots[node]
+        if target in _SIZES:
+            return ("python", _SIZES[target], args, kwargs, slot, None)
+        if not isinstance(target, torch._ops.OpOverload):
+            # operator.getitem, SymInt arithmetic: plain Python on the values
+            return ("python", target, args, kwargs, slot, None)
+        if (target._schema.is_mutable and node.args and isinstance(node.args[0], torch.fx.Node)
+                and node.args[0].op == "placeholder"):
+            self.mutated.append(_name(target))
+        lowering = _dispatch.lookup(target)
+        if lowering is None:
+            self.breaks.append(_name(target))
+            return ("eager", target, args, kwargs, slot, target)
+        if lowering.kind == RANDOM:
+            self.random.append(_name(target))
+        if lowering.raw:  # a lowering that takes the torch tensors as they are
+            return ("raw", lowering.fn, args, kwargs, slot, target)
+        if target in _VIEWS:
+            return ("lowered", _view_or_copy(lowering.fn), args, kwargs, slot, target)
+        return ("lowered", lowering.fn, args, kwargs, slot, target)
+
+    def run(self, inputs):
+        values = [None] * self.nslots
+        for i, x in zip(self.inputs, inputs):
+            values[i] = x
+
+        def fill(tpl):
+            kind, v = tpl
+            if kind == "slot":
+                return values[v]
+            if kind == "const":
+                return v
+            if kind is dict:
+                return {k: fill(x) for k, x in v.items()}
+            return kind(fill(x) for x in v)
+
+        for kind, fn, args, kwargs, slot, op in self.steps:
+            if kind == "const":
+                values[slot] = fn
+                continue
+            a, k = fill(args), fill(kwargs)
+            try:
+                if kind == "lowered" or kind == "python":
+                    out = fn(*a, **k)
+                elif kind == "raw":
+                    out = _tree(_to_dk, rewrap(fn(*_tree(_to_torch, a),
+                                                  **{n: _tree(_to_torch, v) for n, v in k.items()})))
+                else:
+                    out = _eager(op, a, k)
+            except NotImplementedByPlugin as e:  # named as eager dispatch names it
+                raise _dispatch._plugin_gap(op, _tree(_to_torch, a), e) from None
+            except NotImplementedError:
+                if kind not in ("lowered", "raw"):
+                    raise
+                out = _eager(op, a, k)  # the lowering does not cover this call
+            values[slot] = out
+        return fill(self.output)
+
+
+def _eager(op, a, k):
+    """A graph break: ``op`` through the eager bridge (decomposition, the
+    counted CPU fallback, or UnloweredOpError), counted by name."""
+    with _stats.lock:
+        _stats.break_calls[_name(op)] += 1
+    out = _dispatch.dispatch(op, _tree(_to_torch, a), {n: _tree(_to_torch, v) for n, v in k.items()})
+    return _tree(_to_dk, out)
+
+
+def _shape_key(inputs):
+    return tuple(tuple(x.shape) if type(x) is bridge.Tensor else x for x in inputs)
+
+
+class _Graphed:
+    """A device graph of one program for one input-shape signature."""
+
+    def __init__(self, program, inputs, device):
+        self.graph = graphs.Graph()
+        # the same DeviceKit tensor on the warm-up and capture calls: a
+        # parameter or buffer, used in place; others get a static buffer
+        self.static = [x if type(x) is not bridge.Tensor or x is w else _static_copy(x)
+                       for x, w in zip(inputs, program.last_inputs)]
+        with graphs.capture(self.graph, device):
+            out = program.run(self.static)
+        self.outputs = out
+
+    def run(self, inputs):
+        for s, x in zip(self.static, inputs):
+            if type(x) is bridge.Tensor and s is not x:
+                bridge.copy_into(s, x)
+        self.graph.replay()
+        # an output that is an input (a saved parameter) is that call's input;
+        # the others are copied out of the graph's pool
+        inputs_of = {id(s): x for s, x in zip(self.static, inputs) if type(s) is bridge.Tensor}
+        return _tree(lambda y: _copy_out(y) if id(y) not in inputs_of else inputs_of[id(y)],
+                     self.outputs)
+
+
+def _static_copy(x):
+    out = bridge.empty(x.device, tuple(x.shape), bridge.dtype_id(x))
+    bridge.copy_into(out, x)
+    return out
+
+
+def _copy_out(x):
+    return _static_copy(x) if type(x) is bridge.Tensor else x
+
+
+class _Compiled:
+    """The callable AOTAutograd gets for one FX graph (forward, backward or
+    inference): DKTensors in, DKTensors out."""
+
+    def __init__(self, gm):
+        self.program = _Program(gm)
+        self.program.last_inputs = ()
+        self.device_graphs = collections.OrderedDict()  # shape key -> _Graphed
+        self.seen = set()   # shape keys run once (warm-up done)
+        self.why_not = None
+        self._counted = False  # why_not counted in the stats
+        p = self.program
+        if p.breaks:
+            self.why_not = f"graph break ({', '.join(sorted(set(p.breaks)))})"
+        elif p.mutated:
+            self.why_not = (f"writes into an input ({', '.join(sorted(set(p.mutated)))}), which a "
+                            f"replay would write into its static copy")
+        elif p.random:
+            self.why_not = (f"random op ({', '.join(sorted(set(p.random)))}: its Philox counters "
+                            f"are taken on the host per call)")
+        with _stats.lock:
+            _stats.graphs += 1
+            _stats.nodes += sum(1 for step in p.steps if step[0] in ("lowered", "raw"))
+            for name in p.breaks:
+                _stats.breaks[name] += 1
+
+    def _no_capture(self, why):
+        self.why_not, self._counted = why, True
+        with _stats.lock:
+            _stats.no_capture[why] += 1
+
+    def __call__(self, *args):
+        inputs = [_to_dk(a) for a in args]
+        out = self._run(inputs)
+        return _tree(_to_torch, out)
+
+    def _run(self, inputs):
+        p = self.program
+        if self.why_not is None and capture_enabled:
+            key = _shape_key(inputs)
+            g = self.device_graphs.get(key)
+            if g is None and key in self.seen:
+                g = self._capture(inputs, key)
+            if g is not None:
+                with _stats.lock:
+                    _stats.replays += 1
+                return g.run(inputs)
+            self.seen.add(key)
+        elif self.why_not is not None and not self._counted:
+            self._counted = True
+            with _stats.lock:
+                _stats.no_capture[self.why_not] += 1
+        with _stats.lock:
+            _stats.op_by_op += 1
+        p.last_inputs = list(inputs)
+        return p.run(inputs)
+
+    def _capture(self, inputs, key):
+        device = next((x.device for x in inputs if type(x) is bridge.Tensor), None)
+        if device is None:
+            self._no_capture("no tensor inputs")
+            return None
+        try:
+            g = _Graphed(self.program, inputs, device)
+        except DeviceKitError as e:
+            self._no_capture(f"capture refused: {type(e).__name__}: {e}")
+            return None
+        finally:
+            self.program.last_inputs = ()  # (the warm-up's tensors: not kept alive)
+        if len(self.device_graphs) >= GRAPHS_PER_SHAPE:
+            self.device_graphs.popitem(last=False)[1].graph.reset()
+        self.device_graphs[key] = g
+        with _stats.lock:
+            _stats.captured += 1
+        return g
+
+
+#: False: every call runs op by op (no device graphs); for comparisons and debugging.
+capture_enabled = True
+
+
+def _compiler(gm, example_inputs):
+    from torch._functorch.aot_autograd import make_boxed_func
+    return make_boxed_func(_Compiled(gm))  # AOTAutograd's convention: one list of inputs
+
+
+_decomps = None
+
+
+def decompositions():
+    """The bridge's decomposition choices for AOTAutograd: torch._decomp's
+    decomposition of every op the lowering table does not lower."""
+    global _decomps
+    if _decomps is None:
+        from torch._decomp import decomposition_table
+        _decomps = {op: fn for op, fn in decomposition_table.items()
+                    if isinstance(op, torch._ops.OpOverload) and _dispatch.lookup(op) is None}
+    return _decomps
+
+
+def backend(gm, example_inputs, **kwargs):
+    """The Dynamo backend ``"devicekit"``: ``torch.compile(model, backend="devicekit")``."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    # Dynamo hands the real inputs; AOTAutograd would take a DKTensor (a
+    # wrapper subclass with no inner tensors) for a fake one, so each is
+    # fakified here, as the plain dk tensor it traces as (_device.DKTensor).
+    ctx = torch._guards.TracingContext.try_get()
+    fake_mode = torch._guards.detect_fake_mode(example_inputs)
+    if fake_mode is not None:
+        known = ctx.tensor_to_context if ctx is not None else {}
+        example_inputs = [fake_mode.from_tensor(x, symbolic_context=known.get(x))
+                          if isinstance(x, DKTensor) else x for x in example_inputs]
+    aot = aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler,
+                       inference_compiler=_compiler, decompositions=decompositions())
+    return aot(gm, example_inputs, **kwargs)
+
+
+def register():
+    """Registers ``backend`` with Dynamo as ``"devicekit"`` (an installed
+    DeviceKit does it through the ``torch_dynamo_backends`` entry point)."""
+    from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
+    if "devicekit" not in _COMPILER_FNS:
+        _BACKENDS.pop("devicekit", None)
+        register_backend(name="devicekit")(backend)

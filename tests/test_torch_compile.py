@@ -1,0 +1,150 @@
+"""torch.compile(model, backend="devicekit") on the CPU plugin: training
+matches eager dk and the CPU, graph breaks are counted and named, a new shape
+recompiles, and device-graph replay is bitwise op by op."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch._dynamo")
+import devicekit.torch as dkt  # noqa: E402
+from devicekit.errors import UnloweredOpError  # noqa: E402
+from devicekit.torch import _compile  # noqa: E402
+
+DEV = "dk:0"
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+    dkt.reset_compile_stats()
+    yield
+    torch._dynamo.reset()
+
+
+def _train(model, batches, device, compiled, steps, **call):
+    model = model.to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fn = torch.compile(model, backend="devicekit") if compiled else model
+    losses = []
+    for i in range(steps):
+        x, y = batches(i)
+        out = fn(x.to(device), **call)
+        logits = out.logits if hasattr(out, "logits") else out
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 y.to(device).reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                               torch.nn.LayerNorm(32), torch.nn.Linear(32, 5))
+
+
+def _mlp_batches(i):
+    g = torch.Generator().manual_seed(i)
+    return torch.randn(8, 16, generator=g), torch.randint(0, 5, (8,), generator=g)
+
+
+def test_mlp_trains_like_eager_and_cpu():
+    compiled = _train(_mlp(), _mlp_batches, DEV, True, 4)
+    eager = _train(_mlp(), _mlp_batches, DEV, False, 4)
+    cpu = _train(_mlp(), _mlp_batches, "cpu", False, 4)
+    assert compiled == pytest.approx(eager, rel=1e-5, abs=1e-6), (compiled, eager)
+    assert compiled == pytest.approx(cpu, rel=1e-4, abs=1e-5), (compiled, cpu)
+    s = dkt.compile_stats()
+    assert s["graph_breaks"] == {}, s
+    assert s["captured"] >= 2 and s["replays"] >= 4, s  # forward and backward replayed
+
+
+def test_hf_gpt2_nano_trains_like_eager_and_cpu():
+    pytest.importorskip("transformers")
+    from devicekit.models.hf import HFModel
+    spec = HFModel("hf-gpt2")
+
+    def model():
+        m = spec.module()
+        with torch.no_grad():
+            for name, p in m.named_parameters():
+                p.copy_(torch.from_numpy(spec.init_params(m)[name]))
+        return m
+
+    def batches(i):  # one batch, so the loss must fall
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, 131, (2, 16), generator=g)
+        return ids, ids
+
+    compiled = _train(model(), batches, DEV, True, 3, use_cache=False)
+    eager = _train(model(), batches, DEV, False, 3, use_cache=False)
+    cpu = _train(model(), batches, "cpu", False, 3, use_cache=False)
+    assert compiled == pytest.approx(eager, rel=1e-5), (compiled, eager)
+    assert compiled == pytest.approx(cpu, rel=1e-4), (compiled, cpu)
+    assert compiled[-1] < compiled[0]
+    s = dkt.compile_stats()
+    assert s["graph_breaks"] == {}, s
+    assert s["replays"] >= 2, s
+
+
+def test_graph_break_is_counted_and_named():
+    # logcumsumexp: no lowering and no torch._decomp decomposition
+    f = torch.compile(lambda x: torch.logcumsumexp(x * 2, 0) + 1, backend="devicekit")
+    x = torch.randn(6, 3)
+    with pytest.raises(UnloweredOpError, match="logcumsumexp"):
+        f(x.to(DEV))
+    s = dkt.compile_stats()
+    assert s["graph_breaks"] == {"aten::logcumsumexp.default": 1}, s
+    with dkt.fallback("cpu"):
+        got = f(x.to(DEV)).cpu()
+    torch.testing.assert_close(got, torch.logcumsumexp(x * 2, 0) + 1)
+    s = dkt.compile_stats()
+    assert s["graph_break_calls"]["aten::logcumsumexp.default"] == 2, s
+    assert any("graph break (aten::logcumsumexp.default)" in k for k in s["not_captured"]), s
+    text = _compile.format_compile_stats()  # what 'devicekit torch coverage' prints
+    assert "graph break: aten::logcumsumexp.default (1 node(s), 2 call(s)" in text, text
+
+
+def test_new_shape_recompiles():
+    f = torch.compile(lambda x, w: torch.tanh(x @ w).sum(-1), backend="devicekit", dynamic=False)
+    w = torch.randn(4, 4)
+    for rows in (3, 3, 5, 5, 5):
+        x = torch.randn(rows, 4)
+        got = f(x.to(DEV), w.to(DEV)).cpu()
+        torch.testing.assert_close(got, torch.tanh(x @ w).sum(-1))
+    s = dkt.compile_stats()
+    assert s["graphs"] == 2, s  # one per shape
+    assert s["captured"] == 2 and s["replays"] == 3, s
+
+
+def test_replay_is_bitwise_op_by_op():
+    f = torch.compile(lambda x, w: torch.softmax(x @ w, -1) * 3 - x.mean(), backend="devicekit")
+    w = torch.randn(8, 8).to(DEV)
+    xs = [torch.randn(8, 8) for _ in range(4)]
+    replayed = [f(x.to(DEV), w).cpu() for x in xs]
+    assert dkt.compile_stats()["replays"] == 3
+    torch._dynamo.reset()
+    _compile.capture_enabled = False
+    try:
+        eager = [f(x.to(DEV), w).cpu() for x in xs]
+    finally:
+        _compile.capture_enabled = True
+    for a, b in zip(replayed, eager):
+        assert torch.equal(a, b)
+    # a later call does not change an earlier result (outputs leave the graph's pool)
+    assert torch.equal(replayed[0], eager[0])
+
+
+def test_dynamic_shapes_one_graph_a_device_graph_per_shape():
+    f = torch.compile(lambda x, w: torch.tanh(x @ w).sum(-1) * x.shape[0], backend="devicekit",
+                      dynamic=True)
+    w = torch.randn(4, 4)
+    for rows in (3, 3, 5, 5, 5, 7):
+        x = torch.randn(rows, 4)
+        got = f(x.to(DEV), w.to(DEV)).cpu()
+        torch.testing.assert_close(got, torch.tanh(x @ w).sum(-1) * rows)
+    s = dkt.compile_stats()
+    assert s["graphs"] == 1, s  # symbolic sizes, computed per call
+    assert s["captured"] == 2 and s["replays"] == 3 and s["op_by_op_calls"] == 3, s
