@@ -3,6 +3,10 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdio>
+#include <exception>
+#include <string>
+
 #include "ops.h"
 
 // A Tensor argument never accepts None. pybind11 turns None into an empty
@@ -38,5 +42,26 @@ py::list fused_kernel_info(const Plugin& p);  // fused_py.cpp: [{op, name}] in t
 
 // A Python bool/int/float as a DK_Scalar; TypeError for anything else.
 DK_Scalar to_scalar(const py::handle& v);
+
+// For the binding classes' destructors: a destructor cannot raise, so a
+// failed release is reported on stderr ("devicekit: <what> failed: ...")
+// instead of being swallowed. Nothing is released in a forked child: it does
+// not own the parent's device objects (device.h).
+template <class Release>
+void release_in_destructor(const Device& dev, const char* what, Release release) {
+  if (dev.stale_after_fork()) return;
+  try {
+    release();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "devicekit: %s failed: %s\n", what, e.what());
+  }
+}
+
+// The error for a call that needs an optional part of the device API the
+// plugin does not have: NotImplemented, naming the plugin, the device, the
+// part, the extension struct and the plugin's API version; `hint` (may be
+// empty) says what to do instead.
+[[noreturn]] void part_not_implemented(const Device& d, const char* part, const char* extension,
+                                       const std::string& hint = "");
 
 }  // namespace dk

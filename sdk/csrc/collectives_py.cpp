@@ -18,28 +18,9 @@
 namespace dk {
 namespace {
 
-// As runtime_py.cpp's: a destructor cannot raise, so a failed release is
-// reported on stderr; nothing is released in a forked child.
-template <class Release>
-void release_in_destructor(const Device& dev, const char* what, Release release) {
-  if (dev.stale_after_fork()) return;
-  try {
-    release();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "devicekit: %s failed: %s\n", what, e.what());
-  }
-}
-
 const DK_Collectives& collectives_of(const Device& d) {
   const DK_Collectives* c = d.plugin()->collectives();
-  if (c == nullptr) {
-    throw Error(ErrorKind::NotImplemented,
-                "plugin '" + d.plugin()->who() + "' (device " + d.name() +
-                    "): not implemented: the plugin has no collectives part (device API " +
-                    std::to_string(d.plugin()->api_major()) + "." +
-                    std::to_string(d.plugin()->api_minor()) +
-                    " plugin; the part is the optional DK_Collectives extension, since 1.5)");
-  }
+  if (c == nullptr) part_not_implemented(d, "collectives", "DK_Collectives");
   return *c;
 }
 

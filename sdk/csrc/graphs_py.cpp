@@ -21,13 +21,8 @@ namespace {
 const DK_Graphs& graphs_of(const Device& d) {
   const DK_Graphs* g = d.plugin()->graphs();
   if (g == nullptr) {
-    throw Error(ErrorKind::NotImplemented,
-                "plugin '" + d.plugin()->who() + "' (device " + d.name() +
-                    "): not implemented: the plugin has no graphs part (device API " +
-                    std::to_string(d.plugin()->api_major()) + "." +
-                    std::to_string(d.plugin()->api_minor()) +
-                    " plugin; the part is the optional DK_Graphs extension, since 1.5); use "
-                    "mode='recorded' (or 'auto') for DeviceKit's own recording");
+    part_not_implemented(d, "graphs", "DK_Graphs",
+                         "use mode='recorded' (or 'auto') for DeviceKit's own recording");
   }
   return *g;
 }

@@ -129,6 +129,16 @@ void collect_garbage() noexcept {
 
 }  // namespace
 
+void part_not_implemented(const Device& d, const char* part, const char* extension,
+                          const std::string& hint) {
+  throw Error(ErrorKind::NotImplemented,
+              "plugin '" + d.plugin()->who() + "' (device " + d.name() +
+                  "): not implemented: the plugin has no " + part + " part (device API " +
+                  std::to_string(d.plugin()->api_major()) + "." +
+                  std::to_string(d.plugin()->api_minor()) + " plugin; the part is the optional " +
+                  extension + " extension, since 1.5)" + (hint.empty() ? "" : "; " + hint));
+}
+
 DK_Scalar to_scalar(const py::handle& v) {
   DK_Scalar s{};
   // numpy scalars count as the Python scalar of their kind (x + np.int64(3)

@@ -10,20 +10,6 @@
 namespace dk {
 namespace {
 
-// For the destructors below: a destructor cannot raise, so a failed release
-// is reported on stderr ("devicekit: <what> failed: ...") instead of being
-// swallowed. Nothing is released in a forked child: it does not own the
-// parent's device objects (device.h).
-template <class Release>
-void release_in_destructor(const Device& dev, const char* what, Release release) {
-  if (dev.stale_after_fork()) return;
-  try {
-    release();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "devicekit: %s failed: %s\n", what, e.what());
-  }
-}
-
 struct Buffer {
   std::shared_ptr<Device> dev;
   void* ptr = nullptr;
