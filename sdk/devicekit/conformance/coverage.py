@@ -35,18 +35,26 @@ def _gcno_files(build_dir):
             if f.endswith(".gcno")]
 
 
+def _coverage_build(build_dir, who):
+    """build_dir as an absolute path, once it is known to hold a coverage
+    build (.gcno files) and gcovr is installed; else a CoverageError that
+    begins with ``who`` and says what to do."""
+    if not _gcovr_available():
+        raise CoverageError(f"{who} needs gcovr, which is not installed; {GCOVR_HINT}")
+    build_dir = os.path.abspath(build_dir)
+    if not os.path.isdir(build_dir):
+        raise CoverageError(f"{who}: build folder {build_dir} does not exist")
+    if not _gcno_files(build_dir):
+        raise CoverageError(f"{who}: no .gcno files under {build_dir}; build the plugin with "
+                            "--coverage (see docs/porting_guide.md, 'Coverage build') and pass "
+                            "its build folder")
+    return build_dir
+
+
 def reset(build_dir):
     """Checks build_dir holds a coverage build (and that gcovr is there) and
     removes its counters (.gcda), so the report counts one run alone."""
-    if not _gcovr_available():
-        raise CoverageError(f"--coverage needs gcovr, which is not installed; {GCOVR_HINT}")
-    build_dir = os.path.abspath(build_dir)
-    if not os.path.isdir(build_dir):
-        raise CoverageError(f"--coverage: build folder {build_dir} does not exist")
-    if not _gcno_files(build_dir):
-        raise CoverageError(f"--coverage: no .gcno files under {build_dir}; build the plugin "
-                            "with --coverage (docs/porting_guide.md, 'Coverage build') and pass its "
-                            "build folder")
+    build_dir = _coverage_build(build_dir, "--coverage")
     for d, _, names in os.walk(build_dir):
         for f in names:
             if f.endswith(".gcda"):
@@ -102,15 +110,7 @@ def collect(build_dir, root=None, html=None, summary=None, exclude=(), jobs=1):
     --json-summary (per-file line/branch totals) here. exclude: regexes of
     source paths to leave out (system headers are always left out).
     """
-    if not _gcovr_available():
-        raise CoverageError(f"DeviceKit coverage needs gcovr, which is not installed; {GCOVR_HINT}")
-    build_dir = os.path.abspath(build_dir)
-    if not os.path.isdir(build_dir):
-        raise CoverageError(f"DeviceKit coverage: build folder {build_dir} does not exist")
-    if not _gcno_files(build_dir):
-        raise CoverageError(f"DeviceKit coverage: no .gcno files under {build_dir}; "
-                            "build the plugin with --coverage (see docs/porting_guide.md, "
-                            "'Coverage build') and pass its build folder")
+    build_dir = _coverage_build(build_dir, "DeviceKit coverage")
     with tempfile.TemporaryDirectory(prefix="dk-gcovr-") as tmp:
         out = os.path.join(tmp, "coverage.json")
         cmd = [sys.executable, "-m", "gcovr", "--root", os.path.abspath(root or os.getcwd()),
