@@ -274,6 +274,7 @@ for case, d, t, unit, s in ROWS:
     # run but in other rounds: torch's own bfloat16 may be its slower form
     vs = f"{d[0] / base:7.2f}" if base else ""
     print(f"{case:54} {fmt(d, s, unit):>26} {fmt(t, s, unit):>26} {d[0] / t[0]:6.2f} {vs}")
-print("vs fp32: a bfloat16 case's dk median over torch's float32 median of the same model "
-      "(other rounds of this run)")
+if any(not c.endswith("float32") and c.rsplit(", ", 1)[0] in fp32 for c, *_ in ROWS):
+    print("vs fp32: a bfloat16 case's dk median over torch's float32 median of the same model "
+          "(other rounds of this run)")
 print(f"load average at the end {load()}; {time.perf_counter() - T0:.0f} s", flush=True)
