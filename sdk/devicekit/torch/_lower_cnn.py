@@ -588,30 +588,41 @@ def _avg3_setup(x, kernel_size, stride, padding, ceil_mode, count_include_pad, d
     return index, valid, outs, int(np.prod(kernel)), tensor(div, device=x.device)
 
 
-@lowers("avg_pool3d.default", kind=COMPOSITE)
-@_batched3
-def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None):
+def _mean_windows(x, index, valid, k, outs, div):
+    """The mean of each of x's pooling windows (``index``/``valid``: k taps per
+    output position, as the 3-D index tables give them) over ``div`` per output."""
     n, c = x.shape[:2]
-    index, valid, outs, k, div = _avg3_setup(x, kernel_size, stride, padding, ceil_mode,
-                                             count_include_pad, divisor_override)
     o = int(np.prod(outs))
     cols = _gather(_compute(x), index, valid, 0.0).reshape(n, c, k, o)
     out = ops.div(ops.sum(cols, 2), div.reshape(1, 1, o))
     return _as(out, x).reshape(n, c, *outs)
 
 
-@lowers("avg_pool3d_backward.default", kind=COMPOSITE)
-@_batched3
-def avg_pool3d_backward(g, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                        divisor_override):
+def _mean_windows_backward(g, x, index, valid, k, outs, div):
+    """:func:`_mean_windows`' gradient: each output's share scattered to its taps."""
     n, c = x.shape[:2]
-    index, valid, outs, k, div = _avg3_setup(x, kernel_size, stride, padding, ceil_mode,
-                                             count_include_pad, divisor_override)
     o = int(np.prod(outs))
     share = ops.div(_compute(g).reshape(n, c, 1, o), div.reshape(1, 1, 1, o))
     src = share.expand(n, c, k, o).reshape(n, c, k * o)
     return _as(_scatter(src, index, valid, list(x.shape)), x)
+
+
+@lowers("avg_pool3d.default", kind=COMPOSITE)
+@_batched3
+def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    index, valid, outs, k, div = _avg3_setup(x, kernel_size, stride, padding, ceil_mode,
+                                             count_include_pad, divisor_override)
+    return _mean_windows(x, index, valid, k, outs, div)
+
+
+@lowers("avg_pool3d_backward.default", kind=COMPOSITE)
+@_batched3
+def avg_pool3d_backward(g, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    index, valid, outs, k, div = _avg3_setup(x, kernel_size, stride, padding, ceil_mode,
+                                             count_include_pad, divisor_override)
+    return _mean_windows_backward(g, x, index, valid, k, outs, div)
 
 
 def _adaptive_index_nd(device, sizes, outs):
@@ -647,25 +658,17 @@ def _adaptive_index_nd(device, sizes, outs):
 @lowers("_adaptive_avg_pool3d.default", kind=COMPOSITE)
 @_batched3
 def adaptive_avg_pool3d(x, output_size):
-    n, c = x.shape[:2]
     outs = _triple(output_size)
     index, valid, count, k = _adaptive_index_nd(x.device, tuple(x.shape[2:]), outs)
-    o = int(np.prod(outs))
-    cols = _gather(_compute(x), index, valid, 0.0).reshape(n, c, k, o)
-    out = ops.div(ops.sum(cols, 2), count.reshape(1, 1, o))
-    return _as(out, x).reshape(n, c, *outs)
+    return _mean_windows(x, index, valid, k, outs, count)
 
 
 @lowers("_adaptive_avg_pool3d_backward.default", kind=COMPOSITE)
 @_batched3
 def adaptive_avg_pool3d_backward(g, x):
-    n, c = x.shape[:2]
     outs = tuple(g.shape[2:])
     index, valid, count, k = _adaptive_index_nd(x.device, tuple(x.shape[2:]), outs)
-    o = int(np.prod(outs))
-    share = ops.div(_compute(g).reshape(n, c, 1, o), count.reshape(1, 1, 1, o))
-    src = share.expand(n, c, k, o).reshape(n, c, k * o)
-    return _as(_scatter(src, index, valid, list(x.shape)), x)
+    return _mean_windows_backward(g, x, index, valid, k, outs, count)
 
 
 @lowers("adaptive_max_pool3d.default", kind=COMPOSITE)
