@@ -267,6 +267,17 @@ def devicekit_wheel(tmp_path_factory) -> Path:
     return build_devicekit_wheel(tmp_path_factory.mktemp("devicekit_wheel"))
 
 
+@pytest.fixture
+def torch_no_fallback():
+    """For devicekit.torch tests: no CPU fallback, and none may have happened."""
+    import devicekit.torch as dkt
+
+    dkt.reset_fallback_stats()
+    with dkt.fallback(None):
+        yield
+    assert dkt.fallback_stats() == {}, "an op fell back to the CPU"
+
+
 # ---------------------------------------------------------------- the suites on cpu:0, once
 
 @pytest.fixture(scope="session")

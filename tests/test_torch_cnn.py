@@ -17,19 +17,14 @@ torch = pytest.importorskip("torch", reason="devicekit.torch needs torch: pip in
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import devicekit.torch as dkt  # noqa: E402
+import devicekit.torch  # noqa: E402, F401  (makes the dk device)
 
 DK = "dk:0"
 aten = torch.ops.aten
 TOL = dict(rtol=1e-4, atol=1e-5)  # float32: a few ulps of reordered sums
 
 
-@pytest.fixture(autouse=True)
-def no_fallback():
-    dkt.reset_fallback_stats()
-    with dkt.fallback(None):
-        yield
-    assert dkt.fallback_stats() == {}, "an op fell back to the CPU"
+pytestmark = pytest.mark.usefixtures("torch_no_fallback")  # (conftest.py)
 
 
 def close(got, want, what):

@@ -16,19 +16,14 @@ torch = pytest.importorskip("torch", reason="devicekit.torch needs torch: pip in
                                             "'devicekit[torch]'")
 import torch.nn as nn  # noqa: E402
 
-import devicekit.torch as dkt  # noqa: E402
+import devicekit.torch  # noqa: E402, F401  (makes the dk device)
 from devicekit.torch import _table  # noqa: E402
 
 DK = "dk:0"
 aten = torch.ops.aten
 
 
-@pytest.fixture(autouse=True)
-def no_fallback():
-    dkt.reset_fallback_stats()
-    with dkt.fallback(None):
-        yield
-    assert dkt.fallback_stats() == {}, "an op fell back to the CPU"
+pytestmark = pytest.mark.usefixtures("torch_no_fallback")  # (conftest.py)
 
 
 @pytest.fixture
