@@ -10,6 +10,15 @@
 - ``kernel_error_on_its_own_stream``: a kernel that fails while it runs (an
   index out of range) reports the error from the synchronize of the stream it
   ran on, not later from some device-wide synchronize, and only once.
+- ``memory_stats_peak``: peak_bytes_in_use is the maximum of bytes_in_use
+  since Initialize: an allocation above the old peak raises it to exactly the
+  new bytes in use, and freeing never lowers it.
+- ``event_elapsed_milliseconds``: Event_ElapsedTime is in milliseconds (two
+  events on an idle stream recorded around a host sleep of known length),
+  negative when the end was reached first, and recording an event again moves
+  it to the new point.
+- ``event_elapsed_not_reached``: Event_ElapsedTime of an event recorded but
+  not yet reached returns DK_ERROR_FAILED_PRECONDITION, never a time.
 
 (The worker also checks, after every case of every section, that the device
 synchronizes cleanly and that the plugin's bytes in use equal what the SDK
@@ -17,9 +26,11 @@ holds: a late error or a leak is blamed on the case that caused it.)
 """
 
 import gc
+import time
 
 import numpy as np
 
+import devicekit as dk
 from devicekit.conformance.case import Case, Section, Skip
 
 from . import _raw
@@ -126,9 +137,117 @@ def kernel_error_on_its_own_stream(ctx):
             o.free()
 
 
+def memory_stats_peak(ctx):
+    """The peak is exact: allocating past it sets it to the bytes in use then
+    (nothing else allocates meanwhile), and a free leaves it where it was."""
+    dev = ctx.device
+    _settle(dev)
+    base = dev.memory_stats()
+    n = max(int(base["peak_bytes_in_use"]) - int(base["bytes_in_use"]), 0) + (1 << 20) + 13
+    buf = dev.alloc(n)
+    try:
+        during = dev.memory_stats()
+        want = base["bytes_in_use"] + n
+        assert during["bytes_in_use"] == want and during["peak_bytes_in_use"] == want, (
+            f"allocating {n} bytes over {base['bytes_in_use']} in use (peak "
+            f"{base['peak_bytes_in_use']}): bytes_in_use {during['bytes_in_use']}, peak "
+            f"{during['peak_bytes_in_use']}; the header says the peak is the maximum of "
+            f"bytes_in_use since Initialize: expected both {want}")
+    finally:
+        buf.free()
+    after = dev.memory_stats()
+    assert after["peak_bytes_in_use"] == want, (
+        f"freeing {n} bytes moved peak_bytes_in_use from {want} to "
+        f"{after['peak_bytes_in_use']}; a maximum since Initialize never goes down")
+    assert after["bytes_in_use"] == base["bytes_in_use"], f"after the free: {after}"
+
+
+SLEEP_S = 0.05  # host time between the two records: long enough to dwarf clock noise
+
+
+def _elapsed_around_sleep(dev, stream, start, end):
+    """Records ``end`` on the idle ``stream`` after a host sleep that begins
+    once ``start``'s point was reached; returns (elapsed ms, host ms spent from
+    before the sleep to after ``end`` was reached)."""
+    t0 = time.perf_counter()
+    time.sleep(SLEEP_S)
+    end.record(stream)
+    end.synchronize()
+    host_ms = (time.perf_counter() - t0) * 1e3
+    return start.elapsed_ms(end), host_ms
+
+
+def event_elapsed_milliseconds(ctx):
+    dev = ctx.device
+    stream = dev.stream()
+    start, end = dev.event(), dev.event()
+    t_before = time.perf_counter()
+    start.record(stream)
+    start.synchronize()
+    ms, _ = _elapsed_around_sleep(dev, stream, start, end)
+    wall_ms = (time.perf_counter() - t_before) * 1e3
+    low = SLEEP_S * 1e3 * 0.9
+    assert low <= ms <= wall_ms * 1.1 + 1, (
+        f"two events recorded on an idle stream around a host sleep of {SLEEP_S * 1e3:.0f} ms "
+        f"(all of it took {wall_ms:.1f} ms on the host) are {ms!r} apart; Event_ElapsedTime is "
+        f"in milliseconds: expected between {low:.0f} and {wall_ms * 1.1 + 1:.1f}")
+    back = end.elapsed_ms(start)
+    assert back < 0 and abs(back + ms) <= 1e-3 * max(1.0, ms), (
+        f"elapsed(start, end) = {ms}, elapsed(end, start) = {back}: the header says the time "
+        f"is negative when 'end' was reached first")
+    again, host_ms = _elapsed_around_sleep(dev, stream, start, end)  # record `end` again
+    assert again - ms >= SLEEP_S * 1e3 * 0.9, (
+        f"recording 'end' again {host_ms:.1f} ms later moved its elapsed time from {ms} to "
+        f"{again} ms; recording again must move the event to the new point")
+    stream.synchronize()
+
+
+def event_elapsed_not_reached(ctx):
+    """An event behind a long chain of copies: while it is pending,
+    Event_ElapsedTime must fail with FAILED_PRECONDITION (a plugin that
+    answers with a time is caught whenever the event was not yet reached)."""
+    dev = ctx.device
+    n = 32 << 20
+    stream = dev.stream()
+    src, dst = dev.alloc(n), dev.alloc(n)
+    start = dev.event()
+    start.record(stream)
+    start.synchronize()
+    refused = 0
+    try:
+        for _ in range(3):
+            for _ in range(6):
+                dev.copy_d2d(dst, src, n, stream=stream)
+            end = dev.event()
+            end.record(stream)
+            try:
+                ms = start.elapsed_ms(end)
+            except dk.DeviceKitError as e:
+                assert e.code == "FAILED_PRECONDITION", (
+                    f"Event_ElapsedTime of a recorded, not yet reached event failed with "
+                    f"{e.code}; the header says DK_ERROR_FAILED_PRECONDITION: {e}")
+                refused += 1
+            else:
+                assert end.query(), (
+                    f"Event_ElapsedTime returned {ms} ms for an event that Event_Query then "
+                    f"said was not reached; it must fail with DK_ERROR_FAILED_PRECONDITION")
+            stream.synchronize()
+            assert start.elapsed_ms(end) >= 0, "elapsed time of a reached later event is negative"
+    finally:
+        stream.synchronize()
+        src.free()
+        dst.free()
+    if not refused:
+        raise Skip("each chain of copies had finished before Event_ElapsedTime was asked, so a "
+                   "pending event could not be tried (the device is too fast for this check)")
+
+
 FIXED = {"memory_stats_exact": memory_stats_exact,
          "event_query_while_pending": event_query_while_pending,
-         "kernel_error_on_its_own_stream": kernel_error_on_its_own_stream}
+         "kernel_error_on_its_own_stream": kernel_error_on_its_own_stream,
+         "memory_stats_peak": memory_stats_peak,
+         "event_elapsed_milliseconds": event_elapsed_milliseconds,
+         "event_elapsed_not_reached": event_elapsed_not_reached}
 
 
 def cases(target):
