@@ -2,7 +2,8 @@
 buffers, streams and events (plugin-agnostic: sizes come from the device's
 own properties).
 
-Allocation edge cases, a request larger than the device (a clean
+Allocation edge cases (size 0 gives NULL and moves no statistic; every
+pointer aligned to the declared alignment, a power of two >= 16), a request larger than the device (a clean
 OutOfMemoryError, nothing lost), copies of every dtype at unaligned offsets
 and sizes (and nothing written outside), async copies on several streams
 ordered only by events, monotonic event timing, several host threads at once,
@@ -46,8 +47,15 @@ def _settle(dev):
 
 def alloc_zero(ctx):
     dev = ctx.device
+    _settle(dev)
+    before = dev.memory_stats()
     buf = dev.alloc(0)
     assert buf.nbytes == 0
+    assert buf.ptr == 0, f"Memory_Allocate(size=0) returned ptr {buf.ptr:#x}; the header says NULL"
+    after = dev.memory_stats()
+    assert (after["bytes_in_use"], after["num_allocs"]) == \
+        (before["bytes_in_use"], before["num_allocs"]), \
+        f"a zero-byte allocation changed the statistics: {before} -> {after}"
     dev.copy_h2d(buf, np.empty(0, np.uint8))
     assert _read(dev, buf).size == 0
     buf.free()
@@ -56,6 +64,8 @@ def alloc_zero(ctx):
 def alloc_odd_sizes(ctx):
     dev = ctx.device
     align = dev.properties["alignment"]
+    assert align >= 16 and align & (align - 1) == 0, \
+        f"alignment {align}: the header says a power of two >= 16"
     for n in (1, 3, 7, 63, 65, 1001, 4097, (1 << 20) + 3):
         buf = dev.alloc(n)
         assert buf.nbytes == n and buf.ptr % align == 0, \

@@ -17,6 +17,9 @@
   events on an idle stream recorded around a host sleep of known length),
   negative when the end was reached first, and recording an event again moves
   it to the new point.
+- ``wait_event_edges``: Stream_WaitEvent on an event never recorded is a
+  no-op (the stream runs on), and an event destroyed after a stream began
+  waiting on it, before its point was reached, still holds that stream back.
 - ``event_elapsed_not_reached``: Event_ElapsedTime of an event recorded but
   not yet reached returns DK_ERROR_FAILED_PRECONDITION, never a time.
 
@@ -202,6 +205,41 @@ def event_elapsed_milliseconds(ctx):
     stream.synchronize()
 
 
+def wait_event_edges(ctx):
+    dev = ctx.device
+    n, hops = 16 << 20, 6
+    producer, consumer = dev.stream(), dev.stream()
+    bufs = [dev.alloc(n) for _ in range(hops + 1)]
+    out_buf = dev.alloc(n)
+    try:
+        consumer.wait_event(dev.event())  # never recorded: a no-op, never a hang
+        dev.copy_h2d(out_buf, np.full(n, 9, np.uint8), stream=consumer)
+        consumer.synchronize()
+        for round_ in range(3):
+            host = np.full(n, round_ + 1, np.uint8)
+            host[::4096] = ctx.rng().integers(0, 256, host[::4096].size, dtype=np.uint8)
+            dev.copy_h2d(out_buf, np.zeros(n, np.uint8))
+            dev.copy_h2d(bufs[0], host, stream=producer)
+            for i in range(hops):
+                dev.copy_d2d(bufs[i + 1], bufs[i], n, stream=producer)
+            done = dev.event()
+            done.record(producer)
+            consumer.wait_event(done)
+            del done  # Event_Destroy before its point is reached
+            gc.collect()
+            dev.copy_d2d(out_buf, bufs[hops], n, stream=consumer)
+            out = np.empty(n, np.uint8)
+            dev.copy_d2h(out, out_buf, stream=consumer)
+            consumer.synchronize()
+            assert np.array_equal(out, host), (
+                f"round {round_}: a stream waiting on an event destroyed before its point was "
+                f"reached read stale data; the header says it still waits for the recorded point")
+    finally:
+        dev.synchronize()
+        for b in bufs + [out_buf]:
+            b.free()
+
+
 def event_elapsed_not_reached(ctx):
     """An event behind a long chain of copies: while it is pending,
     Event_ElapsedTime must fail with FAILED_PRECONDITION (a plugin that
@@ -247,7 +285,8 @@ FIXED = {"memory_stats_exact": memory_stats_exact,
          "kernel_error_on_its_own_stream": kernel_error_on_its_own_stream,
          "memory_stats_peak": memory_stats_peak,
          "event_elapsed_milliseconds": event_elapsed_milliseconds,
-         "event_elapsed_not_reached": event_elapsed_not_reached}
+         "event_elapsed_not_reached": event_elapsed_not_reached,
+         "wait_event_edges": wait_event_edges}
 
 
 def cases(target):
