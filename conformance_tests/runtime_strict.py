@@ -225,8 +225,7 @@ def wait_event_edges(ctx):
             done = dev.event()
             done.record(producer)
             consumer.wait_event(done)
-            del done  # Event_Destroy before its point is reached
-            gc.collect()
+            del done  # its last reference: Event_Destroy, before its point is reached
             dev.copy_d2d(out_buf, bufs[hops], n, stream=consumer)
             out = np.empty(n, np.uint8)
             dev.copy_d2h(out, out_buf, stream=consumer)
