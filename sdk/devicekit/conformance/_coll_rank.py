@@ -423,9 +423,10 @@ class Rank:
 
     # -- never a hang -------------------------------------------------------------------
 
-    def expect_error(self, what, call, must_name=()):
+    def expect_error(self, what, call, must_name=(), codes=None):
         """``call`` must raise a DeviceKit error within the timeout (plus a
-        margin for the process), naming ``must_name``."""
+        margin for the process), naming ``must_name``, with one of the device
+        API error ``codes`` (labels such as "UNAVAILABLE") when given."""
         from devicekit.errors import DeviceKitError
 
         start = time.monotonic()
@@ -440,6 +441,9 @@ class Rank:
             if took > self.timeout + 2.0:
                 self.fail(what, "-", f"an error within the {self.timeout:g} s timeout",
                           f"one after {took:.1f} s")
+            if codes is not None and getattr(e, "code", None) not in codes:
+                self.fail(what, "-", f"an error with code {' or '.join(sorted(codes))}",
+                          f"code {getattr(e, 'code', None)}: {str(e)[:300]}")
             low = str(e).lower()
             for word in must_name:
                 if str(word).lower() not in low:
@@ -448,6 +452,15 @@ class Rank:
         took = time.monotonic() - start
         self.fail(what, "-", "a DeviceKit error", f"success after {took:.1f} s")
         return None
+
+    def expect_unusable(self, comm, count):
+        """After a collective failed on its stream, the communicator is
+        unusable: the next call (on a fresh tensor: the SDK marks the failed
+        call's outputs failed) fails with FAILED_PRECONDITION."""
+        fresh = self.tensor(np.ones(count, np.float32), "float32")
+        self.expect_error("the next all_reduce on a communicator whose last call failed",
+                          lambda: comm.all_reduce(fresh).wait(), ("all_reduce",),
+                          codes={"FAILED_PRECONDITION"})
 
     def hang(self, kind):
         import devicekit as dk
@@ -465,13 +478,15 @@ class Rank:
                 t = self.tensor(np.ones(5, np.float32), "float32")
                 self.expect_error(f"all_reduce with rank {last} never calling it",
                                   lambda: comm.all_reduce(t).wait(),
-                                  ("all_reduce", str(last)))
+                                  ("all_reduce", str(last)), codes={"UNAVAILABLE"})
+                self.expect_unusable(comm, 5)
         elif kind == "count_mismatch":
             count = 5 if me == 0 else 6
             t = self.tensor(np.ones(count, np.float32), "float32")
             self.expect_error(f"all_reduce with count 5 on rank 0 and 6 on the others "
                               f"(rank {me} passed {count})", lambda: comm.all_reduce(t).wait(),
-                              ("all_reduce",))
+                              ("all_reduce",), codes={"INVALID_ARGUMENT", "UNAVAILABLE"})
+            self.expect_unusable(comm, count)
         elif kind == "killed_rank":
             big = self.tensor(np.ones(BIG_COUNT, np.float32), "float32")
             if me == last:  # killed while inside one of many queued large calls
@@ -486,7 +501,7 @@ class Rank:
                     comm.all_reduce(big).wait()
 
             self.expect_error(f"all_reduce while rank {last} is SIGKILLed", loop,
-                              ("all_reduce",))
+                              ("all_reduce",), codes={"UNAVAILABLE"})
             try:
                 comm.destroy()
             except dk.DeviceKitError:
