@@ -13,12 +13,13 @@
   each is run against the real cpu:0 behind a proxy that plants one
   violation (elapsed times in seconds, a peak that a free lowers, a time for
   a pending event, a stream that ignores an event wait, a non-NULL zero-byte
-  allocation).
+  allocation, a fused kernel's predicate that changes its answer).
 
 Needs: the installed SDK and cpu:0. About 15 s on 2 cores.
 """
 
 import fnmatch
+import functools
 import json
 import os
 import re
@@ -31,7 +32,7 @@ import devicekit as dk
 from devicekit.conformance import registry
 from devicekit.conformance.case import Context, Target
 from devicekit.conformance.target import open_target
-from devicekit.conformance_tests import runtime, runtime_strict
+from devicekit.conformance_tests import fused, runtime, runtime_strict
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC = os.path.join(REPO, "device_api", "spec")
@@ -198,3 +199,11 @@ def test_a_non_null_zero_byte_allocation_is_caught(cpu_target):
         return Proxy(buf, ptr=4096) if n == 0 else buf
     with pytest.raises(AssertionError, match="the header says NULL"):
         run_case(cpu_target, runtime.alloc_zero, Proxy(real, alloc=alloc))
+
+
+def test_an_impure_supports_predicate_is_caught(monkeypatch, cpu_target):
+    answers = iter([{"cpu.rms_norm_f32": 1}, {}])  # accepted once, declined the same call after
+    monkeypatch.setattr(fused, "_launched", lambda *a, **k: next(answers))
+    check = functools.partial(fused.check_accepts, kernel="cpu.rms_norm_f32", op="rms_norm")
+    with pytest.raises(AssertionError, match="must be pure"):
+        run_case(cpu_target, check, cpu_target.device)
