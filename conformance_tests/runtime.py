@@ -8,7 +8,8 @@ OutOfMemoryError, nothing lost), copies of every dtype at unaligned offsets
 and sizes (and nothing written outside), async copies on several streams
 ordered only by events, monotonic event timing, several host threads at once,
 a leak check (the plugin's bytes in use back to the baseline), and which of
-two asynchronous kernel errors a synchronize reports (the first).
+two asynchronous kernel errors a synchronize reports (the first; across two
+streams, the earliest-created stream's, the other keeping its own).
 """
 
 import functools
@@ -304,12 +305,55 @@ def first_async_error(ctx, via):
                              f"after the first) by the next synchronize: {e}") from None
 
 
+def first_async_error_two_streams(ctx):
+    """The same two failing kernels, each captured in a graph and replayed on
+    a stream of its own: the scatter_add's on B first, then the gather's on A,
+    A created before B. Device_Synchronize reports A's error (the
+    earliest-created stream that has one, whatever happened first), B keeps
+    its own for B's synchronize, and each is reported once."""
+    dev = ctx.device
+    if not (_has_kernel(dev, "gather") and _has_kernel(dev, "scatter_add")):
+        raise Skip("the plugin has no float32 gather and scatter_add kernels to fail")
+    x = dk.tensor(np.zeros((4, 5), np.float32), device=dev)
+    bad = [dk.tensor(np.array([[0, 1, 2, 3, v]], np.int64), device=dev) for v in (FIRST, SECOND)]
+    src = dk.tensor(np.ones((1, 5), np.float32), device=dev)
+    dev.synchronize()
+    g_a, g_b = dk.graphs.Graph(), dk.graphs.Graph()
+    with dk.graphs.capture(g_a, dev):
+        ops.gather(x, 0, bad[0])
+    with dk.graphs.capture(g_b, dev):
+        ops.scatter_add(x, 0, bad[1], src)
+    stream_a, stream_b = dev.stream(), dev.stream()
+    g_b.replay(stream_b)
+    g_a.replay(stream_a)
+    seen = []
+    for who, sync in (("Device_Synchronize", dev.synchronize), ("B's synchronize", stream_b.synchronize),
+                      ("A's synchronize", stream_a.synchronize),
+                      ("a second Device_Synchronize", dev.synchronize)):
+        try:
+            sync()
+            seen.append((who, None))
+        except dk.DeviceKitError as e:
+            seen.append((who, _which(str(e)) or f"neither: {str(e)[:200]}"))
+    want = [("Device_Synchronize", "first"), ("B's synchronize", "second"),
+            ("A's synchronize", None), ("a second Device_Synchronize", None)]
+    assert seen == want, (
+        f"gather (index {FIRST}) replayed on stream A and scatter_add (index {SECOND}) on "
+        f"stream B (B's first; A created before B) reported {seen}; expected {want} "
+        f"(first: the gather's error, second: the scatter_add's, None: clean): the header says "
+        f"Device_Synchronize returns the earliest-created stream's error and the other streams "
+        f"keep theirs for their own synchronize")
+    g_a.reset()
+    g_b.reset()
+
+
 FIXED = {"alloc_zero": alloc_zero, "alloc_odd_sizes": alloc_odd_sizes,
          "alloc_too_large": alloc_too_large, "streams_ordered_by_events": streams_ordered_by_events,
          "event_timing_monotonic": event_timing, "host_threads": host_threads,
          "leak_check": leak_check,
          "first_async_error/stream": functools.partial(first_async_error, via="stream"),
-         "first_async_error/device": functools.partial(first_async_error, via="device")}
+         "first_async_error/device": functools.partial(first_async_error, via="device"),
+         "first_async_error/two_streams": first_async_error_two_streams}
 
 
 def cases(target):

@@ -13,7 +13,8 @@
   each is run against the real cpu:0 behind a proxy that plants one
   violation (elapsed times in seconds, a peak that a free lowers, a time for
   a pending event, a stream that ignores an event wait, a non-NULL zero-byte
-  allocation, a fused kernel's predicate that changes its answer).
+  allocation, a fused kernel's predicate that changes its answer, a device
+  synchronize that reports the newest stream's error first).
 
 Needs: the installed SDK and cpu:0. About 15 s on 2 cores.
 """
@@ -152,7 +153,7 @@ def test_the_new_cases_pass_on_cpu0(cpu_target):
     dev = cpu_target.device
     for fn in (runtime_strict.memory_stats_peak, runtime_strict.event_elapsed_milliseconds,
                runtime_strict.event_elapsed_not_reached, runtime_strict.wait_event_edges,
-               runtime.alloc_zero):
+               runtime.alloc_zero, runtime.first_async_error_two_streams):
         run_case(cpu_target, fn, dev)
 
 
@@ -207,3 +208,26 @@ def test_an_impure_supports_predicate_is_caught(monkeypatch, cpu_target):
     check = functools.partial(fused.check_accepts, kernel="cpu.rms_norm_f32", op="rms_norm")
     with pytest.raises(AssertionError, match="must be pure"):
         run_case(cpu_target, check, cpu_target.device)
+
+
+def test_a_device_synchronize_that_reports_the_newest_stream_first_is_caught(monkeypatch,
+                                                                            cpu_target):
+    # The case hands its device to dk.tensor, so the plant goes on the class.
+    real, made = cpu_target.device, []
+    cls = type(real)
+    make_stream, sync_device = cls.stream, cls.synchronize
+
+    def stream(self):
+        made.append(make_stream(self))
+        return made[-1]
+
+    def synchronize(self, *a, **k):  # the plant: the newest stream's error first
+        for s in reversed(made):
+            s.synchronize()
+        return sync_device(self, *a, **k)
+    monkeypatch.setattr(cls, "stream", stream)
+    monkeypatch.setattr(cls, "synchronize", synchronize)
+    with pytest.raises(AssertionError, match="earliest-created stream"):
+        run_case(cpu_target, runtime.first_async_error_two_streams, real)
+    monkeypatch.undo()
+    real.synchronize()
