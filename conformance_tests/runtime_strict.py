@@ -20,6 +20,11 @@
 - ``wait_event_edges``: Stream_WaitEvent on an event never recorded is a
   no-op (the stream runs on), and an event destroyed after a stream began
   waiting on it, before its point was reached, still holds that stream back.
+- ``stream_destroy``: Stream_Destroy waits for the stream's pending work (a
+  long copy chain's last bytes are there when it returns) and returns the
+  stream's pending asynchronous error (a replayed graph's failing gather),
+  which the SDK prints on stderr from the stream's destructor; the error is
+  then gone (the next Device_Synchronize is clean).
 - ``event_elapsed_not_reached``: Event_ElapsedTime of an event recorded but
   not yet reached returns DK_ERROR_FAILED_PRECONDITION, never a time.
 
@@ -29,11 +34,14 @@ holds: a late error or a leak is blamed on the case that caused it.)
 """
 
 import gc
+import os
+import tempfile
 import time
 
 import numpy as np
 
 import devicekit as dk
+from devicekit import ops
 from devicekit.conformance.case import Case, Section, Skip
 
 from . import _raw
@@ -239,6 +247,67 @@ def wait_event_edges(ctx):
             b.free()
 
 
+def _stderr_of(fn):
+    """What ``fn`` writes to file descriptor 2 (the SDK's destructors report
+    there: they cannot raise)."""
+    with tempfile.TemporaryFile() as f:
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            fn()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        return f.read().decode(errors="replace")
+
+
+def stream_destroy(ctx):
+    dev = ctx.device
+    n, hops = 16 << 20, 6
+    bufs = [dev.alloc(n) for _ in range(hops + 1)]
+    try:
+        host = np.full(n, 5, np.uint8)
+        host[-4096:] = ctx.rng().integers(1, 256, 4096, dtype=np.uint8)
+        dev.copy_h2d(bufs[-1], np.zeros(n, np.uint8))
+        stream = dev.stream()
+        dev.copy_h2d(bufs[0], host, stream=stream)
+        for i in range(hops):
+            dev.copy_d2d(bufs[i + 1], bufs[i], n, stream=stream)
+        del stream  # its last reference: Stream_Destroy while the chain is queued
+        tail = np.empty(4096, np.uint8)
+        dev.copy_d2h(tail, bufs[-1], src_offset=n - 4096)  # synchronous, on no stream
+        assert np.array_equal(tail, host[-4096:]), (
+            "Stream_Destroy returned before the stream's queued copies finished; the header "
+            "says it waits for the stream's pending work")
+    finally:
+        dev.synchronize()
+        for b in bufs:
+            b.free()
+    if not ctx.target.declared.get("gather"):
+        raise Skip("the plugin has no gather kernel to fail before a Stream_Destroy")
+    x = dk.tensor(np.zeros((4, 5), np.float32), device=dev)
+    bad = dk.tensor(np.array([[0, 1, 2, 3, 1000003]], np.int64), device=dev)
+    dev.synchronize()
+    graph = dk.graphs.Graph()
+    with dk.graphs.capture(graph, dev):
+        ops.gather(x, 0, bad)
+    stream = dev.stream()
+    graph.replay(stream)
+    holder = [stream]
+    del stream
+    err = _stderr_of(holder.clear)  # the last reference: Stream_Destroy
+    assert "Stream_Destroy" in err and ("1000003" in err or "gather" in err), (
+        f"a stream destroyed with a failing gather queued on it reported {err.strip()!r} through "
+        f"the SDK; the header says Stream_Destroy returns the stream's pending asynchronous error")
+    try:
+        dev.synchronize()
+    except dk.DeviceKitError as e:
+        raise AssertionError(f"the destroyed stream's error surfaced again at Device_Synchronize: "
+                             f"{e}") from None
+    graph.reset()
+
+
 def event_elapsed_not_reached(ctx):
     """An event behind a long chain of copies: while it is pending,
     Event_ElapsedTime must fail with FAILED_PRECONDITION (a plugin that
@@ -285,7 +354,8 @@ FIXED = {"memory_stats_exact": memory_stats_exact,
          "memory_stats_peak": memory_stats_peak,
          "event_elapsed_milliseconds": event_elapsed_milliseconds,
          "event_elapsed_not_reached": event_elapsed_not_reached,
-         "wait_event_edges": wait_event_edges}
+         "wait_event_edges": wait_event_edges,
+         "stream_destroy": stream_destroy}
 
 
 def cases(target):

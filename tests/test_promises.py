@@ -14,7 +14,8 @@
   violation (elapsed times in seconds, a peak that a free lowers, a time for
   a pending event, a stream that ignores an event wait, a non-NULL zero-byte
   allocation, a fused kernel's predicate that changes its answer, a device
-  synchronize that reports the newest stream's error first).
+  synchronize that reports the newest stream's error first, a stream destroy
+  that drops its pending error).
 
 Needs: the installed SDK and cpu:0. About 15 s on 2 cores.
 """
@@ -153,7 +154,8 @@ def test_the_new_cases_pass_on_cpu0(cpu_target):
     dev = cpu_target.device
     for fn in (runtime_strict.memory_stats_peak, runtime_strict.event_elapsed_milliseconds,
                runtime_strict.event_elapsed_not_reached, runtime_strict.wait_event_edges,
-               runtime.alloc_zero, runtime.first_async_error_two_streams):
+               runtime_strict.stream_destroy, runtime.alloc_zero,
+               runtime.first_async_error_two_streams):
         run_case(cpu_target, fn, dev)
 
 
@@ -231,3 +233,11 @@ def test_a_device_synchronize_that_reports_the_newest_stream_first_is_caught(mon
         run_case(cpu_target, runtime.first_async_error_two_streams, real)
     monkeypatch.undo()
     real.synchronize()
+
+
+def test_a_stream_destroy_that_drops_the_pending_error_is_caught(monkeypatch, cpu_target):
+    # What the case sees of a plugin whose Stream_Destroy returns no error.
+    monkeypatch.setattr(runtime_strict, "_stderr_of", lambda fn: fn() or "")
+    with pytest.raises(AssertionError, match="returns the stream's pending asynchronous error"):
+        run_case(cpu_target, runtime_strict.stream_destroy, cpu_target.device)
+    cpu_target.device.synchronize()
