@@ -510,6 +510,22 @@ class Rank:
                               f"(rank {me} passed {count})", lambda: comm.all_reduce(t).wait(),
                               ("all_reduce",), codes={"INVALID_ARGUMENT", "UNAVAILABLE"})
             self.expect_unusable(comm, count)
+        elif kind == "aborted":
+            # The last rank never calls; each other rank's call is blocked
+            # until another thread aborts its communicator: the call ends with
+            # UNAVAILABLE ("aborted"), not the timeout, and so does the next.
+            if me == last:
+                time.sleep(self.timeout + 1.0)
+            else:
+                t = self.tensor(np.ones(5, np.float32), "float32")
+                threading.Timer(0.3, comm.abort).start()
+                self.expect_error(f"all_reduce with rank {last} never calling it, aborted from "
+                                  f"another thread", lambda: comm.all_reduce(t).wait(),
+                                  ("abort",), codes={"UNAVAILABLE"})
+                fresh = self.tensor(np.ones(5, np.float32), "float32")
+                self.expect_error("an all_reduce on an aborted communicator",
+                                  lambda: comm.all_reduce(fresh).wait(), ("abort",),
+                                  codes={"UNAVAILABLE"})
         elif kind == "killed_rank":
             big = self.tensor(np.ones(BIG_COUNT, np.float32), "float32")
             if me == last:  # killed while inside one of many queued large calls
