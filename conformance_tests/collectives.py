@@ -14,7 +14,8 @@ before the collective and one after, no synchronize), two communicators
 interleaved, and never a hang (a rank that skips a call, a mismatched count,
 a rank SIGKILLed mid-call: the others fail within the timeout, a new
 communicator works, no shared memory is left; a call blocked on a missing
-rank ends with UNAVAILABLE when another thread aborts its communicator).
+rank ends with UNAVAILABLE when another thread aborts its communicator; a
+rank that never joins fails the others' Comm_Init within the timeout).
 Argument rules are checked in one process (rejected before any
 communication).
 
@@ -40,7 +41,7 @@ from devicekit.conformance.case import Case, Section
 NRANKS = (2, 3, 4)
 GROUPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
           "send_recv")
-HANG_KINDS = ("skipped_rank", "count_mismatch", "killed_rank", "aborted")
+HANG_KINDS = ("skipped_rank", "count_mismatch", "killed_rank", "aborted", "init_missing")
 HANG_TIMEOUT = 2.0  # the never-a-hang cases' communicator timeout (seconds)
 MATRIX_TIMEOUT = 20.0  # the other cases' (a wrong plugin fails a rank, the others time out)
 CASE_LIMIT = 90.0  # a whole spawn, hard (under the runner's 120 s per case)

@@ -491,6 +491,16 @@ class Rank:
         n, me = self.n, self.me
         last = n - 1
         uids = self.job["uids"]
+        if kind == "init_missing":
+            # The last rank never joins: Comm_Init on the others gives up
+            # after the timeout with UNAVAILABLE naming the missing rank.
+            if me == last:
+                time.sleep(self.timeout + 1.0)
+            else:
+                self.expect_error(f"Comm_Init with rank {last} never calling it",
+                                  lambda: self.comm(uids[0]), (str(last),),
+                                  codes={"UNAVAILABLE"})
+            return
         comm = self.comm(uids[0])
         if kind == "skipped_rank":
             if me == last:
