@@ -241,3 +241,15 @@ def test_a_stream_destroy_that_drops_the_pending_error_is_caught(monkeypatch, cp
     with pytest.raises(AssertionError, match="returns the stream's pending asynchronous error"):
         run_case(cpu_target, runtime_strict.stream_destroy, cpu_target.device)
     cpu_target.device.synchronize()
+
+
+def test_every_cast_pair_has_its_exact_case(cpu_target, case_ids):
+    """cast.every_pair_exact's patterns stand for every (input, output) pair of
+    the dtypes cpu:0 stores: each pair through the SDK, each input dtype to
+    every output (itself included) called directly."""
+    dtypes = cpu_target.dtypes
+    ids = set(case_ids)
+    missing = [f"ops/cast/{a}/to_{b}" for a in dtypes for b in dtypes
+               if a != b and f"ops/cast/{a}/to_{b}" not in ids]
+    missing += [f"kernels/cast/{a}/ladder" for a in dtypes if f"kernels/cast/{a}/ladder" not in ids]
+    assert len(dtypes) == 9 and not missing, missing
