@@ -148,22 +148,29 @@ def kernel_error_on_its_own_stream(ctx):
             o.free()
 
 
+PEAK_GAP = 64 << 20  # past this, memory_stats_peak does not allocate up to the old peak
+
+
 def memory_stats_peak(ctx):
     """The peak is exact: allocating past it sets it to the bytes in use then
-    (nothing else allocates meanwhile), and a free leaves it where it was."""
+    (nothing else allocates meanwhile), and a free leaves it where it was.
+    When an earlier case of this process left the peak far above what is in
+    use (more than PEAK_GAP), a small allocation must leave it unchanged."""
     dev = ctx.device
     _settle(dev)
     base = dev.memory_stats()
-    n = max(int(base["peak_bytes_in_use"]) - int(base["bytes_in_use"]), 0) + (1 << 20) + 13
+    gap = int(base["peak_bytes_in_use"]) - int(base["bytes_in_use"])
+    n = (max(gap, 0) if gap <= PEAK_GAP else 0) + (1 << 20) + 13
     buf = dev.alloc(n)
     try:
         during = dev.memory_stats()
-        want = base["bytes_in_use"] + n
-        assert during["bytes_in_use"] == want and during["peak_bytes_in_use"] == want, (
+        used = base["bytes_in_use"] + n
+        want = max(used, base["peak_bytes_in_use"])
+        assert during["bytes_in_use"] == used and during["peak_bytes_in_use"] == want, (
             f"allocating {n} bytes over {base['bytes_in_use']} in use (peak "
             f"{base['peak_bytes_in_use']}): bytes_in_use {during['bytes_in_use']}, peak "
             f"{during['peak_bytes_in_use']}; the header says the peak is the maximum of "
-            f"bytes_in_use since Initialize: expected both {want}")
+            f"bytes_in_use since Initialize: expected {used} and {want}")
     finally:
         buf.free()
     after = dev.memory_stats()
