@@ -13,8 +13,11 @@ count, rank, index, expected and got. Other cases: stream ordering (an op
 before the collective and one after, no synchronize), two communicators
 interleaved, and never a hang (a rank that skips a call, a mismatched count,
 a rank SIGKILLed mid-call: the others fail within the timeout, a new
-communicator works, no shared memory is left). Argument rules are checked in
-one process (rejected before any communication).
+communicator works, no shared memory is left; a call blocked on a missing
+rank ends with UNAVAILABLE when another thread aborts its communicator; a
+rank that never joins fails the others' Comm_Init within the timeout).
+Argument rules are checked in one process (rejected before any
+communication).
 
 A plugin without the part gets one not-implemented case saying so (optional:
 it does not fail the run; the release policy requires the section where the
@@ -38,7 +41,7 @@ from devicekit.conformance.case import Case, Section
 NRANKS = (2, 3, 4)
 GROUPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
           "send_recv")
-HANG_KINDS = ("skipped_rank", "count_mismatch", "killed_rank")
+HANG_KINDS = ("skipped_rank", "count_mismatch", "killed_rank", "aborted", "init_missing")
 HANG_TIMEOUT = 2.0  # the never-a-hang cases' communicator timeout (seconds)
 MATRIX_TIMEOUT = 20.0  # the other cases' (a wrong plugin fails a rank, the others time out)
 CASE_LIMIT = 90.0  # a whole spawn, hard (under the runner's 120 s per case)

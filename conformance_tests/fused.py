@@ -7,7 +7,9 @@ For each kernel K of composite op OP:
 
 - ``fused/K/accepts_some_call``: K accepts at least one of the calls below
   (``composite_stats()`` counts a launch of K). A kernel whose predicate
-  declines everything is dead code the vendor believes runs: a failure.
+  declines everything is dead code the vendor believes runs: a failure. The
+  call K accepted is made again and K must accept it again (``supports`` is
+  pure).
 - ``fused/K/<dtype>/<class>``: OP's calls (``_nn.CALLS[OP]``) in float32,
   float16 and bfloat16. With fused kernels on, the result must match the
   decomposition run on the same inputs (fused kernels off) and the oracle.
@@ -177,6 +179,12 @@ def check_accepts(ctx, kernel, op, backward=False):
             args, kwargs = _nn.rounded(make(ctx.rng()), dtype)
             tried += 1
             if _launched(ctx, op, args, kwargs, dtype, backward).get(kernel):
+                # supports must be pure: the same call again gets the same answer
+                if not _launched(ctx, op, args, kwargs, dtype, backward).get(kernel):
+                    raise AssertionError(
+                        f"fused kernel {kernel} ({op}{'_backward' if backward else ''}) ran for "
+                        f"a {dtype} call and not for the same call made again: its supports() "
+                        f"must be pure (the same args give the same answer)")
                 return
     calls = f"{tried} calls ({', '.join(DTYPES)} x {', '.join(_nn.CALLS[op])})"
     if backward:

@@ -2,12 +2,14 @@
 buffers, streams and events (plugin-agnostic: sizes come from the device's
 own properties).
 
-Allocation edge cases, a request larger than the device (a clean
+Allocation edge cases (size 0 gives NULL and moves no statistic; every
+pointer aligned to the declared alignment, a power of two >= 16), a request larger than the device (a clean
 OutOfMemoryError, nothing lost), copies of every dtype at unaligned offsets
 and sizes (and nothing written outside), async copies on several streams
 ordered only by events, monotonic event timing, several host threads at once,
 a leak check (the plugin's bytes in use back to the baseline), and which of
-two asynchronous kernel errors a synchronize reports (the first).
+two asynchronous kernel errors a synchronize reports (the first; across two
+streams, the earliest-created stream's, the other keeping its own).
 """
 
 import functools
@@ -46,8 +48,15 @@ def _settle(dev):
 
 def alloc_zero(ctx):
     dev = ctx.device
+    _settle(dev)
+    before = dev.memory_stats()
     buf = dev.alloc(0)
     assert buf.nbytes == 0
+    assert buf.ptr == 0, f"Memory_Allocate(size=0) returned ptr {buf.ptr:#x}; the header says NULL"
+    after = dev.memory_stats()
+    assert (after["bytes_in_use"], after["num_allocs"]) == \
+        (before["bytes_in_use"], before["num_allocs"]), \
+        f"a zero-byte allocation changed the statistics: {before} -> {after}"
     dev.copy_h2d(buf, np.empty(0, np.uint8))
     assert _read(dev, buf).size == 0
     buf.free()
@@ -56,6 +65,8 @@ def alloc_zero(ctx):
 def alloc_odd_sizes(ctx):
     dev = ctx.device
     align = dev.properties["alignment"]
+    assert align >= 16 and align & (align - 1) == 0, \
+        f"alignment {align}: the header says a power of two >= 16"
     for n in (1, 3, 7, 63, 65, 1001, 4097, (1 << 20) + 3):
         buf = dev.alloc(n)
         assert buf.nbytes == n and buf.ptr % align == 0, \
@@ -83,7 +94,7 @@ def alloc_too_large(ctx):
         raise AssertionError("allocating twice the device's total_memory did not raise "
                              "OutOfMemoryError")
     after = dev.memory_stats()
-    for key in ("bytes_in_use", "num_allocs"):
+    for key in ("bytes_in_use", "num_allocs", "peak_bytes_in_use"):  # "changes no statistic"
         assert after[key] == before[key], f"failed alloc changed {key}: {before[key]} -> {after[key]}"
     assert np.array_equal(_read(dev, keep), host), "data on the device changed after an OOM"
     again = dev.alloc(1 << 16)  # the allocator still works
@@ -294,12 +305,55 @@ def first_async_error(ctx, via):
                              f"after the first) by the next synchronize: {e}") from None
 
 
+def first_async_error_two_streams(ctx):
+    """The same two failing kernels, each captured in a graph and replayed on
+    a stream of its own: the scatter_add's on B first, then the gather's on A,
+    A created before B. Device_Synchronize reports A's error (the
+    earliest-created stream that has one, whatever happened first), B keeps
+    its own for B's synchronize, and each is reported once."""
+    dev = ctx.device
+    if not (_has_kernel(dev, "gather") and _has_kernel(dev, "scatter_add")):
+        raise Skip("the plugin has no float32 gather and scatter_add kernels to fail")
+    x = dk.tensor(np.zeros((4, 5), np.float32), device=dev)
+    bad = [dk.tensor(np.array([[0, 1, 2, 3, v]], np.int64), device=dev) for v in (FIRST, SECOND)]
+    src = dk.tensor(np.ones((1, 5), np.float32), device=dev)
+    dev.synchronize()
+    g_a, g_b = dk.graphs.Graph(), dk.graphs.Graph()
+    with dk.graphs.capture(g_a, dev):
+        ops.gather(x, 0, bad[0])
+    with dk.graphs.capture(g_b, dev):
+        ops.scatter_add(x, 0, bad[1], src)
+    stream_a, stream_b = dev.stream(), dev.stream()
+    g_b.replay(stream_b)
+    g_a.replay(stream_a)
+    seen = []
+    for who, sync in (("Device_Synchronize", dev.synchronize), ("B's synchronize", stream_b.synchronize),
+                      ("A's synchronize", stream_a.synchronize),
+                      ("a second Device_Synchronize", dev.synchronize)):
+        try:
+            sync()
+            seen.append((who, None))
+        except dk.DeviceKitError as e:
+            seen.append((who, _which(str(e)) or f"neither: {str(e)[:200]}"))
+    want = [("Device_Synchronize", "first"), ("B's synchronize", "second"),
+            ("A's synchronize", None), ("a second Device_Synchronize", None)]
+    assert seen == want, (
+        f"gather (index {FIRST}) replayed on stream A and scatter_add (index {SECOND}) on "
+        f"stream B (B's first; A created before B) reported {seen}; expected {want} "
+        f"(first: the gather's error, second: the scatter_add's, None: clean): the header says "
+        f"Device_Synchronize returns the earliest-created stream's error and the other streams "
+        f"keep theirs for their own synchronize")
+    g_a.reset()
+    g_b.reset()
+
+
 FIXED = {"alloc_zero": alloc_zero, "alloc_odd_sizes": alloc_odd_sizes,
          "alloc_too_large": alloc_too_large, "streams_ordered_by_events": streams_ordered_by_events,
          "event_timing_monotonic": event_timing, "host_threads": host_threads,
          "leak_check": leak_check,
          "first_async_error/stream": functools.partial(first_async_error, via="stream"),
-         "first_async_error/device": functools.partial(first_async_error, via="device")}
+         "first_async_error/device": functools.partial(first_async_error, via="device"),
+         "first_async_error/two_streams": first_async_error_two_streams}
 
 
 def cases(target):

@@ -10,6 +10,23 @@
 - ``kernel_error_on_its_own_stream``: a kernel that fails while it runs (an
   index out of range) reports the error from the synchronize of the stream it
   ran on, not later from some device-wide synchronize, and only once.
+- ``memory_stats_peak``: peak_bytes_in_use is the maximum of bytes_in_use
+  since Initialize: an allocation above the old peak raises it to exactly the
+  new bytes in use, and freeing never lowers it.
+- ``event_elapsed_milliseconds``: Event_ElapsedTime is in milliseconds (two
+  events on an idle stream recorded around a host sleep of known length),
+  negative when the end was reached first, and recording an event again moves
+  it to the new point.
+- ``wait_event_edges``: Stream_WaitEvent on an event never recorded is a
+  no-op (the stream runs on), and an event destroyed after a stream began
+  waiting on it, before its point was reached, still holds that stream back.
+- ``stream_destroy``: Stream_Destroy waits for the stream's pending work (a
+  long copy chain's last bytes are there when it returns) and returns the
+  stream's pending asynchronous error (a replayed graph's failing gather),
+  which the SDK prints on stderr from the stream's destructor; the error is
+  then gone (the next Device_Synchronize is clean).
+- ``event_elapsed_not_reached``: Event_ElapsedTime of an event recorded but
+  not yet reached returns DK_ERROR_FAILED_PRECONDITION, never a time.
 
 (The worker also checks, after every case of every section, that the device
 synchronizes cleanly and that the plugin's bytes in use equal what the SDK
@@ -17,9 +34,14 @@ holds: a late error or a leak is blamed on the case that caused it.)
 """
 
 import gc
+import os
+import tempfile
+import time
 
 import numpy as np
 
+import devicekit as dk
+from devicekit import ops
 from devicekit.conformance.case import Case, Section, Skip
 
 from . import _raw
@@ -126,9 +148,221 @@ def kernel_error_on_its_own_stream(ctx):
             o.free()
 
 
+PEAK_GAP = 64 << 20  # past this, memory_stats_peak does not allocate up to the old peak
+
+
+def memory_stats_peak(ctx):
+    """The peak is exact: allocating past it sets it to the bytes in use then
+    (nothing else allocates meanwhile), and a free leaves it where it was.
+    When an earlier case of this process left the peak far above what is in
+    use (more than PEAK_GAP), a small allocation must leave it unchanged."""
+    dev = ctx.device
+    _settle(dev)
+    base = dev.memory_stats()
+    gap = int(base["peak_bytes_in_use"]) - int(base["bytes_in_use"])
+    n = (max(gap, 0) if gap <= PEAK_GAP else 0) + (1 << 20) + 13
+    buf = dev.alloc(n)
+    try:
+        during = dev.memory_stats()
+        used = base["bytes_in_use"] + n
+        want = max(used, base["peak_bytes_in_use"])
+        assert during["bytes_in_use"] == used and during["peak_bytes_in_use"] == want, (
+            f"allocating {n} bytes over {base['bytes_in_use']} in use (peak "
+            f"{base['peak_bytes_in_use']}): bytes_in_use {during['bytes_in_use']}, peak "
+            f"{during['peak_bytes_in_use']}; the header says the peak is the maximum of "
+            f"bytes_in_use since Initialize: expected {used} and {want}")
+    finally:
+        buf.free()
+    after = dev.memory_stats()
+    assert after["peak_bytes_in_use"] == want, (
+        f"freeing {n} bytes moved peak_bytes_in_use from {want} to "
+        f"{after['peak_bytes_in_use']}; a maximum since Initialize never goes down")
+    assert after["bytes_in_use"] == base["bytes_in_use"], f"after the free: {after}"
+
+
+SLEEP_S = 0.05  # host time between the two records: long enough to dwarf clock noise
+
+
+def _elapsed_around_sleep(dev, stream, start, end):
+    """Records ``end`` on the idle ``stream`` after a host sleep that begins
+    once ``start``'s point was reached; returns (elapsed ms, host ms spent from
+    before the sleep to after ``end`` was reached)."""
+    t0 = time.perf_counter()
+    time.sleep(SLEEP_S)
+    end.record(stream)
+    end.synchronize()
+    host_ms = (time.perf_counter() - t0) * 1e3
+    return start.elapsed_ms(end), host_ms
+
+
+def event_elapsed_milliseconds(ctx):
+    dev = ctx.device
+    stream = dev.stream()
+    start, end = dev.event(), dev.event()
+    t_before = time.perf_counter()
+    start.record(stream)
+    start.synchronize()
+    ms, _ = _elapsed_around_sleep(dev, stream, start, end)
+    wall_ms = (time.perf_counter() - t_before) * 1e3
+    low = SLEEP_S * 1e3 * 0.9
+    assert low <= ms <= wall_ms * 1.1 + 1, (
+        f"two events recorded on an idle stream around a host sleep of {SLEEP_S * 1e3:.0f} ms "
+        f"(all of it took {wall_ms:.1f} ms on the host) are {ms!r} apart; Event_ElapsedTime is "
+        f"in milliseconds: expected between {low:.0f} and {wall_ms * 1.1 + 1:.1f}")
+    back = end.elapsed_ms(start)
+    assert back < 0 and abs(back + ms) <= 1e-3 * max(1.0, ms), (
+        f"elapsed(start, end) = {ms}, elapsed(end, start) = {back}: the header says the time "
+        f"is negative when 'end' was reached first")
+    again, host_ms = _elapsed_around_sleep(dev, stream, start, end)  # record `end` again
+    assert again - ms >= SLEEP_S * 1e3 * 0.9, (
+        f"recording 'end' again {host_ms:.1f} ms later moved its elapsed time from {ms} to "
+        f"{again} ms; recording again must move the event to the new point")
+    stream.synchronize()
+
+
+def wait_event_edges(ctx):
+    dev = ctx.device
+    n, hops = 16 << 20, 6
+    producer, consumer = dev.stream(), dev.stream()
+    bufs = [dev.alloc(n) for _ in range(hops + 1)]
+    out_buf = dev.alloc(n)
+    try:
+        consumer.wait_event(dev.event())  # never recorded: a no-op, never a hang
+        dev.copy_h2d(out_buf, np.full(n, 9, np.uint8), stream=consumer)
+        consumer.synchronize()
+        for round_ in range(3):
+            host = np.full(n, round_ + 1, np.uint8)
+            host[::4096] = ctx.rng().integers(0, 256, host[::4096].size, dtype=np.uint8)
+            dev.copy_h2d(out_buf, np.zeros(n, np.uint8))
+            dev.copy_h2d(bufs[0], host, stream=producer)
+            for i in range(hops):
+                dev.copy_d2d(bufs[i + 1], bufs[i], n, stream=producer)
+            done = dev.event()
+            done.record(producer)
+            consumer.wait_event(done)
+            del done  # its last reference: Event_Destroy, before its point is reached
+            dev.copy_d2d(out_buf, bufs[hops], n, stream=consumer)
+            out = np.empty(n, np.uint8)
+            dev.copy_d2h(out, out_buf, stream=consumer)
+            consumer.synchronize()
+            assert np.array_equal(out, host), (
+                f"round {round_}: a stream waiting on an event destroyed before its point was "
+                f"reached read stale data; the header says it still waits for the recorded point")
+    finally:
+        dev.synchronize()
+        for b in bufs + [out_buf]:
+            b.free()
+
+
+def _stderr_of(fn):
+    """What ``fn`` writes to file descriptor 2 (the SDK's destructors report
+    there: they cannot raise)."""
+    with tempfile.TemporaryFile() as f:
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            fn()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        return f.read().decode(errors="replace")
+
+
+def stream_destroy(ctx):
+    dev = ctx.device
+    n, hops = 16 << 20, 6
+    bufs = [dev.alloc(n) for _ in range(hops + 1)]
+    try:
+        host = np.full(n, 5, np.uint8)
+        host[-4096:] = ctx.rng().integers(1, 256, 4096, dtype=np.uint8)
+        dev.copy_h2d(bufs[-1], np.zeros(n, np.uint8))
+        stream = dev.stream()
+        dev.copy_h2d(bufs[0], host, stream=stream)
+        for i in range(hops):
+            dev.copy_d2d(bufs[i + 1], bufs[i], n, stream=stream)
+        del stream  # its last reference: Stream_Destroy while the chain is queued
+        tail = np.empty(4096, np.uint8)
+        dev.copy_d2h(tail, bufs[-1], src_offset=n - 4096)  # synchronous, on no stream
+        assert np.array_equal(tail, host[-4096:]), (
+            "Stream_Destroy returned before the stream's queued copies finished; the header "
+            "says it waits for the stream's pending work")
+    finally:
+        dev.synchronize()
+        for b in bufs:
+            b.free()
+    if not ctx.target.declared.get("gather"):
+        raise Skip("the plugin has no gather kernel to fail before a Stream_Destroy")
+    x = dk.tensor(np.zeros((4, 5), np.float32), device=dev)
+    bad = dk.tensor(np.array([[0, 1, 2, 3, 1000003]], np.int64), device=dev)
+    dev.synchronize()
+    graph = dk.graphs.Graph()
+    with dk.graphs.capture(graph, dev):
+        ops.gather(x, 0, bad)
+    stream = dev.stream()
+    graph.replay(stream)
+    holder = [stream]
+    del stream
+    err = _stderr_of(holder.clear)  # the last reference: Stream_Destroy
+    assert "Stream_Destroy" in err and ("1000003" in err or "gather" in err), (
+        f"a stream destroyed with a failing gather queued on it reported {err.strip()!r} through "
+        f"the SDK; the header says Stream_Destroy returns the stream's pending asynchronous error")
+    try:
+        dev.synchronize()
+    except dk.DeviceKitError as e:
+        raise AssertionError(f"the destroyed stream's error surfaced again at Device_Synchronize: "
+                             f"{e}") from None
+    graph.reset()
+
+
+def event_elapsed_not_reached(ctx):
+    """An event behind a long chain of copies: while it is pending,
+    Event_ElapsedTime must fail with FAILED_PRECONDITION (a plugin that
+    answers with a time is caught whenever the event was not yet reached)."""
+    dev = ctx.device
+    n = 32 << 20
+    stream = dev.stream()
+    src, dst = dev.alloc(n), dev.alloc(n)
+    start = dev.event()
+    start.record(stream)
+    start.synchronize()
+    refused = 0
+    try:
+        for _ in range(3):
+            for _ in range(6):
+                dev.copy_d2d(dst, src, n, stream=stream)
+            end = dev.event()
+            end.record(stream)
+            try:
+                ms = start.elapsed_ms(end)
+            except dk.DeviceKitError as e:
+                assert e.code == "FAILED_PRECONDITION", (
+                    f"Event_ElapsedTime of a recorded, not yet reached event failed with "
+                    f"{e.code}; the header says DK_ERROR_FAILED_PRECONDITION: {e}")
+                refused += 1
+            else:
+                assert end.query(), (
+                    f"Event_ElapsedTime returned {ms} ms for an event that Event_Query then "
+                    f"said was not reached; it must fail with DK_ERROR_FAILED_PRECONDITION")
+            stream.synchronize()
+            assert start.elapsed_ms(end) >= 0, "elapsed time of a reached later event is negative"
+    finally:
+        stream.synchronize()
+        src.free()
+        dst.free()
+    if not refused:
+        raise Skip("each chain of copies had finished before Event_ElapsedTime was asked, so a "
+                   "pending event could not be tried (the device is too fast for this check)")
+
+
 FIXED = {"memory_stats_exact": memory_stats_exact,
          "event_query_while_pending": event_query_while_pending,
-         "kernel_error_on_its_own_stream": kernel_error_on_its_own_stream}
+         "kernel_error_on_its_own_stream": kernel_error_on_its_own_stream,
+         "memory_stats_peak": memory_stats_peak,
+         "event_elapsed_milliseconds": event_elapsed_milliseconds,
+         "event_elapsed_not_reached": event_elapsed_not_reached,
+         "wait_event_edges": wait_event_edges,
+         "stream_destroy": stream_destroy}
 
 
 def cases(target):

@@ -111,7 +111,7 @@ FAULT_CASES = [  # fault, -k filter, cases that must be caught, their outcome
                                             "ops/reduce_sum/float32/all"], "fail"),
     ("matmul_odd_k", "ops/matmul/float32", ["ops/matmul/float32/odd"], "fail"),
     ("exp_neg_inf", "ops/exp/float32", ["ops/exp/float32/edge"], "fail"),
-    ("leak", "runtime", ["runtime/leak_check"], "fail"),
+    ("leak", "runtime/leak", ["runtime/leak_check"], "fail"),
     ("no_wait", "runtime/streams", ["runtime/streams_ordered_by_events"], "fail"),
     ("fused_rms", "fused/cpu.rms_norm_f32/", ["fused/cpu.rms_norm_f32/float32/odd",
                                              "fused/cpu.rms_norm_f32/float32/no_weight"], "fail"),

@@ -213,6 +213,29 @@ class Rank:
             for check in checks:
                 check()
             self.dev.synchronize()
+        if facts["reduce"] and "float32" in self.dev.properties["dtypes"]:
+            self.same_bits_again(comm, name, roots[-1], big)
+
+    def same_bits_again(self, comm, name, root, big):
+        """The float32 sum larger than a chunk, run again on the same inputs:
+        the contract says the bits are the same from run to run (one fixed
+        reduction order whatever the timing)."""
+        from devicekit.errors import NotImplementedByPlugin
+
+        what = f"{name} float32 op=sum" + (f" root={root}" if name == "reduce" else "") \
+            + f" count={big} out-of-place nranks={self.n}"
+        first = [h for w, h in self.hashes if w == what]
+        if not first:
+            return  # not run (outside the part's masks, or this rank is not the root)
+        try:
+            check = self.one(comm, name, "float32", "sum", root, False, big, what)
+        except NotImplementedByPlugin:
+            return
+        check()
+        again = [h for w, h in self.hashes if w == what]
+        if len(again) > len(first) and again[-1] != first[0]:
+            self.fail(what + ", run a second time", "-", "the same bits as the first run",
+                      "different bits (CRC32 differs)")
 
     def dtype_matrix(self, comm, name, dtype, facts, ops, roots, places, big, checks):
         from devicekit.errors import NotImplementedByPlugin
@@ -423,9 +446,10 @@ class Rank:
 
     # -- never a hang -------------------------------------------------------------------
 
-    def expect_error(self, what, call, must_name=()):
+    def expect_error(self, what, call, must_name=(), codes=None):
         """``call`` must raise a DeviceKit error within the timeout (plus a
-        margin for the process), naming ``must_name``."""
+        margin for the process), naming ``must_name``, with one of the device
+        API error ``codes`` (labels such as "UNAVAILABLE") when given."""
         from devicekit.errors import DeviceKitError
 
         start = time.monotonic()
@@ -440,6 +464,9 @@ class Rank:
             if took > self.timeout + 2.0:
                 self.fail(what, "-", f"an error within the {self.timeout:g} s timeout",
                           f"one after {took:.1f} s")
+            if codes is not None and getattr(e, "code", None) not in codes:
+                self.fail(what, "-", f"an error with code {' or '.join(sorted(codes))}",
+                          f"code {getattr(e, 'code', None)}: {str(e)[:300]}")
             low = str(e).lower()
             for word in must_name:
                 if str(word).lower() not in low:
@@ -449,12 +476,31 @@ class Rank:
         self.fail(what, "-", "a DeviceKit error", f"success after {took:.1f} s")
         return None
 
+    def expect_unusable(self, comm, count):
+        """After a collective failed on its stream, the communicator is
+        unusable: the next call (on a fresh tensor: the SDK marks the failed
+        call's outputs failed) fails with FAILED_PRECONDITION."""
+        fresh = self.tensor(np.ones(count, np.float32), "float32")
+        self.expect_error("the next all_reduce on a communicator whose last call failed",
+                          lambda: comm.all_reduce(fresh).wait(), ("all_reduce",),
+                          codes={"FAILED_PRECONDITION"})
+
     def hang(self, kind):
         import devicekit as dk
 
         n, me = self.n, self.me
         last = n - 1
         uids = self.job["uids"]
+        if kind == "init_missing":
+            # The last rank never joins: Comm_Init on the others gives up
+            # after the timeout with UNAVAILABLE naming the missing rank.
+            if me == last:
+                time.sleep(self.timeout + 1.0)
+            else:
+                self.expect_error(f"Comm_Init with rank {last} never calling it",
+                                  lambda: self.comm(uids[0]), (str(last),),
+                                  codes={"UNAVAILABLE"})
+            return
         comm = self.comm(uids[0])
         if kind == "skipped_rank":
             if me == last:
@@ -465,13 +511,31 @@ class Rank:
                 t = self.tensor(np.ones(5, np.float32), "float32")
                 self.expect_error(f"all_reduce with rank {last} never calling it",
                                   lambda: comm.all_reduce(t).wait(),
-                                  ("all_reduce", str(last)))
+                                  ("all_reduce", str(last)), codes={"UNAVAILABLE"})
+                self.expect_unusable(comm, 5)
         elif kind == "count_mismatch":
             count = 5 if me == 0 else 6
             t = self.tensor(np.ones(count, np.float32), "float32")
             self.expect_error(f"all_reduce with count 5 on rank 0 and 6 on the others "
                               f"(rank {me} passed {count})", lambda: comm.all_reduce(t).wait(),
-                              ("all_reduce",))
+                              ("all_reduce",), codes={"INVALID_ARGUMENT", "UNAVAILABLE"})
+            self.expect_unusable(comm, count)
+        elif kind == "aborted":
+            # The last rank never calls; each other rank's call is blocked
+            # until another thread aborts its communicator: the call ends with
+            # UNAVAILABLE ("aborted"), not the timeout, and so does the next.
+            if me == last:
+                time.sleep(self.timeout + 1.0)
+            else:
+                t = self.tensor(np.ones(5, np.float32), "float32")
+                threading.Timer(0.3, comm.abort).start()
+                self.expect_error(f"all_reduce with rank {last} never calling it, aborted from "
+                                  f"another thread", lambda: comm.all_reduce(t).wait(),
+                                  ("abort",), codes={"UNAVAILABLE"})
+                fresh = self.tensor(np.ones(5, np.float32), "float32")
+                self.expect_error("an all_reduce on an aborted communicator",
+                                  lambda: comm.all_reduce(fresh).wait(), ("abort",),
+                                  codes={"UNAVAILABLE"})
         elif kind == "killed_rank":
             big = self.tensor(np.ones(BIG_COUNT, np.float32), "float32")
             if me == last:  # killed while inside one of many queued large calls
@@ -486,7 +550,7 @@ class Rank:
                     comm.all_reduce(big).wait()
 
             self.expect_error(f"all_reduce while rank {last} is SIGKILLed", loop,
-                              ("all_reduce",))
+                              ("all_reduce",), codes={"UNAVAILABLE"})
             try:
                 comm.destroy()
             except dk.DeviceKitError:
