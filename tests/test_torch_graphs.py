@@ -5,7 +5,9 @@ Replays are bitwise equal to eager ``dk`` runs on the same inputs (an MLP
 forward, in both graph modes; forward and backward; replays after the static
 input was changed in place; ``make_graphed_callables``); host work inside a
 capture (``.item()``, an op the CPU fallback would run, a random op) is refused
-with an error naming the ATen op and the capture is discarded; and a greedy
+with an error naming the ATen op and the capture is discarded; the bridge's
+caches (convolution's index tensors: refused without a warm-up; a scalar
+constant first made inside the capture) work with the graph; and a greedy
 decode loop of the hf-gpt2 test model with a ``transformers`` StaticCache,
 one decode step captured and replayed, gives eager dk's and torch CPU's tokens.
 
@@ -14,6 +16,7 @@ transformers.
 """
 
 import copy
+import gc
 
 import pytest
 
@@ -156,6 +159,25 @@ def test_random_op_and_nested_capture_refused(cpu):
         y = x * 3
     g.replay()
     assert torch.equal(y.cpu(), _host(1, 8) * 3)
+
+
+def test_bridge_caches_in_a_capture(cpu):
+    x = _host(1, 2, 3, 7, 5).to(DK)                # (a geometry no other test caches)
+    conv = torch.nn.Conv2d(3, 4, (3, 2), stride=(2, 1)).to(DK)
+    g = dkt.DKGraph()
+    with torch.no_grad():
+        with pytest.raises(devicekit.InvalidArgumentError,
+                           match=r"aten.convolution.default on dk:0 needs the host.*warm-up"):
+            with dkt.graph(g):                     # convolution's index tensors: not cached yet
+                conv(x)
+        conv(x)                                    # the warm-up caches them
+        with dkt.graph(g):
+            y = conv(x) * 3.0517578125             # a scalar constant first made in the capture
+        gc.collect()
+        for seed in (2, 3):
+            x.copy_(_host(seed, 2, 3, 7, 5))
+            g.replay()
+            assert torch.equal(y.cpu(), (conv(x) * 3.0517578125).cpu())
 
 
 def test_make_graphed_callables_forward(cpu):

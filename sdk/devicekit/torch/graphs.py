@@ -68,6 +68,7 @@ _HOST_CALLS = {
                      "dk tensor made from host data",
     "aten.copy_": "Tensor.copy_() between a CPU tensor and a dk tensor",
     "aten.nonzero": "torch.nonzero(), a boolean-mask index (its size depends on the data)",
+    "aten.index": "a boolean-mask index (its size depends on the data)",
     "aten.masked_select": "a boolean-mask index (its size depends on the data)",
     "aten.unique": "torch.unique() (its size depends on the data)",
 }
@@ -85,9 +86,13 @@ def _op_name(func):
     return f"{_aten_name(func)}.{func._overloadname}"
 
 
-class _Refusal(InvalidArgumentError):
-    """A refusal already named by the innermost ATen op (decompositions come
-    back through the dispatch: the outer ops pass it on unchanged)."""
+def _refusal(msg):
+    """The error of a refused capture. Marked, so that the outer ATen ops of
+    a decomposition (which come back through the dispatch) pass the
+    innermost op's error on unchanged."""
+    err = InvalidArgumentError(msg)
+    err.capture_refused = True
+    return err
 
 
 def _capturing_dispatch(inner):
@@ -102,9 +107,9 @@ def _capturing_dispatch(inner):
         drawn = rng.offset
         try:
             out = inner(func, args, kwargs)
-        except _Refusal as e:
-            return g._refuse(e, func, args, kwargs)
         except Exception as e:
+            if getattr(e, "capture_refused", False):
+                return g._refuse(e, func, args, kwargs)
             if not g._capturing:
                 raise
             # inside torch's backward the eager dispatch keeps the op's own
@@ -117,15 +122,17 @@ def _capturing_dispatch(inner):
                 _dispatch._pending.pop()
             calls = _HOST_CALLS.get(_aten_name(func))
             reached = f" (reached by {calls})" if calls else ""
-            err = _Refusal(
+            err = _refusal(
                 f"devicekit.torch.graphs: {_op_name(func)}{reached} on {g.torch_device} needs "
                 f"the host, but the device is capturing a graph, which records device work "
-                f"only. The capture is discarded. Hint: keep the step on the device (argmax, "
-                f"in-place updates of static dk tensors) and read results after replay(). "
+                f"only. The capture is discarded. Hint: run the code once before capturing (a "
+                f"warm-up fills the bridge's caches, such as convolution's index tensors), "
+                f"keep the step on the device (argmax, in-place updates of static dk "
+                f"tensors) and read results after replay(). "
                 f"DeviceKit said: {cause}")
             return g._refuse(err, func, args, kwargs, cause=cause)
         if rng.offset != drawn and g._capturing:
-            err = _Refusal(
+            err = _refusal(
                 f"devicekit.torch.graphs: {_op_name(func)} draws random numbers, but "
                 f"{g.torch_device} is capturing a graph: the op's Philox counters are taken on "
                 f"the host when it is issued, so every replay would repeat the same numbers. "
@@ -205,8 +212,10 @@ class DKGraph:
         if self._capturing:
             raise InvalidArgumentError("devicekit.torch.DKGraph.capture_begin: this graph is "
                                        "capturing already (captures do not nest)")
-        tdev = torch.device(_device.BACKEND, 0) if device is None else torch.device(device) \
-            if not isinstance(device, int) else torch.device(_device.BACKEND, device)
+        if device is None or isinstance(device, int):
+            tdev = torch.device(_device.BACKEND, device or 0)
+        else:
+            tdev = torch.device(device)
         dev = _device.dk_device(tdev)
         with _lock:
             if dev.name in _active:
