@@ -121,6 +121,8 @@ def test_item_inside_capture_names_the_call_and_discards_it(cpu):
     assert msg.startswith("devicekit.torch.graphs: aten._local_scalar_dense.default")
     assert "Tensor.item()" in msg and "dk:0 needs the host" in msg and "discarded" in msg
     assert not g.captured
+    from devicekit.torch import _device
+    assert _device._dispatch is dkt._dispatch_op         # the bridge's eager dispatch is back
     assert torch.equal((x * 2).cpu(), _host(1, 4) * 2)   # the device runs eagerly again
     with pytest.raises(devicekit.InvalidArgumentError, match=r"aten._to_copy.default .*cpu\(\)"):
         with dkt.graph(dkt.DKGraph()):

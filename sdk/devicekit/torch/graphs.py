@@ -41,9 +41,10 @@ capture is discarded and the device runs eagerly again:
   same numbers.
 
 A backward pass can be captured (``loss.backward()`` inside the block): the
-autograd engine's ops reach the same dispatch. An error inside a captured
-backward is raised by ``capture_end()`` (an exception cannot leave a dk op
-inside torch's backward; see ``_dispatch.dispatch``).
+autograd engine's ops reach the same dispatch. A refusal inside a captured
+backward is raised by ``capture_end()`` where the refused op can return a
+placeholder (an exception leaving a dk op inside torch's backward is not
+safe; see ``_dispatch.dispatch``), else (a scalar read) at once.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ _HOST_CALLS = {
 _lock = threading.Lock()
 _active = {}  # DeviceKit device name -> the DKGraph capturing it
 _eager_dispatch = None  # the bridge's dispatch while a capture has its own hooked in
+_hooked = None  # the capture's dispatch (hooked in while a capture is open)
 
 
 def _aten_name(func):
@@ -99,7 +101,7 @@ def _capturing_dispatch(inner):
     """The dispatch the bridge uses while a ``dk`` device captures: ``inner``
     (the eager dispatch), with random ops refused and host work named."""
 
-    def dispatch(func, args, kwargs):
+    def capturing(func, args, kwargs):
         g = _target(args, kwargs)
         if g is None:
             return inner(func, args, kwargs)
@@ -141,7 +143,7 @@ def _capturing_dispatch(inner):
             return g._refuse(err, func, args, kwargs)
         return out
 
-    return dispatch
+    return capturing
 
 
 def _is_capture_refusal(e):
@@ -208,7 +210,7 @@ class DKGraph:
     def capture_begin(self, device=None):
         """Start recording the work of ``device`` (a ``dk`` torch device, an
         index, or None: ``dk:0``). Prefer :func:`graph`."""
-        global _eager_dispatch
+        global _eager_dispatch, _hooked
         if self._capturing:
             raise InvalidArgumentError("devicekit.torch.DKGraph.capture_begin: this graph is "
                                        "capturing already (captures do not nest)")
@@ -230,17 +232,19 @@ class DKGraph:
             self.torch_device, self.dk_device = tdev, dev
             if len(_active) == 1:  # the first capturing device swaps the dispatch in
                 _eager_dispatch = _device._dispatch
-                _device.hook_dispatch(_capturing_dispatch(_eager_dispatch))
+                _hooked = _capturing_dispatch(_eager_dispatch)
+                _device.hook_dispatch(_hooked)
 
     def _stop(self):
-        global _eager_dispatch
+        global _eager_dispatch, _hooked
         with _lock:
             dev = _device.dk_device(self.torch_device)
             if _active.get(dev.name) is self:
                 del _active[dev.name]
                 if not _active and _eager_dispatch is not None:  # the last one swaps it out
-                    _device.hook_dispatch(_eager_dispatch)
-                    _eager_dispatch = None
+                    if _device._dispatch is _hooked:  # (else devicekit.trace swapped it since)
+                        _device.hook_dispatch(_eager_dispatch)
+                    _eager_dispatch = _hooked = None
             self._capturing = False
 
     def capture_end(self):
