@@ -210,11 +210,12 @@ def _gpt2():
     return model.eval(), batch["input_ids"][:1, :PROMPT]
 
 
-def greedy(model, prompt, device, replay=False):
+def greedy(model, prompt, device, replay=None):
     """NEW greedy tokens with a StaticCache: prefill, then one decode step
     (token id and cache position as dk tensors updated in place, argmax on
     the device, the token written into ``toks`` at the position), run eagerly
-    or captured once and replayed. Only the final tokens are read."""
+    or captured once (``replay``: the DKGraph mode) and replayed. Only the
+    final tokens are read."""
     from transformers import StaticCache
     cache = StaticCache(config=model.config, max_cache_len=PROMPT + NEW)
     with torch.no_grad():
@@ -233,7 +234,7 @@ def greedy(model, prompt, device, replay=False):
 
         step()                                         # eager (and the warm-up)
         if replay:
-            g = dkt.DKGraph()
+            g = dkt.DKGraph(replay)
             with dkt.graph(g, device):
                 step()
             for _ in range(NEW - 2):
@@ -250,4 +251,5 @@ def test_gpt2_static_cache_decode_step_replayed(cpu):
     assert len(set(want[0].tolist())) > 3              # the tokens vary: the test can fail
     on_dk = copy.deepcopy(model).to(DK)
     assert torch.equal(greedy(on_dk, prompt, DK), want)
-    assert torch.equal(greedy(on_dk, prompt, DK, replay=True), want)
+    for mode in ("native", "recorded"):
+        assert torch.equal(greedy(on_dk, prompt, DK, replay=mode), want), mode
