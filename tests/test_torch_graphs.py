@@ -61,12 +61,13 @@ def test_mlp_forward_replays_bitwise_equal_to_eager_with_changed_inputs(cpu, mod
     assert not torch.equal(y.cpu(), m(_host(1, 3, 8).to(DK)).softmax(-1).detach().cpu())
 
 
-def test_forward_and_backward_captured(cpu):
+@pytest.mark.parametrize("mode", ["native", "recorded"])
+def test_forward_and_backward_captured(cpu, mode):
     m = _mlp().to(DK)
     x = _host(1, 4, 8).to(DK)
     m(x).pow(2).mean().backward()                  # warm-up
     m.zero_grad(set_to_none=True)                  # .grad made inside the capture: the graph's
-    g = dkt.DKGraph()
+    g = dkt.DKGraph(mode)
     with dkt.graph(g):
         loss = m(x).pow(2).mean()
         loss.backward()
