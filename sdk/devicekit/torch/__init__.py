@@ -27,7 +27,9 @@ cast policy, GradScaler's ops), ``_fallback``,
 ``_coverage``, ``_compile`` (``torch.compile(model, backend="devicekit")``:
 FX graphs run by the lowering table, as device graphs), ``_distributed``
 (the ``torch.distributed`` backend ``dk``, registered here, imported at the
-first ``init_process_group``); ``hf_models``
+first ``init_process_group``); ``graphs`` (public: ``DKGraph``, ``graph``,
+``make_graphed_callables``: eager dk code captured into a device graph and
+replayed, as ``torch.cuda.graph``); ``hf_models``
 (public: small Hugging Face models for coverage, tests and ``python -m
 devicekit.torch_cli``).
 """
@@ -47,6 +49,7 @@ from ._device import DKTensor, device, dk_device, prefer
 from ._dispatch import clear_pending_errors, dispatch as _dispatch_op
 from ._fallback import fallback, fallback_stats, reset_fallback_stats
 from ._table import LOWERINGS
+from .graphs import DKGraph, graph, make_graphed_callables
 from . import _lower_views, _lower_ops, _lower_nn, _lower_cnn, _lower_select, _lower_models  # noqa: F401,E501  (they fill LOWERINGS)
 from . import _autocast  # torch.autocast("dk") policy; GradScaler's ops (in LOWERINGS)
 
@@ -128,7 +131,7 @@ def from_torch(t):
     return t._dk
 
 
-__all__ = ["Coverage", "DKTensor", "Recorder", "clear_pending_errors", "compile_stats",
-           "coverage", "device", "dk_device", "fallback", "fallback_stats", "from_torch",
-           "lowered_ops", "prefer",
+__all__ = ["Coverage", "DKGraph", "DKTensor", "Recorder", "clear_pending_errors", "compile_stats",
+           "coverage", "device", "dk_device", "fallback", "fallback_stats", "from_torch", "graph",
+           "lowered_ops", "make_graphed_callables", "prefer",
            "recording", "reset_compile_stats", "reset_fallback_stats", "to_torch"]

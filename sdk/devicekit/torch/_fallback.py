@@ -18,6 +18,8 @@ import threading
 
 import torch
 
+from .. import _graph_state
+from ..errors import InvalidArgumentError
 from . import _device
 from ._device import DKTensor, from_host, to_host, wrap
 
@@ -89,6 +91,21 @@ def refusal(func, args, kwargs):
     return None
 
 
+def _refuse_in_capture(func, args, kwargs):
+    """A device capturing a graph records device work only: the fallback's
+    copies to and from the host cannot be recorded."""
+    if not _graph_state.capturing:
+        return
+    for a in (*args, *kwargs.values()):
+        for t in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(t, DKTensor) and t._dk.device.name in _graph_state.capturing:
+                raise InvalidArgumentError(
+                    f"devicekit.torch: {func} would run on the CPU fallback (fallback('cpu') is "
+                    f"on and DeviceKit lowers no such op), which copies its operands to the "
+                    f"host, but {t.device} (DeviceKit {t._dk.device.name}) is capturing a graph, "
+                    f"which records device work only")
+
+
 def run(func, args, kwargs):
     """``func`` on the CPU, its dk operands copied there and its results back."""
     moved = [0, 0]
@@ -116,6 +133,7 @@ def run(func, args, kwargs):
             return type(x)(up(v) for v in x)
         return x
 
+    _refuse_in_capture(func, args, kwargs)
     out = func(*down(args), **down(kwargs))
     out = up(out)
     name = str(func)
