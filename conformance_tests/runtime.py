@@ -141,19 +141,7 @@ def streams_ordered_by_events(ctx):
     bufs = [dev.alloc(n) for _ in range(hops + 1)]
     out_buf = dev.alloc(n)
     for round_ in range(3):
-        host = np.full(n, round_ + 1, np.uint8)
-        host[::4096] = ctx.rng().integers(0, 256, host[::4096].size, dtype=np.uint8)
-        dev.copy_h2d(out_buf, np.zeros(n, np.uint8))
-        dev.copy_h2d(bufs[0], host, stream=producer)
-        for i in range(hops):
-            dev.copy_d2d(bufs[i + 1], bufs[i], n, stream=producer)
-        done = dev.event()
-        done.record(producer)
-        consumer.wait_event(done)
-        dev.copy_d2d(out_buf, bufs[hops], n, stream=consumer)
-        out = np.empty(n, np.uint8)
-        dev.copy_d2h(out, out_buf, stream=consumer)
-        consumer.synchronize()
+        host, out, done = event_ordered_round(ctx, round_, producer, consumer, bufs, out_buf, n)
         assert consumer.query() and done.query()
         assert np.array_equal(out, host), \
             f"round {round_}: the consumer stream read stale data (its wait_event was not honoured)"
@@ -260,6 +248,46 @@ def _which(message):
     return None if first == second else "first" if first else "second"
 
 
+def event_ordered_round(ctx, round_, producer, consumer, bufs, out_buf, n, keep_event=True):
+    """One round of the chain: ``n`` bytes of fresh data copied to ``bufs[0]``
+    and along every buffer on ``producer``, an event recorded there, the
+    consumer made to wait for it, then copy the last buffer to ``out_buf`` and
+    read it back. Returns (the data, what the consumer read, the event; None
+    with ``keep_event=False``: its last reference is dropped right after the
+    wait, so Event_Destroy comes before its point is reached)."""
+    dev = ctx.device
+    hops = len(bufs) - 1
+    host = np.full(n, round_ + 1, np.uint8)
+    host[::4096] = ctx.rng().integers(0, 256, host[::4096].size, dtype=np.uint8)
+    dev.copy_h2d(out_buf, np.zeros(n, np.uint8))
+    dev.copy_h2d(bufs[0], host, stream=producer)
+    for i in range(hops):
+        dev.copy_d2d(bufs[i + 1], bufs[i], n, stream=producer)
+    done = dev.event()
+    done.record(producer)
+    consumer.wait_event(done)
+    if not keep_event:
+        done = None
+    dev.copy_d2d(out_buf, bufs[hops], n, stream=consumer)
+    out = np.empty(n, np.uint8)
+    dev.copy_d2h(out, out_buf, stream=consumer)
+    consumer.synchronize()
+    return host, out, done
+
+
+def _failing_index_inputs(dev):
+    """A float32 (4, 5) target, two index rows whose last entries (FIRST,
+    SECOND) are out of range for its dimension 0, and a (1, 5) source: a
+    gather with the first and a scatter_add with the second each fail on the
+    device. Skips where the plugin has no such kernels to fail."""
+    if not (_has_kernel(dev, "gather") and _has_kernel(dev, "scatter_add")):
+        raise Skip("the plugin has no float32 gather and scatter_add kernels to fail")
+    x = dk.tensor(np.zeros((4, 5), np.float32), device=dev)
+    bad = [dk.tensor(np.array([[0, 1, 2, 3, v]], np.int64), device=dev) for v in (FIRST, SECOND)]
+    src = dk.tensor(np.ones((1, 5), np.float32), device=dev)
+    return x, bad, src
+
+
 def first_async_error(ctx, via):
     """A gather then a scatter_add, each with an index out of range, enqueued
     back to back on one stream with nothing in between: the next synchronize
@@ -268,11 +296,7 @@ def first_async_error(ctx, via):
     ("returns (and clears) the first asynchronous error raised by that
     work"), and only once. A plugin may also refuse a launch at once."""
     dev = ctx.device
-    if not (_has_kernel(dev, "gather") and _has_kernel(dev, "scatter_add")):
-        raise Skip("the plugin has no float32 gather and scatter_add kernels to fail")
-    x = dk.tensor(np.zeros((4, 5), np.float32), device=dev)
-    bad = [dk.tensor(np.array([[0, 1, 2, 3, v]], np.int64), device=dev) for v in (FIRST, SECOND)]
-    src = dk.tensor(np.ones((1, 5), np.float32), device=dev)
+    x, bad, src = _failing_index_inputs(dev)
     dev.synchronize()  # everything above is on the device before the failing launches
     reported = []
     out = None
@@ -312,11 +336,7 @@ def first_async_error_two_streams(ctx):
     earliest-created stream that has one, whatever happened first), B keeps
     its own for B's synchronize, and each is reported once."""
     dev = ctx.device
-    if not (_has_kernel(dev, "gather") and _has_kernel(dev, "scatter_add")):
-        raise Skip("the plugin has no float32 gather and scatter_add kernels to fail")
-    x = dk.tensor(np.zeros((4, 5), np.float32), device=dev)
-    bad = [dk.tensor(np.array([[0, 1, 2, 3, v]], np.int64), device=dev) for v in (FIRST, SECOND)]
-    src = dk.tensor(np.ones((1, 5), np.float32), device=dev)
+    x, bad, src = _failing_index_inputs(dev)
     dev.synchronize()
     g_a, g_b = dk.graphs.Graph(), dk.graphs.Graph()
     with dk.graphs.capture(g_a, dev):

@@ -45,6 +45,7 @@ from devicekit import ops
 from devicekit.conformance.case import Case, Section, Skip
 
 from . import _raw
+from .runtime import event_ordered_round
 
 SECTION = Section("runtime", "Device runtime contract", order=11,
                   min_cases=lambda target: len(FIXED))
@@ -231,20 +232,10 @@ def wait_event_edges(ctx):
         dev.copy_h2d(out_buf, np.full(n, 9, np.uint8), stream=consumer)
         consumer.synchronize()
         for round_ in range(3):
-            host = np.full(n, round_ + 1, np.uint8)
-            host[::4096] = ctx.rng().integers(0, 256, host[::4096].size, dtype=np.uint8)
-            dev.copy_h2d(out_buf, np.zeros(n, np.uint8))
-            dev.copy_h2d(bufs[0], host, stream=producer)
-            for i in range(hops):
-                dev.copy_d2d(bufs[i + 1], bufs[i], n, stream=producer)
-            done = dev.event()
-            done.record(producer)
-            consumer.wait_event(done)
-            del done  # its last reference: Event_Destroy, before its point is reached
-            dev.copy_d2d(out_buf, bufs[hops], n, stream=consumer)
-            out = np.empty(n, np.uint8)
-            dev.copy_d2h(out, out_buf, stream=consumer)
-            consumer.synchronize()
+            # the event's last reference goes right after the wait: Event_Destroy
+            # comes before its point is reached
+            host, out, _ = event_ordered_round(ctx, round_, producer, consumer, bufs, out_buf, n,
+                                               keep_event=False)
             assert np.array_equal(out, host), (
                 f"round {round_}: a stream waiting on an event destroyed before its point was "
                 f"reached read stale data; the header says it still waits for the recorded point")
