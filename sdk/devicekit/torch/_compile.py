@@ -168,7 +168,7 @@ class _Program:
         # one beside dk tensors gets it uploaded once, at build time, so a
         # call (and its device graph) never copies from the host.
         self.host = {}    # node -> its CPU value
-        self.uploaded = {}  # host node -> slot of its value on dk
+        self.uploaded = {}  # (host node, DeviceKit device) -> slot of its value there
         self.nslots = 0
         for node in gm.graph.nodes:
             if node.op == "placeholder":
@@ -179,7 +179,7 @@ class _Program:
                 if not self._fold(node, slots):
                     self.steps.append(self._step(node, self._uploading(node, slots)))
             elif node.op == "output":
-                self.output = self._template(node.args[0], self._uploading(node, slots))
+                self.output = self._template(node.args[0], slots)  # (a host output stays one)
             elif node.op == "get_attr":
                 slots[node] = self._slot()
                 value = getattr(gm, node.target)
