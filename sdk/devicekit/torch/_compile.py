@@ -214,10 +214,14 @@ class _Program:
         return True
 
     def _uploading(self, node, slots):
-        """``slots`` with each host-constant input of ``node`` (not 0-d: those
-        are scalar operands, as in eager dispatch) replaced by a slot holding
-        it on the device of ``node``'s dk tensors, uploaded once."""
-        ups = [n for n in node.all_input_nodes if n in self.host and self.host[n].dim() > 0]
+        """``slots`` with each host-constant input of ``node`` replaced by a
+        slot holding it on the device of ``node``'s dk tensors, uploaded once.
+        A 0-d one is a scalar operand (as in eager dispatch: its dtype does not
+        promote), so it stays on the host, but for a copy into dk (what a 0-d
+        ``torch.tensor(v, device=dk)`` traces to)."""
+        copy = node.target is torch.ops.aten.copy.default
+        ups = [n for n in node.all_input_nodes
+               if n in self.host and (copy or self.host[n].dim() > 0)]
         if not ups:
             return slots
         dev = _dk_device_of(node)
