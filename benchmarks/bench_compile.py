@@ -4,12 +4,17 @@ Sides: ``dk`` (the model on ``dk:0``, the CPU plugin, under
 ``torch.compile(backend="devicekit")``: lowered graphs replayed as device
 graphs), ``eager`` (torch eager on the CPU) and ``inductor``
 (``torch.compile(backend="inductor")`` on the CPU; needs a C++ compiler).
-Tasks: one training step (forward, cross-entropy, backward, SGD step) on a
-batch, and a greedy decode of 64 tokens (batch 1; each token recomputes the
-last ``block`` tokens with no KV cache, so every call has one shape and one
-compiled graph serves them all). Sizes: ``nano`` (2 layers, d_model 64,
-block 32) and ``small`` (4 layers, d_model 256, block 128); batch 8 for
-training.
+Tasks: ``train``, one training step (forward, cross-entropy, backward, SGD
+step) on a batch; ``decode``, a greedy decode of 64 tokens (batch 1; each
+token recomputes the last ``block`` tokens with no KV cache, so every call
+has one shape and one compiled graph serves them all); ``kvdecode``, greedy
+decoding with transformers' KV cache (batch 1, a ``StaticCache`` of
+``block`` positions, so every token is one call of one shape: the dk side
+replays one device graph per token): an 8-token prompt (prefill run eagerly,
+not timed), then ``block - 8`` tokens, each timed on its own (per-token
+rows: median and spread over every token of every round). Sizes: ``nano``
+(2 layers, d_model 64, block 32) and ``small`` (4 layers, d_model 256,
+block 128); batch 8 for training.
 
 Sides alternate round by round (a load change on a shared machine hits every
 side alike); each row gives the median and the spread (min, max) in ms. The
@@ -19,6 +24,7 @@ count runs in its own process (``DEVICEKIT_CPU_THREADS`` and
 
     python benchmarks/bench_compile.py                    # 1 and 2 threads, every side
     python benchmarks/bench_compile.py --sizes nano --sides dk,eager --rounds 5
+    python benchmarks/bench_compile.py --sizes nano --tasks kvdecode --threads 1
 """
 
 import argparse
@@ -31,6 +37,8 @@ import time
 SIZES = {"nano": dict(n_layer=2, n_embd=64, n_head=4, n_positions=32),
          "small": dict(n_layer=4, n_embd=256, n_head=4, n_positions=128)}
 VOCAB, BATCH, TOKENS = 131, 8, 64
+KV_PROMPT = 8
+TASKS = ("train", "decode", "kvdecode")
 
 
 def _model(size):
@@ -45,8 +53,9 @@ def _model(size):
 
 
 def _side(name, size):
-    """(train_step, decode, finish) for one side."""
+    """(train_step, decode, kv_decode, finish) for one side."""
     import torch
+    import transformers
     dev = "dk:0" if name == "dk" else "cpu"
     model = _model(size).to(dev)
     block = SIZES[size]["n_positions"]
@@ -80,7 +89,35 @@ def _side(name, size):
         if name == "dk":
             torch.dk.synchronize()
 
-    return train, decode, finish
+    # the KV cache: one StaticCache, emptied before each decode (a new one
+    # would be a new Dynamo input, so a recompile)
+    cache = transformers.StaticCache(config=model.config, max_cache_len=block)
+    kv_prompt = prompt[:, :KV_PROMPT]
+    prefill_pos = torch.arange(KV_PROMPT, device=dev)
+    positions = [torch.tensor([p], device=dev) for p in range(KV_PROMPT, block)]
+    tokens = {}
+
+    def kv_decode():
+        """Per-token ms of one greedy decode with the KV cache."""
+        cache.reset()
+        ms, out = [], []
+        with torch.no_grad():
+            o = model(input_ids=kv_prompt, past_key_values=cache, use_cache=True,
+                      cache_position=prefill_pos)
+            nxt = o.logits[:, -1:].argmax(-1)
+            finish()
+            for pos in positions:
+                t0 = time.perf_counter()
+                o = fwd(input_ids=nxt, past_key_values=cache, use_cache=True,
+                        cache_position=pos)
+                nxt = o.logits[:, -1:].argmax(-1)
+                finish()
+                ms.append((time.perf_counter() - t0) * 1e3)
+                out.append(nxt)
+        tokens["last"] = torch.cat(out, 1).cpu()
+        return ms
+
+    return train, decode, kv_decode, finish, tokens
 
 
 def _child(args):
@@ -91,25 +128,37 @@ def _child(args):
     results = {}
     for size in args.sizes:
         sides = {s: _side(s, size) for s in args.sides}
-        for task, idx in (("train", 0), ("decode", 1)):
+        for task in args.tasks:
+            idx = TASKS.index(task)
+            per_token = task == "kvdecode"
             compile_s = {}
             for s, fns in sides.items():
                 t0 = time.perf_counter()
+                if per_token:  # the first two tokens' calls (compile, warm-up, capture)
+                    compile_s[s] = sum(fns[idx]()[:2]) / 1e3
+                    continue
                 fns[idx]()
                 fns[idx]()  # the dk side captures its device graphs on the second call
-                fns[2]()
+                fns[3]()
                 compile_s[s] = time.perf_counter() - t0
             times = {s: [] for s in sides}
             for _ in range(args.rounds):
                 for s, fns in sides.items():
+                    if per_token:
+                        times[s] += fns[idx]()
+                        continue
                     t0 = time.perf_counter()
                     fns[idx]()
-                    fns[2]()
+                    fns[3]()
                     times[s].append((time.perf_counter() - t0) * 1e3)
             for s in sides:
                 v = sorted(times[s])
                 results[f"{size}/{task}/{s}"] = {"median_ms": v[len(v) // 2], "min_ms": v[0],
                                                  "max_ms": v[-1], "first_two_calls_s": compile_s[s]}
+            if per_token:  # greedy tokens: every side must agree
+                toks = {s: fns[4]["last"] for s, fns in sides.items()}
+                first = next(iter(toks.values()))
+                results[f"{size}/{task}/tokens_agree"] = all(t.equal(first) for t in toks.values())
     if "dk" in args.sides:
         import devicekit.torch as dkt
         results["dk_compile_stats"] = dkt.compile_stats()
@@ -121,11 +170,16 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="nano,small")
     ap.add_argument("--sides", default="dk,eager,inductor")
+    ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.sizes, args.sides = args.sizes.split(","), args.sides.split(",")
+    args.tasks = args.tasks.split(",")
+    bad = [t for t in args.tasks if t not in TASKS]
+    if bad:
+        ap.error(f"unknown task(s) {', '.join(bad)}; tasks: {', '.join(TASKS)}")
     if args.child:
         args.threads = int(args.threads)
         return _child(args)
@@ -133,7 +187,8 @@ def main():
     for n in args.threads.split(","):
         env = dict(os.environ, DEVICEKIT_CPU_THREADS=n, OMP_NUM_THREADS=n)
         cmd = [sys.executable, __file__, "--child", "--threads", n, "--rounds", str(args.rounds),
-               "--sizes", ",".join(args.sizes), "--sides", ",".join(args.sides)]
+               "--sizes", ",".join(args.sizes), "--sides", ",".join(args.sides),
+               "--tasks", ",".join(args.tasks)]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
         if out.returncode:
             print(out.stderr[-3000:])
@@ -143,6 +198,9 @@ def main():
         print(f"\n{n} thread(s); load average now {os.getloadavg()}")
         print(f"{'size/task/side':28} {'median ms':>10} {'min':>9} {'max':>9} {'first 2 calls s':>16}")
         for k, r in res.items():
+            if k.endswith("/tokens_agree"):
+                print(f"{k:28} {r}")
+                continue
             print(f"{k:28} {r['median_ms']:10.2f} {r['min_ms']:9.2f} {r['max_ms']:9.2f} "
                   f"{r['first_two_calls_s']:16.2f}")
         if stats:

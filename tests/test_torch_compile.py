@@ -148,3 +148,82 @@ def test_dynamic_shapes_one_graph_a_device_graph_per_shape():
     s = dkt.compile_stats()
     assert s["graphs"] == 1, s  # symbolic sizes, computed per call
     assert s["captured"] == 2 and s["replays"] == 3 and s["op_by_op_calls"] == 3, s
+
+
+def test_tensor_literal_on_dk_is_a_constant_of_the_trace():
+    # torch.tensor(..., device=dk) is built with the dispatch modes off: under
+    # a fake mode it must come out fake (a real one meets fakes in the next op)
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    with FakeTensorMode():
+        t = torch.tensor([[1.0, 2.0]], device=DEV)
+        assert type(t) is FakeTensor and t.device == torch.device(DEV)
+        assert torch.cat([t, torch.empty(3, 2, device=DEV)]).shape == (4, 2)
+    f = torch.compile(lambda x: torch.cat([torch.tensor([[1.5, -2.0]], device=x.device), x])
+                      * torch.tensor(3.0, device=x.device), backend="devicekit")
+    x = torch.randn(3, 2)
+    for _ in range(3):  # warm-up, capture, replay: the constants' values each time
+        torch.testing.assert_close(f(x.to(DEV)).cpu(),
+                                   torch.cat([torch.tensor([[1.5, -2.0]]), x]) * 3)
+    s = dkt.compile_stats()
+    # the constants are uploaded when the graph is built: nothing read from
+    # the host in the capture, which would refuse it
+    assert s["graph_breaks"] == {} and s["not_captured"] == {} and s["replays"] == 2, s
+
+
+def _tiny_gpt2():
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=131, n_positions=32,
+                                  bos_token_id=0, eos_token_id=0, resid_pdrop=0.0,
+                                  embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+def _greedy(model, fwd, device, cache, new_tokens, compile_prefill):
+    """Greedy tokens with the KV cache: a prefill of 8 tokens, then one token
+    per call (cache_position given, as transformers' generate gives it)."""
+    ids = torch.arange(1, 9).reshape(1, 8).to(device)
+    out = []
+    with torch.no_grad():
+        o = (fwd if compile_prefill else model)(
+            input_ids=ids, past_key_values=cache, use_cache=True,
+            cache_position=torch.arange(8, device=device))
+        for i in range(new_tokens):
+            nxt = o.logits[:, -1].argmax(-1, keepdim=True)
+            out.append(nxt.cpu())
+            if i + 1 < new_tokens:
+                o = fwd(input_ids=nxt, past_key_values=o.past_key_values, use_cache=True,
+                        cache_position=torch.tensor([8 + i], device=device))
+    return torch.cat(out, 1)
+
+
+def test_hf_decode_with_dynamic_kv_cache_like_eager_and_cpu():
+    # transformers' DynamicCache makes its key/value tensors with
+    # torch.tensor([], device=...) inside the compiled prefill, and grows them
+    # with torch.cat each token
+    from transformers import DynamicCache
+    model = _tiny_gpt2()
+    cpu = _greedy(model, model, "cpu", DynamicCache(), 2, False)
+    model = model.to(DEV)
+    eager = _greedy(model, model, DEV, DynamicCache(), 2, False)
+    compiled = _greedy(model, torch.compile(model, backend="devicekit"), DEV, DynamicCache(), 2,
+                       True)
+    assert torch.equal(compiled, eager) and torch.equal(compiled, cpu), (compiled, eager, cpu)
+    s = dkt.compile_stats()
+    assert s["graph_breaks"] == {}, s
+
+
+def test_hf_decode_with_static_kv_cache_replays_one_device_graph():
+    from transformers import StaticCache
+    model = _tiny_gpt2()
+    cpu = _greedy(model, model, "cpu", StaticCache(config=model.config, max_cache_len=16), 5, False)
+    model = model.to(DEV)
+    eager = _greedy(model, model, DEV, StaticCache(config=model.config, max_cache_len=16), 5, False)
+    compiled = _greedy(model, torch.compile(model, backend="devicekit"), DEV,
+                       StaticCache(config=model.config, max_cache_len=16), 5, False)
+    assert torch.equal(compiled, eager) and torch.equal(compiled, cpu), (compiled, eager, cpu)
+    s = dkt.compile_stats()
+    # one shape every token: one graph, captured on the 2nd token, replayed after
+    assert s["graph_breaks"] == {} and s["graphs"] == 1, s
+    assert s["captured"] == 1 and s["op_by_op_calls"] == 1 and s["replays"] == 3, s

@@ -33,10 +33,11 @@ import collections
 import threading
 
 import torch
+import torch.utils._pytree as pytree
 
 from .. import bridge, graphs
 from ..errors import DeviceKitError, NotImplementedByPlugin
-from . import _dispatch
+from . import _device, _dispatch
 from ._device import DKTensor, wrap
 from ._table import RANDOM, rewrap
 
@@ -160,23 +161,80 @@ class _Program:
         self.mutated = []  # ops that write into a graph input
         slots = {}
         self.inputs = []
+        # Host constants: a CPU tensor the graph holds (``torch.tensor(data,
+        # device="dk:0")`` in the traced code becomes a CPU constant, its
+        # lift_fresh_copy and a copy to dk) and the nodes computed from host
+        # constants alone, evaluated here once, on the CPU; a node that uses
+        # one beside dk tensors gets it uploaded once, at build time, so a
+        # call (and its device graph) never copies from the host.
+        self.host = {}    # node -> its CPU value
+        self.uploaded = {}  # (host node, DeviceKit device) -> slot of its value there
+        self.nslots = 0
         for node in gm.graph.nodes:
             if node.op == "placeholder":
-                slots[node] = len(slots)
+                slots[node] = self._slot()
                 self.inputs.append(slots[node])
             elif node.op == "call_function":
-                slots[node] = len(slots)
-                self.steps.append(self._step(node, slots))
+                slots[node] = self._slot()
+                if not self._fold(node, slots):
+                    self.steps.append(self._step(node, self._uploading(node, slots)))
             elif node.op == "output":
-                self.output = self._template(node.args[0], slots)
+                self.output = self._template(node.args[0], slots)  # (a host output stays one)
             elif node.op == "get_attr":
-                slots[node] = len(slots)
+                slots[node] = self._slot()
                 value = getattr(gm, node.target)
+                if type(value) is torch.Tensor and value.device.type == "cpu":
+                    self.host[node] = value
                 self.steps.append(("const", _to_dk(value), None, None, slots[node], None))
             else:
                 raise DeviceKitError(f"devicekit.torch compile: FX node kind {node.op!r} "
                                      f"({node.name}) is not supported")
-        self.nslots = len(slots)
+
+    def _slot(self):
+        self.nslots += 1
+        return self.nslots - 1
+
+    def _fold(self, node, slots):
+        """Evaluates ``node`` on the CPU now when all its tensor inputs are host
+        constants (and it is not random): a const step. False otherwise."""
+        ins = node.all_input_nodes
+        target = node.target
+        if (not ins or any(n not in self.host for n in ins)
+                or not isinstance(target, torch._ops.OpOverload)
+                or torch.Tag.nondeterministic_seeded in target.tags):
+            return False
+        get = lambda n: self.host[n]  # noqa: E731
+        with _unfaked(), torch.no_grad():
+            value = target(*torch.fx.node.map_arg(node.args, get),
+                           **torch.fx.node.map_arg(node.kwargs, get))
+        if not (type(value) is torch.Tensor and value.device.type == "cpu"):
+            return False
+        self.host[node] = value
+        self.steps.append(("const", value, None, None, slots[node], None))
+        return True
+
+    def _uploading(self, node, slots):
+        """``slots`` with each host-constant input of ``node`` replaced by a
+        slot holding it on the device of ``node``'s dk tensors, uploaded once.
+        A 0-d one is a scalar operand (as in eager dispatch: its dtype does not
+        promote), so it stays on the host, but for a copy into dk (what a 0-d
+        ``torch.tensor(v, device=dk)`` traces to)."""
+        copy = node.target is torch.ops.aten.copy.default
+        ups = [n for n in node.all_input_nodes
+               if n in self.host and (copy or self.host[n].dim() > 0)]
+        if not ups:
+            return slots
+        dev = _dk_device_of(node)
+        slots = dict(slots)
+        for n in ups:
+            if (n, dev) not in self.uploaded:
+                slot = self._slot()
+                with _unfaked():
+                    value = _device.from_host(self.host[n].contiguous(), dev)
+                self.steps.append(("const", value, None, None, slot, None))
+                self.uploaded[(n, dev)] = slot
+            slots[n] = self.uploaded[(n, dev)]
+        return slots
 
     @staticmethod
     def _template(a, slots):
@@ -249,6 +307,23 @@ class _Program:
                 out = _eager(op, a, k)  # the lowering does not cover this call
             values[slot] = out
         return fill(self.output)
+
+
+def _unfaked():
+    """Real tensors while AOTAutograd's fake mode is on (it calls the
+    compiler under it)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    return unset_fake_temporarily()
+
+
+def _dk_device_of(node):
+    """The DeviceKit device of ``node``'s traced value or of its inputs' (the
+    first dk one), else ``dk:0``'s."""
+    for n in (node, *node.all_input_nodes):
+        for v in pytree.tree_leaves(n.meta.get("val")):
+            if isinstance(v, torch.Tensor) and v.device.type == _device.BACKEND:
+                return _device.dk_device(v.device)
+    return _device.dk_device(0)
 
 
 def _eager(op, a, k):

@@ -68,9 +68,37 @@ def as_strided(t, size, stride, storage_offset=None):
     return _view(t, size, stride, storage_offset)
 
 
-@lowers("alias.default", "detach.default", "lift_fresh.default", kind=VIEW)
+@lowers("alias.default", "detach.default", kind=VIEW)
 def alias(t):
     return t  # the same DeviceKit view: a new torch tensor over the same memory
+
+
+@lowers("lift_fresh.default", kind=VIEW, raw=True)
+def lift_fresh(t):
+    """``torch.tensor(data, device="dk:N")``'s last step. torch builds the
+    tensor on the device with every torch dispatch mode off, then lifts it;
+    a fake mode (Dynamo's, AOTAutograd's) declines to lift a tensor subclass,
+    so the lift lands here. Under such a mode the real dk tensor would leak
+    into the fake trace (and meet fake tensors in the next op): the values
+    are lifted from the host instead and moved to dk under the modes, as
+    torch does for a device it may not touch while faking. Otherwise the
+    same tensor, as ``alias``."""
+    if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None:
+        host = torch.ops.aten.lift_fresh.default(to_host(t._dk))
+        # copied into a fresh dk tensor, not host.to(dk): the fake mode would
+        # run _to_copy of the constant for real and fakify its dk result
+        out = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device=t.device)
+        return out.copy_(host)
+    return wrap(t._dk)
+
+
+@lowers("lift_fresh_copy.default", kind=TRANSFER, raw=True)
+def lift_fresh_copy(t):
+    """A compiled graph's copy of a ``torch.tensor`` constant: the constant
+    is a CPU tensor in the graph (see ``lift_fresh``), copied as it is."""
+    if isinstance(t, DKTensor):
+        return wrap(clone(t._dk))
+    return t.clone()
 
 
 @lowers("t.default", kind=VIEW)
@@ -191,6 +219,16 @@ def copy_(dst, src, non_blocking=False):
         return dst
     dst.copy_(to_host(src._dk))  # device -> host into an existing CPU tensor
     return dst
+
+
+@lowers("copy.default", kind=TRANSFER, raw=True)
+def copy(dst, src, non_blocking=False):
+    """The functional ``copy_`` (compiled graphs): a new tensor of ``dst``'s
+    shape and dtype holding ``src``."""
+    if not isinstance(dst, DKTensor):
+        return dst.clone().copy_(to_host(src._dk) if isinstance(src, DKTensor) else src)
+    out = wrap(bridge.empty(dst._dk.device, list(dst.shape), bridge.dtype_id(dst._dk)))
+    return copy_(out, src, non_blocking)
 
 
 @lowers("_to_copy.default", kind=TRANSFER, raw=True)
