@@ -16,6 +16,15 @@ through DeviceKit's own recording (mode "recorded", which every plugin gets).
 - ``graphs/<mode>/pool_growth``: a lot allocated (and the cache emptied)
   between the capture and the replays: replays still equal eager runs and
   the tensors allocated meanwhile are never overwritten.
+- ``graphs/<mode>/events_two_streams``: an Event_Record and a
+  Stream_WaitEvent captured on the device's stream order each replay against
+  work on a second stream, both ways (the replay waits for the second
+  stream's write of its input; the second stream waits for the replay's
+  output before copying it).
+- ``graphs/<mode>/event_synchronize``: Event_Synchronize of an event
+  recorded in the open capture is refused (natively: the plugin's
+  DK_ERROR_FAILED_PRECONDITION, and the capture is invalidated, so its end
+  fails too), and the device works eagerly afterwards.
 - ``graphs/native_vs_recorded/<family>``: the plugin's native graph and the
   SDK's recording of the same code give the same bits.
 
@@ -217,8 +226,91 @@ def check_pool_growth(ctx, mode):
         g.reset()
 
 
+_SLOW_BYTES = 32 << 20  # a copy of a few ms: unordered work would overtake it
+
+
+def _fill(d, buf, value):
+    d.copy_h2d(buf, np.full(buf.nbytes // 4, value, np.float32))
+
+
+def _read(d, buf):
+    out = np.empty(buf.nbytes // 4, np.float32)
+    d.copy_d2h(out, buf)
+    return out
+
+
+def check_events_two_streams(ctx, mode):
+    d = ctx.device
+    dflt, side = d.default_stream(), d.stream()
+    n = 1 << 16
+    a, b, c = d.alloc(4 * n), d.alloc(4 * n), d.alloc(4 * n)  # input, graph output, side's copy
+    slow_src, slow_dst = d.alloc(_SLOW_BYTES), d.alloc(_SLOW_BYTES)
+    srcs = [d.alloc(4 * n) for _ in range(3)]
+    for buf, v in zip([a, b, c] + srcs, [-1.0, -2.0, -3.0, 1.0, 2.0, 3.0]):
+        _fill(d, buf, v)
+    e_in, e_out = d.event(), d.event()
+    g = dk.graphs.Graph(mode=mode)
+    with dk.graphs.capture(g, d):
+        dflt.wait_event(e_in)  # the side stream's write of `a`
+        d.copy_d2d(slow_dst, slow_src, _SLOW_BYTES, stream=dflt)
+        d.copy_d2d(b, a, 4 * n, stream=dflt)
+        e_out.record(dflt)  # `b` written
+    assert g.mode == mode, (g.mode, mode)
+    try:
+        for k, src in enumerate(srcs):
+            d.copy_d2d(slow_dst, slow_src, _SLOW_BYTES, stream=side)
+            d.copy_d2d(a, src, 4 * n, stream=side)
+            e_in.record(side)
+            g.replay()
+            side.wait_event(e_out)
+            d.copy_d2d(c, b, 4 * n, stream=side)
+            side.synchronize()
+            got = _read(d, c)
+            assert (got == float(k + 1)).all(), (
+                f"{mode} replay {k}: the second stream copied {got[0]} (expected {k + 1.0}): "
+                "an event recorded or waited on in the capture did not order the replay")
+    finally:
+        g.reset()
+        dk.synchronize(d)  # the raw buffers go back to the plugin unordered: work first
+
+
+def check_event_synchronize(ctx, mode):
+    d = ctx.device
+    dflt, ev = d.default_stream(), d.event()
+    x = dk.ones(8, device=d)
+    x * 2.0
+    g = dk.graphs.Graph(mode=mode)
+    got = None
+    try:
+        with dk.graphs.capture(g, d):
+            x * 2.0
+            ev.record(dflt)
+            try:
+                ev.synchronize()
+            except dk.DeviceKitError as e:
+                got = e
+            assert got is not None, "Event_Synchronize of an event recorded in the capture passed"
+            assert "Event_Synchronize" in str(got), str(got)
+            if mode == "native":  # the header's code, from the plugin
+                assert "FAILED_PRECONDITION" in str(got) or "capturing" in str(got), str(got)
+    except dk.DeviceKitError as e:
+        # Natively the forbidden call invalidated the capture: its end fails.
+        assert mode == "native" and e is not got, f"{mode}: {e}"
+        assert not g.captured
+    else:
+        assert mode == "recorded", ("native: the capture ended although an Event_Synchronize "
+                                    "in it was refused (the header invalidates it)")
+    finally:
+        g.reset()
+    assert (x * 3.0).numpy().tolist() == [3.0] * 8  # eager again
+    ev.record(dflt)
+    ev.synchronize()
+
+
 CHECKS = {"invalid": check_invalid, "destroyed_while_queued": check_destroyed_while_queued,
-          "other_stream": check_other_stream, "pool_growth": check_pool_growth}
+          "other_stream": check_other_stream, "pool_growth": check_pool_growth,
+          "events_two_streams": check_events_two_streams,
+          "event_synchronize": check_event_synchronize}
 
 
 def _ids(target):

@@ -13,12 +13,15 @@
 #   3. devices    `devicekit devices` lists cuda:0 with no load error
 #   4. selftest   the SIMT self-test (tests/simt_selftest.cu) built by nvcc:
 #                 the correct kernels give the right results on the GPU
-#   5. sanitize   the conformance suite's core level under compute-sanitizer:
+#   5. graphs     the conformance graphs section first (a few seconds): CUDA
+#                 graphs (native) against eager and DeviceKit's recording,
+#                 events in captures, forbidden host work in a capture
+#   6. sanitize   the conformance suite's core level under compute-sanitizer:
 #                 memcheck, racecheck, initcheck, synccheck (one run each,
 #                 every worker process followed; --quick: one op per tool)
-#   6. conform    the full conformance suite, plain
-#   7. models     the model suite, plain
-#   8. bench      bench_gpu.py against the PyTorch CUDA installed there
+#   7. conform    the full conformance suite, plain (the graphs section again)
+#   8. models     the model suite, plain
+#   9. bench      bench_gpu.py against the PyTorch CUDA installed there
 # A failing step is recorded and the next one still runs; the exit status is
 # 1 when any step failed.
 #
@@ -149,7 +152,10 @@ selftest_run() {
 step selftest-build cpu selftest_build
 step selftest gpu selftest_run
 
-# ---------------------------------------------------------------- 5. sanitize
+# ---------------------------------------------------------------- 5. graphs
+step graphs gpu "${dkcli[@]}" conformance --device cuda:0 -k graphs/ --report "$out/graphs"
+
+# ---------------------------------------------------------------- 6. sanitize
 if [ "$quick" = 1 ]; then sel=(--op add --op matmul --op reduce_sum); else sel=(); fi
 for tool in memcheck racecheck initcheck synccheck; do
   step "sanitize-$tool" gpu compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 9 \
@@ -163,16 +169,17 @@ if [ "$dry" = 1 ]; then
   check_args() {
     "${dkcli[@]}" conformance --device cpu:0 --level core "${sel[@]}" --list | tail -1 &&
       "${dkcli[@]}" conformance --device cpu:0 --list | tail -1 &&
+      "${dkcli[@]}" conformance --device cpu:0 -k graphs/ --list | tail -1 &&
       "${dkcli[@]}" models --device cpu:0 --list | tail -1
   }
   step suite-args cpu check_args
 fi
 
-# ---------------------------------------------------------------- 6-7. suites
+# ---------------------------------------------------------------- 7-8. suites
 step conform gpu "${dkcli[@]}" conformance --device cuda:0 --report "$out/conformance"
 step models gpu "${dkcli[@]}" models --device cuda:0 --report "$out/models"
 
-# ---------------------------------------------------------------- 8. bench
+# ---------------------------------------------------------------- 9. bench
 if [ "$dry" = 1 ]; then
   step bench cpu "$py" "$here/bench_gpu.py" --dry-run --rounds 3 --json "$out/bench.json"
 else

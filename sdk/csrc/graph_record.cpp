@@ -75,15 +75,39 @@ void Recording::add_copy(void* dst, const void* src, size_t n) {
   calls_.push_back(std::move(c));
 }
 
+void Recording::add_event(DK_Event* event, bool wait) {
+  auto c = std::make_unique<Call>();
+  c->event = wait ? 2 : 1;
+  c->name = wait ? "Stream_WaitEvent" : "Event_Record";
+  c->ev = event;
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_.push_back(std::move(c));
+  ++event_calls_;
+}
+
 size_t Recording::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return calls_.size();
+  return calls_.size() - event_calls_;
 }
 
 void Recording::replay(Device& dev, DK_Stream* stream) const {
   std::lock_guard<std::mutex> lock(mu_);
   const DK_Api* api = dev.api();
   for (const auto& c : calls_) {
+    if (c->event == 1) {
+      auto r = DK_ARGS(DK_Event_Record_Args);
+      r.event = c->ev;
+      r.stream = stream;
+      dev.check(api->Event_Record(&r), "Event_Record(replayed by devicekit.graphs)");
+      continue;
+    }
+    if (c->event == 2) {
+      auto w = DK_ARGS(DK_Stream_WaitEvent_Args);
+      w.stream = stream;
+      w.event = c->ev;
+      dev.check(api->Stream_WaitEvent(&w), "Stream_WaitEvent(replayed by devicekit.graphs)");
+      continue;
+    }
     if (c->copy) {
       auto m = DK_ARGS(DK_Memcpy_Args);
       m.device = dev.index();

@@ -5,7 +5,10 @@
 // deep copy of their call here instead of issuing it, and replay() issues the
 // recorded calls again from C++, in order, on the stream asked for. The
 // views' data pointers are those of the graph's pinned pool and of the
-// caller's static tensors, exactly as the eager call had them.
+// caller's static tensors, exactly as the eager call had them. An
+// Event_Record or Stream_WaitEvent on the default stream is recorded too
+// (runtime_py.cpp) and issued on the replay stream in its place: each replay
+// records the event again, or waits for its latest record at that time.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +30,10 @@ class Recording {
   // a static string or the plugin's kernel name for error messages.
   void add_kernel(DK_KernelFn* fn, const DK_Kernel_Args& a, const char* name, bool fused);
   void add_copy(void* dst, const void* src, size_t n);
-  size_t size() const;
+  // Event_Record (wait = false) or Stream_WaitEvent (wait = true) of `event`,
+  // which the caller keeps alive as long as the recording.
+  void add_event(DK_Event* event, bool wait);
+  size_t size() const;  // kernels, fused kernels and copies (not event calls)
   // Issues every recorded call on `stream` of `dev`, in order. Stops at the
   // first call the plugin refuses and throws its error naming the call.
   void replay(Device& dev, DK_Stream* stream) const;
@@ -36,6 +42,8 @@ class Recording {
   struct Call {
     bool copy = false;
     bool fused = false;
+    int event = 0;  // 1: Event_Record, 2: Stream_WaitEvent of `ev`
+    DK_Event* ev = nullptr;
     DK_KernelFn* fn = nullptr;
     const char* name = "";
     DK_Kernel_Args args{};
@@ -49,6 +57,7 @@ class Recording {
   };
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Call>> calls_;
+  size_t event_calls_ = 0;
 };
 
 }  // namespace dk

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "bindings.h"
+#include "graph_record.h"
 
 namespace dk {
 namespace {
@@ -28,8 +29,10 @@ struct Buffer {
 struct Stream {
   std::shared_ptr<Device> dev;
   DK_Stream* s = nullptr;
+  bool owned = true;   // false: the device's default stream (Device.default_stream)
   py::list keepalive;  // host arrays of pending async copies
   ~Stream() {
+    if (!owned) return;
     // In a forked child the stream's worker thread does not exist either.
     release_in_destructor(*dev, "destroying a stream", [&] {
       auto a = DK_ARGS(DK_Stream_Destroy_Args);
@@ -49,6 +52,10 @@ struct Stream {
 struct Event {
   std::shared_ptr<Device> dev;
   DK_Event* e = nullptr;
+  // The SDK recording this event's latest record went into (devicekit.graphs
+  // mode "recorded"), or NULL: synchronizing on it while that capture is open
+  // needs the host.
+  const Recording* recorded_in = nullptr;
   ~Event() {
     release_in_destructor(*dev, "destroying an event", [&] {
       auto a = DK_ARGS(DK_Event_Destroy_Args);
@@ -57,6 +64,23 @@ struct Event {
     });
   }
 };
+
+// Event_Record (wait = false) or Stream_WaitEvent (wait = true) on `s`.
+// On the default stream of a device that captures a graph, the event must
+// outlive the graph (kept with the capture's pool), and DeviceKit's own
+// recording records the call instead of issuing it: true then. A native
+// capture records it in the plugin (the call is issued).
+bool capture_event(Stream& s, const std::shared_ptr<Event>& e, bool wait) {
+  Device& d = *s.dev;
+  Recording* r = nullptr;
+  if (d.capturing() && s.s == d.default_stream()) {
+    d.keep_for_capture(e);
+    r = d.recording();
+    if (r != nullptr) r->add_event(e->e, wait);
+  }
+  if (!wait) e->recorded_in = r;
+  return r != nullptr;
+}
 
 char* buffer_at(Buffer& b, size_t offset, size_t n, const char* what) {
   if (!b.live) invalid_argument(std::string(what) + ": buffer was freed");
@@ -102,11 +126,12 @@ void bind_stream(py::module_& m) {
              s.dev->check(s.dev->api()->Stream_Query(&a), "Stream_Query");
              return a.idle != 0;
            })
-      .def("wait_event", [](Stream& s, Event& e) {
+      .def("wait_event", [](Stream& s, const std::shared_ptr<Event>& e) {
         auto a = DK_ARGS(DK_Stream_WaitEvent_Args);
         a.stream = s.s;
-        a.event = e.e;
+        a.event = e->e;
         s.dev->check_fork();
+        if (capture_event(s, e, true)) return;
         s.dev->check(s.dev->api()->Stream_WaitEvent(&a), "Stream_WaitEvent");
       });
 }
@@ -115,12 +140,13 @@ void bind_stream(py::module_& m) {
 void bind_event(py::module_& m) {
   py::class_<Event, std::shared_ptr<Event>>(m, "Event")
       .def("record",
-           [](Event& e, Stream& s) {
+           [](const std::shared_ptr<Event>& e, Stream& s) {
              auto a = DK_ARGS(DK_Event_Record_Args);
-             a.event = e.e;
+             a.event = e->e;
              a.stream = s.s;
-             e.dev->check_fork();
-             e.dev->check(e.dev->api()->Event_Record(&a), "Event_Record");
+             e->dev->check_fork();
+             if (capture_event(s, e, false)) return;
+             e->dev->check(e->dev->api()->Event_Record(&a), "Event_Record");
            })
       .def("query",
            [](Event& e) {
@@ -134,6 +160,9 @@ void bind_event(py::module_& m) {
              auto a = DK_ARGS(DK_Event_Synchronize_Args);
              a.event = e.e;
              e.dev->check_fork();
+             if (e.recorded_in != nullptr && e.recorded_in == e.dev->recording()) {
+               e.dev->check_not_capturing("Event_Synchronize of an event recorded in the capture");
+             }
              py::gil_scoped_release nogil;
              e.dev->check(e.dev->api()->Event_Synchronize(&a), "Event_Synchronize");
            })
@@ -176,6 +205,18 @@ void bind_device_objects(DeviceClass& D) {
              s->s = a.stream;
              return s;
            })
+      .def(
+          "default_stream",
+          [](const std::shared_ptr<Device>& d) {
+            d->begin_use();
+            auto s = std::make_shared<Stream>();
+            s->dev = d;
+            s->s = d->default_stream();
+            s->owned = false;
+            return s;
+          },
+          "The stream every tensor op runs on (and graphs capture), not owned: events "
+          "recorded or waited on here order raw work with tensor work")
       .def("event", [](const std::shared_ptr<Device>& d) {
         d->begin_use();
         auto a = DK_ARGS(DK_Event_Create_Args);

@@ -18,6 +18,11 @@ extern "C" {
  * The Error_* entries are <devicekit/plugin_helpers.h>'s dkh_Error_*. */
 DKH_DECLARE_RUNTIME_CALLS(dk_cuda);
 
+/* The optional parts (device API 1.5), linked from DK_Api.extension_start:
+ * graphs (src/graphs.cpp). No collectives. */
+extern const DK_Graphs dk_cuda_graphs;
+#define DKH_TABLES_EXTENSION_START (&dk_cuda_graphs.base)
+
 /* The kernels and fused kernels, one row each in the .def files
  * (ops_all.def and fused.def list them), declared here; api.c defines the
  * kernel table dk_cuda_kernel_table (also read by the kernels' own

@@ -110,5 +110,31 @@ Status event_elapsed_ms(Event* start, Event* end, double* ms);
 // Work enqueued on `s` from now on waits for e's recorded point.
 Status stream_wait_event(Stream* s, Event* e);
 
+// ---- Graphs (the header's optional graphs part) ----------------------------------
+//
+// Between capture_begin and capture_end, the stream's copies, kernel
+// launches, event records and waits are recorded into a graph, not run:
+//  * CUDA: cudaStreamBeginCapture in cudaStreamCaptureModeThreadLocal (the
+//    capturing thread's host synchronisation is refused by CUDA too); event
+//    records and waits become external event nodes
+//    (cudaEventRecordExternal, cudaEventWaitExternal), so every launch
+//    records and waits again; capture_end instantiates the graph.
+//  * the emulator: the stream's jobs go into a list instead of its queue.
+// Kernels launched during a capture report data errors into the graph's own
+// error word (stream_errors returns it meanwhile), never into the capturing
+// stream's, which may be gone when the graph runs; graph_launch moves what
+// they reported into the launch stream's word after the graph's work.
+struct Graph;
+
+Status capture_begin(Stream* s);
+bool capturing(Stream* s);
+// Ends the capture; *out is the graph (keep = false: dropped, *out NULL).
+Status capture_end(Stream* s, bool keep, Graph** out);
+// Enqueues the whole graph on `s` (the graph's device), then the error-word
+// move; reads the buffers' contents when it runs.
+Status graph_launch(Graph* g, Stream* s);
+// Frees the graph; launches still queued run to the end first.
+Status graph_destroy(Graph* g);
+
 }  // namespace gpu
 }  // namespace dkcuda

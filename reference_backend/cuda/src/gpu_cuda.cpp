@@ -20,6 +20,20 @@
 //    copy to finish before returning, so the call blocks: it is ordered as the
 //    header asks, only not asynchronous. Hence no DK_DEVICE_CAP_ASYNC_COPY:
 //    copies from pageable memory do not overlap kernels.
+//
+// Graphs (gpu.h): cudaStreamBeginCapture in cudaStreamCaptureModeThreadLocal,
+// so CUDA itself refuses host synchronisation from the capturing thread; the
+// host calls the header allows during a capture (Memory_Allocate,
+// Memory_Free, a synchronous Memcpy, which is on no stream) switch the thread
+// to relaxed mode for their duration (RelaxedCapture). Event records and
+// waits on a capturing stream become external event nodes, so each launch
+// records and waits again. capture_end instantiates the graph
+// (cudaGraphInstantiate) and drops the template; graph_launch is
+// cudaGraphLaunch, then move_kernel_errors (kernels_graphs.cu) on the same
+// stream. graph_destroy: cudaGraphExecDestroy, which CUDA documents as safe
+// for a graph with launches in flight (it is freed once they complete), then
+// cudaFree of the graph's error word, which waits for the device's work, so
+// queued launches have run before the word goes.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -36,6 +50,13 @@ struct Stream {
   int32_t device;
   cudaStream_t stream;
   KernelErrors* errors;  // device memory: kernels report into it, the host copies it after sync
+  KernelErrors* capture_errors = nullptr;  // the open capture's graph word; NULL: not capturing
+};
+
+struct Graph {
+  int32_t device;
+  cudaGraphExec_t exec;
+  KernelErrors* errors;  // device memory: the graph's kernels report into it
 };
 
 struct Event {
@@ -71,6 +92,17 @@ Status from_cuda(cudaError_t e, const char* what) {
   } while (0)
 
 std::string g_attributes;
+
+// The calling thread in cudaStreamCaptureModeRelaxed for one host call the
+// header allows during a capture (CUDA's thread-local mode would refuse it
+// and invalidate the capture).
+struct RelaxedCapture {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
+  ~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+};
 
 }  // namespace
 
@@ -134,6 +166,7 @@ Status device_synchronize(int32_t device) {
 }
 
 Status malloc(int32_t device, size_t bytes, void** ptr) {
+  const RelaxedCapture relaxed;
   DKCUDA_TRY(cudaSetDevice(device));
   const cudaError_t e = cudaMalloc(ptr, bytes);
   if (e != cudaSuccess) {
@@ -145,6 +178,7 @@ Status malloc(int32_t device, size_t bytes, void** ptr) {
 }
 
 Status free(int32_t device, void* ptr, size_t) {
+  const RelaxedCapture relaxed;
   DKCUDA_TRY(cudaSetDevice(device));
   DKCUDA_TRY(cudaFree(ptr));
   return Status{};
@@ -156,6 +190,7 @@ Status memcpy(int32_t device, void* dst, const void* src, size_t bytes, CopyKind
                                           cudaMemcpyDeviceToDevice};
   DKCUDA_TRY(cudaSetDevice(device));
   if (stream == nullptr) {
+    const RelaxedCapture relaxed;  // on no stream: allowed while another one captures
     DKCUDA_TRY(cudaMemcpy(dst, src, bytes, kKinds[kind]));
     // cudaMemcpy may return before the copy is done (device to device, and
     // host to device from pageable memory once it is staged); the header's
@@ -197,7 +232,9 @@ Status stream_destroy(Stream* s) {
 
 void* stream_handle(Stream* s) { return s->stream; }
 
-KernelErrors* stream_errors(Stream* s) { return s->errors; }
+KernelErrors* stream_errors(Stream* s) {
+  return s->capture_errors != nullptr ? s->capture_errors : s->errors;
+}
 
 Status take_kernel_errors(Stream* s, KernelErrors* out) {
   DKCUDA_TRY(cudaSetDevice(s->device));
@@ -238,6 +275,10 @@ Status event_destroy(Event* e) {
 
 Status event_record(Event* e, Stream* s) {
   DKCUDA_TRY(cudaSetDevice(s->device));
+  if (s->capture_errors != nullptr) {  // a node: every launch records again
+    DKCUDA_TRY(cudaEventRecordWithFlags(e->event, s->stream, cudaEventRecordExternal));
+    return Status{};
+  }
   DKCUDA_TRY(cudaEventRecord(e->event, s->stream));
   return Status{};
 }
@@ -263,7 +304,79 @@ Status event_elapsed_ms(Event* start, Event* end, double* ms) {
 
 Status stream_wait_event(Stream* s, Event* e) {
   DKCUDA_TRY(cudaSetDevice(s->device));
-  DKCUDA_TRY(cudaStreamWaitEvent(s->stream, e->event, 0));
+  // In a capture, a node waiting on the event's latest record when it runs.
+  DKCUDA_TRY(cudaStreamWaitEvent(s->stream, e->event,
+                                 s->capture_errors != nullptr ? cudaEventWaitExternal : 0));
+  return Status{};
+}
+
+Status capture_begin(Stream* s) {
+  DKCUDA_TRY(cudaSetDevice(s->device));
+  if (s->capture_errors != nullptr) {
+    return Status{DK_ERROR_FAILED_PRECONDITION, "the stream is already capturing"};
+  }
+  // The graph's error word first: cudaMalloc and a memset, finished (on the
+  // legacy stream) before the capture begins.
+  void* word = nullptr;
+  {
+    const RelaxedCapture relaxed;  // another stream of this thread may capture
+    DKCUDA_TRY(cudaMalloc(&word, sizeof(KernelErrors)));
+    cudaError_t e = cudaMemset(word, 0, sizeof(KernelErrors));
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamLegacy);
+    if (e != cudaSuccess) {
+      cudaFree(word);
+      return from_cuda(e, "cudaMemset(graph error word)");
+    }
+  }
+  const cudaError_t e = cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) {
+    const RelaxedCapture relaxed;
+    cudaFree(word);
+    return from_cuda(e, "cudaStreamBeginCapture");
+  }
+  s->capture_errors = static_cast<KernelErrors*>(word);
+  return Status{};
+}
+
+bool capturing(Stream* s) { return s->capture_errors != nullptr; }
+
+Status capture_end(Stream* s, bool keep, Graph** out) {
+  *out = nullptr;
+  if (s->capture_errors == nullptr) {
+    return Status{DK_ERROR_FAILED_PRECONDITION, "the stream is not capturing"};
+  }
+  KernelErrors* word = s->capture_errors;
+  s->capture_errors = nullptr;
+  DKCUDA_TRY(cudaSetDevice(s->device));
+  cudaGraph_t graph = nullptr;
+  cudaError_t e = cudaStreamEndCapture(s->stream, &graph);
+  cudaGraphExec_t exec = nullptr;
+  if (e == cudaSuccess && keep) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (graph != nullptr) cudaGraphDestroy(graph);  // the executable graph is all we keep
+  if (e != cudaSuccess || !keep) {
+    const RelaxedCapture relaxed;
+    cudaFree(word);
+    return e != cudaSuccess ? from_cuda(e, "cudaStreamEndCapture / cudaGraphInstantiate")
+                            : Status{};
+  }
+  *out = new Graph{s->device, exec, word};
+  return Status{};
+}
+
+Status graph_launch(Graph* g, Stream* s) {
+  DKCUDA_TRY(cudaSetDevice(s->device));
+  DKCUDA_TRY(cudaGraphLaunch(g->exec, s->stream));
+  const std::string moved = move_kernel_errors(s->stream, g->errors, s->errors);
+  if (!moved.empty()) return Status{DK_ERROR_INTERNAL, moved};
+  return Status{};
+}
+
+Status graph_destroy(Graph* g) {
+  std::unique_ptr<Graph> owned(g);
+  const RelaxedCapture relaxed;
+  DKCUDA_TRY(cudaSetDevice(g->device));
+  DKCUDA_TRY(cudaGraphExecDestroy(g->exec));  // freed once its launches in flight complete
+  DKCUDA_TRY(cudaFree(g->errors));            // waits for the device's work first
   return Status{};
 }
 

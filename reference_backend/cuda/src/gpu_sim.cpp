@@ -14,6 +14,14 @@
 //    Stream_Synchronize returns it (Stream_Query reports it too), like a
 //    fault on the GPU.
 //  * Events carry a steady-clock timestamp taken when the worker passes them.
+//  * Graphs: while a stream captures, push() appends its jobs (copies and
+//    kernel launches, whose closures hold copies of their arguments) and
+//    its event records and waits to the graph instead of the queue. A launch
+//    is ONE job that runs them in order on the launch stream's worker; each
+//    launch makes a fresh point for every recorded Event_Record (the event's
+//    latest record from then on) and waits, for every recorded
+//    Stream_WaitEvent, on the event's latest record at the launch, in node
+//    order, like the CPU plugin's native graphs.
 #include <unistd.h>
 
 #include <chrono>
@@ -25,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "gpu.h"
 #include "launch.h"
@@ -60,11 +69,23 @@ struct Point {
   }
 };
 
+struct Event;
+
 struct Job {
   enum Kind { kRun, kRecord, kWait } kind;
   std::function<Status()> run;  // kRun
   std::shared_ptr<Point> point;  // kRecord, kWait
+  Event* event = nullptr;        // in a graph: kRecord, kWait (the point is made at launch)
 };
+
+struct GraphBody {
+  std::vector<Job> jobs;  // in capture order
+  KernelErrors errors{};  // the graph's kernels report here (gpu.h)
+};
+
+// Shared by the graph and its queued launches: a graph destroyed with
+// launches queued lives on until they ran.
+struct Graph { std::shared_ptr<GraphBody> body; };
 
 namespace {
 
@@ -106,10 +127,15 @@ struct Stream {
   uint64_t unfinished = 0;  // enqueued and not yet finished
   bool stop = false;
   Status first_error;  // the first asynchronous error; later ones are dropped
+  std::shared_ptr<GraphBody> capture;  // non-NULL while capturing: push() records into it
   std::thread worker;
 
   void push(Job job) {
     std::lock_guard<std::mutex> lock(mu);
+    if (capture != nullptr) {
+      capture->jobs.push_back(std::move(job));
+      return;
+    }
     jobs.push_back(std::move(job));
     ++unfinished;
     changed.notify_all();
@@ -259,7 +285,10 @@ Status stream_destroy(Stream* s) {
 
 void* stream_handle(Stream* s) { return s; }
 
-KernelErrors* stream_errors(Stream* s) { return &s->errors; }
+KernelErrors* stream_errors(Stream* s) {
+  std::lock_guard<std::mutex> lock(s->mu);
+  return s->capture != nullptr ? &s->capture->errors : &s->errors;
+}
 
 // The stream is idle (the caller synchronized): its kernels wrote the word
 // on the worker, before the handoff under s->mu.
@@ -295,6 +324,13 @@ Status event_destroy(Event* e) {
 }
 
 Status event_record(Event* e, Stream* s) {
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (s->capture != nullptr) {  // a node: each launch makes the point
+      s->capture->jobs.push_back(Job{Job::kRecord, nullptr, nullptr, e});
+      return Status{};
+    }
+  }
   auto point = std::make_shared<Point>();
   s->push(Job{Job::kRecord, nullptr, point});
   std::lock_guard<std::mutex> lock(e->mu);
@@ -321,8 +357,98 @@ Status event_elapsed_ms(Event* start, Event* end, double* ms) {
 }
 
 Status stream_wait_event(Stream* s, Event* e) {
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (s->capture != nullptr) {  // a node: each launch looks up the point
+      s->capture->jobs.push_back(Job{Job::kWait, nullptr, nullptr, e});
+      return Status{};
+    }
+  }
   std::shared_ptr<Point> p = e->current();
   if (p != nullptr && !p->is_reached()) s->push(Job{Job::kWait, nullptr, std::move(p)});
+  return Status{};
+}
+
+Status capture_begin(Stream* s) {
+  auto g = std::make_shared<GraphBody>();
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (s->capture != nullptr) return Status{DK_ERROR_FAILED_PRECONDITION, "already capturing"};
+  s->capture = std::move(g);
+  return Status{};
+}
+
+bool capturing(Stream* s) {
+  std::lock_guard<std::mutex> lock(s->mu);
+  return s->capture != nullptr;
+}
+
+Status capture_end(Stream* s, bool keep, Graph** out) {
+  *out = nullptr;
+  std::shared_ptr<GraphBody> g;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    g = std::move(s->capture);
+    s->capture = nullptr;
+  }
+  if (g == nullptr) return Status{DK_ERROR_FAILED_PRECONDITION, "the stream is not capturing"};
+  if (keep) *out = new Graph{std::move(g)};
+  return Status{};
+}
+
+// The launch's job shares the graph's body and owns the points resolved at
+// the launch.
+Status graph_launch(Graph* graph, Stream* s) {
+  const GraphBody* g = graph->body.get();
+  struct Launch {
+    std::shared_ptr<GraphBody> graph;
+    std::vector<std::shared_ptr<Point>> points;  // one per kRecord / kWait node, in order
+  };
+  auto l = std::make_shared<Launch>();
+  l->graph = graph->body;
+  for (const Job& j : g->jobs) {
+    if (j.kind == Job::kRun) continue;
+    if (j.kind == Job::kRecord) {
+      auto point = std::make_shared<Point>();
+      {
+        std::lock_guard<std::mutex> lock(j.event->mu);
+        j.event->point = point;
+      }
+      l->points.push_back(std::move(point));
+    } else {
+      std::shared_ptr<Point> p = j.event->current();  // NULL: never recorded, nothing to wait for
+      l->points.push_back(std::move(p));
+    }
+  }
+  s->push(Job{Job::kRun,
+              [l, s]() {
+                Status first;
+                size_t next = 0;
+                for (const Job& j : l->graph->jobs) {
+                  Status st;
+                  if (j.kind == Job::kRun) {
+                    st = j.run();
+                  } else if (const std::shared_ptr<Point>& p = l->points[next++]) {
+                    if (j.kind == Job::kRecord) p->reach();
+                    else p->wait();
+                  }
+                  if (!st.ok() && first.ok()) first = st;  // like eager work: the rest still runs
+                }
+                // The graph's data errors into the launch stream's word (this
+                // worker is the only writer of both right now).
+                KernelErrors& from = l->graph->errors;
+                if (from.count != 0) {
+                  if (s->errors.count == 0) s->errors = from;
+                  else s->errors.count += from.count;
+                  from = KernelErrors{};
+                }
+                return first;
+              },
+              nullptr});
+  return Status{};
+}
+
+Status graph_destroy(Graph* g) {
+  delete g;
   return Status{};
 }
 

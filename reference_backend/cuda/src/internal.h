@@ -25,11 +25,19 @@
 #endif
 
 // The opaque handles of the header, defined here for the plugin's files.
+struct DK_Event;
+
 struct DK_Stream {
   DK_Stream(int32_t dev, dkcuda::gpu::Stream* s) : device(dev), gpu(s) {}
   std::atomic<uint32_t> magic{dkh::kLiveStream};  // best-effort use-after-destroy check
   const int32_t device;
   dkcuda::gpu::Stream* const gpu;
+  // The open capture's bookkeeping (graphs.cpp), under capture_mu. The
+  // recording itself is the device layer's (gpu::capture_begin).
+  std::mutex capture_mu;
+  std::atomic<bool> capturing{false};
+  DK_Error* capture_invalid = nullptr;  // the first forbidden call's error
+  std::vector<DK_Event*> captured_records, captured_waits;  // Event_Record / Stream_WaitEvent
 };
 
 struct DK_Event {
@@ -38,6 +46,9 @@ struct DK_Event {
   const int32_t device;
   dkcuda::gpu::Event* const gpu;
   std::atomic<bool> recorded{false};  // CUDA treats a never-recorded event as reached
+  // The stream whose open capture recorded it (graphs.cpp): Event_Synchronize
+  // of it then is host synchronisation inside the capture (forbidden).
+  std::atomic<DK_Stream*> captured_on{nullptr};
 };
 
 namespace dkcuda {
@@ -87,5 +98,21 @@ inline DK_Error* check_device_memory(const char* call, const char* what, int32_t
 inline DK_Error* check_stream(const char* call, const DK_Stream* stream, int32_t device) {
   return dkh::check_stream(plugin(), call, stream, device);
 }
+
+// ---- Graphs: capture hooks (graphs.cpp) -------------------------------------
+
+// A call the header forbids while `stream` captures (a host synchronisation,
+// a host copy): NULL when `stream` does not capture; otherwise the capture is
+// now invalid (its end returns the error) and the error to return.
+DK_Error* capture_forbidden(const char* call, DK_Stream* stream);
+
+// Event_Record (wait = false) or Stream_WaitEvent (wait = true) on a
+// capturing stream: remembered with the capture, so that Graph_Launch can
+// check the event is still alive and mark it recorded. The device layer
+// records the call itself (gpu::event_record / gpu::stream_wait_event).
+void capture_note_event(DK_Stream* stream, DK_Event* event, bool wait);
+
+// Stream_Destroy of a capturing stream: the open capture is dropped.
+void capture_abandon(DK_Stream* stream);
 
 }  // namespace dkcuda

@@ -66,6 +66,12 @@ DK_Error* begin_fused(const char* call, const DK_Kernel_Args* args, Launch* laun
 // value: NULL, or DK_ERROR_INTERNAL with "<call>: <text>".
 DK_Error* launched(const char* call, const std::string& launch_error);
 
+// Enqueues on `stream` a one-thread kernel that moves the data errors a
+// graph's kernels reported into `from` over to `into` (kept there if `into`
+// already holds one; the counts add up) and zeroes `from`
+// (kernels_graphs.cu; the CUDA build's graph_launch uses it).
+std::string move_kernel_errors(void* stream, KernelErrors* from, KernelErrors* into);
+
 // Runs a kernel function's body so that no C++ exception crosses the C ABI
 // (an exception becomes DK_ERROR_INTERNAL / OUT_OF_MEMORY naming `call`).
 DK_Error* error_from_exception(const char* call) noexcept;

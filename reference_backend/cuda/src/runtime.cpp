@@ -98,6 +98,9 @@ DK_Error* dk_cuda_Memcpy(DK_Memcpy_Args* args) {
   return guarded(kCall, [&]() -> DK_Error* {
     if (DK_Error* e = dkh::check_memcpy(plugin(), kCall, args, check_stream)) return e;
     if (args->size == 0) return nullptr;
+    if (args->stream != nullptr && args->kind != DK_COPY_DEVICE_TO_DEVICE) {
+      if (DK_Error* e = capture_forbidden(kCall, args->stream)) return e;
+    }
     const gpu::Status st =
         gpu::memcpy(args->device, args->dst, args->src, args->size, gpu::CopyKind(args->kind),
                     args->stream != nullptr ? args->stream->gpu : nullptr);

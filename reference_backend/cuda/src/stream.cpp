@@ -91,6 +91,7 @@ DK_Error* dk_cuda_Stream_Destroy(DK_Stream_Destroy_Args* args) {
     DK_Stream* s = args->stream;
     const std::shared_ptr<DK_Stream> keep = dkh::remove_stream(plugin().devices[s->device], s);
     s->magic.store(dkh::kDead);
+    capture_abandon(s);  // an open capture ends with its stream, recording nothing
     // The stream is gone either way; an error its last work raised is still
     // reported (nothing silent), so the caller must not destroy it again.
     DK_Error* err = synchronize(kCall, s);
@@ -104,6 +105,7 @@ DK_Error* dk_cuda_Stream_Synchronize(DK_Stream_Synchronize_Args* args) {
   static const char* const kCall = DKCUDA_NAME ".Stream_Synchronize";
   DKCUDA_CHECK_ARGS(kCall, args, DK_Stream_Synchronize_Args);
   if (DK_Error* e = check_stream(kCall, args->stream, -1)) return e;
+  if (DK_Error* e = capture_forbidden(kCall, args->stream)) return e;
   return guarded(kCall, [&] { return synchronize(kCall, args->stream); });
 }
 
@@ -111,6 +113,7 @@ DK_Error* dk_cuda_Stream_Query(DK_Stream_Query_Args* args) {
   static const char* const kCall = DKCUDA_NAME ".Stream_Query";
   DKCUDA_CHECK_ARGS(kCall, args, DK_Stream_Query_Args);
   if (DK_Error* e = check_stream(kCall, args->stream, -1)) return e;
+  if (DK_Error* e = capture_forbidden(kCall, args->stream)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
     bool idle = false;
     const gpu::Status st = gpu::stream_query(args->stream->gpu, &idle);
@@ -126,6 +129,9 @@ DK_Error* dk_cuda_Device_Synchronize(DK_Device_Synchronize_Args* args) {
   if (DK_Error* e = check_device(kCall, args->device)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
     const auto streams = dkh::live_streams(plugin().devices[args->device]);
+    for (auto& s : streams) {
+      if (DK_Error* e = capture_forbidden(kCall, s.get())) return e;
+    }
     const gpu::Status st = gpu::device_synchronize(args->device);
     if (!st.ok()) return error_from_status(kCall, st);
     // The earliest-created stream's error is returned (and cleared); the
@@ -174,8 +180,15 @@ DK_Error* dk_cuda_Event_Record(DK_Event_Record_Args* args) {
   if (DK_Error* e = check_event(kCall, "event", args->event)) return e;
   if (DK_Error* e = check_stream(kCall, args->stream, args->event->device)) return e;
   return guarded(kCall, [&]() -> DK_Error* {
-    const gpu::Status st = gpu::event_record(args->event->gpu, args->stream->gpu);
+    DK_Stream* s = args->stream;
+    const bool captured = s->capturing.load();
+    const gpu::Status st = gpu::event_record(args->event->gpu, s->gpu);
     if (!st.ok()) return error_from_status(kCall, st);
+    if (captured) {  // recorded by each Graph_Launch, not now (graphs.cpp)
+      capture_note_event(s, args->event, false);
+      return nullptr;
+    }
+    args->event->captured_on.store(nullptr);
     args->event->recorded.store(true);
     return nullptr;
   });
@@ -186,10 +199,15 @@ DK_Error* dk_cuda_Stream_WaitEvent(DK_Stream_WaitEvent_Args* args) {
   DKCUDA_CHECK_ARGS(kCall, args, DK_Stream_WaitEvent_Args);
   if (DK_Error* e = check_stream(kCall, args->stream, -1)) return e;
   if (DK_Error* e = check_event(kCall, "event", args->event)) return e;
-  if (!args->event->recorded.load()) return nullptr;  // never recorded: a no-op
+  // In a capture, a node even for a never-recorded event: each Graph_Launch
+  // waits for the event's latest record at that time (graphs.cpp).
+  const bool captured = args->stream->capturing.load();
+  if (!captured && !args->event->recorded.load()) return nullptr;  // never recorded: a no-op
   return guarded(kCall, [&]() -> DK_Error* {
     const gpu::Status st = gpu::stream_wait_event(args->stream->gpu, args->event->gpu);
-    return st.ok() ? nullptr : error_from_status(kCall, st);
+    if (!st.ok()) return error_from_status(kCall, st);
+    if (captured) capture_note_event(args->stream, args->event, true);
+    return nullptr;
   });
 }
 
@@ -212,6 +230,10 @@ DK_Error* dk_cuda_Event_Synchronize(DK_Event_Synchronize_Args* args) {
   static const char* const kCall = DKCUDA_NAME ".Event_Synchronize";
   DKCUDA_CHECK_ARGS(kCall, args, DK_Event_Synchronize_Args);
   if (DK_Error* e = check_event(kCall, "event", args->event)) return e;
+  // Recorded in an open capture: waiting for it is host work in the capture.
+  if (DK_Stream* s = args->event->captured_on.load()) {
+    if (DK_Error* e = capture_forbidden(kCall, s)) return e;
+  }
   if (!args->event->recorded.load()) return nullptr;
   return guarded(kCall, [&]() -> DK_Error* {
     const gpu::Status st = gpu::event_synchronize(args->event->gpu);
