@@ -107,7 +107,8 @@ def torch_summary(rows, status=None):
             for o, n in counts.items():
                 cell[o] = cell.get(o, 0) + n
                 cell["total"] += n
-            cell["opinfos"].add(t.get("opinfo"))
+            if t.get("opinfo"):  # (the section's hand-written cases have none)
+                cell["opinfos"].add(t["opinfo"])
         for op, n in t.get("unlowered", {}).items():
             unlowered[op] = unlowered.get(op, 0) + n
     skipped = [r for r in mine if r["id"] == "torch/unavailable"]
