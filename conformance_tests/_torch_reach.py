@@ -29,23 +29,6 @@ import time: ``families(torch)`` builds the tables.
 #: The families, the first segment of a case's name (``torch/<family>.<op>/<dtype>/<kind>``).
 FAMILIES = ("args", "inplace", "scalar")
 
-#: Samples left out of the default run because they fail on a bridge bug not
-#: fixed yet: {name: what is wrong}. ``DEVICEKIT_TORCH_REACH_KNOWN_BUGS=1``
-#: puts them back (to reproduce the bug, or to check a fix).
-KNOWN_BUGS = {
-    "scalar.0d-higher-category":
-        "a dk tensor with a 0-d CPU tensor of a higher category (int8 dk tensor + 0-d float16 "
-        "tensor, bool dk tensor + 0-d int8 tensor) gives the result dtype of a Python number "
-        "(float32, int64), not the 0-d tensor's dtype as torch does: devicekit.torch's unwrap "
-        "turns a 0-d CPU tensor into a Python number (item()), which drops its dtype",
-}
-
-
-def known_bugs_included():
-    import os
-    return os.environ.get("DEVICEKIT_TORCH_REACH_KNOWN_BUGS", "") not in ("", "0")
-
-
 #: The torch dtype names the bridge maps to DeviceKit dtypes (``_device._TO_DK``).
 BRIDGE_DTYPES = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8",
                  "bool")
@@ -442,9 +425,6 @@ def _scalar(torch):
             for text, s in host_scalars(torch):
                 if opname == "maximum" and not isinstance(s, torch.Tensor):
                     continue  # torch.maximum takes tensors only
-                if isinstance(s, torch.Tensor) and _category(s.dtype, torch) > _category(
-                        getattr(torch, dtype), torch) and not known_bugs_included():
-                    continue  # KNOWN_BUGS["scalar.0d-higher-category"]
                 out.append((f"{dtype} {opname} {text}", lambda a, _s=s: fn(a, _s),
                             [value(torch, dtype, gen)]))
                 out.append((f"{text} {opname} {dtype}", lambda a, _s=s: fn(_s, a),
@@ -455,7 +435,3 @@ def _scalar(torch):
 
     return [entry(name, fn) for name, fn in ops.items()]
 
-
-def _category(dt, torch):
-    """torch's promotion categories: bool < integer < floating."""
-    return 0 if dt == torch.bool else 2 if dt.is_floating_point else 1

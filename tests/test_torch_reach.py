@@ -113,14 +113,12 @@ def test_a_promotion_bug_fails_scalar(by_id, monkeypatch):
     assert r["outcome"] == "fail" and "torch.float32 where torch gives" in r["message"], r
 
 
-def test_the_known_bug_is_left_out_and_comes_back_on_request(by_id, monkeypatch):
-    entry = _torch_reach.families(torch)["scalar.add"]
-    gen = torch.Generator().manual_seed(0)
-    texts = [t for t, _, _ in entry.samples(torch, "int8", gen)]
-    assert not any("float16 tensor" in t for t in texts)
-    monkeypatch.setenv("DEVICEKIT_TORCH_REACH_KNOWN_BUGS", "1")
-    texts = [t for t, _, _ in entry.samples(torch, "int8", gen)]
-    assert any("0-d CPU float16 tensor" in t for t in texts)
+def test_a_0d_cpu_tensor_of_a_higher_category_gives_its_dtype():
+    """int8 dk tensor + 0-d CPU float16 tensor is float16 (a Python float would give float32)."""
+    x = torch.arange(-3, 3, dtype=torch.int8)
+    for s in (torch.tensor(1.5, dtype=torch.float16), torch.tensor(2, dtype=torch.int32)):
+        for want, got in ((x + s, x.to("dk") + s), (s * x.bool(), s * x.bool().to("dk"))):
+            assert got.dtype == want.dtype and torch.equal(got.cpu(), want), (s, want, got)
 
 
 def test_coverage_run_bridge_measures_devicekit_torch(tmp_path):
