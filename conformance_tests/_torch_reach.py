@@ -329,7 +329,51 @@ def _args(torch):
             ("stack negative dim", lambda a, b: torch.stack([a, b], -1), xy(3, 2)),
         ]),
     ]
-    return reductions + pointwise + nn + select
+    def half(name, fn_list):
+        """Floating samples in float16 and bfloat16 (the lowerings compute 16-bit
+        operands in float32 and round once: ``_lower_ops._in_float32``)."""
+        def samples(torch, dtype, gen):
+            dt = getattr(torch, dtype)
+            return [(text, fn, [t.to(dt) if t.is_floating_point() else t for t in make(gen)])
+                    for text, fn, make in fn_list]
+        return Entry(f"args.{name}", samples, dtypes=("float16", "bfloat16"), grad=False)
+
+    more = [
+        entry("index_put_masks", [
+            ("bool mask, one value, accumulate", lambda a, m: a.index_put(
+                (m,), torch.tensor(1.5, device=a.device), accumulate=True),
+             lambda gen: [r(gen, 4, 3), mask(gen, 4)]),
+            ("bool mask, one row", lambda a, m, v: a.index_put((m,), v[0]),
+             lambda gen: [r(gen, 4, 3), mask(gen, 4), r(gen, 1, 3)]),
+            ("two adjacent index tensors", lambda a, i, j, v: a.index_put((i, j), v),
+             lambda gen: [r(gen, 4, 3), torch.tensor([0, 3, 1]), torch.tensor([2, 0, 1]),
+                          r(gen, 3)]),
+            ("index on the second dim", lambda a, i, v: torch.ops.aten.index_put(a, [None, i], v),
+             lambda gen: [r(gen, 4, 3), torch.tensor([2, 0]), r(gen, 4, 2)]),
+        ]),
+        entry("to_copy_fill", [
+            ("to float64 and back", lambda a: a.to(torch.float64).to(torch.float32) * 2, x(3, 4)),
+            ("to int32", lambda a: (a * 3).to(torch.int32), x(3, 4)),
+            ("to the same device, copy=True", lambda a: a.to(a.device, copy=True) + 1, x(3, 4)),
+            ("fill_ with a 0-d device tensor", lambda a: a.clone().fill_(
+                torch.tensor(2.5, device=a.device)), x(3, 4)),
+            ("fill_ with a 0-d CPU tensor", lambda a: a.clone().fill_(torch.tensor(-1.5)),
+             x(3, 4)),
+        ], grad=False),
+        entry("layer_norm_affine", [
+            ("weight, no bias", lambda a, w: F.layer_norm(a, (4,), w[0], None), xy(3, 4)),
+            ("bias, no weight", lambda a, b: F.layer_norm(a, (4,), None, b[0]), xy(3, 4)),
+        ]),
+        half("half_math", [
+            ("lerp scalar weight", lambda a, b: torch.lerp(a, b, 0.3), xy(3, 4)),
+            ("addcmul value", lambda a, b, c: torch.addcmul(a, b, c, value=0.5), xyz(3, 4)),
+            ("addcdiv", lambda a, b, c: torch.addcdiv(a, b, c.abs() + 1), xyz(3, 4)),
+            ("vector_norm p=3", lambda a: torch.linalg.vector_norm(a, 3, dim=1), x(3, 4)),
+            ("sum dtype=float32", lambda a: a.sum(1, dtype=torch.float32), x(3, 4)),
+            ("mean keepdim", lambda a: a.mean(-1, keepdim=True), x(3, 4)),
+        ]),
+    ]
+    return reductions + pointwise + nn + select + more
 
 
 # ---- inplace: in-place ops through views ------------------------------------------
