@@ -4,6 +4,13 @@ does the conformance suite reach?
     python benchmarks/coverage_run.py [--target cpu|cuda_sim] [--threads N|default ...]
                                       [--jobs N] [-k PATTERN ...] [--out DIR] [--workdir DIR]
                                       [--check ci/coverage_exclusions.toml]
+    python benchmarks/coverage_run.py --bridge [--device cpu:0] [--level core|full]
+                                      [--jobs N] [-k PATTERN ...] [--out DIR]
+
+--bridge measures the torch bridge instead: Python line and branch coverage
+(coverage.py) of ``devicekit/torch`` while the conformance ``torch`` section
+(``-k torch/`` unless -k says otherwise) runs on the installed plugin's
+--device; no build (``_bridge_coverage.py`` says how and what it writes).
 
 Compiles the target's sources straight with the host compiler, as
 mutation_run.py does (its Target table and build()), with coverage
@@ -52,6 +59,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+import _bridge_coverage  # noqa: E402
 import mutation_run as mr  # noqa: E402
 from devicekit.conformance import coverage as cov  # noqa: E402
 
@@ -228,7 +236,15 @@ def main(argv=None):
     ap.add_argument("--update-exclusions", action="store_true",
                     help="with --check: rewrite the file's generated needs-case part from this "
                          "run (after adding cases, or when code moved; review the diff)")
+    ap.add_argument("--bridge", action="store_true",
+                    help="Python branch coverage of devicekit/torch under the conformance torch "
+                         "section (coverage.py; no plugin build)")
+    ap.add_argument("--device", default="cpu:0", help="with --bridge: the device (default cpu:0)")
+    ap.add_argument("--level", choices=("core", "full"), default="full",
+                    help="with --bridge: the conformance level (default full)")
     args = ap.parse_args(argv)
+    if args.bridge:
+        return _bridge_coverage.run(args)
     threads = args.threads or ["1", "default"]
     target = coverage_target(args.target)
     os.makedirs(args.out, exist_ok=True)

@@ -20,6 +20,12 @@ shape or dtype (fail) or an unexpected exception (error) does. A case's
 (``aten``), and the ops it needed that have no lowering (``unlowered``); the
 report adds them up per ATen op (``report.json`` ``torch``).
 
+Beside them, hand-written cases for what OpInfo's samples do not reach
+(``_torch_reach``: non-default arguments, in-place ops through views, host
+scalars and 0-d CPU tensors with every bridge dtype), ids
+``torch/<family>.<op>/<dtype>/<kind>`` (family ``args``, ``inplace`` or
+``scalar``; kind ``samples`` or ``grad``), judged the same way.
+
 Without torch (or with a torch whose OpInfo cannot be imported) the section
 is one skipped case, ``torch/unavailable``, whose message is the reason.
 """
@@ -29,7 +35,7 @@ import functools
 from devicekit.conformance.case import Case, Section, Skip, id_may_contain
 from devicekit.errors import NotImplementedByPlugin
 
-from . import _opinfo
+from . import _opinfo, _torch_reach
 
 KINDS = ("samples", "noncontig", "grad")
 
@@ -46,7 +52,7 @@ def _corpus():
     for op in op_db:
         if _opinfo.scope(op, packets):
             in_scope.setdefault(_opinfo.full_name(op), op)
-    return torch, dkt, in_scope, len(op_db)
+    return torch, dkt, in_scope, len(op_db), _torch_reach.families(torch)
 
 
 def _floor(target):
@@ -56,8 +62,9 @@ def _floor(target):
 
 #: Every case id of the section, by its segments (``case.id_may_contain``):
 #: ``torch/<opinfo>[.<variant>]/<dtype>/<kind>`` (the dtypes ``_opinfo.dtypes_of``
-#: gives), or ``torch/unavailable``. ``cases`` holds the ids to it.
-ID_SHAPES = (("torch", None, ("float32", *_opinfo.HALF, "bool", "int64"), KINDS),
+#: gives), ``torch/<family>.<op>/<dtype>/<kind>`` (``_torch_reach``: every
+#: dtype the bridge has), or ``torch/unavailable``. ``cases`` holds the ids to it.
+ID_SHAPES = (("torch", None, _torch_reach.BRIDGE_DTYPES, KINDS),
              ("torch", "unavailable"))
 
 
@@ -65,7 +72,7 @@ def _may_select(patterns, exact, ops):
     """Whether a filtered run can select a case of this section, decided
     without torch: a run filtered to other sections never imports torch or
     builds the OpInfo corpus (a worker start costs 13 s with them, 1 s without)."""
-    return (any(p.startswith("opinfo:") for p in ops)
+    return (any(p.startswith(("opinfo:", "reach:")) for p in ops)
             or any(i.startswith("torch/") for i in exact)
             or any(id_may_contain(shape, p) for p in patterns for shape in ID_SHAPES))
 
@@ -79,7 +86,7 @@ def status(target):
     c = _corpus()
     if isinstance(c, str):
         return {"line": f"torch section skipped: {c}", "available": False, "reason": c}
-    torch, _, in_scope, total = c
+    torch, _, in_scope, total, _ = c
     cap = _opinfo.sample_cap()
     return {"line": f"torch {torch.__version__}: {len(in_scope)} of {total} OpInfos name a lowered "
                     f"ATen op ({total - len(in_scope)} not attempted); at most "
@@ -94,7 +101,7 @@ def cases(target):
     if isinstance(c, str):
         return [Case(id="torch/unavailable", fn=_skip(c), section="torch", required=False)]
 
-    torch, _, in_scope, _ = c
+    torch, _, in_scope, _, reach = c
     out = []
     for name, op in in_scope.items():
         if "/" in name:  # the id's shape (ID_SHAPES), which filtered runs rely on
@@ -105,6 +112,13 @@ def cases(target):
                 out.append(Case(id=f"torch/{name}/{dtype}/{kind}", section="torch",
                                 op=f"opinfo:{name}", dtype=dtype, required=False, level=level,
                                 fn=functools.partial(_run, name, dtype, kind)))
+    for name, entry in reach.items():
+        for dtype in entry.dtypes:
+            kinds = ("samples", "grad") if entry.grad and dtype == "float32" else ("samples",)
+            for kind in kinds:
+                out.append(Case(id=f"torch/{name}/{dtype}/{kind}", section="torch",
+                                op=f"reach:{name}", dtype=dtype, required=False, level="core",
+                                fn=functools.partial(_run_reach, name, dtype, kind)))
     return out
 
 
@@ -116,13 +130,17 @@ def _skip(reason):
     return fn
 
 
-def _run(name, dtype, kind, ctx):
-    torch, dkt, in_scope, _ = _corpus()
-    op = in_scope[name]
+def _device_of(dkt, ctx):
     try:
-        dev = dkt.prefer(ctx.device.name)  # dk:0: torch's autograd serves dk:0 only
+        return dkt.prefer(ctx.device.name)  # dk:0: torch's autograd serves dk:0 only
     except Exception as e:  # noqa: BLE001 - e.g. a --plugin build devicekit.torch does not list
         raise Skip(f"devicekit.torch has no torch device for {ctx.device.name}: {e}") from None
+
+
+def _run(name, dtype, kind, ctx):
+    torch, dkt, in_scope, _, _ = _corpus()
+    op = in_scope[name]
+    dev = _device_of(dkt, ctx)
     torch.manual_seed(ctx.seed)  # OpInfo draws its sample values from torch's global generator
     try:
         made = _opinfo.samples(op, dtype, kind, torch)
@@ -212,6 +230,91 @@ class _Samples:
         for a in missing:
             if a not in lowered:
                 self.unlowered[a] = self.unlowered.get(a, 0) + 1
+
+
+def _run_reach(name, dtype, kind, ctx):
+    torch, dkt, _, _, reach = _corpus()
+    entry = reach[name]
+    dev = _device_of(dkt, ctx)
+    gen = torch.Generator().manual_seed(ctx.seed)
+    made = entry.samples(torch, dtype, gen)
+    run = _Reach(entry, dtype, kind, ctx.seed, dev, torch, dkt)
+    for text, fn, inputs in made:
+        run.sample(text, fn, inputs)
+    ctx.details.update(torch={"reach": name, "kind": kind, "samples": len(made),
+                              "outcomes": run.counts, "aten": run.aten,
+                              "unlowered": run.unlowered})
+    _verdict(run, f"{name} ({dtype}, {kind}; torch {torch.__version__})", len(made))
+
+
+class _Reach(_Samples):
+    """A hand-written case's samples (``_torch_reach``): ``fn(*inputs)`` with
+    the inputs on the device vs on the CPU, compared like OpInfo samples
+    (values, shape and dtype)."""
+
+    def sample(self, text, fn, inputs):
+        torch = self.torch
+        truth = None
+        if self.dtype == "float32":
+            def truth():
+                return _opinfo.to_cpu(self.call(fn, [_up(t, torch) for t in inputs]), torch)
+        try:
+            expected = _opinfo.to_cpu(self.call(fn, inputs), torch)
+        except Exception as e:  # noqa: BLE001 - torch on the CPU refuses it: not a sample
+            return self.skip(text, f"torch on the CPU raises {type(e).__name__}")
+        if self.kind == "grad" and expected is None:
+            return self.skip(text, "no differentiable output")
+        self.dkt.clear_pending_errors()
+        rec = _opinfo.recorder(self.dkt)
+        try:
+            on_dev = [self.move(t) for t in inputs]
+            with _opinfo.recording(rec):
+                out = self.call(fn, on_dev)
+            actual = _opinfo.to_cpu(out, torch)
+            bad = _opinfo.compare(actual, expected, self.dtype, self.kind, torch, "", truth)
+            outcome, why = ("pass", None) if bad is None else ("fail", bad)
+        except NotImplementedError as e:
+            outcome, why = "not-implemented", (str(e).splitlines()[0][:300], None, None)
+        except Exception as e:  # noqa: BLE001
+            outcome, why = "error", (f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                                     None, None)
+        lowered, missing = _opinfo.reached(rec)
+        self.count(outcome, lowered, missing)
+        if outcome == "not-implemented":
+            self.gaps.append(f"{text}: {why[0]}")
+            for row in rec.rows.values():
+                self.needs |= row.get("needs", set())
+        elif outcome in ("fail", "error"):
+            self.problems.append((outcome, f"{text}: {why[0]}\n"
+                                           f"    ATen ops reached: {_ops_line(lowered)}", why))
+
+    def move(self, t):
+        torch = self.torch
+        return t.to(self.dev) if isinstance(t, torch.Tensor) else t
+
+    def call(self, fn, inputs):
+        """fn's results, or for kind "grad" the gradients of sum(out * w) (w
+        seeded by the case) w.r.t. the floating inputs (None: nothing to differentiate)."""
+        torch = self.torch
+        if self.kind != "grad":
+            return fn(*inputs)
+        ins = [t.detach().requires_grad_(True) if isinstance(t, torch.Tensor)
+               and t.dtype.is_floating_point else t for t in inputs]
+        out = fn(*ins)
+        outs = [o for o in _opinfo._flat(out, torch)
+                if isinstance(o, torch.Tensor) and o.requires_grad]
+        wrt = [t for t in ins if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not outs or not wrt:
+            return None
+        g = torch.Generator().manual_seed(self.seed)
+        ws = [torch.randn(o.shape, generator=g, dtype=o.dtype).to(o.device) for o in outs]
+        grads = torch.autograd.grad(outs, wrt, ws, allow_unused=True)
+        return tuple(torch.zeros_like(w) if d is None else d for d, w in zip(grads, wrt))
+
+
+def _up(t, torch):
+    """float32 inputs in float64 (the truth :func:`_opinfo.compare` may consult)."""
+    return t.double() if isinstance(t, torch.Tensor) and t.dtype == torch.float32 else t
 
 
 def _verdict(run, head, n_made):

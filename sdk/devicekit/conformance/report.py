@@ -87,17 +87,24 @@ def torch_summary(rows, status=None):
     run has no torch case. ``per_aten_op``: {op: {pass, fail, error,
     not-implemented, total (samples that reached it), opinfos}}; ``unlowered``:
     {ATen op with no lowering, or whose base op the plugin lacks: samples};
-    ``samples``: {outcome: n}; and the section's facts (torch version, op_db
-    entries, OpInfos in scope, not attempted, sample cap) or why it was skipped."""
+    ``samples``: {outcome: n} (these three of OpInfo samples only);
+    ``reach_samples``: {outcome: n} of the hand-written cases (``_torch_reach``);
+    and the section's facts (torch version, op_db entries, OpInfos in scope,
+    not attempted, sample cap) or why it was skipped."""
     mine = [r for r in rows if r["section"] == "torch"]
     if not mine:
         return None
     facts = dict(((status or {}).get("sections") or {}).get("torch") or {})
     facts.pop("line", None)
     per_op, unlowered, samples = {}, {}, {o: 0 for o in (*TORCH_OUTCOMES, SKIPPED)}
+    reach = {o: 0 for o in (*TORCH_OUTCOMES, SKIPPED)}
     for r in mine:
         t = (r.get("details") or {}).get("torch")
         if not t:
+            continue
+        if t.get("reach"):  # a hand-written case (_torch_reach): its samples apart
+            for o, n in t.get("outcomes", {}).items():
+                reach[o] = reach.get(o, 0) + n
             continue
         for o, n in t.get("outcomes", {}).items():
             samples[o] = samples.get(o, 0) + n
@@ -114,7 +121,7 @@ def torch_summary(rows, status=None):
     out = {"available": facts.pop("available", not skipped), **facts}
     if skipped:
         out["reason"] = skipped[0].get("message", "")
-    out.update(samples=samples, unlowered=dict(sorted(unlowered.items())),
+    out.update(samples=samples, reach_samples=reach, unlowered=dict(sorted(unlowered.items())),
                per_aten_op={op: {**c, "opinfos": len(c["opinfos"])}
                             for op, c in sorted(per_op.items())})
     return out

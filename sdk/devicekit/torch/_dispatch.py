@@ -235,9 +235,32 @@ def _unlowered(func, args, kwargs, rec, reason):
 def _run(lowering, args, kwargs):
     if lowering.raw:
         return lowering.fn(*args, **kwargs)
-    out = lowering.fn(*[a._dk if type(a) is DKTensor else unwrap(a) for a in args],
-                      **(unwrap_kwargs(kwargs) if kwargs else {}))
+    vals = [a._dk if type(a) is DKTensor else unwrap(a) for a in args]
+    if any(type(a) is torch.Tensor for a in args):  # a CPU operand (0-d, else unwrap raised)
+        vals = _zero_d_operands(args, vals)
+    out = lowering.fn(*vals, **(unwrap_kwargs(kwargs) if kwargs else {}))
     return wrap(out) if type(out) is bridge.Tensor else rewrap(out)  # (the common case first)
+
+
+def _category(dtype):
+    return 0 if dtype == torch.bool else 2 if dtype.is_floating_point else 1
+
+
+def _zero_d_operands(args, vals):
+    """torch's promotion gives a 0-d CPU tensor operand whose category (bool <
+    integer < floating) is above every dk tensor operand's its own dtype (int8
+    dk tensor + 0-d float16 tensor is float16; bool + 0-d int8 is int8); the
+    host number ``unwrap`` makes of it would give the default dtype (float32,
+    int64). Such an operand goes to the device as a 0-d tensor, which
+    DeviceKit's promotion treats as torch does. Of a lower or the same
+    category it stays a number: it cannot change the result dtype then."""
+    dks = [a for a in args if type(a) is DKTensor]
+    if not dks:
+        return vals
+    top = max(_category(a.dtype) for a in dks)
+    dev = dks[0]._dk.device
+    return [_device.from_host(a, dev) if type(a) is torch.Tensor and _category(a.dtype) > top
+            else v for a, v in zip(args, vals)]
 
 
 def _decomposition(func):

@@ -21,7 +21,11 @@ aten = torch.ops.aten
 
 
 def _scaled(b, alpha):
-    return b if alpha == 1 else ops.mul(b, alpha)
+    if alpha == 1:
+        return b
+    # add.Scalar(x, 2, alpha=3): the other operand is a host number, which
+    # ops.mul refuses (it needs a tensor operand); torch scales it on the host
+    return b * alpha if isinstance(b, (bool, int, float)) else ops.mul(b, alpha)
 
 
 _HALF = (_dt.float16.id, _dt.bfloat16.id)

@@ -1,0 +1,137 @@
+"""``coverage_run.py --bridge``: Python line and branch coverage of the torch
+bridge (``devicekit/torch``) under the conformance ``torch`` section.
+
+coverage.py measures every Python process of the run: the CLI and each
+conformance worker start it themselves through coverage's ``.pth`` hook
+(``COVERAGE_PROCESS_START`` names the rc file written to --out), each
+writes its own data file (``parallel``), and they are combined after the
+run. ``source`` is the folder of the installed ``devicekit/torch`` (a path,
+not ``source_pkgs``: resolving a package at start-up imports devicekit and
+numpy before the process does, and numpy refuses a second load). A worker
+killed at its per-case timeout loses its data, as in the gcov run.
+
+Writes to --out: ``bridge.json`` (coverage.py's JSON report: per file and
+function, executed and missing lines and branches), ``bridge-html/``
+(coverage.py's HTML pages, branches marked per line), ``bridge-unreached.txt``
+(per file and function, the branches no case took, as ``line->destination``;
+a negative destination is the function's exit), and ``bridge-summary.json``.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+#: The files a lowering lives in (the table and the dispatch too): the ones
+#: the per-file table prints first.
+LOWERING = ("_lower_", "_dispatch.py", "_table.py")
+
+
+def torch_dir():
+    import devicekit
+    return os.path.join(os.path.dirname(os.path.abspath(devicekit.__file__)), "torch")
+
+
+def write_rc(out):
+    data = os.path.join(out, ".coverage")
+    rc = os.path.join(out, ".coveragerc-bridge")
+    with open(rc, "w") as f:
+        f.write("[run]\nbranch = True\nparallel = True\n"
+                f"source =\n    {torch_dir()}\ndata_file = {data}\n")
+    for n in os.listdir(out):  # a previous run's data would add up with this one's
+        if n.startswith(".coverage") and n != os.path.basename(rc):
+            os.unlink(os.path.join(out, n))
+    return rc
+
+
+def run(args):
+    """Runs the torch section under coverage.py and writes the reports; the exit status."""
+    try:
+        import coverage
+    except ImportError:
+        print("coverage_run.py --bridge needs coverage.py: pip install 'devicekit[coverage]'",
+              file=sys.stderr)
+        return 2
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    rc = write_rc(out)
+    env = dict(os.environ, COVERAGE_PROCESS_START=rc)
+    patterns = args.patterns or ["torch/"]
+    cmd = [sys.executable, "-m", "devicekit", "conformance", "--device", args.device,
+           "--jobs", str(args.jobs), "--level", args.level, "--timeout", str(args.timeout),
+           "--report", os.path.join(out, "conformance-bridge")]
+    for p in patterns:
+        cmd += ["-k", p]
+    times = {}
+    start = time.monotonic()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    times["conformance"] = time.monotonic() - start
+    tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-3:])
+    print(f"conformance {' '.join('-k ' + p for p in patterns)} --level {args.level} under "
+          f"coverage.py: exit {r.returncode} ({times['conformance']:.0f} s)\n{tail}", flush=True)
+
+    start = time.monotonic()
+    cov = coverage.Coverage(config_file=rc)
+    cov.combine()
+    cov.save()
+    cov.json_report(outfile=os.path.join(out, "bridge.json"), pretty_print=False)
+    cov.html_report(directory=os.path.join(out, "bridge-html"),
+                    title="devicekit.torch under the conformance torch section")
+    times["report"] = time.monotonic() - start
+    with open(os.path.join(out, "bridge.json")) as f:
+        data = json.load(f)
+    table = files(data)
+    print(f"\nbridge coverage (devicekit/torch; {', '.join(patterns)}, level {args.level}):")
+    print(format_table(table))
+    rows = unreached(data)
+    with open(os.path.join(out, "bridge-unreached.txt"), "w") as f:
+        for file, fn, arcs in rows:
+            f.write(f"{file}  {fn}: {len(arcs)} untaken branches: "
+                    f"{', '.join(f'{a}->{b}' for a, b in arcs)}\n")
+    lc, lt, bc, bt = (sum(row[i] for row in table.values()) for i in range(4))
+    summary = {"patterns": patterns, "level": args.level, "lines": [lc, lt],
+               "branches": [bc, bt], "files": {k: list(v) for k, v in table.items()},
+               "seconds": times, "conformance_exit": r.returncode}
+    with open(os.path.join(out, "bridge-summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(f"\nreports: {out}/bridge-html/index.html, bridge-unreached.txt ({len(rows)} functions "
+          f"with untaken branches), bridge.json")
+    return 1 if r.returncode else 0
+
+
+def _name(path):
+    return os.path.relpath(path, os.path.dirname(os.path.dirname(torch_dir()))).replace(os.sep, "/")
+
+
+def files(data):
+    """{devicekit/torch/FILE: (lines covered, lines, branches covered, branches)}"""
+    out = {}
+    for path, f in data["files"].items():
+        s = f["summary"]
+        out[_name(path)] = (s["covered_lines"], s["num_statements"], s["covered_branches"],
+                            s["num_branches"])
+    return dict(sorted(out.items(), key=lambda kv: (not any(m in kv[0] for m in LOWERING),
+                                                    kv[0])))
+
+
+def unreached(data):
+    """[(file, function, [(line, destination) of each untaken branch])], the
+    functions with the most untaken branches first."""
+    rows = []
+    for path, f in data["files"].items():
+        for fn, g in f.get("functions", {}).items():
+            if g.get("missing_branches"):
+                rows.append((_name(path), fn or "(module)", [tuple(a) for a in g["missing_branches"]]))
+    return sorted(rows, key=lambda r: (-len(r[2]), r[0], r[1]))
+
+
+def format_table(table):
+    def pct(a, b):
+        return f"{100 * a / b:5.1f}%" if b else "    -"
+    lines = [f"  {'file':<40} {'lines':>13} {'':>6} {'branches':>11} {'':>6}"]
+    for name, (lc, lt, bc, bt) in table.items():
+        lines.append(f"  {name:<40} {lc:>6}/{lt:<6} {pct(lc, lt)} {bc:>5}/{bt:<5} {pct(bc, bt)}")
+    lc, lt, bc, bt = (sum(row[i] for row in table.values()) for i in range(4))
+    lines.append(f"  {'total':<40} {lc:>6}/{lt:<6} {pct(lc, lt)} {bc:>5}/{bt:<5} {pct(bc, bt)}")
+    return "\n".join(lines)

@@ -1,0 +1,481 @@
+"""Hand-written torch cases for what OpInfo's samples do not reach.
+
+OpInfo samples mostly call an op with its default arguments, on fresh
+tensors, with tensor operands of one dtype. The bridge's lowerings also
+branch on the rest, and these cases reach it (measured with
+``benchmarks/coverage_run.py --bridge``, docs/coverage.md):
+
+- ``args.<op>``: non-default arguments of the lowered overloads (keepdim,
+  dim None / negative / tuple, ``out=``, ``alpha=``, ``reduction=``,
+  ``ignore_index``, ``label_smoothing``, padding modes, ``align_corners``,
+  ``approximate="tanh"``, pooling and convolution options ...);
+- ``inplace.<op>``: every in-place op written through a view of a base
+  tensor (a slice, a transpose, ``as_strided``, ``diagonal``), the base
+  being the result, so a write that misses the base (or lands beside the
+  view) is wrong;
+- ``scalar.<op>``: a dk tensor of each dtype the bridge has with a host
+  Python scalar (bool, int, float) and with a 0-d CPU tensor of each dtype,
+  on either side, checked for the values AND the result dtype torch's type
+  promotion gives.
+
+Each family entry is one case per dtype: its samples are ``(text, fn,
+inputs)``; ``fn(*inputs)`` runs with the inputs on the CPU (torch, the
+oracle) and moved to the device (a 0-d CPU tensor meant to stay on the CPU
+is captured by ``fn``, not an input). Kind ``grad`` runs the floating inputs'
+gradients of ``sum(out * w)`` on both sides. Nothing here imports torch at
+import time: ``families(torch)`` builds the tables.
+"""
+
+#: The families, the first segment of a case's name (``torch/<family>.<op>/<dtype>/<kind>``).
+FAMILIES = ("args", "inplace", "scalar")
+
+#: The torch dtype names the bridge maps to DeviceKit dtypes (``_device._TO_DK``).
+BRIDGE_DTYPES = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8",
+                 "bool")
+
+
+class Entry:
+    """One case per dtype in ``dtypes``: ``samples(torch, dtype, gen)`` gives
+    the (text, fn, inputs) list; ``grad``: a grad case too (float32)."""
+
+    __slots__ = ("name", "samples", "dtypes", "grad")
+
+    def __init__(self, name, samples, dtypes=("float32",), grad=True):
+        self.name, self.samples, self.dtypes, self.grad = name, samples, dtypes, grad
+
+
+def families(torch):
+    """{case name: Entry} of every family."""
+    out = {}
+    for e in _args(torch) + _inplace(torch) + _scalar(torch):
+        if e.name in out:
+            raise RuntimeError(f"reach case {e.name} defined twice")
+        out[e.name] = e
+    return out
+
+
+# ---- args: non-default arguments --------------------------------------------------
+
+def _args(torch):
+    F = torch.nn.functional
+
+    def r(gen, *shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=gen, dtype=torch.float32).to(dtype)
+
+    def ints(gen, hi, *shape):
+        return torch.randint(0, hi, shape, generator=gen)
+
+    def entry(name, fn_list, grad=True):
+        def samples(torch, dtype, gen):
+            return [(text, fn, make(gen)) for text, fn, make in fn_list]
+        return Entry(f"args.{name}", samples, grad=grad)
+
+    def x(*shape):
+        return lambda gen: [r(gen, *shape)]
+
+    def xy(*shape):
+        return lambda gen: [r(gen, *shape), r(gen, *shape)]
+
+    def xyz(*shape):
+        return lambda gen: [r(gen, *shape), r(gen, *shape), r(gen, *shape)]
+
+    def mask(gen, *shape):
+        return torch.rand(*shape, generator=gen) > 0.5
+
+    reductions = [
+        entry("sum", [
+            ("dim tuple, keepdim", lambda a: a.sum((0, -1), keepdim=True), x(3, 4, 5)),
+            ("negative dim", lambda a: a.sum(-2), x(3, 4, 5)),
+            ("dim=None, keepdim", lambda a: torch.sum(a, None, keepdim=True), x(3, 4)),
+            ("empty dim list", lambda a: torch.sum(a, []), x(3, 4)),
+            ("dtype=float64", lambda a: a.sum(1, dtype=torch.float64), x(3, 4)),
+            ("out=", lambda a: torch.sum(a, 1, out=torch.empty(3, device=a.device)), x(3, 4)),
+        ]),
+        entry("mean", [
+            ("dim tuple, keepdim", lambda a: a.mean((1, 2), keepdim=True), x(2, 3, 4)),
+            ("negative dim", lambda a: a.mean(-1), x(2, 3, 4)),
+            ("dim=None, keepdim", lambda a: torch.mean(a, None, keepdim=True), x(3, 4)),
+            ("dtype=float64", lambda a: a.mean(0, dtype=torch.float64), x(3, 4)),
+        ]),
+        entry("amax_amin", [
+            ("amax dim tuple, keepdim", lambda a: a.amax((0, 2), keepdim=True), x(2, 3, 4)),
+            ("amin negative dim", lambda a: a.amin(-1), x(2, 3, 4)),
+            ("amax all dims", lambda a: a.amax(), x(2, 3)),
+        ]),
+        entry("max_min_dim", [
+            ("max dim keepdim", lambda a: a.max(1, keepdim=True), x(3, 4)),
+            ("min negative dim", lambda a: a.min(-1), x(3, 4)),
+            ("max all", lambda a: a.max(), x(3, 4)),
+        ]),
+        entry("argmax_argmin", [
+            ("argmax dim=None", lambda a: a.argmax(), x(3, 4)),
+            ("argmax dim=None keepdim", lambda a: torch.argmax(a, None, keepdim=True), x(3, 4)),
+            ("argmin negative dim keepdim", lambda a: a.argmin(-1, keepdim=True), x(3, 4)),
+        ], grad=False),
+        entry("cumsum", [
+            ("negative dim", lambda a: a.cumsum(-1), x(3, 4)),
+            ("dtype=float64", lambda a: a.cumsum(0, dtype=torch.float64), x(3, 4)),
+        ]),
+        entry("var_std", [
+            ("var correction=0", lambda a: a.var(1, correction=0), x(3, 5)),
+            ("var dim tuple keepdim", lambda a: a.var((0, 1), keepdim=True), x(3, 5)),
+            ("var dim=None", lambda a: a.var(), x(3, 5)),
+            ("std correction=2, negative dim", lambda a: a.std(-1, correction=2), x(3, 5)),
+            ("var_mean", lambda a: torch.var_mean(a, 0, keepdim=True), x(3, 5)),
+        ]),
+        entry("any_all", [
+            ("any dim tuple keepdim", lambda m: m.any((0, 1), keepdim=True),
+             lambda gen: [mask(gen, 2, 3, 4)]),
+            ("all negative dim", lambda m: m.all(-1), lambda gen: [mask(gen, 2, 3)]),
+            ("any float input", lambda a: a.any(0), x(3, 4)),
+        ], grad=False),
+        entry("norm", [
+            ("p=1, dim, keepdim", lambda a: torch.linalg.vector_norm(a, 1, dim=1, keepdim=True),
+             x(3, 4)),
+            ("p=inf", lambda a: torch.linalg.vector_norm(a, float("inf")), x(3, 4)),
+            ("p=3 dim tuple", lambda a: torch.linalg.vector_norm(a, 3, dim=(0, 1)), x(3, 4)),
+        ]),
+    ]
+    pointwise = [
+        entry("add_sub", [
+            ("add alpha=2.5", lambda a, b: torch.add(a, b, alpha=2.5), xy(3, 4)),
+            ("sub alpha=-3", lambda a, b: torch.sub(a, b, alpha=-3), xy(3, 4)),
+            ("rsub alpha=0.5", lambda a, b: torch.rsub(a, b, alpha=0.5), xy(3, 4)),
+            ("add Scalar alpha", lambda a: torch.add(a, 2, alpha=3), x(3, 4)),
+            ("add out=", lambda a, b: torch.add(a, b, out=torch.empty(3, 4, device=a.device)),
+             xy(3, 4)),
+        ]),
+        entry("mul_out", [
+            ("mul out=", lambda a, b: torch.mul(a, b, out=torch.empty(3, 4, device=a.device)),
+             xy(3, 4)),
+            ("mul out= broadcast", lambda a, b: torch.mul(a, b[:1], out=torch.empty(
+                3, 4, device=a.device)), xy(3, 4)),
+        ], grad=False),
+        entry("div_mode", [
+            ("trunc", lambda a, b: torch.div(a * 4, b, rounding_mode="trunc"), xy(3, 4)),
+            ("floor", lambda a, b: torch.div(a * 4, b, rounding_mode="floor"), xy(3, 4)),
+            ("floor Scalar", lambda a: torch.div(a * 4, 0.7, rounding_mode="floor"), x(3, 4)),
+            ("int floor", lambda a, b: torch.div(a, b, rounding_mode="floor"),
+             lambda gen: [ints(gen, 20, 3, 4) - 10, ints(gen, 5, 3, 4) + 1]),
+            ("int trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+             lambda gen: [ints(gen, 20, 3, 4) - 10, ints(gen, 5, 3, 4) + 1]),
+        ], grad=False),
+        entry("clamp", [
+            ("min only", lambda a: a.clamp(min=-0.3), x(3, 4)),
+            ("max only", lambda a: a.clamp(max=0.2), x(3, 4)),
+            ("tensor bounds", lambda a, lo, hi: a.clamp(lo - 1, hi + 1), xyz(3, 4)),
+            ("tensor min only", lambda a, lo: torch.clamp(a, min=lo), xy(3, 4)),
+            ("clamp_min tensor", lambda a, lo: torch.clamp_min(a, lo), xy(3, 4)),
+            ("clamp_max tensor", lambda a, hi: torch.clamp_max(a, hi), xy(3, 4)),
+        ]),
+        entry("lerp_addc", [
+            ("lerp tensor weight", lambda a, b, w: torch.lerp(a, b, w), xyz(3, 4)),
+            ("lerp scalar weight 0.75", lambda a, b: torch.lerp(a, b, 0.75), xy(3, 4)),
+            ("addcmul value=-2", lambda a, b, c: torch.addcmul(a, b, c, value=-2), xyz(3, 4)),
+            ("addcdiv value=0.5", lambda a, b, c: torch.addcdiv(a, b, c.abs() + 1, value=0.5),
+             xyz(3, 4)),
+        ]),
+        entry("tri", [
+            ("tril diagonal=-1", lambda a: a.tril(-1), x(4, 5)),
+            ("triu diagonal=2", lambda a: a.triu(2), x(4, 5)),
+            ("tril batched diagonal=1", lambda a: a.tril(1), x(2, 3, 4)),
+        ]),
+        entry("where_masked_fill", [
+            ("where scalar other", lambda m, a: torch.where(m, a, 2.0),
+             lambda gen: [mask(gen, 3, 4), r(gen, 3, 4)]),
+            ("where scalar self", lambda m, a: torch.where(m, -1.5, a),
+             lambda gen: [mask(gen, 3, 4), r(gen, 3, 4)]),
+            ("masked_fill 0-d tensor value", lambda a, m: a.masked_fill(m, torch.tensor(3.0)),
+             lambda gen: [r(gen, 3, 4), mask(gen, 3, 4)]),
+            ("masked_fill broadcast mask", lambda a, m: a.masked_fill(m, -2.0),
+             lambda gen: [r(gen, 3, 4), mask(gen, 1, 4)]),
+        ]),
+    ]
+    nn = [
+        entry("gelu", [
+            ("approximate=tanh", lambda a: F.gelu(a, approximate="tanh"), x(3, 4)),
+        ]),
+        entry("softmax", [
+            ("negative dim", lambda a: F.softmax(a, -2), x(3, 4, 5)),
+            ("log_softmax dim 0", lambda a: F.log_softmax(a, 0), x(3, 4)),
+            ("softmax dtype=float64", lambda a: F.softmax(a, 1, dtype=torch.float64), x(3, 4)),
+        ]),
+        entry("cross_entropy", [
+            ("reduction=sum", lambda a, t: F.cross_entropy(a, t, reduction="sum"),
+             lambda gen: [r(gen, 5, 4), ints(gen, 4, 5)]),
+            ("reduction=none", lambda a, t: F.cross_entropy(a, t, reduction="none"),
+             lambda gen: [r(gen, 5, 4), ints(gen, 4, 5)]),
+            ("ignore_index=1", lambda a, t: F.cross_entropy(a, t, ignore_index=1),
+             lambda gen: [r(gen, 6, 3), torch.tensor([0, 1, 2, 1, 0, 2])]),
+            ("label_smoothing=0.2", lambda a, t: F.cross_entropy(a, t, label_smoothing=0.2),
+             lambda gen: [r(gen, 5, 4), ints(gen, 4, 5)]),
+            ("class weights", lambda a, t, w: F.cross_entropy(a, t, weight=w.abs() + 0.5),
+             lambda gen: [r(gen, 5, 4), ints(gen, 4, 5), r(gen, 4)]),
+            ("weights, ignore_index, sum", lambda a, t, w: F.cross_entropy(
+                a, t, weight=w.abs() + 0.5, ignore_index=0, reduction="sum"),
+             lambda gen: [r(gen, 6, 3), torch.tensor([0, 1, 2, 1, 0, 2]), r(gen, 3)]),
+            ("spatial (N, C, d)", lambda a, t: F.cross_entropy(a, t),
+             lambda gen: [r(gen, 2, 3, 4), ints(gen, 3, 2, 4)]),
+        ]),
+        entry("nll_mse", [
+            ("nll reduction=none", lambda a, t: F.nll_loss(a, t, reduction="none"),
+             lambda gen: [r(gen, 5, 4), ints(gen, 4, 5)]),
+            ("mse reduction=sum", lambda a, b: F.mse_loss(a, b, reduction="sum"), xy(3, 4)),
+            ("mse reduction=none", lambda a, b: F.mse_loss(a, b, reduction="none"), xy(3, 4)),
+        ]),
+        entry("pad", [
+            ("constant value=1.5", lambda a: F.pad(a, (1, 2, 0, 1), value=1.5), x(2, 3, 4)),
+            ("negative pad (crop)", lambda a: F.pad(a, (-1, 1, 1, -1)), x(2, 3, 4)),
+            ("reflect", lambda a: F.pad(a, (1, 2), mode="reflect"), x(2, 3, 5)),
+            ("replicate", lambda a: F.pad(a, (1, 2, 2, 1), mode="replicate"), x(1, 2, 3, 4)),
+            ("circular", lambda a: F.pad(a, (1, 2), mode="circular"), x(2, 3, 5)),
+        ]),
+        entry("interpolate", [
+            ("bilinear align_corners=True", lambda a: F.interpolate(
+                a, size=(5, 7), mode="bilinear", align_corners=True), x(1, 2, 3, 4)),
+            ("bilinear align_corners=False", lambda a: F.interpolate(
+                a, scale_factor=2, mode="bilinear", align_corners=False), x(1, 2, 3, 4)),
+            ("nearest", lambda a: F.interpolate(a, scale_factor=2, mode="nearest"),
+             x(1, 2, 3, 4)),
+        ]),
+        entry("norms", [
+            ("layer_norm no affine", lambda a: F.layer_norm(a, (4,)), x(3, 4)),
+            ("layer_norm two dims, eps", lambda a, w: F.layer_norm(a, (3, 4), w[0], None,
+                                                                   eps=1e-2), xy(2, 3, 4)),
+            ("group_norm no affine", lambda a: F.group_norm(a, 2), x(2, 4, 3)),
+            ("batch_norm eval", lambda a, m, v: F.batch_norm(a, m, v.abs() + 0.5,
+                                                             training=False),
+             lambda gen: [r(gen, 4, 3), r(gen, 3), r(gen, 3)]),
+            ("batch_norm training momentum", lambda a: F.batch_norm(
+                a, None, None, training=True, momentum=0.3), x(4, 3, 2)),
+        ]),
+        entry("pool", [
+            ("max_pool2d ceil_mode, padding, dilation", lambda a: F.max_pool2d(
+                a, 3, stride=2, padding=1, dilation=1, ceil_mode=True), x(1, 2, 7, 6)),
+            ("max_pool2d dilation=2", lambda a: F.max_pool2d(a, 2, dilation=2), x(1, 2, 7, 6)),
+            ("avg_pool2d count_include_pad=False", lambda a: F.avg_pool2d(
+                a, 3, stride=2, padding=1, count_include_pad=False), x(1, 2, 7, 6)),
+            ("avg_pool2d ceil_mode, divisor_override", lambda a: F.avg_pool2d(
+                a, 2, ceil_mode=True, divisor_override=3), x(1, 2, 5, 5)),
+            ("adaptive_max_pool2d uneven", lambda a: F.adaptive_max_pool2d(a, (3, 2)),
+             x(1, 2, 7, 5)),
+            ("adaptive_avg_pool2d uneven", lambda a: F.adaptive_avg_pool2d(a, (3, 2)),
+             x(1, 2, 7, 5)),
+            ("avg_pool3d count_include_pad=False", lambda a: F.avg_pool3d(
+                a, 2, padding=1, count_include_pad=False), x(1, 1, 3, 4, 4)),
+        ]),
+        entry("conv", [
+            ("conv2d stride, padding, dilation", lambda a, w, b: F.conv2d(
+                a, w, b, stride=2, padding=1, dilation=2),
+             lambda gen: [r(gen, 1, 2, 7, 7), r(gen, 3, 2, 3, 3), r(gen, 3)]),
+            ("conv2d groups=2, no bias", lambda a, w: F.conv2d(a, w, groups=2),
+             lambda gen: [r(gen, 1, 4, 5, 5), r(gen, 4, 2, 3, 3)]),
+            ("conv2d padding=same", lambda a, w: F.conv2d(a, w, padding="same"),
+             lambda gen: [r(gen, 1, 2, 5, 5), r(gen, 3, 2, 3, 3)]),
+            ("conv1d asymmetric", lambda a, w: F.conv1d(a, w, stride=3, padding=2),
+             lambda gen: [r(gen, 2, 2, 9), r(gen, 3, 2, 4)]),
+            ("conv_transpose2d output_padding", lambda a, w: F.conv_transpose2d(
+                a, w, stride=2, padding=1, output_padding=1),
+             lambda gen: [r(gen, 1, 2, 4, 4), r(gen, 2, 3, 3, 3)]),
+        ]),
+        entry("embedding", [
+            ("padding_idx=1", lambda w, i: F.embedding(i, w, padding_idx=1),
+             lambda gen: [r(gen, 5, 3), torch.tensor([[0, 1, 2], [1, 4, 1]])]),
+            ("negative padding_idx", lambda w, i: F.embedding(i, w, padding_idx=-1),
+             lambda gen: [r(gen, 5, 3), torch.tensor([0, 4, 4, 2])]),
+        ]),
+        entry("sdpa", [
+            ("is_causal, scale", lambda q, k, v: F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=0.3), xyz(1, 2, 4, 8)),
+            ("bool mask", lambda q, k, v, m: F.scaled_dot_product_attention(
+                q, k, v, attn_mask=m | torch.eye(4, dtype=torch.bool, device=m.device)),
+             lambda gen: [r(gen, 1, 2, 4, 8), r(gen, 1, 2, 4, 8), r(gen, 1, 2, 4, 8),
+                          mask(gen, 4, 4)]),
+            ("float mask", lambda q, k, v, m: F.scaled_dot_product_attention(
+                q, k, v, attn_mask=m), lambda gen: [r(gen, 1, 2, 4, 8), r(gen, 1, 2, 4, 8),
+                                                     r(gen, 1, 2, 4, 8), r(gen, 4, 4)]),
+        ]),
+    ]
+    select = [
+        entry("index_ops", [
+            ("gather negative dim", lambda a, i: a.gather(-1, i),
+             lambda gen: [r(gen, 3, 4), ints(gen, 4, 3, 2)]),
+            ("index_select negative dim", lambda a, i: a.index_select(-1, i),
+             lambda gen: [r(gen, 3, 4), torch.tensor([3, 0, 0])]),
+            ("index negative indices", lambda a, i: a[i],
+             lambda gen: [r(gen, 5, 3), torch.tensor([-1, 0, -5])]),
+            ("index_put accumulate", lambda a, i, v: a.index_put((i,), v, accumulate=True),
+             lambda gen: [r(gen, 5, 3), torch.tensor([1, 1, 4]), r(gen, 3, 3)]),
+            ("scatter reduce=add", lambda a, i, s: a.scatter(0, i, s, reduce="add"),
+             lambda gen: [r(gen, 3, 4), ints(gen, 3, 2, 4), r(gen, 2, 4)]),
+            ("scatter value", lambda a, i: a.scatter(1, i, -2.5),
+             lambda gen: [r(gen, 3, 4), ints(gen, 4, 3, 2)]),
+        ]),
+        entry("sort_topk", [
+            ("sort descending stable", lambda a: torch.sort(a, -1, descending=True, stable=True),
+             x(3, 5)),
+            ("topk largest=False, dim 0", lambda a: torch.topk(a, 2, dim=0, largest=False),
+             x(4, 3)),
+            ("topk sorted=True", lambda a: torch.topk(a, 3, sorted=True), x(3, 6)),
+            ("argsort descending", lambda a: torch.argsort(a, 0, descending=True), x(4, 3)),
+        ]),
+        entry("views", [
+            ("split sizes, negative dim", lambda a: torch.split(a, [1, 3], dim=-1), x(3, 4)),
+            ("unbind negative dim", lambda a: a.unbind(-1), x(3, 2)),
+            ("squeeze dims tuple", lambda a: a.squeeze((0, 2)), x(1, 3, 1, 2)),
+            ("roll two dims", lambda a: torch.roll(a, (1, -2), (0, 1)), x(3, 4)),
+            ("roll flat", lambda a: torch.roll(a, 3), x(3, 4)),
+            ("cat negative dim", lambda a, b: torch.cat([a, b], -1), xy(3, 2)),
+            ("stack negative dim", lambda a, b: torch.stack([a, b], -1), xy(3, 2)),
+        ]),
+    ]
+    def half(name, fn_list):
+        """Floating samples in float16 and bfloat16 (the lowerings compute 16-bit
+        operands in float32 and round once: ``_lower_ops._in_float32``)."""
+        def samples(torch, dtype, gen):
+            dt = getattr(torch, dtype)
+            return [(text, fn, [t.to(dt) if t.is_floating_point() else t for t in make(gen)])
+                    for text, fn, make in fn_list]
+        return Entry(f"args.{name}", samples, dtypes=("float16", "bfloat16"), grad=False)
+
+    more = [
+        entry("index_put_masks", [
+            ("bool mask, one value, accumulate", lambda a, m: a.index_put(
+                (m,), torch.tensor(1.5, device=a.device), accumulate=True),
+             lambda gen: [r(gen, 4, 3), mask(gen, 4)]),
+            ("bool mask, one row", lambda a, m, v: a.index_put((m,), v[0]),
+             lambda gen: [r(gen, 4, 3), mask(gen, 4), r(gen, 1, 3)]),
+            ("two adjacent index tensors", lambda a, i, j, v: a.index_put((i, j), v),
+             lambda gen: [r(gen, 4, 3), torch.tensor([0, 3, 1]), torch.tensor([2, 0, 1]),
+                          r(gen, 3)]),
+            ("index on the second dim", lambda a, i, v: torch.ops.aten.index_put(a, [None, i], v),
+             lambda gen: [r(gen, 4, 3), torch.tensor([2, 0]), r(gen, 4, 2)]),
+        ]),
+        entry("to_copy_fill", [
+            ("to float64 and back", lambda a: a.to(torch.float64).to(torch.float32) * 2, x(3, 4)),
+            ("to int32", lambda a: (a * 3).to(torch.int32), x(3, 4)),
+            ("to the same device, copy=True", lambda a: a.to(a.device, copy=True) + 1, x(3, 4)),
+            ("fill_ with a 0-d device tensor", lambda a: a.clone().fill_(
+                torch.tensor(2.5, device=a.device)), x(3, 4)),
+            ("fill_ with a 0-d CPU tensor", lambda a: a.clone().fill_(torch.tensor(-1.5)),
+             x(3, 4)),
+        ], grad=False),
+        entry("layer_norm_affine", [
+            ("weight, no bias", lambda a, w: F.layer_norm(a, (4,), w[0], None), xy(3, 4)),
+            ("bias, no weight", lambda a, b: F.layer_norm(a, (4,), None, b[0]), xy(3, 4)),
+        ]),
+        half("half_math", [
+            ("lerp scalar weight", lambda a, b: torch.lerp(a, b, 0.3), xy(3, 4)),
+            ("addcmul value", lambda a, b, c: torch.addcmul(a, b, c, value=0.5), xyz(3, 4)),
+            ("addcdiv", lambda a, b, c: torch.addcdiv(a, b, c.abs() + 1), xyz(3, 4)),
+            ("vector_norm p=3", lambda a: torch.linalg.vector_norm(a, 3, dim=1), x(3, 4)),
+            ("sum dtype=float32", lambda a: a.sum(1, dtype=torch.float32), x(3, 4)),
+            ("mean keepdim", lambda a: a.mean(-1, keepdim=True), x(3, 4)),
+        ]),
+    ]
+    return reductions + pointwise + nn + select + more
+
+
+# ---- inplace: in-place ops through views ------------------------------------------
+
+def _inplace(torch):
+    """Each op applied to four views of a clone of a 4x6 base; the base is the result."""
+    views = [
+        ("slice [1:, ::2]", lambda b: b[1:, ::2], (3, 3)),
+        ("transpose", lambda b: b.t(), (6, 4)),
+        ("as_strided", lambda b: b.as_strided((2, 3), (1, 6), 2), (2, 3)),
+        ("diagonal", lambda b: b.diagonal(), (4,)),
+    ]
+
+    def entry(name, write, operands=0, grad=True, ints=False):
+        """``write(view, *operands)`` applies the op in place; operands are
+        drawn with the view's shape."""
+        def samples(torch, dtype, gen):
+            out = []
+            for vname, view, shape in views:
+                def fn(base, *ops, _view=view, _write=write):
+                    b = base.clone()
+                    _write(_view(b), *ops)
+                    return b
+                base = (torch.randint(-5, 6, (4, 6), generator=gen) if ints
+                        else torch.randn(4, 6, generator=gen))
+                ops = [torch.randn(*shape, generator=gen) for _ in range(operands)]
+                out.append((f"{name} through {vname}", fn, [base, *ops]))
+            return out
+        return Entry(f"inplace.{name}", samples, dtypes=("int64",) if ints else ("float32",),
+                     grad=grad)
+
+    return [
+        entry("add_", lambda v, o: v.add_(o, alpha=2), 1),
+        entry("sub_", lambda v, o: v.sub_(o), 1),
+        entry("mul_", lambda v, o: v.mul_(o), 1),
+        entry("div_", lambda v, o: v.div_(o.abs() + 1), 1),
+        entry("add_scalar_", lambda v: v.add_(1.5)),
+        entry("mul_scalar_", lambda v: v.mul_(-3)),
+        entry("clamp_", lambda v: v.clamp_(-0.5, 0.5)),
+        entry("clamp_min_", lambda v: v.clamp_min_(0.1)),
+        entry("copy_", lambda v, o: v.copy_(o), 1),
+        entry("copy_broadcast_", lambda v, o: v.copy_(o[..., :1]), 1),
+        entry("fill_", lambda v: v.fill_(2.5)),
+        entry("zero_", lambda v: v.zero_()),
+        entry("masked_fill_", lambda v, o: v.masked_fill_(o > 0, -1.0), 1),
+        entry("index_put_", lambda v, o: v.index_put_(
+            (torch.tensor([0, 1], device=v.device),), o[:2] * 3), 1),
+        entry("addcmul_", lambda v, o: v.addcmul_(o, o, value=0.5), 1),
+        entry("lerp_", lambda v, o: v.lerp_(o, 0.25), 1),
+        entry("neg_", lambda v: v.neg_()),
+        entry("exp_", lambda v: v.exp_()),
+        entry("relu_", lambda v: v.relu_()),
+        entry("pow_", lambda v: v.pow_(2)),
+        entry("int_add_", lambda v: v.add_(3), grad=False, ints=True),
+        entry("int_floor_divide_", lambda v: v.floor_divide_(2), grad=False, ints=True),
+    ]
+
+
+# ---- scalar: host scalars and 0-d CPU tensors with dk tensors ---------------------
+
+def _scalar(torch):
+    """One case per (op, dk dtype): the dk tensor with each host scalar and each
+    0-d CPU tensor (of every bridge dtype), on the left and on the right."""
+    ops = {
+        "add": lambda a, b: a + b,
+        "mul": lambda a, b: a * b,
+        "sub": lambda a, b: a - b,
+        "div": lambda a, b: a / b,
+        "maximum": torch.maximum,
+        "lt": lambda a, b: a < b,
+    }
+
+    def value(torch, dtype, gen, shape=(3, 4)):
+        dt = getattr(torch, dtype)
+        if dt == torch.bool:
+            return torch.rand(*shape, generator=gen) > 0.5
+        if dt.is_floating_point:
+            return (torch.randn(*shape, generator=gen) * 3).to(dt)
+        lo = 0 if dt == torch.uint8 else -5
+        return torch.randint(lo, 6, shape, generator=gen, dtype=dt)
+
+    def host_scalars(torch):
+        out = [("Python bool True", True), ("Python int 3", 3), ("Python float 2.5", 2.5)]
+        for d in BRIDGE_DTYPES:
+            dt = getattr(torch, d)
+            v = True if dt == torch.bool else (2 if not dt.is_floating_point else 1.75)
+            out.append((f"0-d CPU {d} tensor", torch.tensor(v, dtype=dt)))
+        return out
+
+    def entry(opname, fn):
+        def samples(torch, dtype, gen):
+            out = []
+            for text, s in host_scalars(torch):
+                if opname == "maximum" and not isinstance(s, torch.Tensor):
+                    continue  # torch.maximum takes tensors only
+                out.append((f"{dtype} {opname} {text}", lambda a, _s=s: fn(a, _s),
+                            [value(torch, dtype, gen)]))
+                out.append((f"{text} {opname} {dtype}", lambda a, _s=s: fn(_s, a),
+                            [value(torch, dtype, gen)]))
+            return out
+        dtypes = tuple(d for d in BRIDGE_DTYPES if not (opname == "sub" and d == "bool"))
+        return Entry(f"scalar.{opname}", samples, dtypes=dtypes, grad=False)
+
+    return [entry(name, fn) for name, fn in ops.items()]
+

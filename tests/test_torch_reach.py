@@ -1,0 +1,141 @@
+"""The torch section's hand-written cases (conformance_tests/_torch_reach.py:
+non-default arguments, in-place ops through views, host scalars and 0-d CPU
+tensors per dtype) run, pass on the reference plugin, and fail when a bug is
+planted in a lowering (in-process, monkeypatched); and
+``benchmarks/coverage_run.py --bridge`` measures devicekit/torch on a
+one-case run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import HUNG_S
+
+torch = pytest.importorskip("torch", reason="the torch section needs torch")
+try:
+    from torch.testing._internal.common_methods_invocations import op_db  # noqa: F401
+except Exception as e:  # noqa: BLE001
+    pytest.skip(f"torch's OpInfo corpus cannot be imported: {e}", allow_module_level=True)
+pytest.importorskip("coverage", reason="coverage_run.py --bridge needs coverage.py: "
+                                       "pip install 'devicekit[coverage]'")
+
+import devicekit.torch  # noqa: E402,F401  (registers the dk device)
+from devicekit.conformance.case import Target, run_case  # noqa: E402
+from devicekit.conformance_tests import _torch_reach, torch_opinfo  # noqa: E402
+from devicekit.torch import _dispatch, _table  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+aten = torch.ops.aten
+
+#: One case of each family, forward and backward.
+SOME = ("torch/args.mean/float32/samples", "torch/args.mean/float32/grad",
+        "torch/args.clamp/float32/samples", "torch/inplace.add_/float32/samples",
+        "torch/inplace.add_/float32/grad", "torch/scalar.add/int8/samples",
+        "torch/scalar.mul/float16/samples")
+
+
+@pytest.fixture(scope="module")
+def by_id():
+    import devicekit
+    target = Target.of(devicekit.device("cpu:0"), level="full")
+    return target, {c.id: c for c in torch_opinfo.cases(target)}
+
+
+def _run(by_id, case_id):
+    target, cases = by_id
+    return run_case(cases[case_id], target)
+
+
+def test_families_are_cases_of_the_torch_section(by_id):
+    _, cases = by_id
+    reach = [i for i in cases if i.split("/")[1].split(".")[0] in _torch_reach.FAMILIES]
+    for fam in _torch_reach.FAMILIES:
+        assert sum(i.startswith(f"torch/{fam}.") for i in reach) >= 10, fam
+    # every bridge dtype has scalar cases; the grad kind exists for float32 entries
+    for d in _torch_reach.BRIDGE_DTYPES:
+        assert f"torch/scalar.add/{d}/samples" in cases, d
+    assert "torch/args.cross_entropy/float32/grad" in cases
+    assert set(SOME) <= set(cases)
+
+
+def test_the_families_pass_on_cpu0_with_their_samples_counted(by_id):
+    for case_id in SOME:
+        r = _run(by_id, case_id)
+        assert r["outcome"] == "pass", (case_id, r.get("message"))
+        t = r["details"]["torch"]
+        assert t["reach"] == case_id.split("/")[1] and t["outcomes"]["pass"] >= 4, (case_id, t)
+        assert t["aten"], case_id  # the ATen ops it reached
+
+
+def _replace(monkeypatch, op, fn):
+    old = _table.LOWERINGS[op]
+    monkeypatch.setitem(_table.LOWERINGS, op, _table.Lowering(fn(old.fn), old.kind, old.raw))
+    monkeypatch.setattr(_dispatch, "_derived", {})  # in-place forms derived from the old one
+
+
+def test_a_lowering_that_drops_keepdim_fails_args(by_id, monkeypatch):
+    def drop_keepdim(fn):
+        def bad(x, dim=None, keepdim=False, **kw):
+            return fn(x, dim, False, **kw)
+        return bad
+    _replace(monkeypatch, aten.mean.dim, drop_keepdim)
+    r = _run(by_id, "torch/args.mean/float32/samples")
+    assert r["outcome"] == "fail" and "keepdim" in r["message"], r
+
+
+def test_a_lowering_that_ignores_alpha_fails_args(by_id, monkeypatch):
+    _replace(monkeypatch, aten.add.Tensor, lambda fn: lambda a, b, alpha=1: fn(a, b))
+    r = _run(by_id, "torch/args.add_sub/float32/samples")
+    assert r["outcome"] == "fail" and "alpha" in r["message"], r
+
+
+def test_an_in_place_write_that_misses_the_base_fails_inplace(by_id, monkeypatch):
+    """The planted write-through computes the value and writes it nowhere.
+    (The grad kind would not see it: torch's autograd formula for add_ does
+    not read the forward's values.)"""
+    def no_write(lowering, args, kwargs):
+        lowering.fn(*_table.unwrap(args), **_table.unwrap_kwargs(kwargs))
+        return args[0]
+    monkeypatch.setitem(_table.DERIVERS, "in_place", no_write)
+    monkeypatch.setattr(_dispatch, "_derived", {})
+    r = _run(by_id, "torch/inplace.add_/float32/samples")
+    assert r["outcome"] == "fail" and "through transpose" in r["message"], r
+
+
+def test_a_promotion_bug_fails_scalar(by_id, monkeypatch):
+    """A host int made a float before it reaches the lowering: int8 + 3 is float32."""
+    orig = _dispatch.unwrap
+    monkeypatch.setattr(_dispatch, "unwrap", lambda x: float(x) if type(x) is int else orig(x))
+    r = _run(by_id, "torch/scalar.add/int8/samples")
+    assert r["outcome"] == "fail" and "torch.float32 where torch gives" in r["message"], r
+
+
+def test_a_0d_cpu_tensor_of_a_higher_category_gives_its_dtype():
+    """int8 dk tensor + 0-d CPU float16 tensor is float16 (a Python float would give float32)."""
+    x = torch.arange(-3, 3, dtype=torch.int8)
+    for s in (torch.tensor(1.5, dtype=torch.float16), torch.tensor(2, dtype=torch.int32)):
+        for want, got in ((x + s, x.to("dk") + s), (s * x.bool(), s * x.bool().to("dk"))):
+            assert got.dtype == want.dtype and torch.equal(got.cpu(), want), (s, want, got)
+
+
+def test_coverage_run_bridge_measures_devicekit_torch(tmp_path):
+    out = tmp_path / "cov"
+    cmd = [sys.executable, os.path.join(REPO, "benchmarks", "coverage_run.py"), "--bridge",
+           "--level", "core", "--jobs", "1", "-k", "torch/args.gelu/float32/samples",
+           "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=HUNG_S)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "devicekit/torch/_lower_nn.py" in p.stdout and "total" in p.stdout
+    summary = json.loads((out / "bridge-summary.json").read_text())
+    nn = summary["files"]["devicekit/torch/_lower_nn.py"]
+    assert 0 < nn[0] < nn[1] and 0 <= nn[2] < nn[3]
+    # the case reaches gelu's approximate="tanh" (a worker's data, combined)
+    data = json.loads((out / "bridge.json").read_text())
+    f = next(v for k, v in data["files"].items() if k.endswith("devicekit/torch/_lower_nn.py"))
+    assert f["functions"]["gelu"]["summary"]["covered_lines"] > 0
+    assert (out / "bridge-html" / "index.html").exists()
+    unreached = (out / "bridge-unreached.txt").read_text()
+    assert "devicekit/torch/_lower_cnn.py  convolution_backward:" in unreached
