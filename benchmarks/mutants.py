@@ -378,6 +378,49 @@ MUTANTS += [
      "    g->nodes = std::move(owned->nodes);\n",
      "    g->nodes = std::move(owned->nodes);\n    if (g->nodes.size() > 1) g->nodes.pop_back();\n",
      "graphs"),
+    # ---- numerically careless kernels: right on random data, wrong on the hostile section's ----
+    # an 8-lane running sum with no pairwise tree: a large first term swallows every small one
+    ("sum_lanes_not_pairwise", "kernels_reduce.cpp",
+     "  if (n > 128) {\n    const int64_t half = n / 2 / 8 * 8;",
+     "  if (n > (int64_t(1) << 40)) {\n    const int64_t half = n / 2 / 8 * 8;", "hostile"),
+    # the kept-inner-dim path's running sums over 128 rows (the plugin's code before the
+    # hostile section found it: past the header's bound for a large first row)
+    ("reduce_columns_long_running_sums", "kernels_reduce.cpp", "constexpr int64_t kLeaf = 16;",
+     "constexpr int64_t kLeaf = 128;", "hostile"),
+    # one-pass variance E[x^2] - E[x]^2 (rms_norm's mean is 0: unchanged)
+    ("layer_norm_one_pass_variance", "fused_common.h",
+     "const float var = sum_sq_centered(x, l.d, mean) / float(l.d);",
+     "const float var = sum_sq_centered(x, l.d, 0.0f) / float(l.d) - mean * mean;", "hostile"),
+    # softmax as exp(x) / sum(exp(x)): exact enough on normal data, inf / inf past x = 88
+    ("softmax_without_max_subtraction", "kernels_fused.cpp",
+     "for (int64_t j = 0; j < l.d; ++j) y[j] = exp_nonpositive(x[j] - m);",
+     "for (int64_t j = 0; j < l.d; ++j) y[j] = std::exp(x[j]);", "hostile"),
+    # the online softmax without its running max: p = exp(s), O and l never rescaled
+    ("attention_without_max_subtraction", "fast/attention.cpp",
+     "  for (int64_t jj = 0; jj < bk; ++jj) s[jj] = exp_nonpositive(s[jj] - shift);\n"
+     "  float sum[kLanes] = {};  // independent partial sums, so the sum vectorises\n"
+     "  for (int64_t jj = 0; jj < bk; jj += kLanes)\n"
+     "    for (int t = 0; t < kLanes; ++t) sum[t] += s[jj + t];\n"
+     "  for (int w = kLanes / 2; w > 0; w /= 2)\n"
+     "    for (int t = 0; t < w; ++t) sum[t] += sum[t + w];\n"
+     "  const float alpha = exp_nonpositive(m - shift);",
+     "  for (int64_t jj = 0; jj < bk; ++jj) s[jj] = std::exp(s[jj]);\n"
+     "  float sum[kLanes] = {};  // independent partial sums, so the sum vectorises\n"
+     "  for (int64_t jj = 0; jj < bk; jj += kLanes)\n"
+     "    for (int t = 0; t < kLanes; ++t) sum[t] += s[jj + t];\n"
+     "  for (int w = kLanes / 2; w > 0; w /= 2)\n"
+     "    for (int t = 0; t < w; ++t) sum[t] += sum[t + w];\n"
+     "  const float alpha = 1.0f;", "hostile"),
+    # float16 / bfloat16 GEMM that keeps its running sum in the storage dtype
+    ("gemm_half_accumulates_in_half", "fast/gemm.cpp",
+     "  gemm(Gemm<float>{fa, fb, fc, m, k, n, k, 1, n, 1});",
+     "  for (int64_t i = 0; i < m; ++i)\n"
+     "    for (int64_t j = 0; j < n; ++j) {\n"
+     "      float s = 0.0f;\n"
+     "      for (int64_t p = 0; p < k; ++p)\n"
+     "        s = float(widen(convert<T>(s + fa[i * k + p] * fb[p * n + j])));\n"
+     "      fc[i * n + j] = s;\n"
+     "    }", "hostile"),
 ]
 
 #: A fast subset for CI: one per kind, each in one small translation unit (a

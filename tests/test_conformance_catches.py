@@ -76,7 +76,7 @@ def test_reference_plugin_passes_full_suite(full_run):
     assert report["corpus"]["checked"] and report["corpus"]["ok"]
     assert set(s["by_section"]) == {"runtime", "ops", "kernels", "rng", "errors", "composites",
                                      "fused", "autograd", "fuzz", "torch", "collectives",
-                                     "graphs"}
+                                     "graphs", "hostile"}
     assert "PASSED" in proc.stdout and "runtime" in proc.stdout  # the summary table
     need = s["by_requirement"]
     assert need["required"]["pass"] > 1000 and need["optional"]["pass"] > 2000

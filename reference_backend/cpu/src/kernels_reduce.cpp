@@ -190,21 +190,27 @@ template <class R, class T> void reduce_inner(const ReduceLaunch& l) {
 
 // The innermost dim is kept: outputs adjacent along it are reduced together,
 // kLanes at a time, so the inner loop reads contiguous memory and vectorises.
+// Each output's running sum covers at most kLeaf rows before the pairwise
+// tree takes over: with leaves of 128, a large first term followed by 127
+// small ones lost all of them, past the header's 4 sqrt(n) u sum|x| bound; a
+// chain of 16 stays inside it at every n (as reduce_run's 8 lanes of 16).
+constexpr int64_t kLeaf = 16;
 template <class R, class T, int kLanes>
 void reduce_tile(const T* base, const Dims& reduced, typename R::A* acc) {
   for (int w = 0; w < kLanes; ++w) acc[w] = R::identity();
-  pairwise<R, kLanes>(0, reduced.numel(), 128, acc, [&](int64_t r0, int64_t r1, typename R::A* a) {
-    Odometer it(reduced, r0);
-    int nans[kLanes] = {};
-    for (int64_t r = r0; r < r1; ++r, it.next()) {
-      for (int w = 0; w < kLanes; ++w) {
-        const typename R::A v = R::load(base[it.off + w]);
-        a[w] = R::step(a[w], v);
-        if constexpr (R::kCountNans) nans[w] += v != v;
-      }
-    }
-    for (int w = 0; w < kLanes; ++w) a[w] = R::poison_if(nans[w], a[w]);
-  });
+  pairwise<R, kLanes>(0, reduced.numel(), kLeaf, acc,
+                      [&](int64_t r0, int64_t r1, typename R::A* a) {
+                        Odometer it(reduced, r0);
+                        int nans[kLanes] = {};
+                        for (int64_t r = r0; r < r1; ++r, it.next()) {
+                          for (int w = 0; w < kLanes; ++w) {
+                            const typename R::A v = R::load(base[it.off + w]);
+                            a[w] = R::step(a[w], v);
+                            if constexpr (R::kCountNans) nans[w] += v != v;
+                          }
+                        }
+                        for (int w = 0; w < kLanes; ++w) a[w] = R::poison_if(nans[w], a[w]);
+                      });
 }
 
 template <class R, class T> void reduce_outer(const ReduceLaunch& l) {
