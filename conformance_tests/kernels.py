@@ -14,6 +14,18 @@ views the case builds itself (``_raw``):
   every length of :data:`LADDER` (short lengths with different tails, then a
   geometric ladder to a budget of 2**17 + 1 elements), each its own call, on
   values every dtype holds exactly, judged exactly.
+- ``kernels/<op>/<dtype>/layouts`` (the elementwise ops): every operand
+  layout the kernel declared it takes (dense; with DK_KERNEL_CAP_BROADCAST
+  each set of inputs broadcast along the last dim, one along the middle or the
+  first; with DK_KERNEL_CAP_STRIDED one input transposed, every other element,
+  at an offset), at a small rank-3 shape and, for the layout that keeps three
+  dims apart, past 2**17 elements, so that work split over threads lands
+  inside rows; judged as ``direct``.
+- ``kernels/<op>/<dtype>/axes`` (reduce_sum/max/min: every non-empty set of
+  axes; argmax, cumsum: every axis) at each of :data:`AXES_SHAPES` (inner
+  dims with every 8- and 16-wide tail, reduced extents to 257, about 2**17
+  elements at most, dims of 1) and :data:`AXES_EMPTY`, with a few NaNs among
+  float max/min/argmax inputs.
 - ``kernels/<op>/invalid/<case>``: one call per argument rule the header
   states (``device_api/spec/arg_rules.json``: operand counts, dtypes, shapes
   with batch dims, strides, NULL data, aliasing, views past their allocation,
@@ -214,6 +226,11 @@ def _elementwise_inputs(op, dtype, shapes, rng):
         return [(_sample(rng, op, dtype, shapes[0]), dtype)]
     a = _sample(rng, op, dtype, shapes[0], "base" if op == "pow" else "normal")
     b = _sample(rng, op, dtype, shapes[1], "small" if op == "pow" else "normal")
+    if op in ("maximum", "minimum") and dtype in FLOATS:  # zeros of both signs, NaNs
+        for x in (a, b):
+            pick = rng.random(x.shape)
+            x[pick < 0.2] = np.where(rng.random(x.shape) < 0.5, -0.0, 0.0)[pick < 0.2]
+            x[pick > 0.97] = np.nan
     if op in COMPARE:  # some equal pairs
         eq = np.broadcast_to(a, np.broadcast_shapes(a.shape, b.shape))
         eq = eq[tuple(slice(0, d) for d in b.shape)]
