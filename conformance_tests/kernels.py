@@ -331,9 +331,11 @@ def check_layouts(ctx, op, dtype, shape):
 
 #: Input shapes of the axes case, a geometric ladder to about 2**17
 #: elements: inner dims with every tail for 8- and 16-wide loops (7, 33, 65,
-#: 257), reduced extents below and past any pairwise or blocked split (5 to
-#: 257), then dims of 1 (dropped) and of 0 (empty inputs and outputs).
-AXES_SHAPES = ((3, 5, 7), (5, 17, 33), (9, 129, 65), (65, 9, 257), (3, 1, 33), (1, 17, 1))
+#: 257), extents along an axis from 5 to 8197 (x8 steps: below and past any
+#: pairwise, blocked or per-thread split), then dims of 1 (dropped) and of 0
+#: (empty inputs and outputs).
+AXES_SHAPES = ((3, 5, 7), (5, 17, 33), (9, 129, 65), (65, 9, 257), (3, 8197, 5), (3, 1, 33),
+               (1, 17, 1))
 AXES_EMPTY = ((0, 5, 7), (3, 0, 7))
 REDUCE = ("reduce_sum", "reduce_max", "reduce_min")
 
