@@ -22,7 +22,8 @@ views the case builds itself (``_raw``):
   dims apart, past 2**17 elements, so that work split over threads lands
   inside rows; judged as ``direct``.
 - ``kernels/<op>/<dtype>/axes`` (reduce_sum/max/min: every non-empty set of
-  axes; argmax, cumsum: every axis) at each of :data:`AXES_SHAPES` (inner
+  axes; argmax, cumsum, iota: every axis; iota with int and float start and
+  step) at each of :data:`AXES_SHAPES` (inner
   dims with every 8- and 16-wide tail, reduced extents to 257, about 2**17
   elements at most, dims of 1) and :data:`AXES_EMPTY`, with a few NaNs among
   float max/min/argmax inputs.
@@ -398,6 +399,35 @@ def check_axes(ctx, op, dtype, shape):
     ctx.ran.add((op, dtype))
 
 
+def _iota_scalars(dtype, length):
+    """(start, step) pairs of every scalar kind (int64 / float64) the values
+    of which ``dtype`` holds along ``length``."""
+    if dtype == "bool":
+        return [(0, 1), (0.0, 1.0)]
+    if dtype in FLOATS:
+        return [(3, 2), (0.25, 0.5), (1, 0.5), (0.5, 2)]
+    hi = int(np.iinfo(O.np_dtype(dtype)).max)
+    return [(3, 1 if 3 + length <= hi else 0), (3, -1 if dtype != "uint8" and length < 100 else 0)]
+
+
+def check_iota_axes(ctx, op, dtype, shape):
+    """iota along every axis of every AXES_SHAPES and AXES_EMPTY shape, with
+    int and float start and step, judged as the spec says (cast's rules)."""
+    for out_shape in AXES_SHAPES + AXES_EMPTY:
+        for axis in range(3):
+            for start, step in _iota_scalars(dtype, out_shape[axis]):
+                attr = _raw.attrs("DK_IotaAttrs", axis=axis, start=_raw.scalar(start),
+                                  step=_raw.scalar(step))
+                call = _invalid.Call([], tuple(out_shape), dtype, attr)
+                (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
+                what = f"iota {dtype} {out_shape} axis={axis} start={start!r} step={step!r}"
+                assert lc == 0 and sc == 0, f"{what}: [{lc}] {lmsg} [{sc}] {smsg}"
+                assert bands_ok, f"{what}: the kernel wrote outside its output"
+                O.assert_close(got, O.iota(out_shape, axis, start, step, dtype), dtype, op=op,
+                               case=f"axes {what}")
+    ctx.ran.add((op, dtype))
+
+
 def _make_direct(op, dtype, shape):
     return functools.partial(check_direct, op=op, dtype=dtype, shape=shape)
 
@@ -478,6 +508,9 @@ def cases(target):
         if op in REDUCE or op in ("argmax", "cumsum"):
             out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
                             functools.partial(check_axes, op=o, dtype=d, shape=s))
+        if op == "iota":
+            out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
+                            functools.partial(check_iota_axes, op=o, dtype=d, shape=s))
         if op in ELEMENTWISE:
             out += op_cases(target, "kernels", op, ["layouts"], lambda o, d, s:
                             functools.partial(check_layouts, op=o, dtype=d, shape=s))
