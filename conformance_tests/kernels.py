@@ -27,6 +27,9 @@ views the case builds itself (``_raw``):
   dims with every 8- and 16-wide tail, reduced extents to 257, about 2**17
   elements at most, dims of 1) and :data:`AXES_EMPTY`, with a few NaNs among
   float max/min/argmax inputs.
+- ``kernels/<op>/<dtype>/axes`` for gather, scatter_add: every axis of each
+  :data:`INDEX_SHAPES` x, a dense index and (with DK_KERNEL_CAP_STRIDED) an
+  embedding's index, one id per row with stride 0 along it.
 - ``kernels/<op>/invalid/<case>``: one call per argument rule the header
   states (``device_api/spec/arg_rules.json``: operand counts, dtypes, shapes
   with batch dims, strides, NULL data, aliasing, views past their allocation,
@@ -428,6 +431,63 @@ def check_iota_axes(ctx, op, dtype, shape):
     ctx.ran.add((op, dtype))
 
 
+#: x shapes of the index ops' axes case: small, about 2**17 elements (rows
+#: past any per-thread split), and an empty last dim.
+INDEX_SHAPES = ((3, 5, 7), (65, 9, 257), (3, 4, 0))
+
+
+def _index_calls(op, dtype, rng, strided):
+    """[(axis, layout, ins, views, out shape, want, n, scale)] of the index ops' axes case."""
+    out = []
+    for xs in INDEX_SHAPES:
+        for axis in range(3):
+            isz = tuple(d + 2 if k == axis else d for k, d in enumerate(xs))
+            rows = strided and axis != 2 and xs[2] > 0  # one index per row, stride 0 along it
+            for layout in ("dense", "rows") if rows else ("dense",):
+                x = rand(dtype, xs, rng)
+                hi = max(xs[axis], 1)
+                if layout == "rows":
+                    ids = rng.integers(0, hi, size=isz[:2] + (1,)).astype(np.int64)
+                    idx, idx_view = np.broadcast_to(ids, isz), (isz, [isz[1], 1, 0], 0)
+                else:
+                    ids = idx = rng.integers(0, hi, size=isz).astype(np.int64)
+                    idx_view = (isz, None, 0)
+                if xs[axis] == 0 and idx.size:
+                    continue  # every index out of range: an invalid call
+                views = [(xs, None, 0), idx_view]
+                ins = [(x, dtype), (ids, "int64")]
+                if op == "gather":
+                    want, n, scale = O.gather(x, axis, idx), None, None
+                    out.append((axis, layout, ins, views, isz, want, n, scale))
+                    continue
+                src = rand(dtype, isz, rng)
+                ins.append((src, dtype))
+                views.append((isz, None, 0))
+                n = O.scatter_count(xs, axis, idx)
+                scale = O.scatter_add(np.abs(x.astype(np.float64)), axis, idx,
+                                      np.abs(src.astype(np.float64))) if dtype in FLOATS else None
+                out.append((axis, layout, ins, views, xs, O.scatter_add(x, axis, idx, src), n,
+                            scale))
+    return out
+
+
+def check_index_axes(ctx, op, dtype, shape):
+    """gather / scatter_add along every axis of each INDEX_SHAPES x (the index
+    2 longer along it), with a dense index and, with DK_KERNEL_CAP_STRIDED,
+    an embedding's index (one id per row, stride 0 along the last dim)."""
+    strided = bool(_rules.caps_of(ctx.target, op) & _rules.CAPS["STRIDED"])
+    for axis, layout, ins, views, out_shape, want, n, scale in _index_calls(
+            op, dtype, ctx.rng(), strided):
+        call = _invalid.Call(ins, tuple(out_shape), dtype, _raw.attrs("DK_AxisAttrs", axis=axis),
+                             mangle=_mangle_views(views))
+        (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
+        what = f"{op} {dtype} x={views[0][0]} index={views[1][0]} axis={axis} {layout}"
+        assert lc == 0 and sc == 0, f"{what}: [{lc}] {lmsg} [{sc}] {smsg}"
+        assert bands_ok, f"{what}: the kernel wrote outside its output"
+        O.assert_close(got, want, dtype, op=op, n=n, scale=scale, case=f"axes {what}")
+    ctx.ran.add((op, dtype))
+
+
 def _make_direct(op, dtype, shape):
     return functools.partial(check_direct, op=op, dtype=dtype, shape=shape)
 
@@ -508,6 +568,9 @@ def cases(target):
         if op in REDUCE or op in ("argmax", "cumsum"):
             out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
                             functools.partial(check_axes, op=o, dtype=d, shape=s))
+        if op in ("gather", "scatter_add"):
+            out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
+                            functools.partial(check_index_axes, op=o, dtype=d, shape=s))
         if op == "iota":
             out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
                             functools.partial(check_iota_axes, op=o, dtype=d, shape=s))
