@@ -14,6 +14,22 @@ views the case builds itself (``_raw``):
   every length of :data:`LADDER` (short lengths with different tails, then a
   geometric ladder to a budget of 2**17 + 1 elements), each its own call, on
   values every dtype holds exactly, judged exactly.
+- ``kernels/<op>/<dtype>/layouts`` (the elementwise ops): every operand
+  layout the kernel declared it takes (dense; with DK_KERNEL_CAP_BROADCAST
+  each set of inputs broadcast along the last dim, one along the middle or the
+  first; with DK_KERNEL_CAP_STRIDED one input transposed, every other element,
+  at an offset), at a small rank-3 shape and, for the layout that keeps three
+  dims apart, past 2**17 elements, so that work split over threads lands
+  inside rows; judged as ``direct``.
+- ``kernels/<op>/<dtype>/axes`` (reduce_sum/max/min: every non-empty set of
+  axes; argmax, cumsum, iota: every axis; iota with int and float start and
+  step) at each of :data:`AXES_SHAPES` (inner
+  dims with every 8- and 16-wide tail, reduced extents to 257, about 2**17
+  elements at most, dims of 1) and :data:`AXES_EMPTY`, with a few NaNs among
+  float max/min/argmax inputs.
+- ``kernels/<op>/<dtype>/axes`` for gather, scatter_add: every axis of each
+  :data:`INDEX_SHAPES` x, a dense index and (with DK_KERNEL_CAP_STRIDED) an
+  embedding's index, one id per row with stride 0 along it.
 - ``kernels/<op>/invalid/<case>``: one call per argument rule the header
   states (``device_api/spec/arg_rules.json``: operand counts, dtypes, shapes
   with batch dims, strides, NULL data, aliasing, views past their allocation,
@@ -189,6 +205,289 @@ def check_cast_ladder(ctx, op, dtype, shape):
     ctx.ran.add(("cast", dtype))
 
 
+#: The elementwise ops whose kernels take broadcast and strided inputs.
+ELEMENTWISE = UNARY | BINARY | COMPARE | LOGICAL | {"logical_not", "where"}
+#: Output shapes of the layouts case: a small rank-3 shape (odd sizes, no dim
+#: of 1) for every layout, and a large one, past 2**17 elements (the budget
+#: the cast ladder uses), for the layout that keeps three dims apart: there
+#: a row is shorter than the work a thread may get, so whatever size a plugin
+#: splits work at, some split lands inside a row and some chunk holds several.
+LAYOUT_SMALL, LAYOUT_LARGE = (3, 5, 7), (9, 17, 1025)
+
+
+def _arity(op):
+    return 1 if op in UNARY or op == "logical_not" else 3 if op == "where" else 2
+
+
+def _elementwise_inputs(op, dtype, shapes, rng):
+    """Logical input arrays of ``op`` with the given shapes (domains as plan's)."""
+    if op == "where":
+        return [(rng.random(shapes[0]) < 0.5, "bool"), (rand(dtype, shapes[1], rng), dtype),
+                (rand(dtype, shapes[2], rng), dtype)]
+    if op == "logical_not" or op in LOGICAL:
+        return [(rand(dtype, s, rng), dtype) for s in shapes]
+    if op in UNARY:
+        return [(_sample(rng, op, dtype, shapes[0]), dtype)]
+    a = _sample(rng, op, dtype, shapes[0], "base" if op == "pow" else "normal")
+    b = _sample(rng, op, dtype, shapes[1], "small" if op == "pow" else "normal")
+    if op in ("maximum", "minimum") and dtype in FLOATS:  # zeros of both signs, NaNs
+        for x in (a, b):
+            pick = rng.random(x.shape)
+            x[pick < 0.2] = np.where(rng.random(x.shape) < 0.5, -0.0, 0.0)[pick < 0.2]
+            x[pick > 0.97] = np.nan
+    if op in COMPARE:  # some equal pairs
+        eq = np.broadcast_to(a, np.broadcast_shapes(a.shape, b.shape))
+        eq = eq[tuple(slice(0, d) for d in b.shape)]
+        b = np.where(rng.random(b.shape) < 0.3, eq, b).astype(b.dtype)
+    return [(a, dtype), (b, dtype)]
+
+
+def _elementwise_want(op, xs):
+    if op in UNARY:
+        return O.unary(op, xs[0])
+    if op in COMPARE:
+        return O.compare(op, *xs)
+    if op in LOGICAL or op == "logical_not":
+        return O.logical(op, *xs)
+    if op == "where":
+        return O.where(*xs)
+    return O.binary(op, *xs)
+
+
+def _layouts(arity, caps, shape):
+    """[(name, [per input: (shape, view kind)])] for an output of ``shape``.
+    Broadcast layouts (a dim of 1 the kernel steps over with stride 0) need
+    DK_KERNEL_CAP_BROADCAST; the others (transposed, every other element, a
+    view at an offset into its allocation) DK_KERNEL_CAP_STRIDED."""
+    a, b, c = shape
+    dense = [(shape, "dense")] * arity
+    out = [("dense", dense)]
+    if caps & _rules.CAPS["BROADCAST"]:
+        for mask in range(1, 2 ** arity):  # these inputs broadcast along the last dim
+            out.append((f"inner{mask}", [((a, b, 1) if mask >> k & 1 else shape, "dense")
+                                         for k in range(arity)]))
+        out.append(("middle", [((a, 1, c), "dense")] + dense[1:]))
+        out.append(("outer", dense[:-1] + [((1, b, c), "dense")]))
+    if caps & _rules.CAPS["STRIDED"]:
+        for kind in ("transposed", "every_other", "offset"):
+            out.append((kind, [(shape, kind)] + dense[1:]))
+    return out
+
+
+def _view_of(x, kind):
+    """(array to allocate, view strides in elements, offset in elements) whose
+    view reads exactly ``x``."""
+    a, b, c = x.shape
+    if kind == "transposed":  # dims 1 and 2 swapped in memory
+        return np.ascontiguousarray(x.transpose(0, 2, 1)), [b * c, 1, b], 0
+    if kind == "every_other":
+        base = np.repeat(x, 2, axis=2)
+        return base, [b * 2 * c, 2 * c, 2], 0
+    if kind == "offset":
+        flat = np.concatenate([x.reshape(-1)[:3][::-1], x.reshape(-1)])
+        return flat, _raw._strides([a, b, c]), 3
+    return x, None, 0
+
+
+def _mangle_views(views):
+    """A mangle giving input k the shape, strides and element offset views[k]."""
+    def mangle(in_views, out_views, operands):
+        out = []
+        for (addr, dt, _, _), (vshape, vstrides, off), o in zip(
+                in_views, views, operands["in"]):
+            out.append((addr + off * o.arr.itemsize, dt, list(vshape),
+                        _raw._strides(list(vshape)) if vstrides is None else list(vstrides)))
+        return out, out_views
+    return mangle
+
+
+def check_layouts(ctx, op, dtype, shape):
+    """An elementwise op at every operand layout its kernel declared it takes
+    (dense; each set of inputs broadcast along the last dim; one input
+    broadcast along the middle or first dim; with DK_KERNEL_CAP_STRIDED one
+    input transposed, every other element, or at an offset), at
+    LAYOUT_SMALL, and the middle layout again at LAYOUT_LARGE: a kernel may
+    pick its loop per layout, per dtype and per size."""
+    rng = ctx.rng()
+    caps = _rules.caps_of(ctx.target, op)
+    arity = _arity(op)
+    runs = [(n, s, LAYOUT_SMALL) for n, s in _layouts(arity, caps, LAYOUT_SMALL)]
+    runs += [(n, s, LAYOUT_LARGE) for n, s in _layouts(arity, caps, LAYOUT_LARGE)
+             if n == ("middle" if caps & _rules.CAPS["BROADCAST"] else "dense")]
+    for name, spec_, out_shape in runs:
+        xs = _elementwise_inputs(op, dtype, [s for s, _ in spec_], rng)
+        ins, views = [], []
+        for (x, d), (s, kind) in zip(xs, spec_):
+            base, strides, off = _view_of(x, kind)
+            ins.append((base, d))
+            views.append((s, strides, off))
+        out_dtype = "bool" if op in COMPARE or op in LOGICAL or op == "logical_not" else dtype
+        call = _invalid.Call(ins, tuple(out_shape), out_dtype, None, mangle=_mangle_views(views))
+        (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
+        what = f"{op} {dtype} {name} {out_shape}"
+        assert lc == 0 and sc == 0, f"{what}: [{lc}] {lmsg} [{sc}] {smsg}"
+        assert bands_ok, f"{what}: the kernel wrote outside its output"
+        want = np.broadcast_to(_elementwise_want(op, [x for x, _ in xs]), out_shape)
+        O.assert_close(got, want, out_dtype, op=op, signed_zeros=op in O.SIGNED_ZEROS,
+                       case=f"layouts {what} seed={ctx.seed}")
+    ctx.ran.add((op, dtype))
+
+
+#: Input shapes of the axes case, a geometric ladder to about 2**17
+#: elements: inner dims with every tail for 8- and 16-wide loops (7, 33, 65,
+#: 257), extents along an axis from 5 to 8197 (x8 steps: below and past any
+#: pairwise, blocked or per-thread split), then dims of 1 (dropped) and of 0
+#: (empty inputs and outputs).
+AXES_SHAPES = ((3, 5, 7), (5, 17, 33), (9, 129, 65), (65, 9, 257), (3, 8197, 5), (3, 1, 33),
+               (1, 17, 1))
+AXES_EMPTY = ((0, 5, 7), (3, 0, 7))
+REDUCE = ("reduce_sum", "reduce_max", "reduce_min")
+
+
+def _axes_input(op, dtype, shape, rng):
+    x = rand(dtype, shape, rng, "small" if op == "argmax" else "normal")
+    if dtype in FLOATS and op != "reduce_sum" and x.size:  # a few NaNs, where they land
+        flat = x.reshape(-1)
+        flat[rng.integers(0, x.size, size=max(1, x.size // 997))] = np.nan
+    return x
+
+
+def _axes_calls(op, dtype, rng):
+    """[(input, attrs, want, n, scale)] of the axes case."""
+    out = []
+    for shape in AXES_SHAPES + AXES_EMPTY:
+        x = _axes_input(op, dtype, shape, rng)
+        wide = np.abs(x.astype(np.float64)) if dtype in FLOATS else None
+        if op in REDUCE:
+            for mask in range(1, 8):
+                axes = tuple(d for d in range(3) if mask >> d & 1)
+                n = int(np.prod([shape[d] for d in axes]))
+                if n == 0 and op != "reduce_sum" and x.size == 0 and \
+                        np.prod([shape[d] for d in range(3) if d not in axes]) > 0:
+                    continue  # a max/min of nothing: an invalid call, not this case's
+                want = getattr(O, op)(x, axes, keepdims=True)
+                scale = O.reduce_sum(wide, axes) if op == "reduce_sum" and wide is not None \
+                    else None
+                out.append((x, _raw.attrs("DK_ReduceAttrs", axes=mask), want,
+                            n if op == "reduce_sum" else None, scale))
+        else:
+            for axis in range(3):
+                if op == "argmax":
+                    if shape[axis] == 0 and x.size == 0 and \
+                            np.prod([shape[d] for d in range(3) if d != axis]) > 0:
+                        continue
+                    want, n, scale = O.argmax(x, axis, keepdims=True), None, None
+                else:
+                    want, n = O.cumsum(x, axis), shape[axis]
+                    scale = O.cumsum(wide, axis) if wide is not None else None
+                out.append((x, _raw.attrs("DK_AxisAttrs", axis=axis), want, n, scale))
+    return out
+
+
+def check_axes(ctx, op, dtype, shape):
+    """A reduction (every set of axes of a rank-3 input) or argmax / cumsum
+    (every axis) at every AXES_SHAPES and AXES_EMPTY shape, NaNs among float
+    max/min/argmax inputs: a kernel may pick its loop per axes, size and
+    dtype. Judged with the spec's bounds (sums: n and the sum of |x|)."""
+    rng = ctx.rng()
+    out_dtype = "int64" if op == "argmax" else dtype
+    for x, attr, want, n, scale in _axes_calls(op, dtype, rng):
+        call = _invalid.Call([(x, dtype)], tuple(want.shape), out_dtype, attr)
+        (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
+        what = f"{op} {dtype} {x.shape} attrs={attr.hex()}"
+        assert lc == 0 and sc == 0, f"{what}: [{lc}] {lmsg} [{sc}] {smsg}"
+        assert bands_ok, f"{what}: the kernel wrote outside its output"
+        O.assert_close(got, want, out_dtype, op=op, n=n, scale=scale,
+                       case=f"axes {what} seed={ctx.seed}")
+    ctx.ran.add((op, dtype))
+
+
+def _iota_scalars(dtype, length):
+    """(start, step) pairs of every scalar kind (int64 / float64) the values
+    of which ``dtype`` holds along ``length``."""
+    if dtype == "bool":
+        return [(0, 1), (0.0, 1.0)]
+    if dtype in FLOATS:
+        return [(3, 2), (0.25, 0.5), (1, 0.5), (0.5, 2)]
+    hi = int(np.iinfo(O.np_dtype(dtype)).max)
+    return [(3, 1 if 3 + length <= hi else 0), (3, -1 if dtype != "uint8" and length < 100 else 0)]
+
+
+def check_iota_axes(ctx, op, dtype, shape):
+    """iota along every axis of every AXES_SHAPES and AXES_EMPTY shape, with
+    int and float start and step, judged as the spec says (cast's rules)."""
+    for out_shape in AXES_SHAPES + AXES_EMPTY:
+        for axis in range(3):
+            for start, step in _iota_scalars(dtype, out_shape[axis]):
+                attr = _raw.attrs("DK_IotaAttrs", axis=axis, start=_raw.scalar(start),
+                                  step=_raw.scalar(step))
+                call = _invalid.Call([], tuple(out_shape), dtype, attr)
+                (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
+                what = f"iota {dtype} {out_shape} axis={axis} start={start!r} step={step!r}"
+                assert lc == 0 and sc == 0, f"{what}: [{lc}] {lmsg} [{sc}] {smsg}"
+                assert bands_ok, f"{what}: the kernel wrote outside its output"
+                O.assert_close(got, O.iota(out_shape, axis, start, step, dtype), dtype, op=op,
+                               case=f"axes {what}")
+    ctx.ran.add((op, dtype))
+
+
+#: x shapes of the index ops' axes case: small, about 2**17 elements (rows
+#: past any per-thread split), and an empty last dim.
+INDEX_SHAPES = ((3, 5, 7), (65, 9, 257), (3, 4, 0))
+
+
+def _index_calls(op, dtype, rng, strided):
+    """[(axis, layout, ins, views, out shape, want, n, scale)] of the index ops' axes case."""
+    out = []
+    for xs in INDEX_SHAPES:
+        for axis in range(3):
+            isz = tuple(d + 2 if k == axis else d for k, d in enumerate(xs))
+            rows = strided and axis != 2 and xs[2] > 0  # one index per row, stride 0 along it
+            for layout in ("dense", "rows") if rows else ("dense",):
+                x = rand(dtype, xs, rng)
+                hi = max(xs[axis], 1)
+                if layout == "rows":
+                    ids = rng.integers(0, hi, size=isz[:2] + (1,)).astype(np.int64)
+                    idx, idx_view = np.broadcast_to(ids, isz), (isz, [isz[1], 1, 0], 0)
+                else:
+                    ids = idx = rng.integers(0, hi, size=isz).astype(np.int64)
+                    idx_view = (isz, None, 0)
+                if xs[axis] == 0 and idx.size:
+                    continue  # every index out of range: an invalid call
+                views = [(xs, None, 0), idx_view]
+                ins = [(x, dtype), (ids, "int64")]
+                if op == "gather":
+                    want, n, scale = O.gather(x, axis, idx), None, None
+                    out.append((axis, layout, ins, views, isz, want, n, scale))
+                    continue
+                src = rand(dtype, isz, rng)
+                ins.append((src, dtype))
+                views.append((isz, None, 0))
+                n = O.scatter_count(xs, axis, idx)
+                scale = O.scatter_add(np.abs(x.astype(np.float64)), axis, idx,
+                                      np.abs(src.astype(np.float64))) if dtype in FLOATS else None
+                out.append((axis, layout, ins, views, xs, O.scatter_add(x, axis, idx, src), n,
+                            scale))
+    return out
+
+
+def check_index_axes(ctx, op, dtype, shape):
+    """gather / scatter_add along every axis of each INDEX_SHAPES x (the index
+    2 longer along it), with a dense index and, with DK_KERNEL_CAP_STRIDED,
+    an embedding's index (one id per row, stride 0 along the last dim)."""
+    strided = bool(_rules.caps_of(ctx.target, op) & _rules.CAPS["STRIDED"])
+    for axis, layout, ins, views, out_shape, want, n, scale in _index_calls(
+            op, dtype, ctx.rng(), strided):
+        call = _invalid.Call(ins, tuple(out_shape), dtype, _raw.attrs("DK_AxisAttrs", axis=axis),
+                             mangle=_mangle_views(views))
+        (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
+        what = f"{op} {dtype} x={views[0][0]} index={views[1][0]} axis={axis} {layout}"
+        assert lc == 0 and sc == 0, f"{what}: [{lc}] {lmsg} [{sc}] {smsg}"
+        assert bands_ok, f"{what}: the kernel wrote outside its output"
+        O.assert_close(got, want, dtype, op=op, n=n, scale=scale, case=f"axes {what}")
+    ctx.ran.add((op, dtype))
+
+
 def _make_direct(op, dtype, shape):
     return functools.partial(check_direct, op=op, dtype=dtype, shape=shape)
 
@@ -266,6 +565,18 @@ def cases(target):
         if op == "cast":
             out += op_cases(target, "kernels", op, ["ladder"], lambda o, d, s:
                             functools.partial(check_cast_ladder, op=o, dtype=d, shape=s))
+        if op in REDUCE or op in ("argmax", "cumsum"):
+            out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
+                            functools.partial(check_axes, op=o, dtype=d, shape=s))
+        if op in ("gather", "scatter_add"):
+            out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
+                            functools.partial(check_index_axes, op=o, dtype=d, shape=s))
+        if op == "iota":
+            out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
+                            functools.partial(check_iota_axes, op=o, dtype=d, shape=s))
+        if op in ELEMENTWISE:
+            out += op_cases(target, "kernels", op, ["layouts"], lambda o, d, s:
+                            functools.partial(check_layouts, op=o, dtype=d, shape=s))
         dtype = invalid_dtype(target, op)
         for r, name in invalid_cases(target, op)[0]:
             out.append(Case(id=f"kernels/{op}/invalid/{name}", section="kernels", op=op,

@@ -24,6 +24,10 @@
  *                  is still going when a test stops it)
  *  12 SLOW_ADD     add sleeps 2 ms before the real kernel: exact results, a
  *                  performance regression (gate check's alternate timing)
+ *  13 MAX_NAN      reduce_max (float32) drops NaNs: an output that should be
+ *                  NaN is 0 (a NaN-unaware max; no NaN among plain inputs)
+ *  14 WHERE_BCAST  where (float32) is off by a relative 1e-3 when its
+ *                  condition broadcasts along the last dim (dense calls right)
  * Test-only shortcuts: DK_GetApi does the dlopen (a real plugin must do no
  * work there), and outputs are patched on the host after a stream
  * synchronize, which works because the CPU plugin's memory is host memory.
@@ -157,6 +161,28 @@ static DK_Error* fault_wait(DK_Stream_WaitEvent_Args* a) {
   (void)a;
   return NULL;
 }
+#elif FAULT == 13
+static DK_Error* fault_max(const DK_Kernel_Args* a) {
+  DK_Error* e = real->kernels->kernels[DK_OP_REDUCE_MAX](a);
+  if (e || (e = sync(a))) return e;
+  const DK_TensorView* o = a->outputs[0];
+  int64_t idx[DK_MAX_RANK] = {0};
+  if (o->dtype == DK_DTYPE_FLOAT32 && dkh_numel(o) > 0) do {
+      float* v = (float*)o->data + dkh_offset(o, idx);
+      if (isnan(*v)) *v = 0.0f;
+    } while (dkh_next_index(idx, o->shape, o->rank));
+  return NULL;
+}
+#elif FAULT == 14
+static DK_Error* fault_where(const DK_Kernel_Args* a) {
+  DK_Error* e = real->kernels->kernels[DK_OP_WHERE](a);
+  if (e || (e = sync(a))) return e;
+  const DK_TensorView *c = a->inputs[0], *o = a->outputs[0];
+  if (o->dtype == DK_DTYPE_FLOAT32 && c->rank > 0 && c->shape[c->rank - 1] == 1 &&
+      o->shape[o->rank - 1] > 1)
+    scale_f32(o, 1.001f);
+  return NULL;
+}
 #elif FAULT == 11
 static long slow_ms = 300;
 static int32_t slow_dtype = DK_DTYPE_FLOAT32;
@@ -270,6 +296,10 @@ DK_EXPORT const DK_Api* DK_GetApi(void) {
   kernels[DK_OP_CAST] = fault_slow_cast;
 #elif FAULT == 12
   kernels[DK_OP_ADD] = fault_slow_add;
+#elif FAULT == 13
+  kernels[DK_OP_REDUCE_MAX] = fault_max;
+#elif FAULT == 14
+  kernels[DK_OP_WHERE] = fault_where;
 #endif
   return &api;
 }
