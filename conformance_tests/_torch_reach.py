@@ -16,7 +16,7 @@ branch on the rest, and these cases reach it (measured with
 - ``scalar.<op>``: a dk tensor of each dtype the bridge has with a host
   Python scalar (bool, int, float) and with a 0-d CPU tensor of each dtype,
   on either side, checked for the values AND the result dtype torch's type
-  promotion gives.
+  promotion gives; and as a clamp bound and as the value ``x[i] = v`` writes.
 
 Each family entry is one case per dtype: its samples are ``(text, fn,
 inputs)``; ``fn(*inputs)`` runs with the inputs on the CPU (torch, the
@@ -477,5 +477,32 @@ def _scalar(torch):
         dtypes = tuple(d for d in BRIDGE_DTYPES if not (opname == "sub" and d == "bool"))
         return Entry(f"scalar.{opname}", samples, dtypes=dtypes, grad=False)
 
-    return [entry(name, fn) for name, fn in ops.items()]
+    def bound_entry():
+        """clamp with one host bound: a bound of a higher category than the
+        tensor gives torch's promoted dtype (an integer tensor clamped by a
+        float is float)."""
+        def samples(torch, dtype, gen):
+            out = []
+            for text, s in host_scalars(torch):
+                for side in ("min", "max"):
+                    out.append((f"{dtype}.clamp({side}={text})",
+                                lambda a, _s=s, _k=side: torch.clamp(a, **{_k: _s}),
+                                [value(torch, dtype, gen)]))
+            return out
+        return Entry("scalar.clamp", samples, dtypes=BRIDGE_DTYPES, grad=False)
+
+    def put_entry():
+        """``x[index] = host value`` (``index_put_``): a Python number or a
+        0-d CPU tensor written at device indices, checked on the whole tensor."""
+        def samples(torch, dtype, gen):
+            def put(a, i, _s):
+                b = a.clone()
+                b[i] = _s
+                return b
+            return [(f"{dtype}[index] = {text}", lambda a, i, _s=s: put(a, i, _s),
+                     [value(torch, dtype, gen), torch.tensor([0, 2])])
+                    for text, s in host_scalars(torch)]
+        return Entry("scalar.index_put", samples, dtypes=BRIDGE_DTYPES, grad=False)
+
+    return [entry(name, fn) for name, fn in ops.items()] + [bound_entry(), put_entry()]
 

@@ -25,7 +25,7 @@ pytest.importorskip("coverage", reason="coverage_run.py --bridge needs coverage.
 import devicekit.torch  # noqa: E402,F401  (registers the dk device)
 from devicekit.conformance.case import Target, run_case  # noqa: E402
 from devicekit.conformance_tests import _torch_reach, torch_opinfo  # noqa: E402
-from devicekit.torch import _dispatch, _table  # noqa: E402
+from devicekit.torch import _dispatch, _lower_ops, _table  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 aten = torch.ops.aten
@@ -119,6 +119,37 @@ def test_a_0d_cpu_tensor_of_a_higher_category_gives_its_dtype():
     for s in (torch.tensor(1.5, dtype=torch.float16), torch.tensor(2, dtype=torch.int32)):
         for want, got in ((x + s, x.to("dk") + s), (s * x.bool(), s * x.bool().to("dk"))):
             assert got.dtype == want.dtype and torch.equal(got.cpu(), want), (s, want, got)
+
+
+def test_clamp_by_a_host_bound_promotes_and_index_put_takes_a_host_value(by_id):
+    """clamp of an int32 tensor by a float (a Python float, a 0-d CPU tensor)
+    is float32 as in torch, a bool tensor clamped by a 0-d int8 tensor is
+    int8; ``x[i] = v`` with v a Python number or a 0-d CPU tensor writes x's
+    dtype. Their cases pass in every bridge dtype."""
+    xi = torch.arange(-3, 4, dtype=torch.int32)
+    for want, got in ((torch.clamp(xi, min=1.5), torch.clamp(xi.to("dk"), min=1.5)),
+                      (torch.clamp(xi, max=torch.tensor(2.5)),
+                       torch.clamp(xi.to("dk"), max=torch.tensor(2.5))),
+                      (torch.clamp(xi.bool(), min=torch.tensor(2, dtype=torch.int8)),
+                       torch.clamp(xi.bool().to("dk"), min=torch.tensor(2, dtype=torch.int8)))):
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want), (want, got)
+    x, i = torch.zeros(5), torch.tensor([1, 3])
+    for v in (torch.tensor(2.5), 4.0, True):
+        want, got = x.clone(), x.to("dk")
+        want[i] = v
+        got[i.to("dk")] = v
+        assert torch.equal(got.cpu(), want), (v, want, got)
+    for d in ("int32", "bool", "float16"):
+        for case_id in (f"torch/scalar.clamp/{d}/samples", f"torch/scalar.index_put/{d}/samples"):
+            r = _run(by_id, case_id)
+            assert r["outcome"] == "pass", (case_id, r.get("message"))
+
+
+def test_a_clamp_that_keeps_the_dtype_fails_scalar_clamp(by_id, monkeypatch):
+    """The lowering before it promoted: an integer tensor clamped by a float bound raised."""
+    monkeypatch.setattr(_lower_ops, "_clamp_dtype", lambda x, lo, hi: None)
+    r = _run(by_id, "torch/scalar.clamp/int32/samples")
+    assert r["outcome"] == "error" and "would change int32 to float32" in r["message"], r
 
 
 def test_coverage_run_bridge_measures_devicekit_torch(tmp_path):

@@ -14,7 +14,7 @@ from .. import bridge
 from .. import dtypes as _dt
 from .. import ops
 from ..nn import functional as F
-from ._device import dk_dtype
+from ._device import dk_dtype, torch_dtype
 from ._table import derives, lowers, unwrap
 
 aten = torch.ops.aten
@@ -156,29 +156,65 @@ def where(cond, a, b):
     return ops.where(cond, a, b)
 
 
+def _category(v):
+    """bool < integer < floating, of a DeviceKit tensor's dtype or a host number."""
+    if isinstance(v, bridge.Tensor):
+        return 2 if v.dtype.is_floating_point else 0 if v.dtype == _dt.bool_ else 1
+    return 0 if type(v) is bool else 1 if type(v) is int else 2
+
+
 def _bound(x, b):
-    """torch's promotion for a clamp bound: a 0-d tensor of x's kind (float
-    or integer) does not widen x (a float16 x clamped by 0-d float32 bounds,
-    as T5 does, stays float16), so such a bound takes x's dtype."""
+    """torch's promotion for a clamp bound: a 0-d tensor of x's category
+    (bool, integer or floating) does not widen x (a float16 x clamped by 0-d
+    float32 bounds, as T5 does, stays float16), so such a bound takes x's dtype."""
     if (isinstance(b, bridge.Tensor) and b.ndim == 0 and b.dtype != x.dtype
-            and b.dtype.is_floating_point == x.dtype.is_floating_point):
+            and _category(b) == _category(x)):
         return ops.cast(b, x.dtype)  # tracked: a bound's gradient still flows
     return b
 
 
+def _clamp_dtype(x, lo, hi):
+    """The dtype torch gives ``clamp(x, lo, hi)`` where it is not x's (an
+    integer x with a float bound is float; a bound tensor of a wider dtype
+    widens x), else None. DeviceKit's ``ops.clamp`` keeps x's dtype and
+    refuses a bound that would change it, so the lowering casts x first. The
+    rule is torch's own, asked of empty CPU tensors of the same dtypes and
+    ranks (0-d or not), only when a bound could change the dtype."""
+    cat = _category(x)
+    if all(b is None or (isinstance(b, bridge.Tensor) and b.dtype == x.dtype)
+           or (not isinstance(b, bridge.Tensor) and _category(b) <= cat) for b in (lo, hi)):
+        return None
+
+    def probe(v):
+        if isinstance(v, bridge.Tensor):
+            return torch.empty((0,) if v.ndim else (), dtype=torch_dtype(v))
+        return v
+    try:
+        want = dk_dtype(torch.clamp(probe(x), probe(lo), probe(hi)).dtype)
+    except (RuntimeError, TypeError):  # a form torch refuses too: ops.clamp says why
+        return None
+    return None if want == x.dtype else want
+
+
+def _clamp(x, lo, hi):
+    lo, hi = _bound(x, lo), _bound(x, hi)
+    want = _clamp_dtype(x, lo, hi)
+    return ops.clamp(x if want is None else ops.cast(x, want), lo, hi)
+
+
 @lowers("clamp.default", "clamp.Tensor")
 def clamp(x, min=None, max=None):
-    return ops.clamp(x, _bound(x, min), _bound(x, max))
+    return _clamp(x, min, max)
 
 
 @lowers("clamp_min.default", "clamp_min.Tensor")
 def clamp_min(x, min):
-    return ops.clamp(x, _bound(x, min), None)
+    return _clamp(x, min, None)
 
 
 @lowers("clamp_max.default", "clamp_max.Tensor")
 def clamp_max(x, max):
-    return ops.clamp(x, None, _bound(x, max))
+    return _clamp(x, None, max)
 
 
 @lowers("lerp.Scalar", "lerp.Tensor")

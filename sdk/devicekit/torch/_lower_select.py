@@ -537,7 +537,11 @@ def _flat_index(indices, dims, shape):
 def index_put(x, indices, values, accumulate=False):
     """``x[indices] = values`` (or ``+=``). A bool mask over x's leading dims
     (``x[mask] = v``) picks the values in order by a cumulative sum; integer
-    index tensors on adjacent dims become one flat scatter."""
+    index tensors on adjacent dims become one flat scatter. A host value (a
+    number, or a 0-d CPU tensor, which ``unwrap`` makes a number) is x's dtype
+    on x's device, as torch casts it."""
+    if not isinstance(values, bridge.Tensor):
+        values = ops.full([], values, dtype=x.dtype, device=x.device)
     dims = [d for d, i in enumerate(indices) if i is not None]
     if not dims:
         return ops.add(x, values) if accumulate else bridge.cast(
