@@ -49,6 +49,7 @@ import argparse
 import concurrent.futures as futures
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -177,6 +178,8 @@ def matches(entry, row):
     if entry["file"] != row["file"]:
         return False
     if "function" in entry and entry["function"] not in row["function"]:
+        return False
+    if "function_re" in entry and not re.search(entry["function_re"], row["function"]):
         return False
     if "lines" in entry:
         lo, hi = entry["lines"]

@@ -105,6 +105,20 @@ def test_exclusion_check_fails_unlisted_and_counts_needs_case():
     assert [e["file"] for e in stale] == ["gone.cpp"]
 
 
+def test_exclusion_function_re_names_a_set_of_instantiations():
+    """``function_re``: one entry for chosen instantiations of a template (here
+    kinds 1 and 2 of a reducer), never the others at the same line."""
+    entry = {"file": "r.cpp", "function_re": r"pairwise<Reducer<[^>]*, [12]>", "lines": [124, 124],
+             "reason": "the empty range of a max or min", "status": "unreachable"}
+    rows = [row("r.cpp", 124, f"void pairwise<Reducer<float, {k}>, 16>(long)") for k in (0, 1, 2)]
+    rows.append(row("r.cpp", 125, "void pairwise<Reducer<float, 1>, 16>(long)"))
+    unlisted, needs, excused, stale = coverage_run.check(rows, [entry])
+    assert [(r["line"], r["function"]) for r in unlisted] == [
+        (124, "void pairwise<Reducer<float, 0>, 16>(long)"),
+        (125, "void pairwise<Reducer<float, 1>, 16>(long)")]
+    assert len(excused) == 2 and not needs and not stale
+
+
 def test_exclusions_file_names_real_code_with_reasons():
     path = REPO / "ci" / "coverage_exclusions.toml"
     entries = coverage_run.load_exclusions(path)
