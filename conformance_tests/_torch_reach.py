@@ -16,7 +16,9 @@ branch on the rest, and these cases reach it (measured with
 - ``scalar.<op>``: a dk tensor of each dtype the bridge has with a host
   Python scalar (bool, int, float) and with a 0-d CPU tensor of each dtype,
   on either side, checked for the values AND the result dtype torch's type
-  promotion gives; and as a clamp bound and as the value ``x[i] = v`` writes.
+  promotion gives; and as a clamp bound and as the value ``x[i] = v`` writes;
+  and CPU index tensors of a dk tensor (``x[i]``, ``x[i] = v``), which
+  torch accepts beside an accelerator tensor.
 
 Each family entry is one case per dtype: its samples are ``(text, fn,
 inputs)``; ``fn(*inputs)`` runs with the inputs on the CPU (torch, the
@@ -504,5 +506,27 @@ def _scalar(torch):
                     for text, s in host_scalars(torch)]
         return Entry("scalar.index_put", samples, dtypes=BRIDGE_DTYPES, grad=False)
 
-    return [entry(name, fn) for name, fn in ops.items()] + [bound_entry(), put_entry()]
+    def host_index_entry():
+        """CPU index tensors of a dk tensor (torch accepts them beside an
+        accelerator tensor): ``x[i]``, ``x[i, j]``, a bool mask, ``x[i] = v``
+        and ``index_put`` with accumulate."""
+        def samples(torch, dtype, gen):
+            i, j = torch.tensor([2, 0, 2]), torch.tensor([1, -1, 3])
+            mask = torch.tensor([True, False, True])
+
+            def put(a, v, accumulate=False):
+                return a.clone().index_put_((i,), v, accumulate=accumulate)
+            return [
+                (f"{dtype}[cpu index]", lambda a: a[i], [value(torch, dtype, gen)]),
+                (f"{dtype}[cpu index, cpu index]", lambda a: a[i, j], [value(torch, dtype, gen)]),
+                (f"{dtype}[cpu bool mask]", lambda a: a[mask], [value(torch, dtype, gen)]),
+                (f"{dtype}[cpu index] = values", lambda a, v: put(a, v[:3]),
+                 [value(torch, dtype, gen), value(torch, dtype, gen)]),
+                (f"{dtype}.index_put(cpu index, accumulate)", lambda a, v: put(a, v[:3], True),
+                 [value(torch, dtype, gen), value(torch, dtype, gen)]),
+            ]
+        return Entry("scalar.host_index", samples, dtypes=("float32", "int64", "bool"), grad=False)
+
+    return [entry(name, fn) for name, fn in ops.items()] + [bound_entry(), put_entry(),
+                                                             host_index_entry()]
 

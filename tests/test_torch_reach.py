@@ -152,6 +152,23 @@ def test_a_clamp_that_keeps_the_dtype_fails_scalar_clamp(by_id, monkeypatch):
     assert r["outcome"] == "error" and "would change int32 to float32" in r["message"], r
 
 
+def test_cpu_index_tensors_of_a_dk_tensor_are_taken_as_torch_takes_them(by_id, monkeypatch):
+    """x[i] and x[i] = v with i on the CPU work as on torch's accelerators (the
+    index copied to the device); a CPU tensor anywhere else is still refused."""
+    x, i = torch.arange(20.).reshape(4, 5), torch.tensor([3, 1])
+    d = x.to("dk")
+    assert torch.equal(d[i].cpu(), x[i])
+    d[i] = 7.0
+    x[i] = 7.0
+    assert torch.equal(d.cpu(), x)
+    with pytest.raises(RuntimeError, match="expected all tensors on the same device"):
+        torch.cat([d, x])
+    assert _run(by_id, "torch/scalar.host_index/float32/samples")["outcome"] == "pass"
+    monkeypatch.setattr(_dispatch, "_host_index_ops", lambda: frozenset())  # as before: refused
+    r = _run(by_id, "torch/scalar.host_index/float32/samples")
+    assert r["outcome"] == "error" and "expected all tensors on the same device" in r["message"], r
+
+
 def test_coverage_run_bridge_measures_devicekit_torch(tmp_path):
     out = tmp_path / "cov"
     cmd = [sys.executable, os.path.join(REPO, "benchmarks", "coverage_run.py"), "--bridge",

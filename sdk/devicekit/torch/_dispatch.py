@@ -24,8 +24,8 @@ from .. import bridge, composite_stats
 from ..errors import NotImplementedByPlugin, UnloweredOpError
 from . import _coverage, _device, _fallback
 from ._device import DKTensor, wrap
-from ._table import (COMPOSITE, DERIVERS, KERNEL, LOWERINGS, VIEW, Lowering, aten, rewrap,
-                     unwrap, unwrap_kwargs)
+from ._table import (COMPOSITE, DERIVERS, KERNEL, LOWERINGS, VIEW, HostOperandError, Lowering, aten,
+                     rewrap, unwrap, unwrap_kwargs)
 
 # ---- lookup -----------------------------------------------------------------------
 
@@ -163,6 +163,30 @@ def _placeholder(func, args, kwargs):
     return fill(out)
 
 
+_HOST_INDEX = None
+
+
+def _host_index_ops():
+    """The overloads whose index tensors torch lets stay on the CPU beside an
+    accelerator tensor (``x[i]``, ``x[i] = v``)."""
+    global _HOST_INDEX
+    if _HOST_INDEX is None:
+        names = (("index", "Tensor"), ("index_put", "default"), ("index_put_", "default"),
+                 ("_index_put_impl_", "default"), ("_unsafe_index", "Tensor"),
+                 ("_unsafe_index_put", "default"))
+        _HOST_INDEX = frozenset(getattr(getattr(aten, n), o) for n, o in names
+                                if hasattr(aten, n) and hasattr(getattr(aten, n), o))
+    return _HOST_INDEX
+
+
+def _indices_on_device(args):
+    """``args`` with the CPU index tensors of ``args[1]`` copied to the device
+    of ``args[0]`` (as torch does for an accelerator tensor's index)."""
+    dev = args[0]._dk.device
+    idx = [wrap(_device.from_host(i, dev)) if type(i) is torch.Tensor else i for i in args[1]]
+    return (args[0], type(args[1])(idx), *args[2:])
+
+
 def _dispatch(func, args, kwargs):
     rec = _coverage._active
     lowering = LOWERINGS.get(func) or _lookup(func)  # (the table's hit without a call)
@@ -188,6 +212,10 @@ def _dispatch(func, args, kwargs):
             raise err from None
         except UnloweredOpError:
             raise
+        except HostOperandError:
+            if func not in _host_index_ops():
+                raise
+            return _dispatch(func, _indices_on_device(args), kwargs)
         except NotImplementedError as e:
             # the lowering covers some calls of the op, not this one
             return _unlowered(func, args, kwargs, rec, f"its lowering does not cover this call: {e}")

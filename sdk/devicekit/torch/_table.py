@@ -71,6 +71,12 @@ def derives(what):
 
 # ---- unwrap / wrap -----------------------------------------------------------------
 
+class HostOperandError(RuntimeError):
+    """A CPU tensor (not 0-d) among a dk op's operands: torch's "expected all
+    tensors on the same device", except where torch accepts it (the index
+    tensors of ``x[i]`` and ``x[i] = v``, which ``_dispatch`` then copies over)."""
+
+
 def unwrap(x):
     t = type(x)
     if t is DKTensor:
@@ -84,7 +90,7 @@ def unwrap(x):
     if isinstance(x, torch.Tensor):
         if x.dim() == 0 and x.device.type == "cpu":
             return x.item()  # a CPU 0-d tensor is a scalar operand, as torch allows
-        raise RuntimeError(f"expected all tensors on the same device, got a {x.device} tensor "
+        raise HostOperandError(f"expected all tensors on the same device, got a {x.device} tensor "
                            f"of shape {list(x.shape)} beside dk tensors")
     return x
 
