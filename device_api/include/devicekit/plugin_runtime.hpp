@@ -338,6 +338,20 @@ template <class E> DK_Error* check_event(const char* call, const char* what, con
   return nullptr;
 }
 
+// The `magic` word of a DK_Graph (the optional graphs part, since 1.5).
+constexpr uint32_t kLiveGraph = 0x47524150;  // "GRAP"
+
+// A graph handle: not NULL and live (magic == kLiveGraph). `G` has `magic` (atomic).
+template <class G> DK_Error* check_graph(const char* call, const G* g) {
+  if (g == nullptr) return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: graph is NULL", call);
+  if (g->magic.load() != kLiveGraph) {
+    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                     "%s: graph %p is not a live graph of this plugin (destroyed already?)", call,
+                     static_cast<const void*>(g));
+  }
+  return nullptr;
+}
+
 // Event_ElapsedTime's error for an event not recorded, or recorded but not
 // reached yet (`which`: "start" or "end").
 inline DK_Error* event_not_reached(const char* call, const char* which, bool recorded) {

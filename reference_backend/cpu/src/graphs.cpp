@@ -49,8 +49,7 @@ struct Capture {
 using namespace dkcpu;
 
 struct DK_Graph {
-  static constexpr uint32_t kLive = 0x47524150u;  // "GRAP"
-  std::atomic<uint32_t> magic{kLive};             // best-effort use-after-destroy check
+  std::atomic<uint32_t> magic{dkh::kLiveGraph};  // best-effort use-after-destroy check
   int32_t device = 0;
   std::vector<GraphNode> nodes;
   size_t event_nodes = 0;  // kRecord and kWait nodes
@@ -104,16 +103,6 @@ DK_Error* run_graph(const void* payload) {
   }
   release(g);
   return first;
-}
-
-DK_Error* check_graph(const char* call, const DK_Graph* g) {
-  if (g == nullptr) return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: graph is NULL", call);
-  if (g->magic.load() != DK_Graph::kLive) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: graph %p is not a live graph of this plugin (destroyed already?)", call,
-                     static_cast<const void*>(g));
-  }
-  return nullptr;
 }
 
 }  // namespace
@@ -202,7 +191,7 @@ static DK_Error* dk_cpu_Graph_Capture(DK_Graph_Capture_Args* args) {
 static DK_Error* dk_cpu_Graph_Launch(DK_Graph_Launch_Args* args) {
   static const char* const kCall = "cpu.Graph_Launch";
   DKCPU_CHECK_ARGS(kCall, args, DK_Graph_Launch_Args);
-  if (DK_Error* e = check_graph(kCall, args->graph)) return e;
+  if (DK_Error* e = dkh::check_graph(kCall, args->graph)) return e;
   if (DK_Error* e = check_stream(kCall, args->stream, args->graph->device)) return e;
   if (stream_capture(args->stream) != nullptr) {
     return dkh_error(DK_ERROR_UNIMPLEMENTED,
@@ -237,10 +226,10 @@ static DK_Error* dk_cpu_Graph_Destroy(DK_Graph_Destroy_Args* args) {
   static const char* const kCall = "cpu.Graph_Destroy";
   DKCPU_CHECK_ARGS(kCall, args, DK_Graph_Destroy_Args);
   if (args->graph == nullptr) return nullptr;
-  if (DK_Error* e = check_graph(kCall, args->graph)) return e;
-  uint32_t live = DK_Graph::kLive;
+  if (DK_Error* e = dkh::check_graph(kCall, args->graph)) return e;
+  uint32_t live = dkh::kLiveGraph;
   if (!args->graph->magic.compare_exchange_strong(live, 0)) {
-    return check_graph(kCall, args->graph);  // a racing second destroy
+    return dkh::check_graph(kCall, args->graph);  // a racing second destroy
   }
   release(args->graph);  // queued launches keep it alive until they ran
   return nullptr;

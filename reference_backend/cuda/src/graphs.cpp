@@ -24,8 +24,7 @@
 #include "launch.h"
 
 struct DK_Graph {
-  static constexpr uint32_t kLive = 0x47524150u;  // "GRAP"
-  std::atomic<uint32_t> magic{kLive};             // best-effort use-after-destroy check
+  std::atomic<uint32_t> magic{dkh::kLiveGraph};  // best-effort use-after-destroy check
   int32_t device = 0;
   dkcuda::gpu::Graph* gpu = nullptr;
   std::vector<DK_Event*> records, waits;  // borrowed: must outlive the graph
@@ -33,16 +32,6 @@ struct DK_Graph {
 
 namespace dkcuda {
 namespace {
-
-DK_Error* check_graph(const char* call, const DK_Graph* g) {
-  if (g == nullptr) return dkh_error(DK_ERROR_INVALID_ARGUMENT, "%s: graph is NULL", call);
-  if (g->magic.load() != DK_Graph::kLive) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: graph %p is not a live graph of this plugin (destroyed already?)", call,
-                     static_cast<const void*>(g));
-  }
-  return nullptr;
-}
 
 DK_Error* forbidden_error(const char* call) {
   return dkh_error(DK_ERROR_FAILED_PRECONDITION,
@@ -148,7 +137,7 @@ static DK_Error* dk_cuda_Graph_Capture(DK_Graph_Capture_Args* args) {
 static DK_Error* dk_cuda_Graph_Launch(DK_Graph_Launch_Args* args) {
   static const char* const kCall = DKCUDA_NAME ".Graph_Launch";
   DKCUDA_CHECK_ARGS(kCall, args, DK_Graph_Launch_Args);
-  if (DK_Error* e = check_graph(kCall, args->graph)) return e;
+  if (DK_Error* e = dkh::check_graph(kCall, args->graph)) return e;
   if (DK_Error* e = check_stream(kCall, args->stream, args->graph->device)) return e;
   if (args->stream->capturing.load()) {
     return dkh_error(DK_ERROR_UNIMPLEMENTED,
@@ -175,10 +164,10 @@ static DK_Error* dk_cuda_Graph_Destroy(DK_Graph_Destroy_Args* args) {
   static const char* const kCall = DKCUDA_NAME ".Graph_Destroy";
   DKCUDA_CHECK_ARGS(kCall, args, DK_Graph_Destroy_Args);
   if (args->graph == nullptr) return nullptr;
-  if (DK_Error* e = check_graph(kCall, args->graph)) return e;
-  uint32_t live = DK_Graph::kLive;
+  if (DK_Error* e = dkh::check_graph(kCall, args->graph)) return e;
+  uint32_t live = dkh::kLiveGraph;
   if (!args->graph->magic.compare_exchange_strong(live, 0)) {
-    return check_graph(kCall, args->graph);  // a racing second destroy
+    return dkh::check_graph(kCall, args->graph);  // a racing second destroy
   }
   std::unique_ptr<DK_Graph> g(args->graph);
   return guarded(kCall, [&]() -> DK_Error* {
