@@ -56,7 +56,9 @@ def run(args):
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     rc = write_rc(out)
-    env = dict(os.environ, COVERAGE_PROCESS_START=rc)
+    # backward passes on the case's own thread, which coverage.py traces (torch
+    # runs a dk backward on a C++ device thread otherwise: torch_opinfo.py)
+    env = dict(os.environ, COVERAGE_PROCESS_START=rc, DEVICEKIT_COVERAGE_BACKWARD_IN_CALLER="1")
     patterns = args.patterns or ["torch/"]
     cmd = [sys.executable, "-m", "devicekit", "conformance", "--device", args.device,
            "--jobs", str(args.jobs), "--level", args.level, "--timeout", str(args.timeout),

@@ -31,6 +31,7 @@ is one skipped case, ``torch/unavailable``, whose message is the reason.
 """
 
 import functools
+import os
 
 from devicekit.conformance.case import Case, Section, Skip, id_may_contain
 from devicekit.errors import NotImplementedByPlugin
@@ -130,6 +131,20 @@ def _skip(reason):
     return fn
 
 
+#: Set (to "1") by ``benchmarks/coverage_run.py --bridge``: each case runs its
+#: backward passes on its own thread. torch's autograd engine otherwise runs a
+#: dk backward on a device thread of its own, made in C++, which coverage.py
+#: does not trace on Python < 3.12, so every backward lowering would read as
+#: unreached. Not set in a conformance run: there the backward runs as in a
+#: user's process.
+BACKWARD_IN_CALLER = "DEVICEKIT_COVERAGE_BACKWARD_IN_CALLER"
+
+
+def _backward_thread(torch):
+    if os.environ.get(BACKWARD_IN_CALLER) == "1":
+        torch.autograd.set_multithreading_enabled(False)  # (thread-local: this case's thread)
+
+
 def _device_of(dkt, ctx):
     try:
         return dkt.prefer(ctx.device.name)  # dk:0: torch's autograd serves dk:0 only
@@ -139,6 +154,7 @@ def _device_of(dkt, ctx):
 
 def _run(name, dtype, kind, ctx):
     torch, dkt, in_scope, _, _ = _corpus()
+    _backward_thread(torch)
     op = in_scope[name]
     dev = _device_of(dkt, ctx)
     torch.manual_seed(ctx.seed)  # OpInfo draws its sample values from torch's global generator
@@ -234,6 +250,7 @@ class _Samples:
 
 def _run_reach(name, dtype, kind, ctx):
     torch, dkt, _, _, reach = _corpus()
+    _backward_thread(torch)
     entry = reach[name]
     dev = _device_of(dkt, ctx)
     gen = torch.Generator().manual_seed(ctx.seed)

@@ -172,7 +172,7 @@ def test_cpu_index_tensors_of_a_dk_tensor_are_taken_as_torch_takes_them(by_id, m
 def test_coverage_run_bridge_measures_devicekit_torch(tmp_path):
     out = tmp_path / "cov"
     cmd = [sys.executable, os.path.join(REPO, "benchmarks", "coverage_run.py"), "--bridge",
-           "--level", "core", "--jobs", "1", "-k", "torch/args.gelu/float32/samples",
+           "--level", "core", "--jobs", "1", "-k", "torch/args.gelu/float32/",
            "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=HUNG_S)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -184,6 +184,9 @@ def test_coverage_run_bridge_measures_devicekit_torch(tmp_path):
     data = json.loads((out / "bridge.json").read_text())
     f = next(v for k, v in data["files"].items() if k.endswith("devicekit/torch/_lower_nn.py"))
     assert f["functions"]["gelu"]["summary"]["covered_lines"] > 0
+    # and its backward (the grad case): run on the case's thread, where coverage.py traces it,
+    # not on torch's autograd device thread
+    assert f["functions"]["gelu_backward"]["summary"]["covered_lines"] > 0
     assert (out / "bridge-html" / "index.html").exists()
     unreached = (out / "bridge-unreached.txt").read_text()
     assert "devicekit/torch/_lower_cnn.py  convolution_backward:" in unreached
