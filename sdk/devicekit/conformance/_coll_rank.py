@@ -528,10 +528,16 @@ class Rank:
                 time.sleep(self.timeout + 1.0)
             else:
                 t = self.tensor(np.ones(5, np.float32), "float32")
-                threading.Timer(0.3, comm.abort).start()
+                aborter = threading.Timer(0.3, comm.abort)
+                aborter.start()
                 self.expect_error(f"all_reduce with rank {last} never calling it, aborted from "
                                   f"another thread", lambda: comm.all_reduce(t).wait(),
                                   ("abort",), codes={"UNAVAILABLE"})
+                # the first call may have ended on a peer's abort before this rank's own
+                # (the peer's abort fails it, which alone would give FAILED_PRECONDITION
+                # next): the next call is made after this rank's Comm_Abort, which the
+                # header says every later call reports
+                aborter.join()
                 fresh = self.tensor(np.ones(5, np.float32), "float32")
                 self.expect_error("an all_reduce on an aborted communicator",
                                   lambda: comm.all_reduce(fresh).wait(), ("abort",),
