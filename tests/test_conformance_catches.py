@@ -194,6 +194,25 @@ def test_exit_codes_and_filters(tmp_path):
     assert one.returncode == 0 and re.search(r"^total\s+1\s", one.stdout, re.M), one.stdout
 
 
+def test_exclude_leaves_out_cases_after_the_other_filters(tmp_path):
+    base = conformance("--device", "cpu:0", "-k", "ops/add/float32/", "--list").stdout.split()
+    kept = conformance("--device", "cpu:0", "-k", "ops/add/float32/", "--exclude", "/bcast",
+                       "--exclude", "/odd", "--list").stdout.split()
+    assert "ops/add/float32/bcast" in base and "ops/add/float32/odd" in base
+    assert kept == [i for i in base if "/bcast" not in i and "/odd" not in i] and kept
+    everything = conformance("--device", "cpu:0", "--op", "add", "--exclude", "ops/add/",
+                             "--exclude", "add", "--list")
+    assert everything.stdout.strip() == ""
+    none = conformance("--device", "cpu:0", "-k", "ops/add/float32/", "--exclude", "float32")
+    assert none.returncode == 1 and "not float32" in none.stderr, none.stderr
+    # a filtered run's report names the exclusion and is partial
+    proc, report, _ = run_report(tmp_path, "--device", "cpu:0", "--case", "ops/add/float32/bcast",
+                                 "--case", "ops/add/float32/odd", "--exclude", "/odd", "--jobs", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [c["id"] for c in report["cases"]] == ["ops/add/float32/bcast"]
+    assert report["run"]["partial"] and "not /odd" in report["run"]["filter"]
+
+
 def test_same_plugin_same_report(tmp_path, cpu_core_conformance_run):
     """Two runs of one plugin in separate processes draw the same cases with the
     same seeds and reach the same outcomes (level core: the full level draws

@@ -46,6 +46,9 @@ def add_parser(sub):
     p.add_argument("--plugin", help="a plugin library path (development builds; no install needed)")
     p.add_argument("-k", dest="patterns", action="append", default=[], metavar="PATTERN",
                    help="run only cases whose id contains PATTERN (repeatable; a partial run)")
+    p.add_argument("--exclude", dest="excludes", action="append", default=[], metavar="PATTERN",
+                   help="leave out cases whose id contains PATTERN (repeatable; applied after "
+                        "-k/--case/--op; a partial run)")
     p.add_argument("--case", dest="exact", action="append", default=[], metavar="ID",
                    help="run exactly this case id (repeatable; how failures replay)")
     p.add_argument("--op", dest="ops", action="append", default=[], metavar="NAME",
@@ -171,7 +174,7 @@ def _usage(why):
 
 
 def _filters(args):
-    return args.patterns + args.exact + args.ops
+    return args.patterns + args.exact + args.ops + [f"not {p}" for p in args.excludes]
 
 
 @dataclass
@@ -285,7 +288,8 @@ def _select(args, target, shard):
     reach = registry.reachable_sections(args.patterns, args.exact, args.ops)
     unbuilt = tuple(sorted({s.name for s, _ in registry.sections()} - reach))
     all_cases, unavailable = registry.build(target, reach if unbuilt else None)
-    selected = cases = registry.select(all_cases, args.patterns, args.exact, args.ops)
+    selected = cases = registry.select(all_cases, args.patterns, args.exact, args.ops,
+                                       args.excludes)
     if shard and cases:
         from ..scale import shard as sharding
 

@@ -140,13 +140,15 @@ def build(target, only=None):
     return cases, unavailable
 
 
-def select(cases, patterns=(), exact=(), ops=()):
+def select(cases, patterns=(), exact=(), ops=(), excludes=()):
     """Cases whose id contains any of ``patterns`` (-k), equals one of ``exact``
     (--case) or whose op is exactly one of ``ops`` (--op); everything when all
-    are empty."""
-    if not patterns and not exact and not ops:
-        return list(cases)
-    return [c for c in cases if c.id in exact or c.op in ops or any(p in c.id for p in patterns)]
+    are empty. Then those whose id contains one of ``excludes`` (--exclude) are
+    left out."""
+    if patterns or exact or ops:
+        cases = [c for c in cases
+                 if c.id in exact or c.op in ops or any(p in c.id for p in patterns)]
+    return [c for c in cases if not any(p in c.id for p in excludes)]
 
 
 def expected_floor(target, run_sections):
