@@ -260,11 +260,15 @@ def _unlowered(func, args, kwargs, rec, reason):
     raise err
 
 
+_HOST_TENSOR = torch.Tensor  # (a plain torch.Tensor operand is on the host; the scan
+#                                below is per op, so it runs in C: `in map(type, ...)`)
+
+
 def _run(lowering, args, kwargs):
     if lowering.raw:
         return lowering.fn(*args, **kwargs)
     vals = [a._dk if type(a) is DKTensor else unwrap(a) for a in args]
-    if any(type(a) is torch.Tensor for a in args):  # a CPU operand (0-d, else unwrap raised)
+    if _HOST_TENSOR in map(type, args):  # a CPU operand (0-d, else unwrap raised)
         vals = _zero_d_operands(args, vals)
     out = lowering.fn(*vals, **(unwrap_kwargs(kwargs) if kwargs else {}))
     return wrap(out) if type(out) is bridge.Tensor else rewrap(out)  # (the common case first)
