@@ -27,13 +27,14 @@ views the case builds itself (``_raw``):
   dims with every 8- and 16-wide tail, reduced extents to 257, about 2**17
   elements at most, dims of 1) and :data:`AXES_EMPTY`, with a few NaNs among
   float max/min/argmax inputs.
-- ``kernels/matmul/<dtype>/layouts``: matmul at a ladder of (M, K, N)
-  (:data:`MATMUL_SMALL`: tails past every common register tile and K block)
-  in every operand layout the kernel declared (a and / or b transposed,
-  every other column, at an offset, a batch read through stride 0), and at
-  :data:`MATMUL_LARGE` (rows past 2**12 and 2**14 columns, about 2**23
-  multiply-adds tall and wide, an operand past 2**22 elements) dense and
-  with a transposed a; judged as ``direct`` (integers exactly).
+- ``kernels/matmul/<dtype>/layouts``: matmul at (M, K, N) with tails past
+  every common register tile and K block (:data:`MATMUL_SMALL`) in every
+  operand layout the kernel declared (a and / or b transposed, every other
+  column, at an offset, a batch read through stride 0), at
+  :data:`MATMUL_LARGE` (rows past 2**12 and 2**14 columns) dense and with a
+  transposed a; judged as ``direct`` (integers exactly).
+  ``kernels/matmul/<float16|bfloat16>/widened``: an operand past 2**22
+  elements (:data:`MATMUL_WIDENED`).
 - ``kernels/<op>/<dtype>/axes`` for gather, scatter_add: every axis of each
   :data:`INDEX_SHAPES` x, a dense index and (with DK_KERNEL_CAP_STRIDED) an
   embedding's index, one id per row with stride 0 along it.
@@ -409,20 +410,20 @@ def check_axes(ctx, op, dtype, shape):
     ctx.ran.add((op, dtype))
 
 
-#: Shapes (M, K, N) of the matmul layouts case, a geometric ladder of
-#: multiply-adds to the budget of about 2**23 + 2**19 per call (past any size
-#: at which a plugin might split its work over threads), with M and N past
-#: every common register tile with a tail (7, 13, 33, 65, 129) and K past
-#: common K blocks with one (259, 513). The small ones run in every layout
-#: the kernel declared; MATMUL_LARGE (a row past 2**12 and past 2**14
-#: columns, the budget in tall and in wide form, one operand past 2**22
-#: elements, the size up to which a plugin might keep a widened copy in a
-#: reused buffer) in the dense layout and, but for the last, with a
-#: transposed (so packed) a. Outputs stay small: judging them costs more
-#: than the call.
-MATMUL_SMALL = ((1, 1, 1), (7, 9, 13), (13, 33, 17), (33, 259, 65), (65, 513, 7))
-MATMUL_LARGE = ((3, 17, 4101), (2, 3, 16411), (129, 257, 259), (5, 403, 4111),
-                (2049, 2049, 1))
+#: Shapes (M, K, N) of the matmul layouts case: M and N past every common
+#: register tile with a tail (7, 13, 33, 65), K past common K blocks with one
+#: (259, 513); each in every layout the kernel declared. MATMUL_LARGE: a row
+#: past 2**12 and one past 2**14 columns (dense and with a transposed, so
+#: packed, a). MATMUL_WIDENED, the case ``widened`` of the 16-bit dtypes
+#: (the ones a plugin widens): an operand past 2**22 elements, the size up to
+#: which it might keep the widened copy in a reused buffer; its own case, as
+#: it costs about 7 s on the emulated CUDA plugin. Work split over threads is
+#: reached by ops/matmul's large classes (up to 5 * 2**23 multiply-adds);
+#: these stay small because the emulated CUDA plugin runs them too (about
+#: half a microsecond per multiply-add there).
+MATMUL_SMALL = ((1, 1, 1), (7, 9, 13), (13, 33, 17), (13, 259, 33), (65, 513, 7))
+MATMUL_LARGE = ((3, 17, 4101), (2, 3, 16411))
+MATMUL_WIDENED = (2049, 2049, 1)
 #: (name, view kind of a, view kind of b): a kind of _view_of, or "bcast" (a
 #: batch of 2 that reads one matrix twice, batch stride 0).
 MATMUL_LAYOUTS = (("dense", "dense", "dense"), ("a_T", "transposed", "dense"),
@@ -453,17 +454,18 @@ def _matmul_operand(dtype, shape, rng):
     return np.resize(rand(dtype, (65537,), rng), size).reshape(shape)
 
 
-def _matmul_calls(dtype, caps, rng):
-    """[(layout name, a, b, a kind, b kind)] of the matmul layouts case."""
+def _matmul_calls(dtype, caps, rng, shape):
+    """[(layout name, a, b, a kind, b kind)] of the matmul case ``shape``
+    (layouts or widened)."""
     strided = caps & _rules.CAPS["STRIDED"]
+    runs = [(MATMUL_SMALL, None), (MATMUL_LARGE, ("dense", "a_T"))] if shape == "layouts" \
+        else [((MATMUL_WIDENED,), ("dense",))]
     out = []
-    for shapes, names in ((MATMUL_SMALL, None), (MATMUL_LARGE, ("dense", "a_T"))):
+    for shapes, names in runs:
         for m, k, n in shapes:
             for name, ka, kb in MATMUL_LAYOUTS:
                 if (names and name not in names) or (name != "dense" and not strided):
                     continue
-                if m * k > 2**22 and name != "dense":
-                    continue  # the widened-copy size is a property of the operand, not its layout
                 batch = 2 if "bcast" in name else 1
                 a, b = _matmul_operand(dtype, (batch, m, k), rng), rand(dtype, (batch, k, n), rng)
                 if ka == "bcast":
@@ -478,13 +480,14 @@ def check_matmul_layouts(ctx, op, dtype, shape):
     """matmul at every MATMUL_SMALL shape in every operand layout its kernel
     declared it takes (dense; with DK_KERNEL_CAP_STRIDED a and / or b
     transposed, every other column, at an offset, a batch read through
-    stride 0), and at MATMUL_LARGE dense and with a transposed: a kernel may
-    pick its blocking per layout, per dtype and per size. Judged against the
+    stride 0), and at MATMUL_LARGE dense and with a transposed a; with
+    ``shape`` "widened", MATMUL_WIDENED dense: a kernel may pick its blocking
+    per layout, per dtype and per size. Judged against the
     float64 oracle with the spec's bound (K terms summing to |a| @ |b|);
     integers exactly."""
     rng = ctx.rng()
     caps = _rules.caps_of(ctx.target, op)
-    for name, a, b, ka, kb in _matmul_calls(dtype, caps, rng):
+    for name, a, b, ka, kb in _matmul_calls(dtype, caps, rng, shape):
         ins, views = [], []
         for x, kind in ((a, ka), (b, kb)):
             base, strides, off = _matmul_view(x, kind)
@@ -501,7 +504,7 @@ def check_matmul_layouts(ctx, op, dtype, shape):
         scale = O.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64))) \
             if dtype in FLOATS else None
         O.assert_close(got, O.matmul(a, b), dtype, op=op, n=a.shape[2], scale=scale,
-                       case=f"layouts {what} seed={ctx.seed}")
+                       case=f"{shape} {what} seed={ctx.seed}")
     ctx.ran.add((op, dtype))
 
 
@@ -681,7 +684,8 @@ def cases(target):
             out += op_cases(target, "kernels", op, ["layouts"], lambda o, d, s:
                             functools.partial(check_layouts, op=o, dtype=d, shape=s))
         if op == "matmul":
-            out += op_cases(target, "kernels", op, ["layouts"], lambda o, d, s:
+            out += op_cases(target, "kernels", op, lambda d: ["layouts"] + (
+                ["widened"] if d in ("float16", "bfloat16") else []), lambda o, d, s:
                             functools.partial(check_matmul_layouts, op=o, dtype=d, shape=s))
         dtype = invalid_dtype(target, op)
         for r, name in invalid_cases(target, op)[0]:
