@@ -1,7 +1,7 @@
 """Coverage run: which lines and branches of a reference plugin's kernels
 does the conformance suite reach?
 
-    python benchmarks/coverage_run.py [--target cpu|cuda_sim] [--threads N|default ...]
+    python benchmarks/coverage_run.py [--target cpu|cuda_sim] [--threads N|default ...] [--isa L]
                                       [--jobs N] [-k PATTERN ...] [--out DIR] [--workdir DIR]
                                       [--check ci/coverage_exclusions.toml]
     python benchmarks/coverage_run.py --bridge [--device cpu:0] [--level core|full]
@@ -30,7 +30,10 @@ instrumentation added:
 Then runs the FULL conformance suite (``-k`` narrows it) on the build once
 per ``--threads`` value (``DEVICEKIT_CPU_THREADS``; ``default`` leaves it
 unset: the CPU plugin's pool then has one thread per core, and the
-cuda_sim plugin's emulator ignores it), and prints line and branch coverage
+cuda_sim plugin's emulator ignores it), then once per ``--isa`` level at the
+default threads with ``DEVICEKIT_CPU_ISA`` capping the CPU plugin's fast
+paths to it (each level's copy of a fast path is different code; a host
+runs only its own level's otherwise), and prints line and branch coverage
 per kernel file. Writes to --out: coverage.json (gcovr's full JSON),
 summary.json (gcovr's --json-summary), html/index.html (gcovr's detailed
 pages), unreached.txt (every kernel line with an untaken branch, per file
@@ -92,11 +95,14 @@ def build(target, workdir, build_jobs):
     return src, lib
 
 
-def conformance(lib, report, jobs, threads, patterns, timeout):
+def conformance(lib, report, jobs, threads, patterns, timeout, isa=None):
     env = dict(os.environ)
     env.pop("DEVICEKIT_CPU_THREADS", None)
+    env.pop("DEVICEKIT_CPU_ISA", None)
     if threads != "default":
         env["DEVICEKIT_CPU_THREADS"] = str(threads)
+    if isa:
+        env["DEVICEKIT_CPU_ISA"] = isa
     cmd = [sys.executable, "-m", "devicekit", "conformance", "--plugin", lib, "--jobs", str(jobs),
            "--report", report, "--timeout", str(timeout)]
     for pat in patterns:
@@ -221,6 +227,10 @@ def main(argv=None):
     ap.add_argument("--threads", action="append", default=[],
                     help="DEVICEKIT_CPU_THREADS of one run, or 'default' (unset); repeatable "
                          "(default: 1 and default)")
+    ap.add_argument("--isa", action="append", default=[], choices=("base", "avx2"),
+                    help="with --target cpu: one more run at the default threads with "
+                         "DEVICEKIT_CPU_ISA set to this level, so the fast paths' copies for "
+                         "that level (below the host's) are reached too; repeatable")
     ap.add_argument("--jobs", type=int, default=2, help="conformance worker processes")
     ap.add_argument("--build-jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=300,
@@ -268,12 +278,16 @@ def main(argv=None):
         times["build"] = time.monotonic() - start
         print(f"built {lib} with {' '.join(COVERAGE_FLAGS)} ({times['build']:.0f} s)", flush=True)
         failed = False
-        for t in threads:
+        runs = [(t, None) for t in threads]
+        runs += [("default", isa) for isa in (args.isa if threads else [])]
+        for t, isa in runs:
             start = time.monotonic()
-            rc, tail = conformance(lib, os.path.join(args.out, f"conformance-threads-{t}"),
-                                   args.jobs, t, args.patterns, args.timeout)
-            times[f"conformance threads={t}"] = time.monotonic() - start
-            print(f"conformance, threads={t}: exit {rc} ({times[f'conformance threads={t}']:.0f} s)"
+            name = f"threads={t}" + (f" isa={isa}" if isa else "")
+            folder = f"conformance-threads-{t}" + (f"-isa-{isa}" if isa else "")
+            rc, tail = conformance(lib, os.path.join(args.out, folder), args.jobs, t,
+                                   args.patterns, args.timeout, isa)
+            times[f"conformance {name}"] = time.monotonic() - start
+            print(f"conformance, {name}: exit {rc} ({times[f'conformance {name}']:.0f} s)"
                   f"\n{tail}", flush=True)
             failed |= rc != 0
         start = time.monotonic()
@@ -287,6 +301,7 @@ def main(argv=None):
     include = KERNELS[args.target]
     table = cov.files(data, include)
     print(f"\nkernel coverage of the {args.target} plugin (threads: {', '.join(threads)}"
+          f"{'; isa: ' + ', '.join(args.isa) if args.isa else ''}"
           f"{', -k ' + ' -k '.join(args.patterns) if args.patterns else ''}):")
     print(cov.format_table(table))
     rows = cov.unreached(data, include)
@@ -294,7 +309,8 @@ def main(argv=None):
         for file, fn, lines, n in cov.by_function(rows):
             f.write(f"{file}  {fn}: {n} untaken branches on lines {', '.join(map(str, lines))}\n")
     lc, lt, bc, bt = cov.totals(table)
-    summary = {"target": args.target, "threads": threads, "patterns": args.patterns,
+    summary = {"target": args.target, "threads": threads, "isa": args.isa,
+               "patterns": args.patterns,
                "lines": [lc, lt], "branches": [bc, bt], "seconds": times,
                "untaken_branch_lines": len(rows)}
     status = 1 if failed else 0

@@ -235,6 +235,9 @@ CALLS = {
         "bool_mask_bcast": lambda r: _sdpa(r, 2, 2, 2, 4, 6, 4, 4, mask=r.random((6,)) < 0.7),
         "float_mask": _float_mask,
         "fully_masked": _fully_masked,
+        # no keys at all (Lk = 0), GQA: every query sees nothing, output 0 and
+        # gradient 0 (a kernel's "no visible key" path without any mask)
+        "no_keys": lambda r: _sdpa(r, 1, 2, 1, 3, 0, 4, 4),
         # lengths spanning several 64-query / 128-key tiles (online rescaling
         # across key tiles, the causal boundary inside and between tiles)
         "large_tiles": lambda r: _sdpa(r, 1, 2, 2, 150, 300, 16, 8),

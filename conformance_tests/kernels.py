@@ -27,6 +27,14 @@ views the case builds itself (``_raw``):
   dims with every 8- and 16-wide tail, reduced extents to 257, about 2**17
   elements at most, dims of 1) and :data:`AXES_EMPTY`, with a few NaNs among
   float max/min/argmax inputs.
+- ``kernels/matmul/<dtype>/layouts``: matmul at (M, K, N) with tails past
+  every common register tile and K block (:data:`MATMUL_SMALL`) in every
+  operand layout the kernel declared (a and / or b transposed, every other
+  column, at an offset, a batch read through stride 0), at
+  :data:`MATMUL_LARGE` (rows past 2**12 and 2**14 columns) dense and with a
+  transposed a; judged as ``direct`` (integers exactly).
+  ``kernels/matmul/<float16|bfloat16>/widened``: an operand past 2**22
+  elements (:data:`MATMUL_WIDENED`).
 - ``kernels/<op>/<dtype>/axes`` for gather, scatter_add: every axis of each
   :data:`INDEX_SHAPES` x, a dense index and (with DK_KERNEL_CAP_STRIDED) an
   embedding's index, one id per row with stride 0 along it.
@@ -402,6 +410,104 @@ def check_axes(ctx, op, dtype, shape):
     ctx.ran.add((op, dtype))
 
 
+#: Shapes (M, K, N) of the matmul layouts case: M and N past every common
+#: register tile with a tail (7, 13, 33, 65), K past common K blocks with one
+#: (259, 513); each in every layout the kernel declared. MATMUL_LARGE: a row
+#: past 2**12 and one past 2**14 columns (dense and with a transposed, so
+#: packed, a). MATMUL_WIDENED, the case ``widened`` of the 16-bit dtypes
+#: (the ones a plugin widens): an operand past 2**22 elements, the size up to
+#: which it might keep the widened copy in a reused buffer; its own case, as
+#: it costs about 7 s on the emulated CUDA plugin. Work split over threads is
+#: reached by ops/matmul's large classes (up to 5 * 2**23 multiply-adds);
+#: these stay small because the emulated CUDA plugin runs them too (about
+#: half a microsecond per multiply-add there).
+MATMUL_SMALL = ((1, 1, 1), (7, 9, 13), (13, 33, 17), (13, 259, 33), (65, 513, 7))
+MATMUL_LARGE = ((3, 17, 4101), (2, 3, 16411))
+MATMUL_WIDENED = (2049, 2049, 1)
+#: (name, view kind of a, view kind of b): a kind of _view_of, or "bcast" (a
+#: batch of 2 that reads one matrix twice, batch stride 0).
+MATMUL_LAYOUTS = (("dense", "dense", "dense"), ("a_T", "transposed", "dense"),
+                  ("b_T", "dense", "transposed"), ("both_T", "transposed", "transposed"),
+                  ("every_other", "every_other", "every_other"), ("offset", "offset", "offset"),
+                  ("bcast_b", "dense", "bcast"), ("bcast_a_T", "bcast", "transposed"))
+
+
+def _matmul_view(x, kind):
+    """(array to allocate, view strides, offset) of a [B, rows, cols] operand;
+    "bcast" allocates x[0] alone (x's batch entries are all equal)."""
+    if kind == "bcast":
+        return np.ascontiguousarray(x[:1]), [0] + _raw._strides(list(x.shape[1:])), 0
+    if kind == "offset":  # 3 elements before the view, however small it is
+        flat = x.reshape(-1)
+        return np.concatenate([np.resize(flat[::-1], 3), flat]), _raw._strides(list(x.shape)), 3
+    return _view_of(x, kind)
+
+
+def _matmul_operand(dtype, shape, rng):
+    """rand(dtype, shape) drawn whole up to 2**16 elements; a larger one
+    repeats a draw of 65537 (a prime count: the repeats do not line up with
+    rows or tiles), as converting millions of doubles to float16 costs more
+    than the call."""
+    size = int(np.prod(shape))
+    if size <= 2**16:
+        return rand(dtype, shape, rng)
+    return np.resize(rand(dtype, (65537,), rng), size).reshape(shape)
+
+
+def _matmul_calls(dtype, caps, rng, shape):
+    """[(layout name, a, b, a kind, b kind)] of the matmul case ``shape``
+    (layouts or widened)."""
+    strided = caps & _rules.CAPS["STRIDED"]
+    runs = [(MATMUL_SMALL, None), (MATMUL_LARGE, ("dense", "a_T"))] if shape == "layouts" \
+        else [((MATMUL_WIDENED,), ("dense",))]
+    out = []
+    for shapes, names in runs:
+        for m, k, n in shapes:
+            for name, ka, kb in MATMUL_LAYOUTS:
+                if (names and name not in names) or (name != "dense" and not strided):
+                    continue
+                batch = 2 if "bcast" in name else 1
+                a, b = _matmul_operand(dtype, (batch, m, k), rng), rand(dtype, (batch, k, n), rng)
+                if ka == "bcast":
+                    a = np.repeat(a[:1], batch, axis=0)
+                if kb == "bcast":
+                    b = np.repeat(b[:1], batch, axis=0)
+                out.append((name, a, b, ka, kb))
+    return out
+
+
+def check_matmul_layouts(ctx, op, dtype, shape):
+    """matmul at every MATMUL_SMALL shape in every operand layout its kernel
+    declared it takes (dense; with DK_KERNEL_CAP_STRIDED a and / or b
+    transposed, every other column, at an offset, a batch read through
+    stride 0), and at MATMUL_LARGE dense and with a transposed a; with
+    ``shape`` "widened", MATMUL_WIDENED dense: a kernel may pick its blocking
+    per layout, per dtype and per size. Judged against the
+    float64 oracle with the spec's bound (K terms summing to |a| @ |b|);
+    integers exactly."""
+    rng = ctx.rng()
+    caps = _rules.caps_of(ctx.target, op)
+    for name, a, b, ka, kb in _matmul_calls(dtype, caps, rng, shape):
+        ins, views = [], []
+        for x, kind in ((a, ka), (b, kb)):
+            base, strides, off = _matmul_view(x, kind)
+            ins.append((base, dtype))
+            views.append((x.shape, strides, off))
+        out_shape = (a.shape[0], a.shape[1], b.shape[2])
+        call = _invalid.Call(ins, out_shape, dtype, None, mangle=_mangle_views(views))
+        (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
+        what = f"matmul {dtype} {name} [{a.shape[1]}, {a.shape[2]}] @ [{b.shape[1]}, {b.shape[2]}]"
+        if a.shape[0] > 1:
+            what += f" batch {a.shape[0]}"
+        assert lc == 0 and sc == 0, f"{what}: [{lc}] {lmsg} [{sc}] {smsg}"
+        assert bands_ok, f"{what}: the kernel wrote outside its output"
+        scale = O.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64))) \
+            if dtype in FLOATS else None
+        O.assert_close(got, O.matmul(a, b), dtype, op=op, n=a.shape[2], scale=scale,
+                       case=f"{shape} {what} seed={ctx.seed}")
+    ctx.ran.add((op, dtype))
+
+
 def _iota_scalars(dtype, length):
     """(start, step) pairs of every scalar kind (int64 / float64) the values
     of which ``dtype`` holds along ``length``."""
@@ -577,6 +683,10 @@ def cases(target):
         if op in ELEMENTWISE:
             out += op_cases(target, "kernels", op, ["layouts"], lambda o, d, s:
                             functools.partial(check_layouts, op=o, dtype=d, shape=s))
+        if op == "matmul":
+            out += op_cases(target, "kernels", op, lambda d: ["layouts"] + (
+                ["widened"] if d in ("float16", "bfloat16") else []), lambda o, d, s:
+                            functools.partial(check_matmul_layouts, op=o, dtype=d, shape=s))
         dtype = invalid_dtype(target, op)
         for r, name in invalid_cases(target, op)[0]:
             out.append(Case(id=f"kernels/{op}/invalid/{name}", section="kernels", op=op,

@@ -169,7 +169,8 @@ def misbehaving_plugins(tmp_path_factory) -> dict[str, Path]:
 
 
 FAULTS = {"add_rel": 1, "sum_drop": 2, "matmul_odd_k": 3, "exp_neg_inf": 4, "segv": 5,
-          "leak": 6, "no_wait": 7, "fused_rms": 8, "max_nan": 13, "where_bcast": 14}
+          "leak": 6, "no_wait": 7, "fused_rms": 8, "max_nan": 13, "where_bcast": 14,
+          "matmul_packed_k": 17}
 
 
 @pytest.fixture(scope="session")

@@ -117,6 +117,7 @@ FAULT_CASES = [  # fault, -k filter, cases that must be caught, their outcome
                                              "fused/cpu.rms_norm_f32/float32/no_weight"], "fail"),
     ("max_nan", "kernels/reduce_max/float32/", ["kernels/reduce_max/float32/axes"], "fail"),
     ("where_bcast", "kernels/where/float32/", ["kernels/where/float32/layouts"], "fail"),
+    ("matmul_packed_k", "kernels/matmul/float32/", ["kernels/matmul/float32/layouts"], "fail"),
 ]
 
 
@@ -138,8 +139,11 @@ def test_suite_catches_fault(tmp_path, faulty_plugins, fault, pattern, caught, o
         assert "ran: cpu.rms_norm_f32" in bad["message"]
         assert got["fused/cpu.rms_norm_f32/accepts_some_call"] == "pass"
         assert got["fused/cpu.rms_norm_f32/rejects/float64"] == "pass"
-    if fault in ("max_nan", "where_bcast"):  # the direct call has no NaN, no broadcast
+    # the direct call has no NaN, no broadcast, no K past 256
+    if fault in ("max_nan", "where_bcast", "matmul_packed_k"):
         assert got[caught[0].rsplit("/", 1)[0] + "/direct"] == "pass"
+    if fault == "matmul_packed_k":  # the failure names the layout and shape that caught it
+        assert "a_T [13, 259]" in bad["message"], bad["message"][:300]
     if fault == "matmul_odd_k":  # even K still passes: the fault is the odd K only
         assert got["ops/matmul/float32/even_k"] == "pass"
     assert report["run"]["partial"] and not report["corpus"]["checked"]

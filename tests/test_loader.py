@@ -305,7 +305,8 @@ def test_reload_plugins_forgets_removed_paths(bad_plugins, plugin_path):
 @pytest.mark.parametrize("var, value", [("DEVICEKIT_CPU_THREADS", "two"),
                                         ("DEVICEKIT_CPU_THREADS", "0"),
                                         ("DEVICEKIT_CPU_DEVICES", "99"),
-                                        ("DEVICEKIT_CPU_MEMORY_BYTES", "-5")])
+                                        ("DEVICEKIT_CPU_MEMORY_BYTES", "-5"),
+                                        ("DEVICEKIT_CPU_ISA", "sse9")])
 def test_cpu_plugin_refuses_a_malformed_setting_at_load(var, value):
     """A setting the reference plugin cannot use fails its Initialize with the
     variable, the value and the accepted range, instead of being ignored."""

@@ -28,6 +28,9 @@
  *                  NaN is 0 (a NaN-unaware max; no NaN among plain inputs)
  *  14 WHERE_BCAST  where (float32) is off by a relative 1e-3 when its
  *                  condition broadcasts along the last dim (dense calls right)
+ *  17 MATMUL_PACKED_K matmul (float32) is off by a relative 1e-3 when K is
+ *                  past 256 and a is not unit-stride along K (a GEMM that
+ *                  packs a, wrong past its first K block; dense a right)
  * Test-only shortcuts: DK_GetApi does the dlopen (a real plugin must do no
  * work there), and outputs are patched on the host after a stream
  * synchronize, which works because the CPU plugin's memory is host memory.
@@ -183,6 +186,16 @@ static DK_Error* fault_where(const DK_Kernel_Args* a) {
     scale_f32(o, 1.001f);
   return NULL;
 }
+#elif FAULT == 17
+static DK_Error* fault_matmul_packed(const DK_Kernel_Args* a) {
+  DK_Error* e = real->kernels->kernels[DK_OP_MATMUL](a);
+  if (e || (e = sync(a))) return e;
+  const DK_TensorView *x = a->inputs[0], *o = a->outputs[0];
+  if (o->dtype == DK_DTYPE_FLOAT32 && x->rank >= 2 && x->shape[x->rank - 1] > 256 &&
+      x->strides[x->rank - 1] != 1)
+    scale_f32(o, 1.001f);
+  return NULL;
+}
 #elif FAULT == 11
 static long slow_ms = 300;
 static int32_t slow_dtype = DK_DTYPE_FLOAT32;
@@ -300,6 +313,8 @@ DK_EXPORT const DK_Api* DK_GetApi(void) {
   kernels[DK_OP_REDUCE_MAX] = fault_max;
 #elif FAULT == 14
   kernels[DK_OP_WHERE] = fault_where;
+#elif FAULT == 17
+  kernels[DK_OP_MATMUL] = fault_matmul_packed;
 #endif
   return &api;
 }

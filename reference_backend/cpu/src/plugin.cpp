@@ -111,6 +111,16 @@ DK_Error* dk_cpu_Plugin_Initialize(DK_Plugin_Initialize_Args* args) {
                        "Hint: unset it to use every core.",
                        kCall, env);
     }
+    // fast/fast.h's cpu_isa reads DEVICEKIT_CPU_ISA at the first fast launch.
+    env = std::getenv("DEVICEKIT_CPU_ISA");
+    if (env != nullptr && std::strcmp(env, "base") != 0 && std::strcmp(env, "avx2") != 0 &&
+        std::strcmp(env, "avx512") != 0) {
+      return dkh_error(DK_ERROR_INVALID_ARGUMENT,
+                       "%s: DEVICEKIT_CPU_ISA='%s'; expected base, avx2 or avx512 (the highest "
+                       "instruction set level the fast paths may use). Hint: unset it to use "
+                       "what the CPU has.",
+                       kCall, env);
+    }
     uint64_t memory = available_memory_bytes() / 100 * kBudgetPercent / devices;
     env = std::getenv("DEVICEKIT_CPU_MEMORY_BYTES");
     if (env != nullptr && (!parse_u64(env, &memory) || memory == 0)) {

@@ -22,7 +22,8 @@ namespace {
 bool has_f16c() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c") &&
+           cpu_isa() != Isa::kBase;
   }();
   return yes;
 }

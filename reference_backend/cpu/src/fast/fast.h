@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "../attention_backward.h"
 #include "../fused_common.h"
@@ -22,15 +24,24 @@ namespace dkcpu {
 
 enum class Isa { kBase, kAvx2, kAvx512 };
 
+// DEVICEKIT_CPU_ISA=base|avx2|avx512 caps the level (never raises it past
+// what the CPU has): each level's copy of a fast path is different code, so a
+// coverage run or a test reaches the lower levels' copies on one machine only
+// this way. Plugin_Initialize refuses any other value. "base" also turns off
+// F16C (fast/convert.cpp).
 inline Isa cpu_isa() {
   static const Isa isa = [] {
+    Isa have = Isa::kBase;
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
-      return Isa::kAvx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+      have = Isa::kAvx512;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) have = Isa::kAvx2;
 #endif
-    return Isa::kBase;
+    const char* cap = std::getenv("DEVICEKIT_CPU_ISA");
+    if (cap && std::strcmp(cap, "base") == 0) return Isa::kBase;
+    if (cap && std::strcmp(cap, "avx2") == 0 && have == Isa::kAvx512) return Isa::kAvx2;
+    return have;
   }();
   return isa;
 }

@@ -1,0 +1,45 @@
+"""The reference CPU plugin's DEVICEKIT_CPU_ISA cap (src/fast/fast.h,
+``cpu_isa``): each instruction-set level's copy of a fast path (the GEMM's and
+attention's register tiles, gelu, tanh, the norms, F16C conversions) is
+different code, and a machine runs only its own level's copy unless the level
+is capped. So the copies below the machine's are checked here, with the
+conformance cases that reach the fast paths, and a value the plugin cannot use
+is refused at load (tests/test_loader.py).
+
+Needs: cpu:0 on x86-64 (elsewhere only the base level exists).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import HUNG_S
+
+#: The cases that reach src/fast/: matmul in every layout at a ladder of
+#: sizes, float64 and a 16-bit dtype too; attention forward and backward
+#: (tiles, masks, causal, GQA, permuted views); gelu and the norms.
+FAST_CASES = ("kernels/matmul/float32/layouts", "kernels/matmul/float64/layouts",
+              "kernels/matmul/float16/layouts", "fused/cpu.sdpa_flash_f32/float32/",
+              "fused/cpu.sdpa_flash_f32/permuted/", "fused/cpu.sdpa_backward_f32/float32/",
+              "fused/cpu.gelu_f32/float32/", "fused/cpu.gelu_backward_f32/float32/",
+              "fused/cpu.layer_norm_f32/float32/", "fused/cpu.sdpa_flash_f16/float16/")
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "AMD64"),
+                    reason="only x86-64 builds have more than the base level")
+def test_base_level_passes_the_fast_path_cases(tmp_path):
+    env = dict(os.environ, DEVICEKIT_CPU_ISA="base")
+    env.pop("DEVICEKIT_CPU_THREADS", None)  # default threads: work split as users get it
+    cmd = [sys.executable, "-m", "devicekit", "conformance", "--device", "cpu:0", "--jobs", "2",
+           "--report", str(tmp_path / "rep")]
+    for pattern in FAST_CASES:
+        cmd += ["-k", pattern]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HUNG_S)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    ran = {c["id"] for c in report["cases"] if c["outcome"] == "pass"}
+    for pattern in FAST_CASES:  # each pattern ran something (a renamed case fails here)
+        assert any(pattern in i for i in ran), (pattern, sorted(ran)[:20])
