@@ -153,3 +153,36 @@ class FunctionalGPT(_Trainer):
     def infer(self):
         with dk.no_grad():
             return self.forward()
+
+
+class HFGPT(_Trainer):
+    """Hugging Face's ``GPT2LMHeadModel`` at a zoo config's size (dropout off,
+    its tied LM head and its own loss), ``torch.optim.AdamW``, on ``device``:
+    ``"dk:0"`` runs it through ``devicekit.torch`` (the bridge), ``"cpu"`` is
+    torch eager on the same code. Both sides start from the same weights
+    (torch's seed 0) and batch; float32 only."""
+
+    def __init__(self, model, device, lr=H.LR, weight_decay=H.WEIGHT_DECAY):
+        import torch
+        import transformers
+        if device.startswith("dk"):
+            import devicekit.torch  # noqa: F401 (registers the dk device)
+        transformers.logging.set_verbosity_error()
+        c = model.config
+        torch.manual_seed(0)
+        self.model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_layer=c.layers, n_embd=c.dim, n_head=c.heads, n_positions=c.seq,
+            vocab_size=c.vocab, bos_token_id=0, eos_token_id=0, resid_pdrop=0.0,
+            embd_pdrop=0.0, attn_pdrop=0.0)).to(device)
+        self.torch = torch
+        data = model.make_data()
+        self.batch = {"input_ids": torch.tensor(data["ids"]).to(device),
+                      "labels": torch.tensor(data["ids"]).to(device)}
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def loss(self):
+        return self.model(**self.batch).loss
+
+    def infer(self):
+        with self.torch.no_grad():
+            return self.model(**self.batch).logits
