@@ -109,6 +109,7 @@ TRANSPOSED = {
     "2d_a": (lambda w, b: ops.matmul(w.transpose(0, 1), b), (4, 3), (4, 5)),
     "batched_both": (lambda a, b: ops.matmul(a.transpose(-1, -2), b.transpose(-1, -2)),
                      (2, 4, 3), (2, 5, 4)),
+    "2d_a_broadcast_over_batched_b": (lambda w, b: ops.matmul(w.transpose(0, 1), b), (4, 3), (2, 4, 5)),
 }
 
 

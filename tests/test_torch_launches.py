@@ -73,7 +73,7 @@ def test_square_and_cube_are_products_bitwise_as_torch(cpu, dtype):
     x = torch.randn(64, 33, generator=torch.Generator().manual_seed(3)).to(dtype) * 7
     dx = x.to(dev)
     for exponent, muls in ((2, 1), (3, 2), (3.0, 2)):
-        seen = _launches(lambda: dx ** exponent)
+        seen = _launches(lambda e=exponent: dx ** e)
         assert "pow" not in seen and seen["mul"]["kernel"] == muls, (exponent, seen)
         assert torch.equal((dx ** exponent).cpu(), x ** exponent), exponent
     xg, dg = x.clone().requires_grad_(), dx.clone().requires_grad_()
