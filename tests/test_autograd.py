@@ -100,6 +100,38 @@ def test_matmul_gradients(sa, sb):
     gradcheck(ops.matmul, rand(*sa), rand(*sb))
 
 
+# matmul operands stored transposed (a view whose last two dims swapped are
+# contiguous, as linear's weight.transpose(0, 1)): the folded [.., k] @ [k, n]
+# case, the 2-D case for either operand, and a batched one.
+TRANSPOSED = {
+    "folded_b": (lambda a, w: ops.matmul(a, w.transpose(0, 1)), (2, 3, 4), (5, 4)),
+    "2d_b": (lambda a, w: ops.matmul(a, w.transpose(0, 1)), (3, 4), (5, 4)),
+    "2d_a": (lambda w, b: ops.matmul(w.transpose(0, 1), b), (4, 3), (4, 5)),
+    "batched_both": (lambda a, b: ops.matmul(a.transpose(-1, -2), b.transpose(-1, -2)),
+                     (2, 4, 3), (2, 5, 4)),
+    "2d_a_broadcast_over_batched_b": (lambda w, b: ops.matmul(w.transpose(0, 1), b), (4, 3), (2, 4, 5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSPOSED))
+def test_matmul_gradients_of_transposed_operands(name):
+    fn, sa, sb = TRANSPOSED[name]
+    gradcheck(fn, rand(*sa), rand(*sb))
+
+
+def test_linear_weight_grad_is_contiguous_like_the_weight():
+    # linear multiplies by weight.transpose(0, 1); the weight's .grad comes
+    # back in the weight's own (contiguous) layout, not as a transposed view
+    # that every per-parameter consumer would read column-wise.
+    x = dk.tensor(rand(2, 3, 4), requires_grad=True)
+    w = dk.tensor(rand(5, 4), requires_grad=True)
+    dk.ops.sum(dk.nn.functional.linear(x, w) * dk.tensor(rand(2, 3, 5))).backward()
+    assert w.grad.is_contiguous() and x.grad.is_contiguous()
+    w2 = dk.tensor(rand(4, 3), requires_grad=True)
+    dk.ops.sum(ops.matmul(w2.transpose(0, 1), dk.tensor(rand(4, 2)))).backward()
+    assert w2.grad.is_contiguous()
+
+
 VIEWS = {
     "reshape": (lambda x: x.reshape(4, -1), (2, 3, 2)),
     "permute": (lambda x: x.permute(2, 0, 1), (2, 3, 2)),

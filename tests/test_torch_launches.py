@@ -1,11 +1,14 @@
-"""devicekit.torch: what a 16-bit ``linear``/``matmul`` launches on the device.
+"""devicekit.torch: what a 16-bit ``linear``/``matmul`` and a small integer
+``pow`` launch on the device.
 
 Needs torch (skipped with the reason otherwise). Proves, from the SDK's own
 launch counters (``devicekit.dispatch_stats``): a bfloat16 or float16
 ``nn.Linear`` forward and backward, and a 16-bit ``matmul``, launch the same
 ``matmul`` kernels as in float32, in the 16-bit dtype (the base op accumulates
 wider, per the spec), with no cast kernel and no cast inserted by the SDK
-around them; and the result matches torch's CPU op.
+around them; and the result matches torch's CPU op. A float32/float64 square
+or cube (HF's tanh-GELU cubes its input) is products, no ``pow`` kernel, with
+the bits of torch's CPU kernel (which computes them as products too).
 """
 
 import pytest
@@ -62,3 +65,21 @@ def test_16bit_matmul_launches_one_matmul(cpu):
     out = torch.matmul(da, db)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.cpu(), torch.matmul(a, b), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_square_and_cube_are_products_bitwise_as_torch(cpu, dtype):
+    dev = dkt.device("cpu:0")
+    x = torch.randn(64, 33, generator=torch.Generator().manual_seed(3)).to(dtype) * 7
+    dx = x.to(dev)
+    for exponent, muls in ((2, 1), (3, 2), (3.0, 2)):
+        seen = _launches(lambda e=exponent: dx ** e)
+        assert "pow" not in seen and seen["mul"]["kernel"] == muls, (exponent, seen)
+        assert torch.equal((dx ** exponent).cpu(), x ** exponent), exponent
+    xg, dg = x.clone().requires_grad_(), dx.clone().requires_grad_()
+    (xg ** 3.0).sum().backward()
+    (dg ** 3.0).sum().backward()
+    assert torch.equal(dg.grad.cpu(), xg.grad)
+    # any other exponent, and a 16-bit cube, still run the pow kernel
+    assert "pow" in _launches(lambda: dx ** 2.5)
+    assert "pow" in _launches(lambda: dx.bfloat16() ** 3)

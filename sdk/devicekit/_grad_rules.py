@@ -93,15 +93,38 @@ def _gather(node, g):
     return ops.scatter_add(_zeros(x.shape, g), node.saved["axis"], index, g)
 
 
+def _transposed(x):
+    """Whether ``x`` is stored transposed: its last two dims swapped make it
+    contiguous (``w.transpose(0, 1)`` of a contiguous ``w``, as ``linear``'s
+    weight). Its gradient is then computed in that layout too."""
+    return x.ndim >= 2 and not x.is_contiguous() and x.transpose(-1, -2).is_contiguous()
+
+
 def _matmul(node, g, needs):
+    # A gradient comes out in its input's layout (PyTorch's rule for .grad):
+    # for an input stored transposed the product is taken the other way round
+    # and transposed back, the same GEMM at the same cost, so linear's weight
+    # gets a contiguous [out, in] .grad, not a strided view that every
+    # per-parameter consumer (an optimizer step, clipping) reads column-wise.
     a, b = node.inputs
     if a.ndim > 2 and b.ndim == 2:  # folded by ops.matmul: b's gradient sums over every row
         k, n = b.shape
         m = a.numel() // k  # k > 0: ops.matmul folds only then
-        return (ops.matmul(g, b.transpose(0, 1)) if needs[0] else None,
-                ops.matmul(a.reshape(m, k).transpose(0, 1), g.reshape(m, n)) if needs[1] else None)
-    return (ops.matmul(g, b.transpose(-1, -2)) if needs[0] else None,
-            ops.matmul(a.transpose(-1, -2), g) if needs[1] else None)
+        a2, g2 = a.reshape(m, k), g.reshape(m, n)
+        gb = None
+        if needs[1]:
+            gb = (ops.matmul(g2.transpose(0, 1), a2).transpose(0, 1) if _transposed(b)
+                  else ops.matmul(a2.transpose(0, 1), g2))
+        return (ops.matmul(g, b.transpose(0, 1)) if needs[0] else None), gb
+    ga = gb = None
+    flip = a.ndim >= 2 and b.ndim >= 2  # a 1-D operand has no layout to keep
+    if needs[0]:
+        ga = (ops.matmul(b, g.transpose(-1, -2)).transpose(-1, -2) if flip and _transposed(a)
+              else ops.matmul(g, b.transpose(-1, -2)))
+    if needs[1]:
+        gb = (ops.matmul(g.transpose(-1, -2), a).transpose(-1, -2) if flip and _transposed(b)
+              else ops.matmul(a.transpose(-1, -2), g))
+    return ga, gb
 
 
 def _permute(node, g):

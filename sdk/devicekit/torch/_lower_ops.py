@@ -146,8 +146,16 @@ def div_mode(a, b, rounding_mode=None):
 
 @lowers("pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar")
 def pow_(a, b):
-    if isinstance(b, (int, float)) and b == 2 and isinstance(a, bridge.Tensor):
-        return ops.mul(a, a)
+    # Squares and float32/float64 cubes as products, as torch's CPU kernel
+    # computes them (base * base, (base * base) * base): the same bits, and a
+    # general pow kernel (std::pow per element in the reference plugin) is
+    # many times slower than two products; HF's tanh-GELU cubes every MLP
+    # activation. A 16-bit cube keeps the kernel (its one rounding).
+    if isinstance(b, (int, float)) and isinstance(a, bridge.Tensor):
+        if b == 2:
+            return ops.mul(a, a)
+        if b == 3 and bridge.dtype_id(a) in (_dt.float32.id, _dt.float64.id):
+            return ops.mul(ops.mul(a, a), a)
     return ops.pow(a, b)
 
 
