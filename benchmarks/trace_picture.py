@@ -1,8 +1,11 @@
-"""The picture in docs/trace.md: a ``devicekit.trace`` of one training step of
-the HF GPT-2 model of the model regression (``hf-gpt2``: transformers'
-``GPT2LMHeadModel``, dim 64, 2 layers) on ``dk:0`` -- forward, loss,
-backward, one ``torch.optim.AdamW`` step -- as a real trace viewer renders
-it.
+"""A second viewer for the trace of docs/trace.md: a ``devicekit.trace`` of one
+training step of the HF GPT-2 model of the model regression (``hf-gpt2``:
+transformers' ``GPT2LMHeadModel``, dim 64, 2 layers) on ``dk:0`` -- forward,
+loss, backward, one ``torch.optim.AdamW`` step -- as Catapult's Trace-Viewer
+renders it. The picture in the docs is Perfetto's
+(``benchmarks/perfetto_picture.py``, which uses :func:`record_step` and
+:func:`shrink` from here); this one checks that a second importer reads the
+same file.
 
 The viewer is Catapult's Trace-Viewer (the engine of ``chrome://tracing``):
 its ``tracing/bin/trace2html`` makes one standalone HTML file of the viewer
@@ -10,7 +13,7 @@ and the JSON, and headless Chromium opens that file and takes the screenshot.
 Nothing is drawn by this script.
 
     python benchmarks/trace_picture.py --catapult /path/to/catapult \\
-        --out docs/img/trace.png [--json step.json] [--chromium chromium]
+        --out trace_catapult.png [--json step.json] [--chromium chromium]
 
 Needs (none of them a DeviceKit dependency; this is not run in CI):
 
@@ -188,7 +191,7 @@ def shrink(png, keep_height, max_kb):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--catapult", required=True, help="a catapult checkout (tracing/, third_party/)")
-    ap.add_argument("--out", default="docs/img/trace.png")
+    ap.add_argument("--out", default="trace_catapult.png")
     ap.add_argument("--json", help="keep the trace here (default: a temporary file)")
     ap.add_argument("--from-json", help="render this trace instead of recording one")
     ap.add_argument("--chromium", default="chromium")

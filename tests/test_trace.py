@@ -96,6 +96,14 @@ def test_trace_of_a_devicekit_program(cpu, tmp_path):
     device = [e for e in events if e["ph"] == "X" and e["pid"] != 1 and e["cat"] == "launch"]
     assert Counter(e["name"] for e in device) == Counter(counted)
     assert all(e["args"]["time"] == "device (timing events)" for e in device)
+    # no launch starts on the stream before the host enqueued it (one thread:
+    # the host's launches and the stream's are in the same order)
+    host = sorted((e for e in events if e["ph"] == "X" and e["pid"] == 1
+                   and e["cat"] in ("launch", "fused", "copy")), key=lambda e: e["ts"])
+    stream = sorted((e for e in events if e["ph"] == "X" and e["pid"] != 1),
+                    key=lambda e: e["ts"])
+    assert [e["name"] for e in host] == [e["name"] for e in stream]
+    assert all(d["ts"] >= h["ts"] - 1e-3 for h, d in zip(host, stream))
     # the composite, its fused-kernel decision, and its launches named by it
     soft = [e for e in events if e["ph"] == "X" and e["cat"] == "composite"]
     assert [e["name"] for e in soft] == ["softmax"]
@@ -123,6 +131,34 @@ def test_trace_of_a_devicekit_program(cpu, tmp_path):
     assert s["syncs"] == sum(e["ph"] == "X" and e["cat"] == "sync" for e in events) > 0
     text = dktrace.format_summary(doc)
     assert "matmul" in text and "composite softmax" in text
+
+
+def _launch(name, t0, t1, dev_t0, dev_t1):
+    return {"kind": "launch", "name": name, "device": "cpu:0", "tid": 7, "t0": t0, "t1": t1,
+            "bytes": 0, "in_use": 0, "scope": "", "stream": 0,
+            "dev_t0": float(dev_t0), "dev_t1": float(dev_t1)}
+
+
+def test_a_stream_that_started_late_is_not_placed_before_its_launches():
+    # The core places the first launch at its host enqueue (1000 ns) and the
+    # rest by device time from it. Here the stream began late and then ran the
+    # three back to back: as placed, "b" and "c" would start on the stream
+    # before the host enqueued them (at 5000 and 9000 ns).
+    recs = [_launch("a", 1000, 2000, 1000, 1500), _launch("b", 5000, 6000, 1600, 2100),
+            _launch("c", 9000, 9500, 2200, 3200)]
+    doc = _check_well_formed(dktrace.to_chrome(recs, []))
+    dev = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] != 1}
+    host = {e["name"]: e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 1}
+    # shifted by the least amount (c's 6.8 us) that puts none before its enqueue,
+    # with the device's own durations and gaps kept
+    assert dev["c"]["ts"] == pytest.approx(host["c"]["ts"])
+    assert [dev[n]["ts"] for n in "abc"] == pytest.approx([6.8, 7.4, 8.0])
+    assert [dev[n]["dur"] for n in "abc"] == pytest.approx([0.5, 0.5, 1.0])
+    assert all(dev[n]["ts"] >= host[n]["ts"] for n in "abc")
+    # a stream that kept up is left where the events put it
+    recs = [_launch("a", 1000, 2000, 1000, 1500), _launch("b", 5000, 6000, 5200, 5700)]
+    dev = [e for e in dktrace.to_chrome(recs, [])["traceEvents"] if e["ph"] == "X" and e["pid"] != 1]
+    assert [e["ts"] for e in dev] == pytest.approx([0.0, 4.2])
 
 
 def test_one_trace_at_a_time(cpu):

@@ -40,7 +40,8 @@ bool elapsed_ms(Device& dev, DK_Event* a, DK_Event* b, double* ms) {
 // Device timing of each timed record: the first timed launch of a stream is
 // placed at its host enqueue time and every later one at that plus the
 // elapsed time between their events (a device clock is not the host clock;
-// only differences on one stream are measured).
+// only differences on one stream are measured). trace.py's to_chrome then
+// shifts each stream so that no launch starts before its host enqueue.
 py::list to_python(std::vector<trace::Record>& recs) {
   std::map<Device*, bool> synced;
   for (auto& r : recs) {

@@ -153,6 +153,17 @@ def to_chrome(records, spans):
     def cause(scope):
         return scope.rsplit(" > ", 1)[-1] if scope else ""
 
+    # The core places a stream's first timed launch at its host enqueue time and
+    # every later one by the elapsed device time from it. When the stream began
+    # that first launch later (its queue was behind, its worker not yet running),
+    # later launches would start on the stream before the host enqueued them,
+    # which cannot be: shift each stream by the least amount that rules it out.
+    lag = {}
+    for r in records:
+        if "dev_t0" in r:
+            key = (r["device"], r["stream"])
+            lag[key] = max(lag.get(key, 0.0), r["t0"] - r["dev_t0"])
+
     for r in records:
         kind, tid = r["kind"], r["tid"]
         threads.add(tid)
@@ -177,7 +188,9 @@ def to_chrome(records, spans):
         if "stream" in r and kind in _DEVICE_KINDS:
             dargs = dict(args)
             if "dev_t0" in r:
-                dts, ddur = _us(r["dev_t0"], base), max(0.0, (r["dev_t1"] - r["dev_t0"]) / 1000.0)
+                shift = lag[(r["device"], r["stream"])]
+                dts = _us(r["dev_t0"] + shift, base)
+                ddur = max(0.0, (r["dev_t1"] - r["dev_t0"]) / 1000.0)
                 dargs["time"] = "device (timing events)"
             else:
                 dts, ddur = ts, dur
