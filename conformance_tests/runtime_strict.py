@@ -33,6 +33,12 @@
   0 .. count-1 (count, count+1, -1 and the int32 extremes), called on the
   plugin itself (the SDK refuses them first), returns DK_ERROR_OUT_OF_RANGE;
   the device's own ordinal gives the properties the SDK reports.
+- ``load_facts``: what the SDK checked when it loaded the plugin, asked of
+  the plugin's own functions again: Plugin_GetInfo's strings are never NULL
+  and the name is the non-empty [a-z][a-z0-9_]* the device is addressed by;
+  Device_Count is within 0 .. 4096 and fixed after Initialize (the SDK's
+  device list); every device's properties have a name and an alignment that
+  is a power of two >= 16.
 - ``wait_event_other_device``: Stream_WaitEvent on an event recorded on
   another device of the same plugin holds the waiting stream back until that
   point is reached (an event recorded on the waiting stream after the wait is
@@ -397,6 +403,30 @@ def properties_bad_ordinal(ctx):
             f"ordinal")
 
 
+def load_facts(ctx):
+    import re
+
+    dev = ctx.device
+    api = _api.of(dev)
+    info = api.ok("Plugin_GetInfo", _api.Info())
+    for field in ("name", "vendor", "version", "attributes"):
+        assert getattr(info, field) is not None, f"Plugin_GetInfo returned {field} = NULL"
+    name = info.name.decode("utf-8", "replace")
+    assert re.fullmatch(r"[a-z][a-z0-9_]*", name) and name == dev.plugin.name, (
+        f"Plugin_GetInfo name {name!r}: expected a non-empty [a-z][a-z0-9_]* identifier, the "
+        f"one the device is addressed by ({dev.plugin.name!r})")
+    count = api.ok("Device_Count", _api.Count()).count
+    assert 0 <= count <= 4096 and count == len(dev.plugin.devices), (
+        f"Device_Count returned {count}; the SDK loaded {len(dev.plugin.devices)} devices and the "
+        f"header says the count is fixed after Initialize, 0 <= count <= 4096")
+    for ordinal in range(count):
+        p = api.ok("Device_GetProperties", _api.Properties(device=ordinal))
+        assert p.name is not None, f"Device_GetProperties({ordinal}) returned name = NULL"
+        a = p.alignment
+        assert a >= 16 and a & (a - 1) == 0, (
+            f"Device_GetProperties({ordinal}) alignment {a}: expected a power of two >= 16")
+
+
 def wait_event_other_device(ctx):
     dev = ctx.device
     others = [d for d in dev.plugin.devices if d.index != dev.index]
@@ -450,7 +480,8 @@ FIXED = {"memory_stats_exact": memory_stats_exact,
          "stream_destroy": stream_destroy,
          "free_null": free_null,
          "properties_bad_ordinal": properties_bad_ordinal,
-         "wait_event_other_device": wait_event_other_device}
+         "wait_event_other_device": wait_event_other_device,
+         "load_facts": load_facts}
 
 
 def cases(target):

@@ -2,7 +2,10 @@
 (device_api/spec/promises.json, table in docs/promises.md).
 
 - The list is well formed: unique ids, each promise says where it is stated
-  and lists at least one case (there is no "no case because" field).
+  and lists at least one case (there is no "no case because" field), except
+  the promises the suite cannot reach (group "load": kept at load, or the
+  SDK's own about a plugin that does not load), which list the tests that
+  check them instead; each listed test must be a test function of its file.
 - Every listed case id or pattern matches a case the suite collects on cpu:0
   (``registry.build``, the suite's own listing), so no promise points at a
   case that was renamed or never written.
@@ -48,6 +51,7 @@ from devicekit.conformance_tests import _api, _raw, fused, graphs, kernels, runt
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC = os.path.join(REPO, "device_api", "spec")
 FIELDS = {"id", "where", "promise", "cases"}
+OPTIONAL = {"tests"}
 SOURCES = re.compile(r"device_api(_ops)?\.h|spec/(base_ops|collectives|arg_rules)\.json")
 
 
@@ -86,10 +90,49 @@ def test_promises_are_well_formed_and_each_lists_a_case(promises):
     ids = [p["id"] for p in promises]
     assert len(ids) == len(set(ids)), "duplicate promise ids"
     for p in promises:
-        assert set(p) == FIELDS, f"{p.get('id')}: fields {sorted(set(p))}, expected {sorted(FIELDS)}"
+        assert FIELDS <= set(p) <= FIELDS | OPTIONAL, \
+            f"{p.get('id')}: fields {sorted(set(p))}, expected {sorted(FIELDS)} (+ {OPTIONAL})"
         assert SOURCES.search(p["where"]), f"{p['id']}: 'where' must name the header or spec"
-        assert p["promise"].strip() and p["cases"], f"{p['id']}: a promise needs at least one case"
+        assert p["promise"].strip(), p["id"]
+        if "tests" in p:  # only what the suite cannot reach is checked by tests alone
+            assert p["id"].startswith("load.") and p["tests"], \
+                f"{p['id']}: only a load. promise lists tests, and then at least one"
+        else:
+            assert p["cases"], f"{p['id']}: a promise needs at least one case"
         assert all(isinstance(c, str) and c.strip() for c in p["cases"]), p["id"]
+
+
+def missing_tests(promises):
+    """'promise: test' for every listed test that is not a test function
+    (def test_...) at the top level of its file."""
+    import ast
+
+    out = []
+    for p in promises:
+        for t in p.get("tests", ()):
+            path, _, name = t.partition("::")
+            full = os.path.join(REPO, path)
+            names = set()
+            if path.startswith("tests/") and os.path.isfile(full) and name.startswith("test_"):
+                with open(full) as f:
+                    names = {n.name for n in ast.parse(f.read()).body
+                             if isinstance(n, ast.FunctionDef)}
+            if name not in names:
+                out.append(f"{p['id']}: {t}")
+    return out
+
+
+def test_every_listed_test_exists(promises):
+    assert any("tests" in p for p in promises)
+    missing = missing_tests(promises)
+    assert not missing, "listed tests that are not test functions of their file:\n" + \
+        "\n".join(missing)
+    # The check can fail: a renamed test is reported.
+    made_up = [{"id": "load.x", "tests": ["tests/test_loader.py::test_no_such_test",
+                                          "tests/test_loader.py::test_missing_file_is_a_load_error",
+                                          "tests/no_such_file.py::test_x"]}]
+    assert missing_tests(made_up) == ["load.x: tests/test_loader.py::test_no_such_test",
+                                      "load.x: tests/no_such_file.py::test_x"]
 
 
 def test_every_listed_case_is_collected_on_cpu0(promises, case_ids):
@@ -165,7 +208,7 @@ def test_the_new_cases_pass_on_cpu0(cpu_target):
                runtime_strict.event_elapsed_not_reached, runtime_strict.wait_event_edges,
                runtime_strict.stream_destroy, runtime.alloc_zero,
                runtime.first_async_error_two_streams, runtime_strict.free_null,
-               runtime_strict.properties_bad_ordinal):
+               runtime_strict.properties_bad_ordinal, runtime_strict.load_facts):
         run_case(cpu_target, fn, dev)
     for rule in graphs.PLUGIN_RULES:
         run_case(cpu_target, functools.partial(graphs.check_plugin_rule, rule=rule), dev)
@@ -285,6 +328,13 @@ def test_a_failing_free_of_null_is_caught(monkeypatch, cpu_target):
         if name == "Memory_Free" and not a.ptr else got))
     with pytest.raises(AssertionError, match="NULL is a no-op"):
         run_case(cpu_target, runtime_strict.free_null, cpu_target.device)
+
+
+def test_a_device_count_that_changed_after_initialize_is_caught(monkeypatch, cpu_target):
+    _plant_call(monkeypatch, lambda name, a, got: (
+        setattr(a, "count", a.count + 1) or got if name == "Device_Count" else got))
+    with pytest.raises(AssertionError, match="fixed after Initialize"):
+        run_case(cpu_target, runtime_strict.load_facts, cpu_target.device)
 
 
 def test_an_answered_bad_ordinal_is_caught(monkeypatch, cpu_target):
