@@ -82,8 +82,7 @@ Stats = args(
     ("device", c_int32), ("bytes_in_use", c_uint64), ("peak_bytes_in_use", c_uint64), ("num_allocs", c_uint64)
 )
 Device = args(("device", c_int32))
-Info = args(("name", c_char_p), ("vendor", c_char_p), ("version", c_char_p),
-            ("attributes", c_char_p))
+Info = args(("name", c_char_p), ("vendor", c_char_p), ("version", c_char_p), ("attributes", c_char_p))
 Count = args(("count", c_int32))
 Alloc = args(("device", c_int32), ("size", c_size_t), ("ptr", c_void_p))
 Free = args(("device", c_int32), ("ptr", c_void_p))
