@@ -625,6 +625,15 @@ def _inplace_runs(op, dtype, caps, rng):
     return [r for r in runs if r[1] and r[1][0][1] == r[3] and tuple(r[1][0][0].shape) == r[2]]
 
 
+def _inplace_applies(op, dtype, caps, rng):
+    """Whether ``_inplace_runs`` gives a call (elementwise ops: decided by the
+    dtypes alone, without making the large inputs)."""
+    if op in ELEMENTWISE:
+        out_dtype = "bool" if op in COMPARE or op in LOGICAL or op == "logical_not" else dtype
+        return ("bool" if op == "where" else dtype) == out_dtype
+    return bool(_inplace_runs(op, dtype, caps, rng))
+
+
 def check_inplace(ctx, op, dtype, shape):
     """DK_KERNEL_CAP_INPLACE: output 0 aliasing input 0 exactly gives the
     out-of-place call's bits."""
@@ -671,7 +680,7 @@ def inplace_cases(target):
     for op in declaring:
         caps = _rules.caps_of(target, op)
         for dtype in spec_dtypes(op)[0]:
-            if dtype in target.declared[op] and _inplace_runs(op, dtype, caps, rng):
+            if dtype in target.declared[op] and _inplace_applies(op, dtype, caps, rng):
                 out.append(Case(id=f"kernels/{op}/{dtype}/inplace", section="kernels", op=op,
                                 dtype=dtype, fn=functools.partial(check_inplace, op=op,
                                                                   dtype=dtype, shape="inplace")))
