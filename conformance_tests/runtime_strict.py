@@ -433,7 +433,8 @@ def wait_event_other_device(ctx):
     if not others:
         raise Skip(f"needs a second device of plugin '{dev.plugin.name}' (it has 1): "
                    "Stream_WaitEvent on another device's event cannot be tried (the CPU "
-                   "reference plugin gives two with DEVICEKIT_CPU_DEVICES=2)")
+                   "reference plugin gives two with DEVICEKIT_CPU_DEVICES=2, the emulated CUDA "
+                   "one with DEVICEKIT_CUDA_SIM_DEVICES=2)")
     other = others[0]
     n, hops = 16 << 20, 6
     producer, waiter = dev.stream(), other.stream()
