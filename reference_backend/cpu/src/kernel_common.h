@@ -141,30 +141,12 @@ inline DK_Error* check_output_layout(const char* call, const View& out) {
                    call, dims(out).c_str(), strides_of(out).c_str());
 }
 
-// No output may share memory with an input, except (`input0`) output 0
-// aliasing input 0 exactly (same address, dtype, shape and strides) when the
-// kernel declared DK_KERNEL_CAP_INPLACE. Checked on byte spans, which is
-// conservative for interleaved views.
-inline bool same_view(const View& a, const View& b) {
-  if (a.data != b.data || a.dtype != b.dtype || a.rank != b.rank) return false;
-  for (int32_t d = 0; d < a.rank; ++d) {
-    if (a.shape[d] != b.shape[d] || (a.shape[d] > 1 && a.strides[d] != b.strides[d])) return false;
-  }
-  return true;
-}
-
+// Without DK_KERNEL_CAP_INPLACE no output may share memory with an input.
+// Checked on byte spans, which is conservative for interleaved views.
 inline DK_Error* check_no_alias(const char* call, DK_OpId op, const View& out, const View& in,
-                                const char* in_what, bool input0 = false) {
+                                const char* in_what) {
+  if (declared_caps(op) & DK_KERNEL_CAP_INPLACE) return nullptr;
   if (out.span_begin >= in.span_end || in.span_begin >= out.span_end) return nullptr;
-  const bool inplace = declared_caps(op) & DK_KERNEL_CAP_INPLACE;
-  if (inplace && input0 && same_view(out, in)) return nullptr;
-  if (inplace) {
-    return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                     "%s: output 0 overlaps %s in memory; expected disjoint views or output 0 "
-                     "aliasing input 0 exactly (DK_KERNEL_CAP_INPLACE: same address, dtype, "
-                     "shape and strides).",
-                     call, in_what);
-  }
   return dkh_error(DK_ERROR_INVALID_ARGUMENT,
                    "%s: output 0 overlaps %s in memory; expected "
                    "disjoint views, since the kernel did not declare DK_KERNEL_CAP_INPLACE. "
