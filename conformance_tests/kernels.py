@@ -685,7 +685,8 @@ def inplace_cases(target):
                                 dtype=dtype, fn=functools.partial(check_inplace, op=op,
                                                                   dtype=dtype, shape="inplace")))
     if not declaring:
-        why = (f"not applicable: no kernel of plugin '{target.device.plugin.name}' declares "
+        name = getattr(getattr(target.device, "plugin", None), "name", "?")  # (a stand-in target)
+        why = (f"not applicable: no kernel of plugin '{name}' declares "
                f"DK_KERNEL_CAP_INPLACE, so no call may alias an output to an input")
 
         def none_declared(ctx):
