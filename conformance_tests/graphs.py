@@ -28,6 +28,17 @@ through DeviceKit's own recording (mode "recorded", which every plugin gets).
 - ``graphs/native_vs_recorded/<family>``: the plugin's native graph and the
   SDK's recording of the same code give the same bits.
 
+- ``graphs/plugin/<rule>``: the header's capture rules called on the
+  plugin's own DK_Graphs (ctypes, under the SDK, which refuses these calls
+  itself before a plugin sees them): ``not_nested`` (a begin capture on a
+  capturing stream returns DK_ERROR_FAILED_PRECONDITION and the capture goes
+  on: its end gives a graph that replays what was recorded), and
+  ``host_work/<call>`` for Stream_Synchronize, Stream_Query,
+  Device_Synchronize, a host-to-device and a device-to-host Memcpy on the
+  stream and Event_Synchronize of an event recorded in the capture: each
+  returns DK_ERROR_FAILED_PRECONDITION and invalidates the capture (its end
+  returns that error and no graph), and the stream works eagerly afterwards.
+
 A plugin without the graphs part gets its native cases reported as not
 implemented (optional: it does not fail the run); the recorded ones run on
 every plugin.
@@ -41,6 +52,8 @@ import devicekit as dk
 from devicekit import bridge, ops
 from devicekit.conformance.case import Case, Section
 from devicekit.nn import functional as F
+
+from . import _api
 
 MODES = ("native", "recorded")
 FAMILIES = ("elementwise", "reduction", "matmul", "softmax_norm", "gather_scatter", "random",
@@ -307,6 +320,127 @@ def check_event_synchronize(ctx, mode):
     ev.synchronize()
 
 
+# ---- the plugin's own capture rules (raw calls) ----------------------------------------
+
+HOST_WORK = ("stream_synchronize", "stream_query", "device_synchronize", "memcpy_h2d",
+             "memcpy_d2h", "event_synchronize")
+PLUGIN_RULES = ("not_nested",) + tuple(f"host_work/{w}" for w in HOST_WORK)
+FAILED = _api.FAILED_PRECONDITION
+
+
+class _Raw:
+    """A stream, two device buffers of N float32 and the plugin's graph
+    functions, all made with raw calls on the device under test."""
+
+    N = 4096
+
+    def __init__(self, dev):
+        self.dev, self.api = dev, _api.of(dev)
+        self.fn = self.api.graphs()
+        assert self.fn is not None, "the plugin lists a graphs part but DK_GetApi's chain has none"
+        self.stream = self.api.stream(dev.index)
+        self.a = self.api.alloc(dev.index, 4 * self.N)
+        self.b = self.api.alloc(dev.index, 4 * self.N)
+
+    def capture(self, end):
+        a = _api.GraphCapture(stream=self.stream, end=end)
+        return self.api.call("Graph_Capture", a, self.fn["Graph_Capture"]), a.graph
+
+    def memcpy(self, dst, src, nbytes, kind, stream):
+        return self.api.call("Memcpy", _api.Memcpy(device=self.dev.index, kind=kind, dst=dst,
+                                                    src=src, size=nbytes, stream=stream))
+
+    def put(self, ptr, arr):
+        got = self.memcpy(ptr, arr.ctypes.data, arr.nbytes, _api.H2D, None)
+        assert got[0] == 0, f"Memcpy host-to-device: {_api.describe(got)}"
+
+    def get(self, ptr):
+        out = np.empty(self.N, np.float32)
+        got = self.memcpy(out.ctypes.data, ptr, out.nbytes, _api.D2H, None)
+        assert got[0] == 0, f"Memcpy device-to-host: {_api.describe(got)}"
+        return out
+
+    def d2d(self):
+        """b <- a on the stream (recorded while capturing)."""
+        got = self.memcpy(self.b, self.a, 4 * self.N, _api.D2D, self.stream)
+        assert got[0] == 0, f"Memcpy device-to-device on a capturing stream: {_api.describe(got)}"
+
+    def sync(self):
+        return self.api.call("Stream_Synchronize", _api.Stream(stream=self.stream))
+
+    def close(self):
+        self.sync()
+        for p in (self.a, self.b):
+            self.api.free(self.dev.index, p)
+        self.api.stream_destroy(self.stream)
+
+
+def _expect_failed(what, outcome):
+    assert outcome[0] == FAILED, (f"{what} returned {_api.describe(outcome)}; the header says "
+                                  f"DK_ERROR_FAILED_PRECONDITION")
+
+
+def _replays_copy(r, graph, what):
+    x = np.arange(r.N, dtype=np.float32) + 0.5
+    r.put(r.a, x)
+    r.put(r.b, np.zeros(r.N, np.float32))
+    got = r.api.call("Graph_Launch", _api.GraphLaunch(graph=graph, stream=r.stream),
+                     r.fn["Graph_Launch"])
+    assert got[0] == 0, f"{what}: Graph_Launch: {_api.describe(got)}"
+    assert r.sync()[0] == 0
+    assert np.array_equal(r.get(r.b), x), f"{what}: the replay did not copy a to b"
+    got = r.api.call("Graph_Destroy", _api.GraphDestroy(graph=graph), r.fn["Graph_Destroy"])
+    assert got[0] == 0, f"Graph_Destroy: {_api.describe(got)}"
+
+
+def check_plugin_rule(ctx, rule):
+    r = _Raw(ctx.device)
+    try:
+        assert r.capture(0)[0][0] == 0, "begin capture failed"
+        r.d2d()
+        if rule == "not_nested":
+            outcome, _ = r.capture(0)
+            _expect_failed("a second Graph_Capture(begin) on a capturing stream", outcome)
+            outcome, graph = r.capture(1)
+            assert outcome[0] == 0 and graph, (
+                f"the header says a refused nested begin leaves the capture going on; its end "
+                f"returned {_api.describe(outcome)}")
+            _replays_copy(r, graph, "a capture that survived a nested begin")
+            return
+        work = rule.split("/", 1)[1]
+        host = np.zeros(r.N, np.float32)
+        ev = None
+        if work == "stream_synchronize":
+            outcome = r.sync()
+        elif work == "stream_query":
+            outcome = r.api.call("Stream_Query", _api.StreamQuery(stream=r.stream))
+        elif work == "device_synchronize":
+            outcome = r.api.call("Device_Synchronize", _api.Device(device=r.dev.index))
+        elif work == "memcpy_h2d":
+            outcome = r.memcpy(r.a, host.ctypes.data, host.nbytes, _api.H2D, r.stream)
+        elif work == "memcpy_d2h":
+            outcome = r.memcpy(host.ctypes.data, r.a, host.nbytes, _api.D2H, r.stream)
+        else:
+            ev = r.api.ok("Event_Create", _api.EventCreate(device=r.dev.index)).event
+            rec = r.api.call("Event_Record", _api.EventRecord(event=ev, stream=r.stream))
+            assert rec[0] == 0, f"Event_Record on a capturing stream: {_api.describe(rec)}"
+            outcome = r.api.call("Event_Synchronize", _api.Event(event=ev))
+        _expect_failed(f"{work} on a capturing stream (host work in a capture)", outcome)
+        outcome, graph = r.capture(1)
+        _expect_failed(f"the end capture after a refused {work} (the header says host work "
+                       f"invalidates the capture)", outcome)
+        assert not graph, f"the end capture after a refused {work} returned a graph"
+        assert r.sync()[0] == 0, "the stream does not work after an invalidated capture"
+        r.put(r.a, np.full(r.N, 3.0, np.float32))
+        r.d2d()  # eager again: runs now
+        assert r.sync()[0] == 0
+        assert (r.get(r.b) == 3.0).all(), "after an invalidated capture a copy did not run"
+        if ev is not None:
+            assert r.api.call("Event_Destroy", _api.Event(event=ev))[0] == 0
+    finally:
+        r.close()
+
+
 CHECKS = {"invalid": check_invalid, "destroyed_while_queued": check_destroyed_while_queued,
           "other_stream": check_other_stream, "pool_growth": check_pool_growth,
           "events_two_streams": check_events_two_streams,
@@ -319,6 +453,7 @@ def _ids(target):
         ids += [f"graphs/{mode}/bitwise/{f}" for f in FAMILIES]
         ids += [f"graphs/{mode}/{c}" for c in CHECKS]
     ids += [f"graphs/native_vs_recorded/{f}" for f in FAMILIES]
+    ids += [f"graphs/plugin/{r}" for r in PLUGIN_RULES]
     return ids
 
 
@@ -334,11 +469,13 @@ def cases(target):
         parts = case_id.split("/")
         if parts[1] == "native_vs_recorded":
             fn = functools.partial(check_native_vs_recorded, family=parts[2])
+        elif parts[1] == "plugin":
+            fn = functools.partial(check_plugin_rule, rule="/".join(parts[2:]))
         elif parts[2] == "bitwise":
             fn = functools.partial(check_bitwise, mode=parts[1], family=parts[3])
         else:
             fn = functools.partial(CHECKS[parts[2]], mode=parts[1])
-        needs_part = parts[1] in ("native", "native_vs_recorded")
+        needs_part = parts[1] in ("native", "native_vs_recorded", "plugin")
         if needs_part and not native:
             out.append(Case(id=case_id, section="graphs", fn=fn, required=False,
                             not_implemented=NO_PART + " (DeviceKit's recorded graphs still run)"))

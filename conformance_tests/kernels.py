@@ -38,6 +38,16 @@ views the case builds itself (``_raw``):
 - ``kernels/<op>/<dtype>/axes`` for gather, scatter_add: every axis of each
   :data:`INDEX_SHAPES` x, a dense index and (with DK_KERNEL_CAP_STRIDED) an
   embedding's index, one id per row with stride 0 along it.
+- ``kernels/<op>/<dtype>/inplace``: for every kernel that declares
+  DK_KERNEL_CAP_INPLACE ("out[0] may alias in[0] exactly"), each declared
+  dtype whose output has input 0's dtype: the call made with output 0 being
+  input 0's memory (between guard bands) gives bit for bit what the same call
+  gives out of place; elementwise ops at LAYOUT_SMALL and LAYOUT_LARGE (work
+  split over threads, every vector tail), dense and, with
+  DK_KERNEL_CAP_BROADCAST, the other inputs broadcast along the last dim;
+  other ops at their ``direct`` call. A plugin that declares the capability
+  for no kernel gets one case, ``kernels/inplace``, skipped with that reason
+  (not applicable; never a pass).
 - ``kernels/<op>/invalid/<case>``: one call per argument rule the header
   states (``device_api/spec/arg_rules.json``: operand counts, dtypes, shapes
   with batch dims, strides, NULL data, aliasing, views past their allocation,
@@ -54,7 +64,7 @@ import functools
 
 import numpy as np
 
-from devicekit.conformance.case import Case, Section
+from devicekit.conformance.case import Case, Section, Skip
 from devicekit.conformance.registry import op_cases, spec, spec_dtypes
 from devicekit.testing import oracle as O
 from devicekit.testing.inputs import rand
@@ -594,6 +604,98 @@ def check_index_axes(ctx, op, dtype, shape):
     ctx.ran.add((op, dtype))
 
 
+def _inplace_runs(op, dtype, caps, rng):
+    """[(name, ins [(array, dtype)], out shape, out dtype, attrs)] of the in-place
+    case: only calls whose input 0 has the output's shape and dtype (an exact
+    alias needs both)."""
+    if op in ELEMENTWISE:
+        arity = _arity(op)
+        out_dtype = "bool" if op in COMPARE or op in LOGICAL or op == "logical_not" else dtype
+        runs = []
+        for shape in (LAYOUT_SMALL, LAYOUT_LARGE):
+            layouts = [("dense", [shape] * arity)]
+            if arity > 1 and caps & _rules.CAPS["BROADCAST"]:
+                layouts.append(("others_bcast", [shape] + [shape[:-1] + (1,)] * (arity - 1)))
+            for name, shapes in layouts:
+                xs = _elementwise_inputs(op, dtype, shapes, rng)
+                runs.append((f"{name} {shape}", xs, shape, out_dtype, None))
+    else:
+        ins, out_shape, out_dtype, attr, _, _, _ = plan(op, dtype, rng)
+        runs = [("direct", list(ins), tuple(out_shape), out_dtype, attr)]
+    return [r for r in runs if r[1] and r[1][0][1] == r[3] and tuple(r[1][0][0].shape) == r[2]]
+
+
+def _inplace_applies(op, dtype, caps, rng):
+    """Whether ``_inplace_runs`` gives a call (elementwise ops: decided by the
+    dtypes alone, without making the large inputs)."""
+    if op in ELEMENTWISE:
+        out_dtype = "bool" if op in COMPARE or op in LOGICAL or op == "logical_not" else dtype
+        return ("bool" if op == "where" else dtype) == out_dtype
+    return bool(_inplace_runs(op, dtype, caps, rng))
+
+
+def check_inplace(ctx, op, dtype, shape):
+    """DK_KERNEL_CAP_INPLACE: output 0 aliasing input 0 exactly gives the
+    out-of-place call's bits."""
+    dev = ctx.device
+    runs = _inplace_runs(op, dtype, _rules.caps_of(ctx.target, op), ctx.rng())
+    assert runs, f"{op} {dtype}: no call whose input 0 can be its output (a stale case list)"
+    for name, ins, out_shape, out_dtype, attr in runs:
+        what = f"{op} {dtype} {name}"
+        (lc, lmsg, sc, smsg), [(want, ok)] = _invalid.launch(
+            dev, op, _invalid.Call(list(ins), out_shape, out_dtype, attr))
+        assert lc == 0 and sc == 0, f"{what} out of place: [{lc}] {lmsg} [{sc}] {smsg}"
+        operands = [_raw.operand(dev, a, d, guard=(k == 0)) for k, (a, d) in enumerate(ins)]
+        try:
+            views = [o.view() for o in operands]
+            lc, lmsg, sc, smsg = _raw.call(dev, op, views, [views[0]], attr)
+            got, bands_ok = operands[0].fetch()
+        finally:
+            for o in operands:
+                o.free()
+        assert lc == 0, (f"{what}: the kernel declares DK_KERNEL_CAP_INPLACE but rejected output "
+                         f"0 aliasing input 0 exactly [{lc}]: {lmsg}")
+        assert sc == 0, f"{what} in place: the stream reported an error [{sc}]: {smsg}"
+        assert bands_ok, f"{what} in place: the kernel wrote outside input 0 / output 0"
+        bad = np.flatnonzero(got.reshape(-1).view(np.uint8) != want.reshape(-1).view(np.uint8))
+        if bad.size:
+            i = int(bad[0]) // got.itemsize
+            raise AssertionError(
+                f"{what}: with output 0 aliasing input 0 (DK_KERNEL_CAP_INPLACE) the result "
+                f"differs from the out-of-place call at {int(np.sum(got.reshape(-1) != want.reshape(-1)))} "
+                f"of {got.size} elements; first at flat index {i}: in place {got.reshape(-1)[i]!r}, "
+                f"out of place {want.reshape(-1)[i]!r} (input 0 was {ins[0][0].reshape(-1)[i]!r}) "
+                f"seed={ctx.seed}")
+    ctx.ran.add((op, dtype))
+
+
+def inplace_cases(target):
+    """kernels/<op>/<dtype>/inplace for each kernel declaring DK_KERNEL_CAP_INPLACE
+    (and dtype whose output is input 0's dtype); one skipped case when none does."""
+    out = []
+    rng = np.random.default_rng(0)
+    declaring = [o["name"] for o in spec()["ops"]
+                 if o["name"] in target.declared
+                 and _rules.caps_of(target, o["name"]) & _rules.CAPS["INPLACE"]]
+    for op in declaring:
+        caps = _rules.caps_of(target, op)
+        for dtype in spec_dtypes(op)[0]:
+            if dtype in target.declared[op] and _inplace_applies(op, dtype, caps, rng):
+                out.append(Case(id=f"kernels/{op}/{dtype}/inplace", section="kernels", op=op,
+                                dtype=dtype, fn=functools.partial(check_inplace, op=op,
+                                                                  dtype=dtype, shape="inplace")))
+    if not declaring:
+        name = getattr(getattr(target.device, "plugin", None), "name", "?")  # (a stand-in target)
+        why = (f"not applicable: no kernel of plugin '{name}' declares "
+               f"DK_KERNEL_CAP_INPLACE, so no call may alias an output to an input")
+
+        def none_declared(ctx):
+            raise Skip(why)
+        out.append(Case(id="kernels/inplace", section="kernels", fn=none_declared,
+                        required=False))
+    return out
+
+
 def _make_direct(op, dtype, shape):
     return functools.partial(check_direct, op=op, dtype=dtype, shape=shape)
 
@@ -693,4 +795,4 @@ def cases(target):
                             dtype=dtype, fn=functools.partial(
                                 _invalid.check, op=op, dtype=dtype, rule_id=r["id"], case=name,
                                 plan=plan)))
-    return out
+    return out + inplace_cases(target)

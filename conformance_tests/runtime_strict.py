@@ -27,6 +27,24 @@
   then gone (the next Device_Synchronize is clean).
 - ``event_elapsed_not_reached``: Event_ElapsedTime of an event recorded but
   not yet reached returns DK_ERROR_FAILED_PRECONDITION, never a time.
+- ``free_null``: Memory_Free of NULL, called on the plugin itself (the SDK
+  never frees NULL), succeeds and changes no memory statistic.
+- ``properties_bad_ordinal``: Device_GetProperties of an ordinal outside
+  0 .. count-1 (count, count+1, -1 and the int32 extremes), called on the
+  plugin itself (the SDK refuses them first), returns DK_ERROR_OUT_OF_RANGE;
+  the device's own ordinal gives the properties the SDK reports.
+- ``load_facts``: what the SDK checked when it loaded the plugin, asked of
+  the plugin's own functions again: Plugin_GetInfo's strings are never NULL
+  and the name is the non-empty [a-z][a-z0-9_]* the device is addressed by;
+  Device_Count is within 0 .. 4096 and fixed after Initialize (the SDK's
+  device list); every device's properties have a name and an alignment that
+  is a power of two >= 16.
+- ``wait_event_other_device``: Stream_WaitEvent on an event recorded on
+  another device of the same plugin holds the waiting stream back until that
+  point is reached (an event recorded on the waiting stream after the wait is
+  reached only after the other device's long copy chain, whose last bytes are
+  then there). Needs a second device: skipped, saying so, on a one-device
+  plugin (the CPU reference plugin has two with DEVICEKIT_CPU_DEVICES=2).
 
 (The worker also checks, after every case of every section, that the device
 synchronizes cleanly and that the plugin's bytes in use equal what the SDK
@@ -44,7 +62,7 @@ import devicekit as dk
 from devicekit import ops
 from devicekit.conformance.case import Case, Section, Skip
 
-from . import _raw
+from . import _api, _raw
 from .runtime import event_ordered_round
 
 SECTION = Section("runtime", "Device runtime contract", order=11,
@@ -346,6 +364,113 @@ def event_elapsed_not_reached(ctx):
                    "pending event could not be tried (the device is too fast for this check)")
 
 
+def free_null(ctx):
+    dev = ctx.device
+    api = _api.of(dev)
+    _settle(dev)
+    before = dev.memory_stats()
+    for _ in range(2):
+        got = api.free(dev.index, None)
+        assert got[0] == 0, (f"Memory_Free(device={dev.index}, ptr=NULL) returned "
+                             f"{_api.describe(got)}; the header says NULL is a no-op (success)")
+    after = dev.memory_stats()
+    assert after == before, (f"Memory_Free(ptr=NULL) changed the memory statistics: {before} -> "
+                             f"{after}; the header says NULL is a no-op")
+    buf = dev.alloc(64)  # the device still works
+    buf.free()
+
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def properties_bad_ordinal(ctx):
+    dev = ctx.device
+    api = _api.of(dev)
+    count = len(dev.plugin.devices)
+    own = api.ok("Device_GetProperties", _api.Properties(device=dev.index))
+    want = dev.properties
+    got = {"name": own.name.decode("utf-8", "replace"), "alignment": own.alignment,
+           "total_memory": own.total_memory}
+    assert got == {k: want[k] for k in got}, (
+        f"Device_GetProperties(device={dev.index}) called directly gave {got}; the SDK reports "
+        f"{ {k: want[k] for k in got} }")
+    for ordinal in (count, count + 1, -1, INT32_MIN, INT32_MAX):
+        a = _api.Properties(device=ordinal)
+        outcome = api.call("Device_GetProperties", a)
+        assert outcome[0] == _api.OUT_OF_RANGE, (
+            f"Device_GetProperties(device={ordinal}) on a plugin with {count} device(s) returned "
+            f"{_api.describe(outcome)}; the header says DK_ERROR_OUT_OF_RANGE for an invalid "
+            f"ordinal")
+
+
+def load_facts(ctx):
+    import re
+
+    dev = ctx.device
+    api = _api.of(dev)
+    info = api.ok("Plugin_GetInfo", _api.Info())
+    for field in ("name", "vendor", "version", "attributes"):
+        assert getattr(info, field) is not None, f"Plugin_GetInfo returned {field} = NULL"
+    name = info.name.decode("utf-8", "replace")
+    assert re.fullmatch(r"[a-z][a-z0-9_]*", name) and name == dev.plugin.name, (
+        f"Plugin_GetInfo name {name!r}: expected a non-empty [a-z][a-z0-9_]* identifier, the "
+        f"one the device is addressed by ({dev.plugin.name!r})")
+    count = api.ok("Device_Count", _api.Count()).count
+    assert 0 <= count <= 4096 and count == len(dev.plugin.devices), (
+        f"Device_Count returned {count}; the SDK loaded {len(dev.plugin.devices)} devices and the "
+        f"header says the count is fixed after Initialize, 0 <= count <= 4096")
+    for ordinal in range(count):
+        p = api.ok("Device_GetProperties", _api.Properties(device=ordinal))
+        assert p.name is not None, f"Device_GetProperties({ordinal}) returned name = NULL"
+        a = p.alignment
+        assert a >= 16 and a & (a - 1) == 0, (
+            f"Device_GetProperties({ordinal}) alignment {a}: expected a power of two >= 16")
+
+
+def wait_event_other_device(ctx):
+    dev = ctx.device
+    others = [d for d in dev.plugin.devices if d.index != dev.index]
+    if not others:
+        raise Skip(f"needs a second device of plugin '{dev.plugin.name}' (it has 1): "
+                   "Stream_WaitEvent on another device's event cannot be tried (the CPU "
+                   "reference plugin gives two with DEVICEKIT_CPU_DEVICES=2, the emulated CUDA "
+                   "one with DEVICEKIT_CUDA_SIM_DEVICES=2)")
+    other = others[0]
+    n, hops = 16 << 20, 6
+    producer, waiter = dev.stream(), other.stream()
+    bufs = [dev.alloc(n) for _ in range(hops + 1)]
+    try:
+        for round_ in range(3):
+            host = np.full(n, 11 + round_, np.uint8)
+            dev.copy_h2d(bufs[0], host, stream=producer)
+            for i in range(hops):
+                dev.copy_d2d(bufs[i + 1], bufs[i], n, stream=producer)
+            done, passed = dev.event(), other.event()
+            done.record(producer)
+            waiter.wait_event(done)  # an event of another device of the same plugin
+            passed.record(waiter)
+            passed.synchronize()
+            assert done.query(), (
+                f"round {round_}: a stream of {other.name} that waited on an event of "
+                f"{dev.name} went on before that event's point was reached (an event recorded "
+                f"after the wait was reached first); the header lets the event belong to "
+                f"another device of the same plugin")
+            assert np.array_equal(_read_all(dev, bufs[-1]), host), f"round {round_}: stale data"
+            producer.synchronize()
+            waiter.synchronize()
+    finally:
+        dev.synchronize()
+        other.synchronize()
+        for b in bufs:
+            b.free()
+
+
+def _read_all(dev, buf):
+    out = np.empty(buf.nbytes, np.uint8)
+    dev.copy_d2h(out, buf)
+    return out
+
+
 FIXED = {"memory_stats_exact": memory_stats_exact,
          "event_query_while_pending": event_query_while_pending,
          "kernel_error_on_its_own_stream": kernel_error_on_its_own_stream,
@@ -353,7 +478,11 @@ FIXED = {"memory_stats_exact": memory_stats_exact,
          "event_elapsed_milliseconds": event_elapsed_milliseconds,
          "event_elapsed_not_reached": event_elapsed_not_reached,
          "wait_event_edges": wait_event_edges,
-         "stream_destroy": stream_destroy}
+         "stream_destroy": stream_destroy,
+         "free_null": free_null,
+         "properties_bad_ordinal": properties_bad_ordinal,
+         "wait_event_other_device": wait_event_other_device,
+         "load_facts": load_facts}
 
 
 def cases(target):

@@ -170,7 +170,8 @@ def misbehaving_plugins(tmp_path_factory) -> dict[str, Path]:
 
 FAULTS = {"add_rel": 1, "sum_drop": 2, "matmul_odd_k": 3, "exp_neg_inf": 4, "segv": 5,
           "leak": 6, "no_wait": 7, "fused_rms": 8, "max_nan": 13, "where_bcast": 14,
-          "matmul_packed_k": 17}
+          "matmul_packed_k": 17, "free_null": 18, "ordinal_clamp": 19, "graph_nest": 20,
+          "group_flat": 21}
 
 
 @pytest.fixture(scope="session")

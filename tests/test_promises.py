@@ -2,7 +2,10 @@
 (device_api/spec/promises.json, table in docs/promises.md).
 
 - The list is well formed: unique ids, each promise says where it is stated
-  and lists at least one case (there is no "no case because" field).
+  and lists at least one case (there is no "no case because" field), except
+  the promises the suite cannot reach (group "load": kept at load, or the
+  SDK's own about a plugin that does not load), which list the tests that
+  check them instead; each listed test must be a test function of its file.
 - Every listed case id or pattern matches a case the suite collects on cpu:0
   (``registry.build``, the suite's own listing), so no promise points at a
   case that was renamed or never written.
@@ -15,7 +18,15 @@
   a pending event, a stream that ignores an event wait, a non-NULL zero-byte
   allocation, a fused kernel's predicate that changes its answer, a device
   synchronize that reports the newest stream's error first, a stream destroy
-  that drops its pending error).
+  that drops its pending error, a Memory_Free(NULL) that fails, a bad device
+  ordinal answered, host work or a nested begin accepted on a capturing
+  stream, a kernel declaring DK_KERNEL_CAP_INPLACE that leaves stale data, a
+  cross-device event wait that does not wait).
+- The promises whose case needs what cpu:0 lacks by default still run here:
+  the cross-device event wait on cpu with DEVICEKIT_CPU_DEVICES=2 (a child
+  process), and the in-place case on a kernel that declares the capability
+  (planted: cpu:0 declares it nowhere, and there the case is skipped as not
+  applicable, saying so).
 
 Needs: the installed SDK and cpu:0. About 15 s on 2 cores.
 """
@@ -28,17 +39,19 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import devicekit as dk
 from devicekit.conformance import registry
 from devicekit.conformance.case import Context, Target
 from devicekit.conformance.target import open_target
-from devicekit.conformance_tests import fused, runtime, runtime_strict
+from devicekit.conformance_tests import _api, _raw, fused, graphs, kernels, runtime, runtime_strict
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC = os.path.join(REPO, "device_api", "spec")
 FIELDS = {"id", "where", "promise", "cases"}
+OPTIONAL = {"tests"}
 SOURCES = re.compile(r"device_api(_ops)?\.h|spec/(base_ops|collectives|arg_rules)\.json")
 
 
@@ -77,10 +90,49 @@ def test_promises_are_well_formed_and_each_lists_a_case(promises):
     ids = [p["id"] for p in promises]
     assert len(ids) == len(set(ids)), "duplicate promise ids"
     for p in promises:
-        assert set(p) == FIELDS, f"{p.get('id')}: fields {sorted(set(p))}, expected {sorted(FIELDS)}"
+        assert FIELDS <= set(p) <= FIELDS | OPTIONAL, \
+            f"{p.get('id')}: fields {sorted(set(p))}, expected {sorted(FIELDS)} (+ {OPTIONAL})"
         assert SOURCES.search(p["where"]), f"{p['id']}: 'where' must name the header or spec"
-        assert p["promise"].strip() and p["cases"], f"{p['id']}: a promise needs at least one case"
+        assert p["promise"].strip(), p["id"]
+        if "tests" in p:  # only what the suite cannot reach is checked by tests alone
+            assert p["id"].startswith("load.") and p["tests"], \
+                f"{p['id']}: only a load. promise lists tests, and then at least one"
+        else:
+            assert p["cases"], f"{p['id']}: a promise needs at least one case"
         assert all(isinstance(c, str) and c.strip() for c in p["cases"]), p["id"]
+
+
+def missing_tests(promises):
+    """'promise: test' for every listed test that is not a test function
+    (def test_...) at the top level of its file."""
+    import ast
+
+    out = []
+    for p in promises:
+        for t in p.get("tests", ()):
+            path, _, name = t.partition("::")
+            full = os.path.join(REPO, path)
+            names = set()
+            if path.startswith("tests/") and os.path.isfile(full) and name.startswith("test_"):
+                with open(full) as f:
+                    names = {n.name for n in ast.parse(f.read()).body
+                             if isinstance(n, ast.FunctionDef)}
+            if name not in names:
+                out.append(f"{p['id']}: {t}")
+    return out
+
+
+def test_every_listed_test_exists(promises):
+    assert any("tests" in p for p in promises)
+    missing = missing_tests(promises)
+    assert not missing, "listed tests that are not test functions of their file:\n" + \
+        "\n".join(missing)
+    # The check can fail: a renamed test is reported.
+    made_up = [{"id": "load.x", "tests": ["tests/test_loader.py::test_no_such_test",
+                                          "tests/test_loader.py::test_missing_file_is_a_load_error",
+                                          "tests/no_such_file.py::test_x"]}]
+    assert missing_tests(made_up) == ["load.x: tests/test_loader.py::test_no_such_test",
+                                      "load.x: tests/no_such_file.py::test_x"]
 
 
 def test_every_listed_case_is_collected_on_cpu0(promises, case_ids):
@@ -155,8 +207,11 @@ def test_the_new_cases_pass_on_cpu0(cpu_target):
     for fn in (runtime_strict.memory_stats_peak, runtime_strict.event_elapsed_milliseconds,
                runtime_strict.event_elapsed_not_reached, runtime_strict.wait_event_edges,
                runtime_strict.stream_destroy, runtime.alloc_zero,
-               runtime.first_async_error_two_streams):
+               runtime.first_async_error_two_streams, runtime_strict.free_null,
+               runtime_strict.properties_bad_ordinal, runtime_strict.load_facts):
         run_case(cpu_target, fn, dev)
+    for rule in graphs.PLUGIN_RULES:
+        run_case(cpu_target, functools.partial(graphs.check_plugin_rule, rule=rule), dev)
 
 
 def test_elapsed_time_in_seconds_is_caught(cpu_target):
@@ -253,3 +308,142 @@ def test_every_cast_pair_has_its_exact_case(cpu_target, case_ids):
                if a != b and f"ops/cast/{a}/to_{b}" not in ids]
     missing += [f"kernels/cast/{a}/ladder" for a in dtypes if f"kernels/cast/{a}/ladder" not in ids]
     assert len(dtypes) == 9 and not missing, missing
+
+
+# ---- the raw-call cases (conformance_tests/_api.py) catch what they promise to -----
+
+
+def _plant_call(monkeypatch, lie):
+    """Every raw API call's outcome goes through ``lie(name, struct, outcome)``."""
+    real = _api.Api.call
+
+    def call(self, name, struct, fn=None):
+        return lie(name, struct, real(self, name, struct, fn))
+    monkeypatch.setattr(_api.Api, "call", call)
+
+
+def test_a_failing_free_of_null_is_caught(monkeypatch, cpu_target):
+    _plant_call(monkeypatch, lambda name, a, got: (
+        (_api.INVALID_ARGUMENT, "Memory_Free: NULL is not a live allocation")
+        if name == "Memory_Free" and not a.ptr else got))
+    with pytest.raises(AssertionError, match="NULL is a no-op"):
+        run_case(cpu_target, runtime_strict.free_null, cpu_target.device)
+
+
+def test_a_device_count_that_changed_after_initialize_is_caught(monkeypatch, cpu_target):
+    _plant_call(monkeypatch, lambda name, a, got: (
+        setattr(a, "count", a.count + 1) or got if name == "Device_Count" else got))
+    with pytest.raises(AssertionError, match="fixed after Initialize"):
+        run_case(cpu_target, runtime_strict.load_facts, cpu_target.device)
+
+
+def test_an_answered_bad_ordinal_is_caught(monkeypatch, cpu_target):
+    # the lie: an ordinal past the count clamped to the last device
+    _plant_call(monkeypatch, lambda name, a, got: (
+        (0, "") if name == "Device_GetProperties" and a.device == 1 else got))
+    with pytest.raises(AssertionError, match=r"device=1\) on a plugin with 1 device.*OUT_OF_RANGE"):
+        run_case(cpu_target, runtime_strict.properties_bad_ordinal, cpu_target.device)
+
+
+@pytest.mark.parametrize("rule,lied_call", [("not_nested", "Graph_Capture"),
+                                            ("host_work/stream_synchronize", "Stream_Synchronize"),
+                                            ("host_work/memcpy_d2h", "Memcpy")])
+def test_capture_rules_accepted_by_the_plugin_are_caught(monkeypatch, cpu_target, rule,
+                                                         lied_call):
+    # the lie: the plugin's refusal (DK_ERROR_FAILED_PRECONDITION) becomes a success
+    _plant_call(monkeypatch, lambda name, a, got: (
+        (0, "") if name == lied_call and got[0] == _api.FAILED_PRECONDITION else got))
+    with pytest.raises(AssertionError, match="DK_ERROR_FAILED_PRECONDITION"):
+        run_case(cpu_target, functools.partial(graphs.check_plugin_rule, rule=rule),
+                 cpu_target.device)
+    monkeypatch.undo()
+    cpu_target.device.synchronize()
+    # the plugin is left as it was: the case passes again
+    run_case(cpu_target, functools.partial(graphs.check_plugin_rule, rule=rule), cpu_target.device)
+
+
+def test_inplace_is_not_applicable_on_cpu0_and_says_so(cpu_target):
+    from devicekit.conformance.case import Skip
+
+    made = kernels.inplace_cases(cpu_target)
+    assert [c.id for c in made] == ["kernels/inplace"], "cpu:0 declares DK_KERNEL_CAP_INPLACE now"
+    with pytest.raises(Skip, match="not applicable: no kernel of plugin 'cpu' declares"):
+        made[0].fn(None)
+
+
+def test_inplace_case_passes_a_correct_kernel_and_catches_stale_data(monkeypatch, cpu_target):
+    from devicekit.conformance_tests import _rules
+
+    real_caps, real_call = _rules.caps_of, _raw.call
+    monkeypatch.setattr(_rules, "caps_of", lambda t, op: real_caps(t, op) | (
+        _rules.CAPS["INPLACE"] if op in ("neg", "add") else 0))
+    made = {c.id for c in kernels.inplace_cases(cpu_target)}
+    assert {"kernels/neg/float32/inplace", "kernels/add/int64/inplace"} <= made
+    assert not any(i.startswith(("kernels/exp/", "kernels/eq/")) for i in made)
+    dev = cpu_target.device
+    stale = {"from": None}
+
+    def call(device, op, ins, outs, attrs=None, **kw):
+        if outs[0][0] != ins[0][0]:
+            return real_call(device, op, ins, outs, attrs, **kw)
+        # what a correct in-place kernel computes: out of place into scratch,
+        # then over input 0 (the planted fault keeps input 0's tail: stale data)
+        shape, dt = outs[0][2], {v: k for k, v in _raw.DTYPE_IDS.items()}[outs[0][1]]
+        nbytes = int(np.prod(shape, dtype=np.int64)) * _raw.O.np_dtype(dt).itemsize
+        tmp = dev.alloc(nbytes)
+        try:
+            codes = real_call(device, op, ins, [(tmp.ptr,) + tuple(outs[0][1:])], attrs, **kw)
+            keep = nbytes if stale["from"] is None else stale["from"]
+            dev.synchronize()
+            host = np.empty(nbytes, np.uint8)
+            dev.copy_d2h(host, tmp)
+            _write_at(dev, ins[0][0], host[:keep])
+            return codes
+        finally:
+            tmp.free()
+    monkeypatch.setattr(_raw, "call", call)
+    for op, dtype in (("neg", "float32"), ("add", "int64")):
+        check = functools.partial(kernels.check_inplace, op=op, dtype=dtype, shape="inplace")
+        run_case(cpu_target, check, dev)
+        stale["from"] = 4 * 1000
+        with pytest.raises(AssertionError, match="differs from the out-of-place call"):
+            run_case(cpu_target, check, dev)
+        stale["from"] = None
+
+
+def _write_at(dev, addr, data):
+    """Host bytes to device address ``addr`` (inside a live allocation): a
+    synchronous raw Memcpy."""
+    api = _api.of(dev)
+    got = api.call("Memcpy", _api.Memcpy(device=dev.index, kind=_api.H2D, dst=addr,
+                                         src=data.ctypes.data, size=data.nbytes, stream=None))
+    assert got[0] == 0, _api.describe(got)
+
+
+CROSS_DEVICE = """
+import sys, devicekit as dk
+from devicekit.conformance.case import Context, Target
+from devicekit.conformance.target import open_target
+from devicekit.conformance_tests import runtime_strict
+t = open_target("cpu:0")
+assert len(t.device.plugin.devices) == 2, t.device.plugin.devices
+run = lambda: runtime_strict.wait_event_other_device(Context(target=t, seed=1))
+run()
+print("passed")
+Stream = type(t.device.stream())
+Stream.wait_event = lambda self, e: None  # the plant: a wait that does not wait
+try:
+    run()
+except AssertionError as e:
+    print("caught:", str(e)[:300])
+"""
+
+
+def test_the_cross_device_wait_runs_on_two_cpu_devices_and_catches_a_wait_that_does_not_wait():
+    env = dict(os.environ, DEVICEKIT_CPU_DEVICES="2")
+    proc = subprocess.run([sys.executable, "-c", CROSS_DEVICE], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "passed" in proc.stdout, proc.stdout
+    assert "caught:" in proc.stdout and "went on before that event's point" in proc.stdout, \
+        proc.stdout + proc.stderr

@@ -22,7 +22,8 @@ DOCS = os.path.join(REPO, "docs", "promises.md")
 # The first word of an id names its group; groups are shown in this order,
 # each under the title here (an unknown group fails: add it here).
 GROUPS = {
-    "errors": "Errors", "dtypes": "Data types", "devices": "Devices", "stats": "Memory statistics",
+    "load": "Loading", "errors": "Errors", "dtypes": "Data types", "devices": "Devices",
+    "stats": "Memory statistics",
     "device_sync": "Device synchronize", "memory": "Memory", "streams": "Streams",
     "events": "Events", "copies": "Copies", "kernels": "Kernels", "fused": "Fused kernels",
     "coll": "Collectives", "graphs": "Graphs", "ops": "Base ops: error bounds",
@@ -50,7 +51,10 @@ def render(spec):
              "pattern over case ids (`*` also matches `/`). `tests/test_promises.py` fails when a",
              "promise has no case, when an entry matches no case the suite collects on cpu:0, or",
              "when this page is stale. The argument rules of a kernel call are listed in",
-             "`device_api/spec/arg_rules.json` (docs/conformance.md, section \"kernels\").", "",
+             "`device_api/spec/arg_rules.json` (docs/conformance.md, section \"kernels\").",
+             "A promise the suite cannot reach (kept at load: the SDK refuses a plugin that",
+             "breaks it; or the SDK's own promise about a plugin that does not load) names the",
+             "pytest tests that check it (`test:`); each must be a test function of that file.", "",
              f"{len(promises)} promises.", ""]
     by_group = {}
     for p in promises:
@@ -64,7 +68,8 @@ def render(spec):
             continue
         lines += [f"## {title}", "", "| promise | where | what | cases |", "|---|---|---|---|"]
         for p in by_group[group]:
-            cases = "<br>".join(f"`{c}`" for c in p["cases"])
+            cases = "<br>".join([f"`{c}`" for c in p["cases"]]
+                                + [f"test: `{t}`" for t in p.get("tests", ())])
             lines.append(f"| `{p['id']}` | {_cell(p['where'])} | {_cell(p['promise'])} | {cases} |")
         lines.append("")
     return "\n".join(lines)

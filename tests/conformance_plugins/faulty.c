@@ -31,6 +31,14 @@
  *  17 MATMUL_PACKED_K matmul (float32) is off by a relative 1e-3 when K is
  *                  past 256 and a is not unit-stride along K (a GEMM that
  *                  packs a, wrong past its first K block; dense a right)
+ *  18 FREE_NULL    Memory_Free(NULL) fails (the real plugin is asked to
+ *                  free NULL on device ordinal -1, and that error returned)
+ *  19 ORDINAL_CLAMP Device_GetProperties answers an ordinal past the last
+ *                  device (or negative) with the last device's properties
+ *  20 GRAPH_NEST   Graph_Capture accepts a begin on a capturing stream (the
+ *                  real plugin's DK_ERROR_FAILED_PRECONDITION is dropped)
+ *  21 GROUP_FLAT   Coll_Group does not nest: an inner group's end issues the
+ *                  calls grouped so far, the outer end does nothing
  * Test-only shortcuts: DK_GetApi does the dlopen (a real plugin must do no
  * work there), and outputs are patched on the host after a stream
  * synchronize, which works because the CPU plugin's memory is host memory.
@@ -163,6 +171,69 @@ static DK_Error* fault_free(DK_Memory_Free_Args* a) {
 static DK_Error* fault_wait(DK_Stream_WaitEvent_Args* a) {
   (void)a;
   return NULL;
+}
+#elif FAULT == 18
+static DK_Error* fault_free_null(DK_Memory_Free_Args* a) {
+  if (a->ptr != NULL) return real->Memory_Free(a);
+  DK_Memory_Free_Args b = *a;
+  b.device = -1; /* the real plugin's error for a bad ordinal */
+  return real->Memory_Free(&b);
+}
+#elif FAULT == 19
+static DK_Error* fault_properties(DK_Device_GetProperties_Args* a) {
+  DK_Device_Count_Args c = {DK_Device_Count_Args_STRUCT_SIZE, 0};
+  DK_Error* e = real->Device_Count(&c);
+  if (e) return e;
+  if (a->device < 0 || a->device >= c.count) a->device = c.count - 1;
+  return real->Device_GetProperties(a);
+}
+#elif FAULT == 20 || FAULT == 21
+/* The optional parts' tables, copied so one entry can be replaced. */
+static DK_Collectives coll;
+static DK_Graphs graphs;
+static const DK_Extension_Base* copy_chain(const DK_Extension_Base* e) {
+  if (e == NULL) return NULL;
+  const DK_Extension_Base* next = copy_chain(e->next);
+  if (e->type == DK_EXTENSION_COLLECTIVES) {
+    coll = *(const DK_Collectives*)e;
+    coll.base.next = next;
+    return &coll.base;
+  }
+  if (e->type == DK_EXTENSION_GRAPHS) {
+    graphs = *(const DK_Graphs*)e;
+    graphs.base.next = next;
+    return &graphs.base;
+  }
+  return e; /* (and everything after it, unchanged) */
+}
+#endif
+#if FAULT == 20
+static DK_Graph_Capture* real_capture;
+static DK_Error* fault_capture(DK_Graph_Capture_Args* a) {
+  DK_Error* e = real_capture(a);
+  DK_Error_GetCode_Args c = {DK_Error_GetCode_Args_STRUCT_SIZE, e, 0};
+  if (e && a->end == 0) {
+    real->Error_GetCode(&c);
+    if (c.code == DK_ERROR_FAILED_PRECONDITION) {
+      DK_Error_Destroy_Args d = {DK_Error_Destroy_Args_STRUCT_SIZE, e};
+      real->Error_Destroy(&d);
+      return NULL;
+    }
+  }
+  return e;
+}
+#elif FAULT == 21
+static DK_Coll_Group* real_group;
+static __thread int group_open;
+static DK_Error* fault_group(DK_Coll_Group_Args* a) {
+  if (a->end == 0) {
+    if (group_open) return NULL; /* the bug: a flag, not a count */
+    group_open = 1;
+    return real_group(a);
+  }
+  if (!group_open) return NULL;
+  group_open = 0;
+  return real_group(a);
 }
 #elif FAULT == 13
 static DK_Error* fault_max(const DK_Kernel_Args* a) {
@@ -315,6 +386,18 @@ DK_EXPORT const DK_Api* DK_GetApi(void) {
   kernels[DK_OP_WHERE] = fault_where;
 #elif FAULT == 17
   kernels[DK_OP_MATMUL] = fault_matmul_packed;
+#elif FAULT == 18
+  api.Memory_Free = fault_free_null;
+#elif FAULT == 19
+  api.Device_GetProperties = fault_properties;
+#elif FAULT == 20
+  api.extension_start = copy_chain(real->extension_start);
+  real_capture = graphs.Graph_Capture;
+  graphs.Graph_Capture = fault_capture;
+#elif FAULT == 21
+  api.extension_start = copy_chain(real->extension_start);
+  real_group = coll.Coll_Group;
+  coll.Coll_Group = fault_group;
 #endif
   return &api;
 }

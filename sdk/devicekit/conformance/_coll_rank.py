@@ -372,6 +372,15 @@ class Rank:
             with comm.group():
                 comm.send(src, right)
                 comm.recv(dst, left)
+            # Groups nest (a count per thread): the inner end issues nothing,
+            # the outermost one issues all. Each rank receives first, in an
+            # inner group, then sends: issued at the inner end, every rank's
+            # receive would wait for a send no rank has made yet.
+            nested = self.tensor(fill(count, SENTINEL, ndt), dtype)
+            with comm.group():
+                with comm.group():
+                    comm.recv(nested, left)
+                comm.send(src, right)
             pair = None
             if me in (0, n - 1):
                 pair = self.tensor(xs[me] if me == 0 else fill(count, SENTINEL, ndt), dtype)
@@ -383,6 +392,8 @@ class Rank:
             def check():
                 self.check_equal(what + f" (ring: received from rank {left})", self.read(dst),
                                  xs[left])
+                self.check_equal(what + f" (ring in nested groups, receive in the inner one: "
+                                 f"received from rank {left})", self.read(nested), xs[left])
                 if me == n - 1:
                     self.check_equal(what + " (rank 0 -> last rank, no group)",
                                      self.read(pair), xs[0])
