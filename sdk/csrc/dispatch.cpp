@@ -153,11 +153,24 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
   g_counts[op].kernel.fetch_add(1, std::memory_order_relaxed);
   const uint64_t epoch = dev.epoch();
   for (auto* t : out) t->storage()->written_epoch.store(epoch, std::memory_order_relaxed);
+  const bool random = op == DK_OP_RANDOM_BITS || op == DK_OP_RANDOM_UNIFORM;
   if (Recording* r = dev.recording()) {  // a capture the SDK records: not issued now
-    r->add_kernel(fn, a, op_name(op), false);
+    r->add_kernel(fn, a, op_name(op), false, random);
     return;
   }
-  if (dev.capturing()) dev.count_captured_call();
+  if (dev.capturing()) {
+    if (random) {
+      // A plugin's graph replays the attributes as captured: every replay
+      // would draw the same numbers. DeviceKit's recording can patch them.
+      invalid_argument(std::string("devicekit.graphs.capture: random op '") + op_name(op) +
+                       "' on " + dev.name() +
+                       ", which captures a native graph (the plugin's graphs part): its Philox "
+                       "seed and offset would be replayed as captured, the same numbers on every "
+                       "replay. Capture with mode='recorded' (DeviceKit's recording patches the "
+                       "offsets per replay)");
+    }
+    dev.count_captured_call();
+  }
   DK_Error* err;
   if (trace::on()) {
     trace::Span span(trace::kLaunch, dev, a.stream, op_name(op));

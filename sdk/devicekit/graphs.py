@@ -37,11 +37,26 @@ Inside a capture, anything that needs the host raises
 memory, so a shape- or value-dependent branch cannot be recorded); the capture
 is then discarded. Captures do not nest. ``Graph(mode="native")`` on a plugin
 without the graphs part raises :class:`devicekit.NotImplementedByPlugin`.
+
+Random ops (``random_bits``, ``random_uniform`` and what is built on them:
+``ops.rand``, ``randn``, ``randint``) take their Philox seed and offset as
+host attributes. In a recorded graph each is marked, and
+``replay(seed=s, offset_shift=k)`` runs every one with seed ``s`` and offset
+``(captured offset + k) mod 2**64``: the C++ replay patches a copy of each
+launch's attributes (no Python per op), so the numbers are bitwise those an
+eager call with the shifted counters draws. Without ``seed``/``offset_shift``
+a replay repeats the captured numbers. A native graph cannot patch them: a
+random op inside a native capture (``mode="native"``, or ``"auto"`` on a plugin
+with the graphs part) raises :class:`devicekit.InvalidArgumentError` naming the
+op, and the capture is discarded; capture it with ``mode="recorded"``.
+``devicekit.torch`` graphs and ``torch.compile`` drive the shift from the
+device's Philox stream.
 """
 
 from __future__ import annotations
 
 import contextlib
+import numbers
 
 from . import _core, _graph_state
 from ._plugins.registry import device as _device
@@ -90,6 +105,12 @@ class Graph:
         return self._g.recorded_calls
 
     @property
+    def random_calls(self) -> int:
+        """The random launches (random_bits, random_uniform) a recorded graph
+        patches per replay (0 for a native graph, which refuses them)."""
+        return self._g.random_calls
+
+    @property
     def device(self):
         """The device it was captured on (None before a capture)."""
         return self._g.device
@@ -113,17 +134,26 @@ class Graph:
             if dev is not None:
                 _graph_state.capturing.discard(dev.name)
 
-    def replay(self, stream=None):
+    def replay(self, stream=None, *, seed=None, offset_shift=0):
         """Launch the recorded work on the default stream, or on ``stream``
-        (a :meth:`Device.stream` of the same device)."""
+        (a :meth:`Device.stream` of the same device). ``seed`` and
+        ``offset_shift`` (ints in [0, 2**64)) patch the random launches of a
+        recorded graph: each runs with ``seed`` (default: its captured one) and
+        offset ``(captured offset + offset_shift) mod 2**64``."""
+        for name, v in (("seed", seed), ("offset_shift", offset_shift)):
+            if v is None and name == "seed":
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v < 2**64:
+                raise InvalidArgumentError(
+                    f"Graph.replay: {name} must be an int in [0, 2**64), got {v!r}")
         if stream is None:
-            self._g.replay()
+            self._g.replay(0, seed, int(offset_shift))
         else:
             if self._g.device is not None and stream.device.name != self._g.device.name:
                 raise InvalidArgumentError(
                     f"Graph.replay: the stream belongs to device {stream.device.name}, the "
                     f"graph to {getattr(self._g.device, 'name', None)}")
-            self._g.replay(stream._handle)
+            self._g.replay(stream._handle, seed, int(offset_shift))
 
     def reset(self):
         """Destroy the recording and give its pool back; the Graph can capture again.
