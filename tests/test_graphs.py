@@ -456,6 +456,55 @@ def test_recorded_capture_issues_nothing_until_replay(cpu):
         devicekit.graphs.Graph(mode="other")
 
 
+def test_recorded_random_ops_are_patched_per_replay(cpu):
+    """random_bits/random_uniform in a recorded graph: replay(seed, offset_shift)
+    draws, bitwise, what eager calls with the shifted counters draw (the
+    Philox oracle); randn (two ops on the uniforms) follows; no shift repeats
+    the captured numbers."""
+    import devicekit
+    from devicekit import ops
+    from devicekit.testing import philox
+
+    g = devicekit.graphs.Graph(mode="recorded")
+    with devicekit.graphs.capture(g, cpu):
+        bits = ops.random_bits([3, 5], seed=11, offset=4, device=cpu)
+        u = ops.rand([7], seed=11, offset=8, device=cpu)
+        z = ops.randn([6], seed=11, offset=10, device=cpu)
+    assert g.random_calls == 3 and g.mode == "recorded"
+    g.replay()
+    assert np.array_equal(bits.numpy(), philox.random_bits([3, 5], 11, 4))
+    first_u = u.numpy().copy()
+    assert np.array_equal(first_u, philox.random_uniform([7], 11, 8))
+    for seed, shift in ((11, 9), (5, 0), (2**64 - 1, 2**64 - 3)):  # the last wraps 4 -> 1
+        g.replay(seed=seed, offset_shift=shift)
+        assert np.array_equal(bits.numpy(), philox.random_bits([3, 5], seed, (4 + shift) % 2**64))
+        assert np.array_equal(u.numpy(), philox.random_uniform([7], seed, (8 + shift) % 2**64))
+        eager_z = ops.randn([6], seed, (10 + shift) % 2**64, device=cpu)
+        assert np.array_equal(z.numpy(), eager_z.numpy())
+    g.replay(offset_shift=100)  # the captured seed
+    assert np.array_equal(u.numpy(), philox.random_uniform([7], 11, 108))
+    assert not np.array_equal(u.numpy(), first_u)
+    with pytest.raises(devicekit.InvalidArgumentError, match="offset_shift must be an int"):
+        g.replay(offset_shift=-1)
+    with pytest.raises(devicekit.InvalidArgumentError, match="seed must be an int"):
+        g.replay(seed=2**64)
+
+
+@pytest.mark.parametrize("mode", ["native", "auto"])
+def test_random_op_in_a_native_capture_is_refused_naming_it(cpu, mode):
+    import devicekit
+    from devicekit import ops
+
+    g = devicekit.graphs.Graph(mode=mode)  # the cpu plugin has the graphs part: native
+    with pytest.raises(devicekit.InvalidArgumentError,
+                       match="random op 'random_uniform' on cpu:0, which captures a native graph"):
+        with devicekit.graphs.capture(g, cpu):
+            ops.rand([4], seed=1, device=cpu)
+    assert not g.captured and g.random_calls == 0
+    y = ops.rand([4], seed=1, device=cpu)  # the device runs eagerly again
+    assert y.numpy().shape == (4,)
+
+
 def test_events_in_a_recorded_capture_are_recorded_not_issued(cpu):
     import devicekit
 
