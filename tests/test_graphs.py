@@ -490,19 +490,21 @@ def test_recorded_random_ops_are_patched_per_replay(cpu):
         g.replay(seed=2**64)
 
 
-@pytest.mark.parametrize("mode", ["native", "auto"])
-def test_random_op_in_a_native_capture_is_refused_naming_it(cpu, mode):
+def test_a_native_graph_repeats_random_numbers_and_cannot_patch_them(cpu):
     import devicekit
     from devicekit import ops
+    from devicekit.testing import philox
 
-    g = devicekit.graphs.Graph(mode=mode)  # the cpu plugin has the graphs part: native
-    with pytest.raises(devicekit.InvalidArgumentError,
-                       match="random op 'random_uniform' on cpu:0, which captures a native graph"):
-        with devicekit.graphs.capture(g, cpu):
-            ops.rand([4], seed=1, device=cpu)
-    assert not g.captured and g.random_calls == 0
-    y = ops.rand([4], seed=1, device=cpu)  # the device runs eagerly again
-    assert y.numpy().shape == (4,)
+    g = devicekit.graphs.Graph(mode="native")  # the cpu plugin has the graphs part
+    with devicekit.graphs.capture(g, cpu):
+        u = ops.rand([9], seed=3, offset=2, device=cpu)
+    assert g.random_calls == 0  # nothing to patch
+    for _ in range(2):
+        g.replay()
+        assert np.array_equal(u.numpy(), philox.random_uniform([9], 3, 2))
+    for kw in ({"seed": 4}, {"offset_shift": 1}):
+        with pytest.raises(devicekit.InvalidArgumentError, match="this one is native"):
+            g.replay(**kw)
 
 
 def test_events_in_a_recorded_capture_are_recorded_not_issued(cpu):

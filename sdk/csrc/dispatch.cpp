@@ -158,19 +158,10 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
     r->add_kernel(fn, a, op_name(op), false, random);
     return;
   }
-  if (dev.capturing()) {
-    if (random) {
-      // A plugin's graph replays the attributes as captured: every replay
-      // would draw the same numbers. DeviceKit's recording can patch them.
-      invalid_argument(std::string("devicekit.graphs.capture: random op '") + op_name(op) +
-                       "' on " + dev.name() +
-                       ", which captures a native graph (the plugin's graphs part): its Philox "
-                       "seed and offset would be replayed as captured, the same numbers on every "
-                       "replay. Capture with mode='recorded' (DeviceKit's recording patches the "
-                       "offsets per replay)");
-    }
-    dev.count_captured_call();
-  }
+  // (a native capture replays a random launch's seed and offset as captured:
+  // what an explicit seed asks for; devicekit.torch refuses it for the
+  // device's Philox stream, which must advance per replay)
+  if (dev.capturing()) dev.count_captured_call();
   DK_Error* err;
   if (trace::on()) {
     trace::Span span(trace::kLaunch, dev, a.stream, op_name(op));

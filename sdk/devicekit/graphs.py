@@ -45,12 +45,13 @@ host attributes. In a recorded graph each is marked, and
 ``(captured offset + k) mod 2**64``: the C++ replay patches a copy of each
 launch's attributes (no Python per op), so the numbers are bitwise those an
 eager call with the shifted counters draws. Without ``seed``/``offset_shift``
-a replay repeats the captured numbers. A native graph cannot patch them: a
-random op inside a native capture (``mode="native"``, or ``"auto"`` on a plugin
-with the graphs part) raises :class:`devicekit.InvalidArgumentError` naming the
-op, and the capture is discarded; capture it with ``mode="recorded"``.
+a replay repeats the captured numbers (what an explicit seed asks for). A
+native graph (``mode="native"``, or ``"auto"`` on a plugin with the graphs
+part) cannot patch them: it always repeats them, and ``replay(seed=...)`` or a
+non-zero ``offset_shift`` on it raises :class:`devicekit.InvalidArgumentError`;
+capture with ``mode="recorded"`` for fresh numbers per replay.
 ``devicekit.torch`` graphs and ``torch.compile`` drive the shift from the
-device's Philox stream.
+device's Philox stream (and refuse a random op in a native capture).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class Graph:
     @property
     def random_calls(self) -> int:
         """The random launches (random_bits, random_uniform) a recorded graph
-        patches per replay (0 for a native graph, which refuses them)."""
+        patches per replay (0 for a native graph, which cannot)."""
         return self._g.random_calls
 
     @property
@@ -146,6 +147,11 @@ class Graph:
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v < 2**64:
                 raise InvalidArgumentError(
                     f"Graph.replay: {name} must be an int in [0, 2**64), got {v!r}")
+        if (seed is not None or offset_shift) and self.mode == "native":
+            raise InvalidArgumentError(
+                "Graph.replay: seed/offset_shift patch the random launches of a recorded graph; "
+                "this one is native (the plugin's graph replays them as captured). Capture "
+                "with mode='recorded' to draw fresh numbers per replay")
         if stream is None:
             self._g.replay(0, seed, int(offset_shift))
         else:

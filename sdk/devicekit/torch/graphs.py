@@ -121,9 +121,6 @@ def _capturing_dispatch(inner):
         except Exception as e:
             if getattr(e, "capture_refused", False):
                 return g._refuse(e, func, args, kwargs)
-            if rng.offset != drawn and g._capturing and _is_capture_refusal(e):
-                # the C++ launch refused a random op in a native capture
-                return g._refuse(_random_refusal(func, g), func, args, kwargs, cause=e)
             if not g._capturing:
                 raise
             # inside torch's backward the eager dispatch keeps the op's own
