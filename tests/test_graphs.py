@@ -3,7 +3,9 @@ called directly through ctypes (the header's capture rules and error codes;
 in a child process, ``python test_graphs.py raw``, because a plugin is
 initialised once per process and the SDK's tests use it too),
 and ``devicekit.graphs`` (capture and replay of DeviceKit ops, bitwise equal
-to eager execution, the graph's private pool, host reads named in capture)."""
+to eager execution, the graph's private pool, host reads named in capture;
+random launches of a recorded graph patched per replay, a native graph's
+repeated)."""
 
 from __future__ import annotations
 

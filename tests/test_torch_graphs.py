@@ -4,8 +4,10 @@ graph and replayed with no Python per op (as ``torch.cuda.graph``).
 Replays are bitwise equal to eager ``dk`` runs on the same inputs (an MLP
 forward, in both graph modes; forward and backward; replays after the static
 input was changed in place; ``make_graphed_callables``); host work inside a
-capture (``.item()``, an op the CPU fallback would run, a random op) is refused
-with an error naming the ATen op and the capture is discarded; the bridge's
+capture (``.item()``, an op the CPU fallback would run, a random op in a
+native capture) is refused with an error naming the ATen op and the capture is
+discarded; random ops in a recorded capture (dropout forward and backward,
+``torch.rand``) replay as N eager runs from the same seed, bitwise; the bridge's
 caches (convolution's index tensors: refused without a warm-up; a scalar
 constant first made inside the capture) work with the graph; and a greedy
 decode loop of the hf-gpt2 test model with a ``transformers`` StaticCache,
