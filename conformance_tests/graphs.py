@@ -27,7 +27,11 @@ through DeviceKit's own recording (mode "recorded", which every plugin gets).
   fails too), and the device works eagerly afterwards.
 - ``graphs/native_vs_recorded/<family>``: the plugin's native graph and the
   SDK's recording of the same code give the same bits.
-
+- ``graphs/recorded/random_patched``: ``random_bits`` and ``random_uniform``
+  captured in DeviceKit's recording, replayed with other seeds and offset
+  shifts (``replay(seed=, offset_shift=)``, patched in C++), equal eager calls
+  with the patched seed and offsets bit for bit (the Philox stream is
+  bit-identical on every conformant backend).
 - ``graphs/plugin/<rule>``: the header's capture rules called on the
   plugin's own DK_Graphs (ctypes, under the SDK, which refuses these calls
   itself before a plugin sees them): ``not_nested`` (a begin capture on a
@@ -447,6 +451,38 @@ CHECKS = {"invalid": check_invalid, "destroyed_while_queued": check_destroyed_wh
           "event_synchronize": check_event_synchronize}
 
 
+# ---- random launches patched per replay (recorded mode only) -------------------------
+
+
+def check_random_patched(ctx):
+    d = ctx.device
+    fn = lambda: (ops.random_bits((5, 33), 77, 3, device=d),  # noqa: E731
+                  ops.rand((130,), 77, 40, device=d), ops.rand((4, 6), 77, 90, dtype=dk.float64,
+                                                              device=d))
+    eager = lambda seed, shift: (  # noqa: E731
+        ops.random_bits((5, 33), seed, (3 + shift) % 2**64, device=d),
+        ops.rand((130,), seed, (40 + shift) % 2**64, device=d),
+        ops.rand((4, 6), seed, (90 + shift) % 2**64, dtype=dk.float64, device=d))
+    g = dk.graphs.Graph(mode="recorded")
+    with dk.graphs.capture(g, d):
+        ys = fn()
+    try:
+        assert g.random_calls == 3, g.random_calls
+        g.replay()
+        _same_bits(ys, eager(77, 0), "random, replay as captured")
+        # the last shift wraps the offsets past 2**64
+        for seed, shift in ((77, 1), (77, 38), (12345, 0), (2**64 - 1, 2**64 - 20)):
+            g.replay(seed=seed, offset_shift=shift)
+            _same_bits(ys, eager(seed, shift), f"random, replay seed={seed} shift={shift}")
+        g.replay(offset_shift=1000)  # the captured seed
+        _same_bits(ys, eager(77, 1000), "random, replay shift=1000")
+    finally:
+        g.reset()
+
+
+RANDOM_PATCHED = {"graphs/recorded/random_patched": check_random_patched}
+
+
 def _ids(target):
     ids = []
     for mode in MODES:
@@ -454,6 +490,7 @@ def _ids(target):
         ids += [f"graphs/{mode}/{c}" for c in CHECKS]
     ids += [f"graphs/native_vs_recorded/{f}" for f in FAMILIES]
     ids += [f"graphs/plugin/{r}" for r in PLUGIN_RULES]
+    ids += list(RANDOM_PATCHED)
     return ids
 
 
@@ -467,7 +504,9 @@ def cases(target):
     out = []
     for case_id in _ids(target):
         parts = case_id.split("/")
-        if parts[1] == "native_vs_recorded":
+        if case_id in RANDOM_PATCHED:
+            fn = RANDOM_PATCHED[case_id]
+        elif parts[1] == "native_vs_recorded":
             fn = functools.partial(check_native_vs_recorded, family=parts[2])
         elif parts[1] == "plugin":
             fn = functools.partial(check_plugin_rule, rule="/".join(parts[2:]))

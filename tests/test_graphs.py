@@ -3,7 +3,9 @@ called directly through ctypes (the header's capture rules and error codes;
 in a child process, ``python test_graphs.py raw``, because a plugin is
 initialised once per process and the SDK's tests use it too),
 and ``devicekit.graphs`` (capture and replay of DeviceKit ops, bitwise equal
-to eager execution, the graph's private pool, host reads named in capture)."""
+to eager execution, the graph's private pool, host reads named in capture;
+random launches of a recorded graph patched per replay, a native graph's
+repeated)."""
 
 from __future__ import annotations
 
@@ -454,6 +456,57 @@ def test_recorded_capture_issues_nothing_until_replay(cpu):
     g.reset()
     with pytest.raises(devicekit.InvalidArgumentError, match="mode is 'other'"):
         devicekit.graphs.Graph(mode="other")
+
+
+def test_recorded_random_ops_are_patched_per_replay(cpu):
+    """random_bits/random_uniform in a recorded graph: replay(seed, offset_shift)
+    draws, bitwise, what eager calls with the shifted counters draw (the
+    Philox oracle); randn (two ops on the uniforms) follows; no shift repeats
+    the captured numbers."""
+    import devicekit
+    from devicekit import ops
+    from devicekit.testing import philox
+
+    g = devicekit.graphs.Graph(mode="recorded")
+    with devicekit.graphs.capture(g, cpu):
+        bits = ops.random_bits([3, 5], seed=11, offset=4, device=cpu)
+        u = ops.rand([7], seed=11, offset=8, device=cpu)
+        z = ops.randn([6], seed=11, offset=10, device=cpu)
+    assert g.random_calls == 3 and g.mode == "recorded"
+    g.replay()
+    assert np.array_equal(bits.numpy(), philox.random_bits([3, 5], 11, 4))
+    first_u = u.numpy().copy()
+    assert np.array_equal(first_u, philox.random_uniform([7], 11, 8))
+    for seed, shift in ((11, 9), (5, 0), (2**64 - 1, 2**64 - 3)):  # the last wraps 4 -> 1
+        g.replay(seed=seed, offset_shift=shift)
+        assert np.array_equal(bits.numpy(), philox.random_bits([3, 5], seed, (4 + shift) % 2**64))
+        assert np.array_equal(u.numpy(), philox.random_uniform([7], seed, (8 + shift) % 2**64))
+        eager_z = ops.randn([6], seed, (10 + shift) % 2**64, device=cpu)
+        assert np.array_equal(z.numpy(), eager_z.numpy())
+    g.replay(offset_shift=100)  # the captured seed
+    assert np.array_equal(u.numpy(), philox.random_uniform([7], 11, 108))
+    assert not np.array_equal(u.numpy(), first_u)
+    with pytest.raises(devicekit.InvalidArgumentError, match="offset_shift must be an int"):
+        g.replay(offset_shift=-1)
+    with pytest.raises(devicekit.InvalidArgumentError, match="seed must be an int"):
+        g.replay(seed=2**64)
+
+
+def test_a_native_graph_repeats_random_numbers_and_cannot_patch_them(cpu):
+    import devicekit
+    from devicekit import ops
+    from devicekit.testing import philox
+
+    g = devicekit.graphs.Graph(mode="native")  # the cpu plugin has the graphs part
+    with devicekit.graphs.capture(g, cpu):
+        u = ops.rand([9], seed=3, offset=2, device=cpu)
+    assert g.random_calls == 0  # nothing to patch
+    for _ in range(2):
+        g.replay()
+        assert np.array_equal(u.numpy(), philox.random_uniform([9], 3, 2))
+    for kw in ({"seed": 4}, {"offset_shift": 1}):
+        with pytest.raises(devicekit.InvalidArgumentError, match="this one is native"):
+            g.replay(**kw)
 
 
 def test_events_in_a_recorded_capture_are_recorded_not_issued(cpu):

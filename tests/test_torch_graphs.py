@@ -4,8 +4,10 @@ graph and replayed with no Python per op (as ``torch.cuda.graph``).
 Replays are bitwise equal to eager ``dk`` runs on the same inputs (an MLP
 forward, in both graph modes; forward and backward; replays after the static
 input was changed in place; ``make_graphed_callables``); host work inside a
-capture (``.item()``, an op the CPU fallback would run, a random op) is refused
-with an error naming the ATen op and the capture is discarded; the bridge's
+capture (``.item()``, an op the CPU fallback would run, a random op in a
+native capture) is refused with an error naming the ATen op and the capture is
+discarded; random ops in a recorded capture (dropout forward and backward,
+``torch.rand``) replay as N eager runs from the same seed, bitwise; the bridge's
 caches (convolution's index tensors: refused without a warm-up; a scalar
 constant first made inside the capture) work with the graph; and a greedy
 decode loop of the hf-gpt2 test model with a ``transformers`` StaticCache,
@@ -150,11 +152,16 @@ def test_cpu_fallback_op_inside_capture_is_refused(cpu):
     dkt.reset_fallback_stats()
 
 
-def test_random_op_and_nested_capture_refused(cpu):
+def test_random_op_in_a_native_capture_and_nested_capture_refused(cpu):
     x = _host(1, 8).to(DK)
-    with pytest.raises(devicekit.InvalidArgumentError, match="draws random numbers"):
-        with dkt.graph(dkt.DKGraph()):
+    before = dkt._device.rng(dkt._device.dk_device(torch.device(DK))).offset
+    with pytest.raises(devicekit.InvalidArgumentError,
+                       match=r"native_dropout.default draws random numbers.*native graph.*"
+                             r"mode='recorded'"):
+        with dkt.graph(dkt.DKGraph()):  # auto: native on the cpu plugin
             torch.nn.functional.dropout(x, 0.5, training=True)
+    # the discarded capture drew nothing from the device's Philox stream
+    assert dkt._device.rng(dkt._device.dk_device(torch.device(DK))).offset == before
     g = dkt.DKGraph()
     with dkt.graph(g):
         with pytest.raises(devicekit.InvalidArgumentError, match="do not nest"):
@@ -254,3 +261,51 @@ def test_gpt2_static_cache_decode_step_replayed(cpu):
     assert torch.equal(greedy(on_dk, prompt, DK), want)
     for mode in ("native", "recorded"):
         assert torch.equal(greedy(on_dk, prompt, DK, replay=mode), want), mode
+
+
+def _random_step(x, w):
+    """A training-style step that draws: dropout forward and backward, a rand."""
+    h = torch.nn.functional.dropout(x @ w, 0.3, training=True)
+    loss = (h * h).sum() + torch.rand(5, device=DK).sum()
+    loss.backward()
+    return loss
+
+
+def test_random_ops_in_a_recorded_capture_replay_as_eager_runs(cpu):
+    """N replays of a recorded capture with dropout and torch.rand give,
+    bitwise, the N eager runs from the same torch.manual_seed (loss and
+    gradient), and two replays differ: each draws fresh counters."""
+    x = _host(1, 6, 8).to(DK)
+    w0 = _host(2, 8, 8)
+
+    def eager_runs(n):
+        w = w0.clone().to(DK).requires_grad_()
+        _random_step(x, w)  # the warm-up, drawing as the capture's warm-up does
+        torch.manual_seed(7)
+        out = []
+        for _ in range(n):
+            w.grad = None
+            out.append((_random_step(x, w).cpu(), w.grad.cpu()))
+        return out
+
+    eager = eager_runs(4)
+    w = w0.clone().to(DK).requires_grad_()
+    _random_step(x, w)  # warm-up (makes w.grad, which the capture then overwrites)
+    torch.manual_seed(7)
+    g = dkt.DKGraph(mode="recorded")
+    w.grad = None
+    with dkt.graph(g):
+        loss = _random_step(x, w)
+    assert g.mode == "recorded" and g.device_graph.random_calls == 2  # dropout, rand
+    replays = []
+    for _ in range(4):
+        g.replay()
+        replays.append((loss.cpu(), w.grad.cpu()))
+    for (el, eg), (rl, rg) in zip(eager, replays):
+        assert torch.equal(el, rl) and torch.equal(eg, rg)
+    assert not torch.equal(replays[0][0], replays[1][0])
+    assert not torch.equal(replays[0][1], replays[1][1])
+    # a reseed after the capture: the next replay draws what eager draws from it
+    torch.manual_seed(7)
+    g.replay()
+    assert torch.equal(loss.cpu(), eager[0][0])

@@ -153,10 +153,14 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
   g_counts[op].kernel.fetch_add(1, std::memory_order_relaxed);
   const uint64_t epoch = dev.epoch();
   for (auto* t : out) t->storage()->written_epoch.store(epoch, std::memory_order_relaxed);
+  const bool random = op == DK_OP_RANDOM_BITS || op == DK_OP_RANDOM_UNIFORM;
   if (Recording* r = dev.recording()) {  // a capture the SDK records: not issued now
-    r->add_kernel(fn, a, op_name(op), false);
+    r->add_kernel(fn, a, op_name(op), false, random);
     return;
   }
+  // (a native capture replays a random launch's seed and offset as captured:
+  // what an explicit seed asks for; devicekit.torch refuses it for the
+  // device's Philox stream, which must advance per replay)
   if (dev.capturing()) dev.count_captured_call();
   DK_Error* err;
   if (trace::on()) {

@@ -14,11 +14,13 @@ namespace {
 constexpr size_t kMaxAttrsBytes = 4096;
 }  // namespace
 
-void Recording::add_kernel(DK_KernelFn* fn, const DK_Kernel_Args& a, const char* name, bool fused) {
+void Recording::add_kernel(DK_KernelFn* fn, const DK_Kernel_Args& a, const char* name, bool fused,
+                           bool random) {
   auto c = std::make_unique<Call>();
   c->fn = fn;
   c->name = name;
   c->fused = fused;
+  c->random = random;
   c->args = a;
   const int32_t n = a.num_inputs + a.num_outputs;
   c->views.resize(size_t(n));
@@ -60,7 +62,12 @@ void Recording::add_kernel(DK_KernelFn* fn, const DK_Kernel_Args& a, const char*
     std::memcpy(c->attrs.data(), a.attrs, bytes);
     c->args.attrs = c->attrs.data();
   }
+  if (random && (a.attrs == nullptr || c->attrs.size() * 8 < sizeof(DK_RandomAttrs))) {
+    invalid_argument(std::string("devicekit.graphs.capture: cannot record random op '") + name +
+                     "': its attributes are not a DK_RandomAttrs");
+  }
   std::lock_guard<std::mutex> lock(mu_);
+  if (random) ++random_calls_;
   calls_.push_back(std::move(c));
 }
 
@@ -90,7 +97,12 @@ size_t Recording::size() const {
   return calls_.size() - event_calls_;
 }
 
-void Recording::replay(Device& dev, DK_Stream* stream) const {
+size_t Recording::random_calls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return random_calls_;
+}
+
+void Recording::replay(Device& dev, DK_Stream* stream, const Philox* philox) const {
   std::lock_guard<std::mutex> lock(mu_);
   const DK_Api* api = dev.api();
   for (const auto& c : calls_) {
@@ -121,6 +133,13 @@ void Recording::replay(Device& dev, DK_Stream* stream) const {
     }
     DK_Kernel_Args a = c->args;
     a.stream = stream;
+    DK_RandomAttrs patched;  // read by the plugin during the call, as an eager launch's
+    if (c->random && philox != nullptr) {
+      std::memcpy(&patched, c->attrs.data(), sizeof patched);
+      patched.offset += philox->offset_shift;  // unsigned: wraps mod 2**64
+      if (philox->set_seed) patched.seed = philox->seed;
+      a.attrs = &patched;
+    }
     if (DK_Error* err = c->fn(&a)) {
       dev.plugin()->check(err, dev.ctx((std::string(c->fused ? "fused kernel '" : "kernel '") +
                                         c->name + "' replayed by devicekit.graphs")

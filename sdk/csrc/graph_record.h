@@ -9,6 +9,13 @@
 // Event_Record or Stream_WaitEvent on the default stream is recorded too
 // (runtime_py.cpp) and issued on the replay stream in its place: each replay
 // records the event again, or waits for its latest record at that time.
+//
+// Random launches (random_bits, random_uniform: the Philox ops, whose seed and
+// offset are host attributes) are marked: a replay may give them another seed
+// and shift every one's offset by the same amount (Philox), so that each replay
+// draws fresh numbers, exactly those eager execution would draw from the
+// shifted counters. The patch is made in C++ on a copy of the attribute struct
+// per launch: no Python per op.
 #pragma once
 
 #include <cstddef>
@@ -24,24 +31,37 @@ namespace dk {
 
 class Device;
 
+// What a replay changes in the random launches: every one's offset becomes
+// (captured offset + offset_shift) mod 2**64, and its seed `seed` when set_seed.
+struct Philox {
+  bool set_seed = false;
+  uint64_t seed = 0;
+  uint64_t offset_shift = 0;
+};
+
 class Recording {
  public:
   // A kernel or fused kernel: `fn` is its entry (DK_KernelFn shape), `name`
   // a static string or the plugin's kernel name for error messages.
-  void add_kernel(DK_KernelFn* fn, const DK_Kernel_Args& a, const char* name, bool fused);
+  // `random`: a Philox launch (its attrs are a DK_RandomAttrs) that a replay may patch.
+  void add_kernel(DK_KernelFn* fn, const DK_Kernel_Args& a, const char* name, bool fused,
+                  bool random = false);
   void add_copy(void* dst, const void* src, size_t n);
   // Event_Record (wait = false) or Stream_WaitEvent (wait = true) of `event`,
   // which the caller keeps alive as long as the recording.
   void add_event(DK_Event* event, bool wait);
   size_t size() const;  // kernels, fused kernels and copies (not event calls)
-  // Issues every recorded call on `stream` of `dev`, in order. Stops at the
+  size_t random_calls() const;  // the random launches among them
+  // Issues every recorded call on `stream` of `dev`, in order, the random
+  // launches patched by `philox` when given (else as captured). Stops at the
   // first call the plugin refuses and throws its error naming the call.
-  void replay(Device& dev, DK_Stream* stream) const;
+  void replay(Device& dev, DK_Stream* stream, const Philox* philox = nullptr) const;
 
  private:
   struct Call {
     bool copy = false;
     bool fused = false;
+    bool random = false;  // attrs hold a DK_RandomAttrs
     int event = 0;  // 1: Event_Record, 2: Stream_WaitEvent of `ev`
     DK_Event* ev = nullptr;
     DK_KernelFn* fn = nullptr;
@@ -58,6 +78,7 @@ class Recording {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Call>> calls_;
   size_t event_calls_ = 0;
+  size_t random_calls_ = 0;
 };
 
 }  // namespace dk

@@ -10,6 +10,9 @@
 // to compare it with the plugin's native graphs.
 #include <cstdio>
 #include <memory>
+#include <optional>
+
+#include <pybind11/stl.h>
 
 #include "bindings.h"
 #include "boundary.h"
@@ -110,7 +113,12 @@ class Graph {
   // On the default stream, or on `stream` ordered after the default
   // stream's earlier work and before its later work (two events), so the
   // graph's pool and the tensors it writes keep the default stream's order.
-  void replay(uintptr_t stream_handle) {
+  // `seed`/`offset_shift`: see Philox (graph_record.h); a native graph has
+  // no random launches (dispatch.cpp refuses them), so it ignores them.
+  void replay(uintptr_t stream_handle, std::optional<uint64_t> seed, uint64_t offset_shift) {
+    philox_.set_seed = seed.has_value();
+    philox_.seed = seed.value_or(0);
+    philox_.offset_shift = offset_shift;
     if (graph_ == nullptr && !recorded_) {
       invalid_argument(capturing_ ? "Graph.replay: the capture has not ended yet"
                                   : "Graph.replay: this graph holds no capture (capture one "
@@ -175,6 +183,7 @@ class Graph {
   // the plugin's capture.
   uint64_t calls() const { return recording_ != nullptr ? recording_->size() : native_calls_; }
   bool capturing() const { return capturing_; }
+  size_t random_calls() const { return recording_ == nullptr ? 0 : recording_->random_calls(); }
   std::shared_ptr<Device> device() const { return dev_; }
   size_t pool_blocks() const { return pool_ == nullptr ? 0 : pool_->owned.size(); }
 
@@ -191,7 +200,7 @@ class Graph {
   }
   void issue(DK_Stream* s) {
     if (recording_ != nullptr) {
-      recording_->replay(*dev_, s);
+      recording_->replay(*dev_, s, &philox_);
       return;
     }
     const DK_Graphs& g = graphs_of(*dev_);
@@ -227,6 +236,7 @@ class Graph {
   bool capturing_ = false;
   DK_Event* before_ = nullptr;
   DK_Event* after_ = nullptr;
+  Philox philox_;  // the patch of the replay in progress
 };
 
 }  // namespace
@@ -236,13 +246,15 @@ void bind_graphs(py::module_& m) {
       .def(py::init<>())
       .def("begin_capture", &Graph::begin, py::arg("device"), py::arg("mode") = "auto")
       .def("end_capture", &Graph::end)
-      .def("replay", &Graph::replay, py::arg("stream_handle") = 0)
+      .def("replay", &Graph::replay, py::arg("stream_handle") = 0,
+           py::arg("seed") = py::none(), py::arg("offset_shift") = 0)
       .def("destroy", &Graph::destroy)
       .def_property_readonly("captured", &Graph::captured)
       .def_property_readonly("capturing", &Graph::capturing)
       .def_property_readonly("mode", &Graph::mode)
       .def_property_readonly("recorded_calls", &Graph::recorded_calls)
       .def_property_readonly("calls", &Graph::calls)
+      .def_property_readonly("random_calls", &Graph::random_calls)
       .def_property_readonly("device", &Graph::device)
       .def_property_readonly("pool_blocks", &Graph::pool_blocks);
   m.def("device_has_graphs", [](const Device& d) { return d.plugin()->graphs() != nullptr; });

@@ -37,11 +37,27 @@ Inside a capture, anything that needs the host raises
 memory, so a shape- or value-dependent branch cannot be recorded); the capture
 is then discarded. Captures do not nest. ``Graph(mode="native")`` on a plugin
 without the graphs part raises :class:`devicekit.NotImplementedByPlugin`.
+
+Random ops (``random_bits``, ``random_uniform`` and what is built on them:
+``ops.rand``, ``randn``, ``randint``) take their Philox seed and offset as
+host attributes. In a recorded graph each is marked, and
+``replay(seed=s, offset_shift=k)`` runs every one with seed ``s`` and offset
+``(captured offset + k) mod 2**64``: the C++ replay patches a copy of each
+launch's attributes (no Python per op), so the numbers are bitwise those an
+eager call with the shifted counters draws. Without ``seed``/``offset_shift``
+a replay repeats the captured numbers (what an explicit seed asks for). A
+native graph (``mode="native"``, or ``"auto"`` on a plugin with the graphs
+part) cannot patch them: it always repeats them, and ``replay(seed=...)`` or a
+non-zero ``offset_shift`` on it raises :class:`devicekit.InvalidArgumentError`;
+capture with ``mode="recorded"`` for fresh numbers per replay.
+``devicekit.torch`` graphs and ``torch.compile`` drive the shift from the
+device's Philox stream (and refuse a random op in a native capture).
 """
 
 from __future__ import annotations
 
 import contextlib
+import numbers
 
 from . import _core, _graph_state
 from ._plugins.registry import device as _device
@@ -90,6 +106,12 @@ class Graph:
         return self._g.recorded_calls
 
     @property
+    def random_calls(self) -> int:
+        """The random launches (random_bits, random_uniform) a recorded graph
+        patches per replay (0 for a native graph, which cannot)."""
+        return self._g.random_calls
+
+    @property
     def device(self):
         """The device it was captured on (None before a capture)."""
         return self._g.device
@@ -113,17 +135,31 @@ class Graph:
             if dev is not None:
                 _graph_state.capturing.discard(dev.name)
 
-    def replay(self, stream=None):
+    def replay(self, stream=None, *, seed=None, offset_shift=0):
         """Launch the recorded work on the default stream, or on ``stream``
-        (a :meth:`Device.stream` of the same device)."""
+        (a :meth:`Device.stream` of the same device). ``seed`` and
+        ``offset_shift`` (ints in [0, 2**64)) patch the random launches of a
+        recorded graph: each runs with ``seed`` (default: its captured one) and
+        offset ``(captured offset + offset_shift) mod 2**64``."""
+        for name, v in (("seed", seed), ("offset_shift", offset_shift)):
+            if v is None and name == "seed":
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v < 2**64:
+                raise InvalidArgumentError(
+                    f"Graph.replay: {name} must be an int in [0, 2**64), got {v!r}")
+        if (seed is not None or offset_shift) and self.mode == "native":
+            raise InvalidArgumentError(
+                "Graph.replay: seed/offset_shift patch the random launches of a recorded graph; "
+                "this one is native (the plugin's graph replays them as captured). Capture "
+                "with mode='recorded' to draw fresh numbers per replay")
         if stream is None:
-            self._g.replay()
+            self._g.replay(0, seed, int(offset_shift))
         else:
             if self._g.device is not None and stream.device.name != self._g.device.name:
                 raise InvalidArgumentError(
                     f"Graph.replay: the stream belongs to device {stream.device.name}, the "
                     f"graph to {getattr(self._g.device, 'name', None)}")
-            self._g.replay(stream._handle)
+            self._g.replay(stream._handle, seed, int(offset_shift))
 
     def reset(self):
         """Destroy the recording and give its pool back; the Graph can capture again.

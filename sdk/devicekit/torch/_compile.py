@@ -18,10 +18,17 @@ buffers, and later calls copy the inputs in (a parameter or buffer that is
 the same DeviceKit tensor on every call is used in place) and replay it;
 outputs are copied out of the graph's pool, so a later call never changes
 an earlier result. Capture is skipped, counted with its reason, for a graph
-with a graph break or a random op (its Philox counters are taken on the
-host per call), and where the device refuses it (a host read). A plugin
+with a graph break, and where the device refuses it (a host read). A plugin
 without the graphs part replays DeviceKit's own recording of the graph
 (``devicekit.graphs``, mode "auto"). Replay is bitwise equal to op by op: the same kernels, same order.
+
+A graph with a random op (dropout in training, ``torch.rand``) is captured in
+DeviceKit's recording (mode "recorded", also on a plugin with native graphs,
+which cannot patch a launch's Philox counters; counted as ``random_graphs``):
+as ``devicekit.torch.DKGraph``, the capture takes nothing from the device's
+Philox stream and each replay takes the graph's whole consumption in one host
+step, the C++ replay patching every random launch's seed and offset. So the
+calls draw, bitwise, what op-by-op calls from the same stream state draw.
 
 Shapes: static. A new input shape makes Dynamo recompile (its cache is
 bounded by ``torch._dynamo.config.recompile_limit``); if Dynamo marks a
@@ -57,6 +64,7 @@ class _Stats:
         self.captured = 0         # device graphs captured
         self.replays = 0
         self.op_by_op = 0         # calls run node by node (warm-up included)
+        self.random_graphs = 0    # device graphs captured recorded for their random ops
         self.no_capture = collections.Counter()  # reason -> graphs left op by op
 
     def as_dict(self):
@@ -64,6 +72,7 @@ class _Stats:
             return {"graphs": self.graphs, "lowered_nodes": self.nodes,
                     "graph_breaks": dict(self.breaks), "graph_break_calls": dict(self.break_calls),
                     "captured": self.captured, "replays": self.replays,
+                    "random_graphs": self.random_graphs,
                     "op_by_op_calls": self.op_by_op, "not_captured": dict(self.no_capture)}
 
 
@@ -86,6 +95,9 @@ def format_compile_stats(stats=None):
     lines = [f"torch.compile(backend='devicekit'): {s['graphs']} graph(s), {s['lowered_nodes']} "
              f"node(s) lowered, {s['captured']} device graph(s) captured, {s['replays']} "
              f"replay(s), {s['op_by_op_calls']} call(s) op by op"]
+    if s.get("random_graphs"):
+        lines.append(f"  {s['random_graphs']} device graph(s) with random ops, recorded by "
+                     f"DeviceKit (Philox offsets patched per replay)")
     for op, n in sorted(s["graph_breaks"].items()):
         lines.append(f"  graph break: {op} ({n} node(s), {s['graph_break_calls'].get(op, 0)} "
                      f"call(s) through the eager bridge)")
@@ -343,20 +355,31 @@ class _Graphed:
     """A device graph of one program for one input-shape signature."""
 
     def __init__(self, program, inputs, device):
-        self.graph = graphs.Graph()
+        # random ops: only DeviceKit's recording patches their Philox counters
+        self.graph = graphs.Graph("recorded" if program.random else "auto")
         # the same DeviceKit tensor on the warm-up and capture calls: a
         # parameter or buffer, used in place; others get a static buffer
         self.static = [x if type(x) is not bridge.Tensor or x is w else _static_copy(x)
                        for x, w in zip(inputs, program.last_inputs)]
-        with graphs.capture(self.graph, device):
-            out = program.run(self.static)
+        self.rng = _device.rng(device)
+        origin = self.rng.offset
+        try:
+            with graphs.capture(self.graph, device):
+                out = program.run(self.static)
+        finally:
+            used = self.rng.captured(origin)  # a capture draws nothing (see replay)
+        self.philox = (origin, used)
         self.outputs = out
 
     def run(self, inputs):
         for s, x in zip(self.static, inputs):
             if type(x) is bridge.Tensor and s is not x:
                 bridge.copy_into(s, x)
-        self.graph.replay()
+        if self.philox[1]:
+            seed, shift = self.rng.replay_patch(*self.philox)
+            self.graph.replay(seed=seed, offset_shift=shift)
+        else:
+            self.graph.replay()
         # an output that is an input (a saved parameter) is that call's input;
         # the others are copied out of the graph's pool
         inputs_of = {id(s): x for s, x in zip(self.static, inputs) if type(s) is bridge.Tensor}
@@ -391,9 +414,6 @@ class _Compiled:
         elif p.mutated:
             self.why_not = (f"writes into an input ({', '.join(sorted(set(p.mutated)))}), which a "
                             f"replay would write into its static copy")
-        elif p.random:
-            self.why_not = (f"random op ({', '.join(sorted(set(p.random)))}: its Philox counters "
-                            f"are taken on the host per call)")
         with _stats.lock:
             _stats.graphs += 1
             _stats.nodes += sum(1 for step in p.steps if step[0] in ("lowered", "raw"))
@@ -448,6 +468,7 @@ class _Compiled:
         self.device_graphs[key] = g
         with _stats.lock:
             _stats.captured += 1
+            _stats.random_graphs += bool(self.program.random)
         return g
 
 

@@ -26,7 +26,7 @@ import torch
 from .. import bridge
 from .. import dtypes as _dt
 from .. import devices as _dk_devices
-from ..errors import DeviceNotFoundError, DTypeError, InvalidArgumentError
+from ..errors import DeviceNotFoundError, DTypeError, InputOverflowError, InvalidArgumentError
 
 BACKEND = "dk"
 
@@ -378,6 +378,28 @@ class _Rng:
             seed, offset = self.seed, self.offset
             self.offset += max(1, math.ceil(n_words / 4))
             return seed, offset
+
+    # A device graph draws as CUDA graphs do: the capture consumes nothing
+    # (its ops took counters from ``origin``; they are given back), and each
+    # replay takes the capture's whole consumption at once, one host step.
+    def captured(self, origin):
+        """End of a capture begun at offset ``origin``: the counters it used,
+        given back to the stream."""
+        with self.lock:
+            used, self.offset = self.offset - origin, origin
+            return used
+
+    def replay_patch(self, origin, used):
+        """(seed, offset_shift) for ``Graph.replay`` of a capture begun at
+        ``origin`` that used ``used`` counters, advancing the stream by them:
+        the replay draws what an eager run from the stream's state would."""
+        with self.lock:
+            base = self.offset
+            if base + used > 2**64:
+                raise InputOverflowError(f"the Philox offset {base} + {used} of a graph replay is "
+                                    f"outside [0, 2**64); reseed with torch.manual_seed")
+            self.offset += used
+            return self.seed, (base - origin) % 2**64
 
 
 _rngs = {}

@@ -36,9 +36,18 @@ capture is discarded and the device runs eagerly again:
   CPU tensor (``torch.tensor(..., device="dk")`` included);
 - an op run by the CPU fallback (``devicekit.torch.fallback("cpu")``): it copies
   its operands to the host;
-- a random op (dropout in training mode, ``torch.rand``): its Philox counters are
-  taken on the host when the op is issued, so every replay would repeat the
-  same numbers.
+- a random op (dropout in training mode, ``torch.rand``) in a native capture
+  (``mode="native"``, or ``"auto"`` on a plugin with the graphs part): the
+  plugin's graph would replay its Philox counters as captured, the same numbers
+  every time. Capture it with ``DKGraph(mode="recorded")``.
+
+Random ops in a recorded capture (``mode="recorded"``, or ``"auto"`` on a
+plugin without the graphs part) draw fresh numbers per replay, as CUDA graphs
+do: the capture consumes nothing from the device's Philox stream (the counters
+its ops took are given back), and each ``replay()`` takes the capture's whole
+consumption from the stream in one host step, passing the seed and offset
+shift to the C++ replay, which patches every random launch. So N replays
+give, bitwise, what N eager runs from the same ``torch.manual_seed`` give.
 
 A backward pass can be captured (``loss.backward()`` inside the block): the
 autograd engine's ops reach the same dispatch. A refusal inside a captured
@@ -133,17 +142,21 @@ def _capturing_dispatch(inner):
                 f"tensors) and read results after replay(). "
                 f"DeviceKit said: {cause}")
             return g._refuse(err, func, args, kwargs, cause=cause)
-        if rng.offset != drawn and g._capturing:
-            err = _refusal(
-                f"devicekit.torch.graphs: {_op_name(func)} draws random numbers, but "
-                f"{g.torch_device} is capturing a graph: the op's Philox counters are taken on "
-                f"the host when it is issued, so every replay would repeat the same numbers. "
-                f"The capture is discarded. Hint: capture in eval mode (no dropout), or draw "
-                f"the random tensor before the capture and pass it in as a static input.")
-            return g._refuse(err, func, args, kwargs)
+        if rng.offset != drawn and g._capturing and g.mode != "recorded":
+            return g._refuse(_random_refusal(func, g), func, args, kwargs)
         return out
 
     return capturing
+
+
+def _random_refusal(func, g):
+    return _refusal(
+        f"devicekit.torch.graphs: {_op_name(func)} draws random numbers, but "
+        f"{g.torch_device} is capturing a native graph (the plugin's graphs part), which "
+        f"replays the op's Philox seed and offset as captured: every replay would repeat the "
+        f"same numbers. The capture is discarded. Hint: capture with "
+        f"DKGraph(mode='recorded') (DeviceKit's recording draws fresh numbers per replay), "
+        f"or capture in eval mode (no dropout).")
 
 
 def _is_capture_refusal(e):
@@ -185,6 +198,7 @@ class DKGraph:
         self._mode = mode
         self._capturing = False
         self._error = None  # a refusal inside a captured backward, raised by capture_end
+        self._philox = None  # (origin, used) of the device's Philox stream; see replay
         self.torch_device = self.dk_device = None
 
     # -- what was captured --
@@ -229,6 +243,7 @@ class DKGraph:
             self._graph.capture_begin(dev)
             _active[dev.name] = self
             self._capturing, self._error = True, None
+            self._philox = (_device.rng(dev).offset, 0)
             self.torch_device, self.dk_device = tdev, dev
             if len(_active) == 1:  # the first capturing device swaps the dispatch in
                 _eager_dispatch = _device._dispatch
@@ -257,6 +272,8 @@ class DKGraph:
             raise InvalidArgumentError("devicekit.torch.DKGraph.capture_end: no capture is open "
                                        "(capture_begin first)")
         self._stop()
+        origin = self._philox[0]
+        self._philox = (origin, _device.rng(self.dk_device).captured(origin))
         try:
             self._graph.capture_end()
         except BaseException:
@@ -267,13 +284,21 @@ class DKGraph:
             raise _dispatch._pending.pop(0)
 
     def replay(self):
-        """Run the captured work again on the device (asynchronously, as any dk op)."""
-        self._graph.replay()
+        """Run the captured work again on the device (asynchronously, as any dk
+        op). A capture that drew random numbers takes its counters from the
+        device's Philox stream now (see the module docstring)."""
+        if self._philox is None or self._philox[1] == 0 or not self._graph.captured:
+            self._graph.replay()
+            return
+        seed, shift = _device.rng(self.dk_device).replay_patch(*self._philox)
+        self._graph.replay(seed=seed, offset_shift=shift)
 
     def reset(self):
         """Discard the capture (or the recording) and give the graph's pool back."""
         if self._capturing:
             self._stop()
+            _device.rng(self.dk_device).captured(self._philox[0])  # nothing was drawn
+        self._philox = None
         self._graph.reset()
 
     # -- refusals (called by the capturing dispatch) --
