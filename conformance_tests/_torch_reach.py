@@ -543,6 +543,24 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
              xy(3, 4)),
             ("index_put no index accumulate", lambda a, v: torch.ops.aten.index_put(
                 a, [None], v[0], True), xy(3, 4)),
+            ("index on non-adjacent dims", lambda a: a[torch.tensor([0, 2], device=a.device), :,
+                                                     torch.tensor([1, 0], device=a.device)],
+             x(3, 2, 4)),
+            ("index on non-adjacent dims, broadcast", lambda a: a[
+                torch.tensor([[2], [0]], device=a.device), 1:,
+                torch.tensor([3, 1, 0], device=a.device)], x(3, 2, 4)),
+            ("index_put on non-adjacent dims", lambda a, v: torch.ops.aten.index_put(
+                a, [torch.tensor([0, 2], device=a.device), None,
+                    torch.tensor([1, 3], device=a.device)], v[:2, :2]), xy(3, 2, 4)),
+            ("index_put on non-adjacent dims accumulate", lambda a, v: torch.ops.aten.index_put(
+                a, [torch.tensor([0, 0], device=a.device), None,
+                    torch.tensor([1, 3], device=a.device)], v[0, 0], True), xy(3, 2, 4)),
+            ("index_put bool mask on dim 1", lambda a, v: torch.ops.aten.index_put(
+                a, [None, torch.tensor([True, False, True, True], device=a.device)], v[:, :3]),
+             xy(3, 4)),
+            ("index_put bool mask on dim 1, one value", lambda a: torch.ops.aten.index_put(
+                a, [None, torch.tensor([False, True, False, True], device=a.device)],
+                torch.tensor(2.5, device=a.device)), x(3, 4)),
             ("index_put bool mask, row per position", lambda a, v: a.index_put(
                 (torch.tensor([True, False, True], device=a.device),), v[:2]), xy(3, 4)),
         ]),
