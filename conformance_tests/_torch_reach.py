@@ -524,6 +524,11 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
                 lambda: F.max_pool2d(a, 3)), x(1, 1, 2, 2)),
             ("eval batch_norm without running stats", lambda a: _raised_any(
                 lambda: F.batch_norm(a, None, None, training=False)), x(4, 3)),
+            ("transpose dim out of range", lambda a: _raised(lambda: a.transpose(0, 5)), x(3, 4)),
+            ("convolution with 4 spatial dims", lambda a, w: _raised_any(
+                lambda: torch.ops.aten.convolution(a, w, None, [1] * 4, [0] * 4, [1] * 4, False,
+                                                   [0] * 4, 1)),
+             lambda gen: [r(gen, 1, 1, 2, 2, 2, 2), r(gen, 1, 1, 1, 1, 1, 1)]),
         ], grad=False),
         entry("select_more", [
             ("topk int32", lambda a: torch.topk(a, 2), ii(3, 6, dtype=torch.int32)),
@@ -571,6 +576,11 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
                 a, 2.5, rounding_mode="floor"), ii(3, 4)),
             ("int tensor trunc-divided by a float", lambda a: torch.div(
                 a, -1.5, rounding_mode="trunc"), ii(3, 4)),
+            ("bool tensor floor-divided by an int tensor", lambda m, b: torch.div(
+                m, b, rounding_mode="floor"), lambda gen: [mask(gen, 3, 4),
+                                                           torch.randint(1, 4, (3, 4), generator=gen)]),
+            ("_safe_softmax dtype=float64", lambda a: torch.ops.aten._safe_softmax(
+                a, 1, dtype=torch.float64), x(3, 4)),
             ("vector_norm -inf", lambda a: torch.linalg.vector_norm(a, float("-inf"), dim=1),
              x(3, 4)),
             ("clamp by 0-d bounds of another float dtype", lambda a: a.clamp(
@@ -601,6 +611,10 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
             ("functional copy", lambda a, b: torch.ops.aten.copy(a, b), xy(3, 4)),
             ("functional copy from a CPU tensor", lambda a: torch.ops.aten.copy(
                 a, torch.ones(3, 4)), x(3, 4)),
+            ("functional copy into a CPU tensor", lambda a: torch.ops.aten.copy(
+                torch.zeros(3, 4), a), x(3, 4)),
+            ("_unsafe_view of a transpose", lambda a: torch.ops.aten._unsafe_view(a.t(), [12]),
+             x(3, 4)),
             ("lift_fresh_copy", lambda a: torch.ops.aten.lift_fresh_copy(a) + 1, x(3, 4)),
         ], grad=False),
     ]
