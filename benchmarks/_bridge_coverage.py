@@ -172,9 +172,10 @@ def format_table(table):
 
 #: unreachable: no torch call takes it (reviewed, the reason says why);
 #: other-tests: reached by tests outside the torch section (the reason names them);
+#: needs-host: only another interpreter or torch version takes it;
 #: needs-case: reachable by a torch call, no case yet (counted, never silent).
-STATUSES = ("unreachable", "other-tests", "needs-case")
-EXCUSED = ("unreachable", "other-tests")
+STATUSES = ("unreachable", "other-tests", "needs-host", "needs-case")
+EXCUSED = ("unreachable", "other-tests", "needs-host")
 
 
 def load_exclusions(path):
@@ -246,6 +247,7 @@ def format_check(path, unlisted, needs, excused, stale):
     lines = [f"\ncheck against {path}: untaken lowering branches: "
              f"{counts['unreachable']} unreachable by a torch call (reviewed); "
              f"{counts['other-tests']} reached by other tests only; "
+             f"{counts['needs-host']} taken only on another Python or torch; "
              f"{len(needs)} NOT YET REACHED, listed as needing a case; "
              f"{len(unlisted)} not listed"]
     lines += [f"  NOT LISTED:  {_arc(r)}" for r in unlisted]

@@ -424,6 +424,13 @@ def _grad_of(torch, fn, inputs, wrt, fused=True):
         return torch.autograd.grad(outs, [ins[i] for i in wrt], ws)
 
 
+def _foreach_inplace(torch, xs):
+    xs = [t.clone() for t in xs]
+    torch._foreach_mul_(xs, 2.0)
+    torch._foreach_addcmul_(xs, xs, xs, 0.5)
+    return xs
+
+
 def _branches(torch, entry, r, x, xy, xyz, ints, mask):
     """Cases written to reach the lowerings' branches that the ones above do
     not (``ci/bridge_coverage_exclusions.toml`` lists the branches left, each
@@ -524,6 +531,8 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
                 lambda: F.max_pool2d(a, 3)), x(1, 1, 2, 2)),
             ("eval batch_norm without running stats", lambda a: _raised_any(
                 lambda: F.batch_norm(a, None, None, training=False)), x(4, 3)),
+            ("multinomial, more samples than categories without replacement",
+             lambda a: _raised(lambda: torch.multinomial(a.abs() + 0.1, 5)), x(2, 3)),
             ("transpose dim out of range", lambda a: _raised(lambda: a.transpose(0, 5)), x(3, 4)),
             ("convolution with 4 spatial dims", lambda a, w: _raised_any(
                 lambda: torch.ops.aten.convolution(a, w, None, [1] * 4, [0] * 4, [1] * 4, False,
@@ -541,13 +550,8 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
              xy(3, 4)),
             ("scatter src larger than index", lambda a, s: a.scatter(
                 1, torch.tensor([[0, 2], [1, 3]], device=a.device), s), xy(3, 4)),
-            ("index all None", lambda a: torch.ops.aten.index(a, [None]), x(3, 4)),
             ("index uint8 mask", lambda a, m: a[m.to(torch.uint8).bool()],
              lambda gen: [r(gen, 3, 4), mask(gen, 3, 4)]),
-            ("index_put no index", lambda a, v: torch.ops.aten.index_put(a, [None], v[0]),
-             xy(3, 4)),
-            ("index_put no index accumulate", lambda a, v: torch.ops.aten.index_put(
-                a, [None], v[0], True), xy(3, 4)),
             ("index on non-adjacent dims", lambda a: a[torch.tensor([0, 2], device=a.device), :,
                                                      torch.tensor([1, 0], device=a.device)],
              x(3, 2, 4)),
@@ -599,6 +603,11 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
             ("isnan", lambda a: torch.isnan((a * (a > 0)) / (a * (a > 0))), x(3, 4)),
             ("isnan int", lambda a: torch.isnan((a * 3).int()), x(3, 4)),
         ], grad=False),
+        entry("foreach", [
+            ("_foreach_add Scalar", lambda a, b: torch._foreach_add([a, b], 1.5), xy(3, 4)),
+            ("_foreach_mul List", lambda a, b: torch._foreach_mul([a, b], [b, a]), xy(3, 4)),
+            ("_foreach_mul_ in place", lambda a, b: _foreach_inplace(torch, [a, b]), xy(3, 4)),
+        ], grad=False),
         entry("factories_copies", [
             ("full, default dtype", lambda a: torch.full((2, 3), 1.5, device=a.device) + a[:2, :3],
              x(3, 4)),
@@ -613,8 +622,6 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
                 a, torch.ones(3, 4)), x(3, 4)),
             ("functional copy into a CPU tensor", lambda a: torch.ops.aten.copy(
                 torch.zeros(3, 4), a), x(3, 4)),
-            ("_unsafe_view of a transpose", lambda a: torch.ops.aten._unsafe_view(a.t(), [12]),
-             x(3, 4)),
             ("lift_fresh_copy", lambda a: torch.ops.aten.lift_fresh_copy(a) + 1, x(3, 4)),
         ], grad=False),
     ]
