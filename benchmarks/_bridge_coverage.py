@@ -98,6 +98,12 @@ def report(args, out, run_info):
     bridge-summary.json, and checks against --check; the exit status.
     run_info: (conformance exit, patterns, seconds), None with --collect-only."""
     returncode, patterns, times = run_info or (0, args.patterns or ["torch/"], {})
+    old = os.path.join(out, "bridge-summary.json")
+    if run_info is None and os.path.exists(old):  # --collect-only: the run's own figures stay
+        with open(old) as f:
+            prev = json.load(f)
+        returncode, patterns = prev.get("conformance_exit", 0), prev.get("patterns", patterns)
+        times = prev.get("seconds", {})
     with open(os.path.join(out, "bridge.json")) as f:
         data = json.load(f)
     table = files(data)

@@ -23,20 +23,26 @@ def report(functions):
     files = {}
     for name, fns in functions.items():
         files[ROOT + name] = {
-            "summary": {"covered_lines": 10, "num_statements": 12, "covered_branches": 4,
-                        "num_branches": 4 + sum(len(a) for a in fns.values())},
-            "functions": {fn: {"missing_branches": [list(a) for a in arcs]}
-                          for fn, arcs in fns.items()}}
+            "summary": {
+                "covered_lines": 10,
+                "num_statements": 12,
+                "covered_branches": 4,
+                "num_branches": 4 + sum(len(a) for a in fns.values()),
+            },
+            "functions": {fn: {"missing_branches": [list(a) for a in arcs]} for fn, arcs in fns.items()},
+        }
     return {"files": files}
 
 
-DATA = report({
-    "_lower_nn.py": {"gelu_backward": [(177, 179), (180, 181)], "sdpa": [(215, 216)]},
-    "_dispatch.py": {"_where": [(311, 312)]},
-    "graphs.py": {"capture": [(106, 107)]},  # not a lowering file: never checked
-})
+DATA = report(
+    {
+        "_lower_nn.py": {"gelu_backward": [(177, 179), (180, 181)], "sdpa": [(215, 216)]},
+        "_dispatch.py": {"_where": [(311, 312)]},
+        "graphs.py": {"capture": [(106, 107)]},  # not a lowering file: never checked
+    }
+)
 
-TOML = '''
+TOML = """
 [[exclude]]
 file = "devicekit/torch/_lower_nn.py"
 function = "gelu_backward"
@@ -64,7 +70,7 @@ function = "gone"
 arcs = ["1->2"]
 status = "unreachable"
 reason = "code that moved"
-'''
+"""
 
 
 def run(tmp_path, toml):
@@ -72,8 +78,9 @@ def run(tmp_path, toml):
     out.mkdir()
     (out / "bridge.json").write_text(json.dumps(DATA))
     (tmp_path / "ex.toml").write_text(toml)
-    return coverage_run.main(["--bridge", "--collect-only", "--out", str(out),
-                              "--check", str(tmp_path / "ex.toml")]), out
+    return coverage_run.main(
+        ["--bridge", "--collect-only", "--out", str(out), "--check", str(tmp_path / "ex.toml")]
+    ), out
 
 
 def test_check_fails_on_an_unlisted_lowering_branch(tmp_path, capsys):
@@ -81,13 +88,13 @@ def test_check_fails_on_an_unlisted_lowering_branch(tmp_path, capsys):
     text = capsys.readouterr().out
     assert status == 1
     # 180->181 of gelu_backward is the only branch no entry lists (177->179 is)
-    assert re.findall(r"NOT LISTED: +(.*)", text) == [
-        "devicekit/torch/_lower_nn.py  gelu_backward: 180->181"]
+    assert re.findall(r"NOT LISTED: +(.*)", text) == ["devicekit/torch/_lower_nn.py  gelu_backward: 180->181"]
     assert "1 unreachable by a torch call" in text and "1 reached by other tests only" in text
     assert "1 NOT YET REACHED" in text and "1 not listed" in text
     assert "needs a case:  devicekit/torch/_dispatch.py  _where: 311->312" in text
     assert re.findall(r"stale entry.*", text) == [
-        "stale entry (matches no untaken branch): devicekit/torch/_lower_ops.py  gone: 1->2"]
+        "stale entry (matches no untaken branch): devicekit/torch/_lower_ops.py  gone: 1->2"
+    ]
     assert "graphs.py" not in text.split("check against")[1]  # only lowering files are checked
     summary = json.loads((out / "bridge-summary.json").read_text())
     assert summary["unlisted"] == 1 and summary["needs_case"] == 1 and summary["stale"] == 1
@@ -103,19 +110,26 @@ def test_check_passes_when_every_branch_is_listed(tmp_path, capsys):
 
 
 def test_entry_matches_exact_function_and_arcs():
-    entry = {"file": "devicekit/torch/_lower_views.py", "function": "copy", "arcs": [(228, 229)],
-             "status": "unreachable", "reason": "r"}
-    rows = [{"file": "devicekit/torch/_lower_views.py", "function": f, "arc": a}
-            for f, a in (("copy", (228, 229)), ("copy", (228, 230)), ("copy_", (228, 229)))]
+    entry = {
+        "file": "devicekit/torch/_lower_views.py",
+        "function": "copy",
+        "arcs": [(228, 229)],
+        "status": "unreachable",
+        "reason": "r",
+    }
+    rows = [
+        {"file": "devicekit/torch/_lower_views.py", "function": f, "arc": a}
+        for f, a in (("copy", (228, 229)), ("copy", (228, 230)), ("copy_", (228, 229)))
+    ]
     unlisted, needs, excused, stale = bc.check(rows, [entry])
-    assert [(r["function"], r["arc"]) for r in unlisted] == [("copy", (228, 230)),
-                                                             ("copy_", (228, 229))]
+    assert [(r["function"], r["arc"]) for r in unlisted] == [("copy", (228, 230)), ("copy_", (228, 229))]
     assert len(excused) == 1 and not needs and not stale
 
 
 def test_a_bad_status_is_refused(tmp_path):
     (tmp_path / "bad.toml").write_text(
-        '[[exclude]]\nfile = "devicekit/torch/_table.py"\nreason = "x"\nstatus = "fine"\n')
+        '[[exclude]]\nfile = "devicekit/torch/_table.py"\nreason = "x"\nstatus = "fine"\n'
+    )
     try:
         bc.load_exclusions(tmp_path / "bad.toml")
     except SystemExit as e:
