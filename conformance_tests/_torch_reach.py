@@ -603,6 +603,38 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
             ("isnan", lambda a: torch.isnan((a * (a > 0)) / (a * (a > 0))), x(3, 4)),
             ("isnan int", lambda a: torch.isnan((a * 3).int()), x(3, 4)),
         ], grad=False),
+        entry("model_ops", [
+            # _lower_models.py's forms and refusals that tests/test_torch_model_ops.py leaves
+            # (rows / columns past the last offset: zero here, left unwritten by torch's CPU,
+            # so only the rows / columns within the offsets are compared)
+            ("_grouped_mm, rows past the last offset", lambda a, b: torch._grouped_mm(
+                a, b, torch.tensor([2, 4], dtype=torch.int32, device=a.device))[:4],
+             lambda gen: [r(gen, 8, 4), r(gen, 2, 4, 4)]),
+            ("_grouped_mm 3-D x 2-D, columns past the last offset", lambda a, b: torch._grouped_mm(
+                a, b, torch.tensor([2, 4], dtype=torch.int32, device=a.device))[:, :4],
+             lambda gen: [r(gen, 2, 4, 4), r(gen, 4, 8)]),
+            ("_grouped_mm without offs", lambda a, b: _raised(lambda: torch._grouped_mm(a, b)),
+             lambda gen: [r(gen, 8, 4), r(gen, 2, 4, 4)]),
+            ("_grouped_mm 3-D x 3-D with offs", lambda b: _raised(lambda: torch._grouped_mm(
+                b, b, torch.tensor([4, 8], dtype=torch.int32, device=b.device))), x(2, 4, 4)),
+            ("_grouped_mm with bias", lambda a, b: _raised_any(lambda: torch._grouped_mm(
+                a, b, torch.tensor([4, 8], dtype=torch.int32, device=a.device),
+                bias=torch.zeros(2, 4, device=a.device))),
+             lambda gen: [r(gen, 8, 4), r(gen, 2, 4, 4)]),
+            ("_grouped_mm, offs of the wrong length", lambda a, b: _raised(
+                lambda: torch._grouped_mm(a, b, torch.tensor([4], dtype=torch.int32,
+                                                             device=a.device))),
+             lambda gen: [r(gen, 8, 4), r(gen, 2, 4, 4)]),
+            ("histc bins=0", lambda a: _raised(lambda: torch.histc(a, bins=0)), x(10)),
+            ("histc min > max", lambda a: _raised(lambda: torch.histc(a, 4, min=2, max=1)),
+             x(10)),
+            ("ctc_loss, every target empty", lambda a: F.ctc_loss(
+                a.log_softmax(2), torch.zeros(2, 0, dtype=torch.long, device=a.device),
+                [5, 5], [0, 0]), x(5, 2, 4)),
+            ("ctc_loss float16", lambda a: _raised(lambda: F.ctc_loss(
+                a.log_softmax(2).half(), torch.ones(2, 2, dtype=torch.long, device=a.device),
+                [5, 5], [2, 2])), x(5, 2, 4)),
+        ], grad=False),
         entry("foreach", [
             ("_foreach_add Scalar", lambda a, b: torch._foreach_add([a, b], 1.5), xy(3, 4)),
             ("_foreach_mul List", lambda a, b: torch._foreach_mul([a, b], [b, a]), xy(3, 4)),
