@@ -6,11 +6,16 @@ does the conformance suite reach?
                                       [--check ci/coverage_exclusions.toml]
     python benchmarks/coverage_run.py --bridge [--device cpu:0] [--level core|full]
                                       [--jobs N] [-k PATTERN ...] [--out DIR]
+                                      [--check ci/bridge_coverage_exclusions.toml]
+                                      [--collect-only]
 
 --bridge measures the torch bridge instead: Python line and branch coverage
 (coverage.py) of ``devicekit/torch`` while the conformance ``torch`` section
 (``-k torch/`` unless -k says otherwise) runs on the installed plugin's
 --device; no build (``_bridge_coverage.py`` says how and what it writes).
+With --check, every untaken branch of a lowering file must be listed in that
+file (exit 1 otherwise; listed branches now taken are printed as stale);
+--collect-only checks the bridge.json already in --out without a run.
 
 Compiles the target's sources straight with the host compiler, as
 mutation_run.py does (its Target table and build()), with coverage
@@ -242,7 +247,8 @@ def main(argv=None):
     ap.add_argument("--out", default="coverage-out", help="the reports (default coverage-out/)")
     ap.add_argument("--workdir", help="keep the build here (default: a temporary folder)")
     ap.add_argument("--collect-only", action="store_true",
-                    help="with --workdir: read the counters already there (no build, no run)")
+                    help="with --workdir: read the counters already there (no build, no run); "
+                         "with --bridge: read --out/bridge.json (no run)")
     ap.add_argument("--reuse-build", action="store_true",
                     help="with --workdir: reuse the build there (its counters are reset first)")
     ap.add_argument("--check", metavar="TOML", help="check untaken branches against this list")

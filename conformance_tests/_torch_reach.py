@@ -375,7 +375,288 @@ def _args(torch):
             ("mean keepdim", lambda a: a.mean(-1, keepdim=True), x(3, 4)),
         ]),
     ]
-    return reductions + pointwise + nn + select + more
+    return reductions + pointwise + nn + select + more + _branches(torch, entry, r, x, xy, xyz,
+                                                                   ints, mask)
+
+
+def _raised(call):
+    """Runs ``call()``: its result, or for an exception an int64 tensor naming
+    its class (1 IndexError, 2 NotImplementedError, 3 other RuntimeError,
+    4 TypeError or ValueError), so a case compares the error torch raises on
+    the CPU with the bridge's. NotImplementedError is a RuntimeError: where
+    torch raises a RuntimeError and the bridge refuses with a
+    NotImplementedError, ``_raised_any`` compares them as RuntimeErrors."""
+    import torch
+    try:
+        return call()
+    except IndexError:
+        return torch.tensor(1)
+    except NotImplementedError:
+        return torch.tensor(2)
+    except RuntimeError:
+        return torch.tensor(3)
+    except (TypeError, ValueError):
+        return torch.tensor(4)
+
+
+def _raised_any(call):
+    """As ``_raised``, a NotImplementedError counted as the RuntimeError it is."""
+    out = _raised(call)
+    import torch
+    if isinstance(out, torch.Tensor) and out.ndim == 0 and out.device.type == "cpu" \
+            and out.dtype == torch.int64 and int(out) == 2:
+        return torch.tensor(3)
+    return out
+
+
+def _grad_of(torch, fn, inputs, wrt, fused=True):
+    """d sum(fn(*inputs) * w) / d inputs[i] for i in wrt (w: ones), computed in
+    the sample itself, so ``fused=False`` runs the backward under
+    ``devicekit.fused_kernels(False)`` (the lowerings' decomposed gradients)."""
+    import devicekit
+    ins = [t.detach().requires_grad_(i in wrt) if t.is_floating_point() else t
+           for i, t in enumerate(inputs)]
+    out = fn(*ins)
+    outs = [out] if isinstance(out, torch.Tensor) else list(out)
+    ws = [torch.linspace(-1, 1, o.numel(), dtype=o.dtype).reshape(o.shape).to(o.device)
+          for o in outs]
+    with devicekit.fused_kernels(fused):
+        return torch.autograd.grad(outs, [ins[i] for i in wrt], ws)
+
+
+def _foreach_inplace(torch, xs):
+    xs = [t.clone() for t in xs]
+    torch._foreach_mul_(xs, 2.0)
+    torch._foreach_addcmul_(xs, xs, xs, 0.5)
+    return xs
+
+
+def _branches(torch, entry, r, x, xy, xyz, ints, mask):
+    """Cases written to reach the lowerings' branches that the ones above do
+    not (``ci/bridge_coverage_exclusions.toml`` lists the branches left, each
+    with its reason): partial output masks of the backward lowerings, the
+    decomposed backward (``fused_kernels(False)``), integer paths of the bit
+    ops, the errors torch raises, factories and copies across host and device."""
+    F = torch.nn.functional
+
+    def ii(*shape, lo=-9, hi=10, dtype=torch.int64):
+        return lambda gen: [torch.randint(lo, hi, shape, generator=gen).to(dtype)]
+
+    def iij(*shape, dtype=torch.int64):
+        return lambda gen: [torch.randint(-9, 10, shape, generator=gen).to(dtype),
+                            torch.randint(-9, 10, shape, generator=gen).to(dtype)]
+
+    ln = lambda a, w, b: F.layer_norm(a, (4,), w, b)  # noqa: E731
+    return [
+        entry("backward_masks", [
+            # each backward lowering with only some of its inputs needing a gradient
+            ("conv2d, weight only", lambda a, w: F.conv2d(a.detach(), w, padding=1),
+             lambda gen: [r(gen, 1, 2, 5, 5), r(gen, 3, 2, 3, 3)]),
+            ("conv2d, input only", lambda a, w: F.conv2d(a, w.detach(), padding=1),
+             lambda gen: [r(gen, 1, 2, 5, 5), r(gen, 3, 2, 3, 3)]),
+            ("conv_transpose2d, weight only", lambda a, w: F.conv_transpose2d(
+                a.detach(), w, stride=2), lambda gen: [r(gen, 1, 2, 3, 3), r(gen, 2, 3, 3, 3)]),
+            ("conv_transpose2d, input only", lambda a, w: F.conv_transpose2d(
+                a, w.detach(), stride=2), lambda gen: [r(gen, 1, 2, 3, 3), r(gen, 2, 3, 3, 3)]),
+            ("batch_norm, weight and bias only", lambda a, w, b: F.batch_norm(
+                a.detach(), None, None, w, b, training=True),
+             lambda gen: [r(gen, 4, 3, 2), r(gen, 3), r(gen, 3)]),
+            ("group_norm, weight and bias only", lambda a, w, b: F.group_norm(
+                a.detach(), 2, w, b), lambda gen: [r(gen, 2, 4, 3), r(gen, 4), r(gen, 4)]),
+            ("native_group_norm, mean and rstd only", lambda a: torch.native_group_norm(
+                a, None, None, 2, 4, 3, 2, 1e-5)[1:], x(2, 4, 3)),
+            ("native_group_norm, out and rstd", lambda a: torch.native_group_norm(
+                a, None, None, 2, 4, 3, 2, 1e-5)[::2], x(2, 4, 3)),
+            ("native_group_norm, out and mean", lambda a: torch.native_group_norm(
+                a, None, None, 2, 4, 3, 2, 1e-5)[:2], x(2, 4, 3)),
+            ("native_group_norm, weight only, with mean", lambda a, w: torch.native_group_norm(
+                a.detach(), w, None, 2, 4, 3, 2, 1e-5)[:2], lambda gen: [r(gen, 2, 4, 3),
+                                                                         r(gen, 4)]),
+            ("embedding scale_grad_by_freq", lambda w, i: F.embedding(
+                i, w, scale_grad_by_freq=True), lambda gen: [r(gen, 5, 3),
+                                                             torch.tensor([[0, 1, 1], [4, 1, 0]])]),
+        ]),
+        entry("decomposed_backward", [
+            # the decomposed gradients, under fused_kernels(False), each output mask
+            (f"layer_norm d{name}", lambda a, w, b, _i=i: _grad_of(torch, ln, [a, w, b], _i,
+                                                                    fused=False),
+             lambda gen: [r(gen, 3, 4), r(gen, 4), r(gen, 4)])
+            for name, i in (("x", [0]), ("w", [1]), ("b", [2]), ("x dw db", [0, 1, 2]))
+        ] + [
+            ("layer_norm no weight, dx", lambda a: _grad_of(
+                torch, lambda t: F.layer_norm(t, (4,)), [a], [0], fused=False), x(3, 4)),
+            ("gelu", lambda a: _grad_of(torch, F.gelu, [a], [0], fused=False), x(3, 4)),
+            ("gelu tanh", lambda a: _grad_of(torch, lambda t: F.gelu(t, approximate="tanh"),
+                                             [a], [0], fused=False), x(3, 4)),
+        ], grad=False),
+        entry("dropout_forms", [
+            ("native_dropout train=False", lambda a: torch.native_dropout(a, 0.5, False),
+             x(3, 4)),
+            ("native_dropout p=0", lambda a: torch.native_dropout(a, 0.0, True), x(3, 4)),
+            ("sdpa dropout_p=1 (all dropped)", lambda q, k, v: F.scaled_dot_product_attention(
+                q, k, v, dropout_p=1.0), xyz(1, 2, 4, 8)),
+        ], grad=False),
+        entry("bits", [
+            ("bitwise_and int32", lambda a, b: a & b, iij(3, 4, dtype=torch.int32)),
+            ("bitwise_or uint8", lambda a, b: a.abs() | b.abs(), iij(3, 4, dtype=torch.uint8)),
+            ("bitwise_xor int8 scalar", lambda a: a ^ 5, ii(3, 4, dtype=torch.int8)),
+            ("bitwise_and bool with int", lambda m: m & 3, lambda gen: [mask(gen, 3, 4)]),
+            ("bitwise_or bool tensors", lambda m, n: m | n,
+             lambda gen: [mask(gen, 3, 4), mask(gen, 3, 4)]),
+            ("bitwise_not int64", lambda a: ~a, ii(3, 4)),
+            ("bitwise_not int32", lambda a: ~a, ii(3, 4, dtype=torch.int32)),
+            ("bitwise_not uint8", lambda a: ~a, ii(3, 4, lo=0, hi=255, dtype=torch.uint8)),
+            ("shift int32 left", lambda a: a << 3, ii(3, 4, dtype=torch.int32)),
+            ("shift int8 left (wraps)", lambda a: a << 5, ii(3, 4, dtype=torch.int8)),
+            ("shift uint8 left (wraps)", lambda a: a << 5, ii(3, 4, lo=0, hi=255,
+                                                               dtype=torch.uint8)),
+            ("shift uint8 right", lambda a: a >> 2, ii(3, 4, lo=0, hi=255, dtype=torch.uint8)),
+            ("fmod int64", lambda a, b: torch.fmod(a, b.abs() + 1), iij(3, 4)),
+            ("fmod int32 scalar", lambda a: torch.fmod(a, -4), ii(3, 4, dtype=torch.int32)),
+        ], grad=False),
+        entry("raises", [
+            # the error torch raises on the CPU, and the bridge's (_raised)
+            ("bitwise_and float", lambda a: _raised_any(lambda: a & a), x(3, 4)),
+            ("bitwise_not float", lambda a: _raised_any(lambda: ~a), x(3, 4)),
+            ("shift float", lambda a: _raised_any(lambda: a << 1), x(3, 4)),
+            ("topk k too large", lambda a: _raised(lambda: torch.topk(a, 5)), x(3, 4)),
+            ("select out of range", lambda a: _raised(lambda: a.select(0, 3)), x(3, 4)),
+            ("dim out of range", lambda a: _raised(lambda: a.sum(2)), x(3, 4)),
+            ("view of a bad size", lambda a: _raised(lambda: a.view(5, 3)), x(3, 4)),
+            ("view of non-contiguous", lambda a: _raised(lambda: a.t().view(12)), x(3, 4)),
+            ("item of many", lambda a: _raised(lambda: a.item()), x(3, 4)),
+            ("float in-place into int", lambda a, b: _raised(lambda: a.add_(b.float() / 2)),
+             iij(3, 4)),
+            ("pool kernel larger than the input", lambda a: _raised_any(
+                lambda: F.max_pool2d(a, 3)), x(1, 1, 2, 2)),
+            ("eval batch_norm without running stats", lambda a: _raised_any(
+                lambda: F.batch_norm(a, None, None, training=False)), x(4, 3)),
+            ("multinomial, more samples than categories without replacement",
+             lambda a: _raised(lambda: torch.multinomial(a.abs() + 0.1, 5)), x(2, 3)),
+            ("transpose dim out of range", lambda a: _raised(lambda: a.transpose(0, 5)), x(3, 4)),
+            ("convolution with 4 spatial dims", lambda a, w: _raised_any(
+                lambda: torch.ops.aten.convolution(a, w, None, [1] * 4, [0] * 4, [1] * 4, False,
+                                                   [0] * 4, 1)),
+             lambda gen: [r(gen, 1, 1, 2, 2, 2, 2), r(gen, 1, 1, 1, 1, 1, 1)]),
+        ], grad=False),
+        entry("select_more", [
+            ("topk int32", lambda a: torch.topk(a, 2), ii(3, 6, dtype=torch.int32)),
+            ("topk bool smallest", lambda m: torch.topk(m, 2, largest=False),
+             lambda gen: [mask(gen, 3, 6)]),
+            ("topk k = n (sort)", lambda a: torch.topk(a, 2), x(3, 2)),
+            ("sort of an empty dim", lambda a: torch.sort(a[:, :0]), x(3, 4)),
+            ("scatter empty index", lambda a, s: a.scatter(0, torch.zeros(0, 4, dtype=torch.int64,
+                                                                          device=a.device), s),
+             xy(3, 4)),
+            ("scatter src larger than index", lambda a, s: a.scatter(
+                1, torch.tensor([[0, 2], [1, 3]], device=a.device), s), xy(3, 4)),
+            ("index uint8 mask", lambda a, m: a[m.to(torch.uint8).bool()],
+             lambda gen: [r(gen, 3, 4), mask(gen, 3, 4)]),
+            ("index on non-adjacent dims", lambda a: a[torch.tensor([0, 2], device=a.device), :,
+                                                     torch.tensor([1, 0], device=a.device)],
+             x(3, 2, 4)),
+            ("index on non-adjacent dims, broadcast", lambda a: a[
+                torch.tensor([[2], [0]], device=a.device), 1:,
+                torch.tensor([3, 1, 0], device=a.device)], x(3, 2, 4)),
+            ("index_put on non-adjacent dims", lambda a, v: torch.ops.aten.index_put(
+                a, [torch.tensor([0, 2], device=a.device), None,
+                    torch.tensor([1, 3], device=a.device)], v[:2, :2]), xy(3, 2, 4)),
+            ("index_put on non-adjacent dims accumulate", lambda a, v: torch.ops.aten.index_put(
+                a, [torch.tensor([0, 0], device=a.device), None,
+                    torch.tensor([1, 3], device=a.device)], v[0, 0], True), xy(3, 2, 4)),
+            ("index_put bool mask on dim 1", lambda a, v: torch.ops.aten.index_put(
+                a, [None, torch.tensor([True, False, True, True], device=a.device)], v[:, :3]),
+             xy(3, 4)),
+            ("index_put bool mask on dim 1, one value", lambda a: torch.ops.aten.index_put(
+                a, [None, torch.tensor([False, True, False, True], device=a.device)],
+                torch.tensor(2.5, device=a.device)), x(3, 4)),
+            ("index_put bool mask, row per position", lambda a, v: a.index_put(
+                (torch.tensor([True, False, True], device=a.device),), v[:2]), xy(3, 4)),
+        ]),
+        entry("ops_more", [
+            ("div rounding_mode=None", lambda a, b: torch.div(a, b, rounding_mode=None),
+             xy(3, 4)),
+            ("int tensor floor-divided by a float", lambda a: torch.div(
+                a, 2.5, rounding_mode="floor"), ii(3, 4)),
+            ("int tensor trunc-divided by a float", lambda a: torch.div(
+                a, -1.5, rounding_mode="trunc"), ii(3, 4)),
+            ("bool tensor floor-divided by an int tensor", lambda m, b: torch.div(
+                m, b, rounding_mode="floor"), lambda gen: [mask(gen, 3, 4),
+                                                           torch.randint(1, 4, (3, 4), generator=gen)]),
+            ("_safe_softmax dtype=float64", lambda a: torch.ops.aten._safe_softmax(
+                a, 1, dtype=torch.float64), x(3, 4)),
+            ("vector_norm -inf", lambda a: torch.linalg.vector_norm(a, float("-inf"), dim=1),
+             x(3, 4)),
+            ("clamp by 0-d bounds of another float dtype", lambda a: a.clamp(
+                torch.tensor(-0.5, dtype=torch.float64, device=a.device),
+                torch.tensor(0.5, dtype=torch.float64, device=a.device)), x(3, 4)),
+            ("max_pool2d ceil_mode, last window dropped", lambda a: F.max_pool2d(
+                a, 2, stride=3, padding=1, ceil_mode=True), x(1, 1, 4, 4)),
+        ]),
+        entry("ops_half_dtype", [
+            # forward only: the gradient through .half() is float16 arithmetic, beyond
+            # the float32 tolerance of a grad case
+            ("vector_norm half dtype=float64", lambda a: torch.linalg.vector_norm(
+                a.half(), dtype=torch.float64), x(3, 4)),
+            ("sum half dtype=float64", lambda a: torch.sum(a.half(), 1, dtype=torch.float64),
+             x(3, 4)),
+            ("isnan", lambda a: torch.isnan((a * (a > 0)) / (a * (a > 0))), x(3, 4)),
+            ("isnan int", lambda a: torch.isnan((a * 3).int()), x(3, 4)),
+        ], grad=False),
+        entry("model_ops", [
+            # _lower_models.py's forms and refusals that tests/test_torch_model_ops.py leaves
+            # (rows / columns past the last offset: zero here, left unwritten by torch's CPU,
+            # so only the rows / columns within the offsets are compared)
+            ("_grouped_mm, rows past the last offset", lambda a, b: torch._grouped_mm(
+                a, b, torch.tensor([2, 4], dtype=torch.int32, device=a.device))[:4],
+             lambda gen: [r(gen, 8, 4), r(gen, 2, 4, 4)]),
+            ("_grouped_mm 3-D x 2-D, columns past the last offset", lambda a, b: torch._grouped_mm(
+                a, b, torch.tensor([2, 4], dtype=torch.int32, device=a.device))[:, :4],
+             lambda gen: [r(gen, 2, 4, 4), r(gen, 4, 8)]),
+            ("_grouped_mm without offs", lambda a, b: _raised(lambda: torch._grouped_mm(a, b)),
+             lambda gen: [r(gen, 8, 4), r(gen, 2, 4, 4)]),
+            ("_grouped_mm 3-D x 3-D with offs", lambda b: _raised(lambda: torch._grouped_mm(
+                b, b, torch.tensor([4, 8], dtype=torch.int32, device=b.device))), x(2, 4, 4)),
+            ("_grouped_mm with bias", lambda a, b: _raised_any(lambda: torch._grouped_mm(
+                a, b, torch.tensor([4, 8], dtype=torch.int32, device=a.device),
+                bias=torch.zeros(2, 4, device=a.device))),
+             lambda gen: [r(gen, 8, 4), r(gen, 2, 4, 4)]),
+            ("_grouped_mm, offs of the wrong length", lambda a, b: _raised(
+                lambda: torch._grouped_mm(a, b, torch.tensor([4], dtype=torch.int32,
+                                                             device=a.device))),
+             lambda gen: [r(gen, 8, 4), r(gen, 2, 4, 4)]),
+            ("histc bins=0", lambda a: _raised(lambda: torch.histc(a, bins=0)), x(10)),
+            ("histc min > max", lambda a: _raised(lambda: torch.histc(a, 4, min=2, max=1)),
+             x(10)),
+            ("ctc_loss, every target empty", lambda a: F.ctc_loss(
+                a.log_softmax(2), torch.zeros(2, 0, dtype=torch.long, device=a.device),
+                [5, 5], [0, 0]), x(5, 2, 4)),
+            ("ctc_loss float16", lambda a: _raised(lambda: F.ctc_loss(
+                a.log_softmax(2).half(), torch.ones(2, 2, dtype=torch.long, device=a.device),
+                [5, 5], [2, 2])), x(5, 2, 4)),
+        ], grad=False),
+        entry("foreach", [
+            ("_foreach_add Scalar", lambda a, b: torch._foreach_add([a, b], 1.5), xy(3, 4)),
+            ("_foreach_mul List", lambda a, b: torch._foreach_mul([a, b], [b, a]), xy(3, 4)),
+            ("_foreach_mul_ in place", lambda a, b: _foreach_inplace(torch, [a, b]), xy(3, 4)),
+        ], grad=False),
+        entry("factories_copies", [
+            ("full, default dtype", lambda a: torch.full((2, 3), 1.5, device=a.device) + a[:2, :3],
+             x(3, 4)),
+            ("full int", lambda a: torch.full((2, 3), 7, device=a.device), x(3, 4)),
+            ("full bool", lambda a: torch.full((2, 3), True, device=a.device), x(3, 4)),
+            ("full dtype=", lambda a: torch.full((2, 3), 2, dtype=torch.float16,
+                                                 device=a.device), x(3, 4)),
+            ("_to_copy without dtype", lambda a: torch.ops.aten._to_copy(a) * 2, x(3, 4)),
+            ("copy_ into a CPU tensor", lambda a: torch.zeros(3, 4).copy_(a), x(3, 4)),
+            ("functional copy", lambda a, b: torch.ops.aten.copy(a, b), xy(3, 4)),
+            ("functional copy from a CPU tensor", lambda a: torch.ops.aten.copy(
+                a, torch.ones(3, 4)), x(3, 4)),
+            ("functional copy into a CPU tensor", lambda a: torch.ops.aten.copy(
+                torch.zeros(3, 4), a), x(3, 4)),
+            ("lift_fresh_copy", lambda a: torch.ops.aten.lift_fresh_copy(a) + 1, x(3, 4)),
+        ], grad=False),
+    ]
 
 
 # ---- inplace: in-place ops through views ------------------------------------------

@@ -217,8 +217,11 @@ class _CTC:
             for i, k in enumerate(self.tl):
                 pos[i, :k] = start + np.arange(k)
                 start += k
-        labels = ops.gather(bridge.cast(tflat, _dt.int64.id), 0,
-                            _device.from_host(torch.from_numpy(pos.reshape(-1)), dev))
+        if tflat.numel():
+            labels = ops.gather(bridge.cast(tflat, _dt.int64.id), 0,
+                                _device.from_host(torch.from_numpy(pos.reshape(-1)), dev))
+        else:  # every target empty (targets [N, 0]): no label to read, all blank
+            labels = bridge.full(dev, [pos.size], _dt.int64.id, self.blank)
         labels = labels.reshape(self.n, pos.shape[1])
         s = np.arange(L)
         odd = (s % 2 == 1)

@@ -91,6 +91,15 @@ for _name, _fn in _BINARY.items():
 lowers("max.other")(ops.maximum)
 
 
+@lowers("isnan.default")
+def isnan(x):
+    """x != x (torch's own decomposition goes to prims.ne, which nothing
+    lowers: the backward of ``vector_norm(x, -inf)`` reached it)."""
+    if not x.dtype.is_floating_point:
+        return bridge.full(x.device, list(x.shape), _dt.bool_.id, False)
+    return ops.ne(x, x)
+
+
 @lowers("mul.out", raw=True)
 def mul_out(a, b, *, out):
     """``torch.mul(a, b, out=out)`` with ``out`` of the result's shape: DDP's
@@ -139,7 +148,10 @@ def div_mode(a, b, rounding_mode=None):
     else:  # trunc
         q = ops.mul(ops.sign(q), ops.floor(ops.abs(q)))
     ints = [x.dtype for x in (a, b) if isinstance(x, bridge.Tensor)]
-    if ints and not any(d.is_floating_point for d in ints):
+    # integer tensors keep an integer dtype; with a Python float the result is
+    # floating, as torch's (div(int tensor, 2.5, rounding_mode="floor") is float32)
+    if ints and not any(d.is_floating_point for d in ints) \
+            and not any(isinstance(x, float) for x in (a, b)):
         q = bridge.cast(q, bridge.promote_types(*(d.id for d in ints)) if len(ints) == 2 else ints[0].id)
     return q
 

@@ -505,8 +505,9 @@ def index_tensor(x, indices):
     if not dims:
         return x
     if dims != list(range(dims[0], dims[-1] + 1)):
-        raise NotImplementedError("aten.index.Tensor with index tensors on non-adjacent dims is "
-                                  "not lowered")
+        # torch's rule: the index dims first, then the others in order
+        x, indices, _ = _indexed_first(x, indices, dims)
+        return index_tensor(x, indices)
     d0, k = dims[0], len(dims)
     shape = list(x.shape)
     flat = _flat_index(indices, dims, shape)
@@ -520,6 +521,21 @@ def index_tensor(x, indices):
     full[d0] = n
     idx = flat.reshape(*view).expand(*full)
     return ops.gather(xm, d0, idx).reshape(*shape[:d0], *out_idx, *shape[d0 + k:])
+
+
+def _permuted(x, order):
+    """x's dims in ``order`` (a view)."""
+    return bridge.view(x, [x.shape[d] for d in order], [x.strides[d] for d in order],
+                       bridge.storage_offset(x))
+
+
+def _indexed_first(x, indices, dims):
+    """Index tensors on non-adjacent dims: (x with the indexed dims moved first,
+    contiguous; the indices for it; the order of x's dims). torch puts the
+    broadcast index dims first in the result of such an index."""
+    order = dims + [d for d in range(x.ndim) if d not in dims]
+    return (_permuted(x, order).contiguous(), [indices[d] for d in dims],
+            order)
 
 
 def _flat_index(indices, dims, shape):
@@ -561,12 +577,16 @@ def index_put(x, indices, values, accumulate=False):
         if accumulate:
             return ops.where(mfull, ops.add(x, new), x)
         return bridge.cast(ops.where(mfull, new, x), x.dtype.id)
-    if any(indices[d].dtype == _dt.bool_ for d in dims):
-        raise NotImplementedError("aten.index_put with a bool mask that is not over the leading "
-                                  "dims is not lowered")
+    if any(indices[d].dtype in (_dt.bool_, _dt.uint8) for d in dims):
+        # a mask elsewhere (x[:, m] = v, or beside index tensors): its nonzero
+        # coordinates, as x[...] reads them
+        return index_put(x, mask_to_indices(indices), values, accumulate)
     if dims != list(range(dims[0], dims[-1] + 1)):
-        raise NotImplementedError("aten.index_put with index tensors on non-adjacent dims is not "
-                                  "lowered")
+        # as x[indices] reads them (the index dims first), written back in x's order
+        xp, idx, order = _indexed_first(x, indices, dims)
+        out = index_put(xp, idx, values, accumulate)
+        back = [order.index(d) for d in range(x.ndim)]
+        return _permuted(out, back).contiguous()
     d0, k = dims[0], len(dims)
     shape = list(x.shape)
     flat = _flat_index(indices, dims, shape)
