@@ -131,6 +131,20 @@ def test_adamw_in_place_ops_write_self_with_no_copy(cpu):
         torch.testing.assert_close(dp.cpu(), host, msg=name)  # torch CPU's values
 
 
+def test_in_place_on_a_size_one_dim_writes_self(cpu):
+    """A [1, 5] self: the plugin sets a broadcast input's size-1 stride to 0,
+    which must not read as a different view from the output (found by
+    conformance's addcdiv gradient samples)."""
+    dev = dkt.device("cpu:0")
+    x, y = torch.randn(1, 5) + 3, torch.randn(1, 5).abs() + 1
+    d = x.to(dev)
+    dy = y.to(dev)
+    copies, seen = _copies(lambda: d.div_(dy))
+    assert copies == 0 and seen["div"]["kernel"] == 1, seen
+    x.div_(y), x.div_(y)
+    assert torch.equal(d.cpu(), x)
+
+
 def test_in_place_falls_back_to_one_copy_where_the_kernel_cannot_write_self(cpu):
     dev = dkt.device("cpu:0")
     x = torch.randn(8, 6, generator=torch.Generator().manual_seed(7))

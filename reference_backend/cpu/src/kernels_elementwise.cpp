@@ -398,7 +398,7 @@ DK_Error* prepare(const char* call, const DK_Kernel_Args* a, DK_OpId id, const S
                        "broadcast to output 0's shape %s",
                        call, kIn[k], dims(in[k]).c_str(), dims(out).c_str());
     }
-    if (DK_Error* e = check_no_alias(call, id, out, in[k], kIn[k])) return e;
+    if (DK_Error* e = check_no_alias(call, id, out, in[k], kIn[k], k == 0)) return e;
   }
   // The plan: drop size-1 dims, merge a dim into the kept one before it
   // wherever every input steps across both as one (the dense output always does).
