@@ -227,7 +227,8 @@ void binary_into(DK_OpId op, const Tensor& dst, const Tensor& a, const Tensor& b
     // buffer, so only an input passed through as it is can alias dst.
     x = prepare_input(a, dst->shape(), caps);
     y = prepare_input(b, dst->shape(), caps);
-    const bool x_ok = !shares_storage(x, dst) || (same_view(x, dst) && (caps & DK_KERNEL_CAP_INPLACE));
+    const bool x_ok =
+        !shares_storage(x, dst) || (same_view(x, dst) && (caps & DK_KERNEL_CAP_INPLACE));
     direct = x_ok && !shares_storage(y, dst);
   }
   if (!direct) return copy_into(dst, binary(op, a, b));
