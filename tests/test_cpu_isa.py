@@ -43,3 +43,39 @@ def test_base_level_passes_the_fast_path_cases(tmp_path):
     ran = {c["id"] for c in report["cases"] if c["outcome"] == "pass"}
     for pattern in FAST_CASES:  # each pattern ran something (a renamed case fails here)
         assert any(pattern in i for i in ran), (pattern, sorted(ran)[:20])
+
+
+_TANH = """
+import sys, numpy as np, devicekit as dk
+x = np.concatenate([np.linspace(-12, 12, 40001), np.geomspace(1e-9, 1e-2, 2001),
+                    -np.geomspace(1e-9, 1e-2, 2001), [0.0, -0.0, np.inf, -np.inf, np.nan]])
+x = x.astype(np.float32)
+np.save(sys.argv[1], dk.ops.tanh(dk.tensor(x)).numpy())
+"""
+
+
+def _has_avx512():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "avx512f" in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_avx512(), reason="needs an AVX-512 CPU to run both tanh builds")
+def test_tanh_avx2_and_avx512_builds_give_the_same_bits(tmp_path):
+    """fast/elementwise.cpp compiles tanh_float twice (AVX2: 4 doubles per
+    vector, AVX-512: 8); the level picks one, and the values must not depend
+    on which (the conformance cases check the running level's accuracy)."""
+    import numpy as np
+
+    out = {}
+    for isa in ("avx2", "avx512"):
+        env = dict(os.environ, DEVICEKIT_CPU_ISA=isa, DEVICEKIT_CPU_THREADS="1")
+        path = tmp_path / f"{isa}.npy"
+        proc = subprocess.run([sys.executable, "-c", _TANH, str(path)], env=env,
+                              capture_output=True, text=True, timeout=HUNG_S)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[isa] = np.load(path)
+    assert out["avx2"].tobytes() == out["avx512"].tobytes()
+    assert np.isnan(out["avx2"][-1]) and list(out["avx2"][-5:-1]) == [0.0, -0.0, 1.0, -1.0]

@@ -93,13 +93,17 @@ def test_a_lowering_that_ignores_alpha_fails_args(by_id, monkeypatch):
 
 
 def test_an_in_place_write_that_misses_the_base_fails_inplace(by_id, monkeypatch):
-    """The planted write-through computes the value and writes it nowhere.
-    (The grad kind would not see it: torch's autograd formula for add_ does
-    not read the forward's values.)"""
+    """The planted write-through computes the value and writes it nowhere,
+    on both paths an in-place op takes: the derived one (the functional
+    lowering, then a copy) and the one that runs its last kernel into self
+    (``bridge.binary_into``, float32 ``add_``'s). (The grad kind would not see
+    it: torch's autograd formula for add_ does not read the forward's values.)"""
     def no_write(lowering, args, kwargs):
         lowering.fn(*_table.unwrap(args), **_table.unwrap_kwargs(kwargs))
         return args[0]
     monkeypatch.setitem(_table.DERIVERS, "in_place", no_write)
+    monkeypatch.setattr(devicekit.bridge, "binary_into",
+                        lambda op, dst, a, b: getattr(devicekit.ops, op)(a, b))
     monkeypatch.setattr(_dispatch, "_derived", {})
     r = _run(by_id, "torch/inplace.add_/float32/samples")
     assert r["outcome"] == "fail" and "through transpose" in r["message"], r

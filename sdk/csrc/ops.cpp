@@ -200,6 +200,41 @@ void copy_into(const Tensor& dst, const Tensor& src) {
   launch(DK_OP_COPY, {v.get()}, {dst.get()});
 }
 
+namespace {
+
+// Whether t's elements lie in dst's storage, where dst also lies.
+bool shares_storage(const Tensor& t, const Tensor& dst) { return t->storage() == dst->storage(); }
+
+bool same_view(const Tensor& x, const Tensor& y) {
+  return x->storage() == y->storage() && x->offset() == y->offset() && x->shape() == y->shape() &&
+         x->strides() == y->strides();
+}
+
+}  // namespace
+
+void binary_into(DK_OpId op, const Tensor& dst, const Tensor& a, const Tensor& b) {
+  check_same_device(op_name(op), {dst.get(), a.get(), b.get()});
+  const DK_DType dt = dst->dtype();
+  Plugin* p = dst->device().plugin();
+  const uint32_t caps = p->kernel_caps(op);
+  bool direct = (op == DK_OP_ADD || op == DK_OP_SUB || op == DK_OP_MUL || op == DK_OP_DIV) &&
+                a->dtype() == dt && b->dtype() == dt && is_float(dt) &&
+                (p->kernel_dtypes(op) & DK_DTYPE_BIT(dt)) && dst->is_contiguous() &&
+                broadcast_shapes(a->shape(), b->shape()) == dst->shape();
+  Tensor x, y;
+  if (direct) {
+    // The inputs as the kernel takes them: a materialised input is a fresh
+    // buffer, so only an input passed through as it is can alias dst.
+    x = prepare_input(a, dst->shape(), caps);
+    y = prepare_input(b, dst->shape(), caps);
+    const bool x_ok =
+        !shares_storage(x, dst) || (same_view(x, dst) && (caps & DK_KERNEL_CAP_INPLACE));
+    direct = x_ok && !shares_storage(y, dst);
+  }
+  if (!direct) return copy_into(dst, binary(op, a, b));
+  if (dst->numel() > 0) launch(op, {x.get(), y.get()}, {dst.get()});
+}
+
 Tensor unary(DK_OpId op, const Tensor& x) {
   // Float-only ops take integers and bools as float32, like PyTorch.
   DK_DType dt = x->dtype();

@@ -50,6 +50,14 @@ Tensor narrow_into(const Tensor& g, const Dims& shape, int dim, int64_t start,
 // shares dst's storage is copied out first, so overlapping views are safe.
 // Not differentiable.
 void copy_into(const Tensor& dst, const Tensor& src);
+// dst = op(a, b) for an arithmetic binary op, written into the existing view
+// dst (the in-place ops of framework bridges: p.mul_(s), p.add_(u)). When a,
+// b and dst share one dtype the plugin's kernel takes, dst is dense and has
+// the broadcast shape, and dst overlaps no input except by being a itself
+// with DK_KERNEL_CAP_INPLACE declared (or not at all), the kernel writes dst
+// directly: one launch, no temporary, no copy. Otherwise it is binary() and
+// copy_into(): the same values, one more launch. Not differentiable.
+void binary_into(DK_OpId op, const Tensor& dst, const Tensor& a, const Tensor& b);
 
 // Generic paths for the 1.1 ops: type promotion, broadcasting, dtype fallback
 // through casts, then one launch.

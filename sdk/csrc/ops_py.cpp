@@ -121,6 +121,17 @@ void bind_ops(py::module_& m) {
         "Write src (cast to dst's dtype, broadcast to its shape) into the existing, possibly "
         "strided view dst: one copy launch whose output is dst, seen through every view of its "
         "storage (no autograd record)");
+  m.def(
+      "binary_into",
+      [](int op, const Tensor& dst, const Tensor& a, const py::object& b) {
+        const DK_OpId id = checked_op(op);
+        binary_into(id, dst, a, operand(b, a, id));
+      },
+      py::arg("op"), py::arg("dst"), py::arg("a"), py::arg("b"),
+      "dst = op(a, b) (add, sub, mul or div; b a Tensor or a number) written into the existing "
+      "view dst: the kernel writes dst directly when dtypes match, dst is dense and no input "
+      "overlaps it except a being dst on a kernel that declares DK_KERNEL_CAP_INPLACE; else "
+      "the op and one copy launch (no autograd record)");
   m.def("reduce",
         [](int op, const Tensor& x, uint32_t axes) { return reduce(checked_op(op), x, axes); });
   m.def("argmax", [](const Tensor& x, int axis) { return argmax(x, axis); });

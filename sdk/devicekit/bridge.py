@@ -15,6 +15,13 @@ Creating and writing
   ``copy_into(dst, src)``: ``src`` (cast to ``dst``'s dtype, broadcast to its
   shape) written into the existing, possibly strided view ``dst``: one copy
   launch, seen through every view of ``dst``'s storage (in-place ops, ``copy_``).
+  ``binary_into(op, dst, a, b)``: ``dst = a <op> b`` (``op``: ``"add"``,
+  ``"sub"``, ``"mul"`` or ``"div"``; ``b`` a tensor or a number) written into
+  the existing view ``dst``. The kernel writes ``dst`` itself (one launch, no
+  temporary, no copy) when ``a``, ``b`` and ``dst`` share a floating dtype the
+  kernel takes, ``dst`` is dense with the broadcast shape, and ``dst``
+  overlaps no input except by being ``a`` on a kernel that declares
+  ``DK_KERNEL_CAP_INPLACE``; otherwise the op and one copy, as ``copy_into``.
 
 Views, raw strides and dtypes (strides in elements, as the device API's)
   ``view(t, shape, strides, offset)``: a view of ``t``'s storage.
@@ -50,6 +57,12 @@ empty = _core.empty
 full = _core.full
 from_host = _core.from_host
 copy_into = _core.copy_into
+_OP_ID = {name: i for i, name in enumerate(_core.OP_NAMES)}
+
+
+def binary_into(op, dst, a, b):
+    _core.binary_into(_OP_ID[op], dst, a, b)
+
 
 # Views, raw strides and dtypes: the C++ methods, callable as functions.
 view = _core.Tensor._view
@@ -83,7 +96,8 @@ def count_composite(op, kernel=None, why=None):
 
 
 __all__ = [
-    "Device", "Tensor", "broadcast_shapes", "cast", "cat", "contiguous_strides", "copy_into",
+    "Device", "Tensor", "binary_into", "broadcast_shapes", "cast", "cat", "contiguous_strides",
+    "copy_into",
     "count_composite", "dtype_id", "empty", "expand", "from_host", "full", "fused_kernels_enabled",
     "matmul", "promote_types", "storage_offset", "to_device", "try_fused", "view", "view_strides",
 ]

@@ -141,17 +141,35 @@ inline DK_Error* check_output_layout(const char* call, const View& out) {
                    call, dims(out).c_str(), strides_of(out).c_str());
 }
 
-// Without DK_KERNEL_CAP_INPLACE no output may share memory with an input.
-// Checked on byte spans, which is conservative for interleaved views.
+// Without DK_KERNEL_CAP_INPLACE no output may share memory with an input;
+// with it, output 0 may be input 0 exactly (same address, shape and strides:
+// `input0` says `in` is input 0) and overlap nothing else. Checked on byte
+// spans, which is conservative for interleaved views. A size-1 dim's stride
+// names no other element (broadcast_to sets an input's to 0), so it is not
+// compared.
+inline bool same_view(const View& a, const View& b) {
+  if (a.data != b.data || a.dtype != b.dtype || a.rank != b.rank) return false;
+  for (int32_t d = 0; d < a.rank; ++d) {
+    if (a.shape[d] != b.shape[d] || (a.shape[d] != 1 && a.strides[d] != b.strides[d])) {
+      return false;
+    }
+  }
+  return true;
+}
+
 inline DK_Error* check_no_alias(const char* call, DK_OpId op, const View& out, const View& in,
-                                const char* in_what) {
-  if (declared_caps(op) & DK_KERNEL_CAP_INPLACE) return nullptr;
+                                const char* in_what, bool input0 = false) {
   if (out.span_begin >= in.span_end || in.span_begin >= out.span_end) return nullptr;
+  const bool inplace = declared_caps(op) & DK_KERNEL_CAP_INPLACE;
+  if (inplace && input0 && same_view(out, in)) return nullptr;
   return dkh_error(DK_ERROR_INVALID_ARGUMENT,
-                   "%s: output 0 overlaps %s in memory; expected "
-                   "disjoint views, since the kernel did not declare DK_KERNEL_CAP_INPLACE. "
+                   "%s: output 0 overlaps %s in memory; expected %s. "
                    "Hint: the SDK must write to a fresh buffer.",
-                   call, in_what);
+                   call, in_what,
+                   inplace ? "disjoint views, or output 0 being input 0 exactly "
+                             "(DK_KERNEL_CAP_INPLACE)"
+                           : "disjoint views, since the kernel did not declare "
+                             "DK_KERNEL_CAP_INPLACE");
 }
 
 // DK_KERNEL_CAP_BROADCAST: right-aligns in's dims with out's; a missing or

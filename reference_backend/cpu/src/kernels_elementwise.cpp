@@ -249,7 +249,10 @@ constexpr uint64_t row_dtypes(DK_OpId id) {
 
 // One row segment. Bit k of kScalar: input k has stride 0 here (broadcast or
 // unused), so it is read once. Unused inputs alias input 0: only reads, so
-// __restrict still holds.
+// __restrict still holds. out may be input 0 itself (add, sub, mul, div
+// declare DK_KERNEL_CAP_INPLACE): each a[i] is read only to compute out[i],
+// which is stored after it, and no element is read again once stored, so no
+// order the compiler may choose under __restrict reads a value it wrote.
 template <unsigned kScalar, class O, class A, class B, class C, class F>
 void row_loop(O* __restrict out, const A* __restrict a, const B* __restrict b,
               const C* __restrict c, int64_t n, F f) {
@@ -395,7 +398,7 @@ DK_Error* prepare(const char* call, const DK_Kernel_Args* a, DK_OpId id, const S
                        "broadcast to output 0's shape %s",
                        call, kIn[k], dims(in[k]).c_str(), dims(out).c_str());
     }
-    if (DK_Error* e = check_no_alias(call, id, out, in[k], kIn[k])) return e;
+    if (DK_Error* e = check_no_alias(call, id, out, in[k], kIn[k], k == 0)) return e;
   }
   // The plan: drop size-1 dims, merge a dim into the kept one before it
   // wherever every input steps across both as one (the dense output always does).

@@ -14,8 +14,8 @@ from .. import bridge
 from .. import dtypes as _dt
 from .. import ops
 from ..nn import functional as F
-from ._device import dk_dtype, torch_dtype
-from ._table import derives, lowers, unwrap
+from ._device import DKTensor, dk_dtype, torch_dtype
+from ._table import DERIVERS, LOWERINGS, derives, lowers, resolve, unwrap, unwrap_kwargs
 
 aten = torch.ops.aten
 
@@ -253,6 +253,51 @@ def addcmul(x, t1, t2, value=1):
 @_in_float32
 def addcdiv(x, t1, t2, value=1):
     return ops.add(x, _scaled(ops.div(t1, t2), value))
+
+
+# ---- in place: the last kernel writes self ---------------------------------------------------
+# torch.optim's AdamW updates each parameter and its state with mul_, lerp_,
+# addcmul_, addcdiv_ and add_. Derived from the functional lowering (see
+# _dispatch), each would compute a new tensor and copy it into self: a launch
+# and a temporary per call. These run the last add / sub / mul / div with self
+# as its output (bridge.binary_into: the kernel writes self where the plugin
+# declares DK_KERNEL_CAP_INPLACE, else the op and one copy), same arithmetic,
+# same bits. Half-precision self (computed in float32 and rounded once, see
+# _in_float32) and a self whose dtype differs from an operand's (torch's cast
+# check) take the derived path.
+
+def _into_ok(self, *others):
+    if bridge.dtype_id(self) not in (_dt.float32.id, _dt.float64.id):
+        return False
+    return all(bridge.dtype_id(o) == bridge.dtype_id(self) for o in others
+               if isinstance(o, bridge.Tensor))
+
+
+def _in_place(name, functional, compute):
+    """Registers the in-place overload ``name``: ``compute(self, *args,
+    **kwargs)`` gives (base op, the operand b) of ``self = self <op> b``."""
+    def lowered(self, *args, **kwargs):
+        a, k = unwrap(args), unwrap_kwargs(kwargs)
+        if type(self) is DKTensor and _into_ok(self._dk, *a, *k.values()):
+            op, b = compute(self._dk, *a, **k)
+            bridge.binary_into(op, self._dk, self._dk, b)
+            return self
+        # the derived path (_lower_views.write_through, registered in the table)
+        return DERIVERS["in_place"](LOWERINGS[resolve(functional)], (self, *args), kwargs)
+    lowers(name, raw=True)(lowered)
+
+
+for _o in ("Tensor", "Scalar"):
+    _in_place(f"add_.{_o}", f"add.{_o}", lambda d, b, alpha=1: ("add", _scaled(b, alpha)))
+    _in_place(f"sub_.{_o}", f"sub.{_o}", lambda d, b, alpha=1: ("sub", _scaled(b, alpha)))
+    _in_place(f"mul_.{_o}", f"mul.{_o}", lambda d, b: ("mul", b))
+    _in_place(f"div_.{_o}", f"div.{_o}", lambda d, b: ("div", b))
+    _in_place(f"lerp_.{_o}", f"lerp.{_o}",
+              lambda d, end, weight: ("add", ops.mul(ops.sub(end, d), weight)))
+_in_place("addcmul_.default", "addcmul.default",
+          lambda d, t1, t2, value=1: ("add", _scaled(ops.mul(t1, t2), value)))
+_in_place("addcdiv_.default", "addcdiv.default",
+          lambda d, t1, t2, value=1: ("add", _scaled(ops.div(t1, t2), value)))
 
 
 @lowers("masked_fill.Scalar", "masked_fill.Tensor")

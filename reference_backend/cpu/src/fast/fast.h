@@ -58,7 +58,7 @@ template <class T>
 void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, const int64_t* strides);
 
 // fast/elementwise.cpp: out[i] = tanh_float(in[i]) (tanh.h) for dense float32,
-// in an AVX2 build.
+// in AVX2 and AVX-512 builds (the same bits).
 void tanh_f32(const float* in, float* out, int64_t n);
 
 // fast/elementwise.cpp: gelu_span (gelu.h) for dense float32 in AVX2 and
