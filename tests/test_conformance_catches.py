@@ -61,11 +61,9 @@ def test_reference_plugin_passes_full_suite(full_run):
     # only fused-kernel calls a kernel declines (each kernel takes one dtype:
     # cpu.<op>_f32, _bf16, _f16; the 16-bit ones no permuted float32 views),
     # tensors past 2**31 elements that are opt-in or need more memory than there
-    # is, and the two promises cpu:0 cannot show by default: a wait on another
-    # device's event (one device; tests/test_promises.py runs it on two) and
-    # DK_KERNEL_CAP_INPLACE (declared by no kernel: not applicable)
-    not_here = {"runtime/wait_event_other_device": "needs a second device",
-                "kernels/inplace": "not applicable: no kernel"}
+    # is, and the promise cpu:0 cannot show by default: a wait on another
+    # device's event (one device; tests/test_promises.py runs it on two)
+    not_here = {"runtime/wait_event_other_device": "needs a second device"}
     assert all((c["section"] == "fused" and ("declined" in c["message"]
                                              or "did not run on permuted" in c["message"]))
                or (c["id"].endswith("/huge_2g") and ("opt-in" in c["message"]

@@ -362,11 +362,26 @@ def test_capture_rules_accepted_by_the_plugin_are_caught(monkeypatch, cpu_target
     run_case(cpu_target, functools.partial(graphs.check_plugin_rule, rule=rule), cpu_target.device)
 
 
-def test_inplace_is_not_applicable_on_cpu0_and_says_so(cpu_target):
-    from devicekit.conformance.case import Skip
+def test_inplace_cases_are_the_declaring_kernels_and_pass_on_cpu0(cpu_target):
+    # cpu:0 declares DK_KERNEL_CAP_INPLACE on add, sub, mul and div (the
+    # bridge's in-place ops write through them): one case per declared dtype
+    made = {c.id: c for c in kernels.inplace_cases(cpu_target)}
+    assert {i.split("/")[1] for i in made} == {"add", "sub", "mul", "div"}, sorted(made)
+    assert "kernels/inplace" not in made
+    for op in ("add", "div"):
+        run_case(cpu_target, made[f"kernels/{op}/float32/inplace"].fn, cpu_target.device)
 
+
+def test_inplace_is_not_applicable_where_no_kernel_declares_it_and_says_so(monkeypatch,
+                                                                         cpu_target):
+    from devicekit.conformance.case import Skip
+    from devicekit.conformance_tests import _rules
+
+    real_caps = _rules.caps_of
+    monkeypatch.setattr(_rules, "caps_of",
+                        lambda t, op: real_caps(t, op) & ~_rules.CAPS["INPLACE"])
     made = kernels.inplace_cases(cpu_target)
-    assert [c.id for c in made] == ["kernels/inplace"], "cpu:0 declares DK_KERNEL_CAP_INPLACE now"
+    assert [c.id for c in made] == ["kernels/inplace"]
     with pytest.raises(Skip, match="not applicable: no kernel of plugin 'cpu' declares"):
         made[0].fn(None)
 

@@ -246,8 +246,8 @@ void bind_graphs(py::module_& m) {
       .def(py::init<>())
       .def("begin_capture", &Graph::begin, py::arg("device"), py::arg("mode") = "auto")
       .def("end_capture", &Graph::end)
-      .def("replay", &Graph::replay, py::arg("stream_handle") = 0,
-           py::arg("seed") = py::none(), py::arg("offset_shift") = 0)
+      .def("replay", &Graph::replay, py::arg("stream_handle") = 0, py::arg("seed") = py::none(),
+           py::arg("offset_shift") = 0)
       .def("destroy", &Graph::destroy)
       .def_property_readonly("captured", &Graph::captured)
       .def_property_readonly("capturing", &Graph::capturing)
