@@ -236,6 +236,11 @@ def main(argv=None):
                     help="with --target cpu: one more run at the default threads with "
                          "DEVICEKIT_CPU_ISA set to this level, so the fast paths' copies for "
                          "that level (below the host's) are reached too; repeatable")
+    ap.add_argument("--cap-isa", choices=("avx2",),
+                    help="with --target cpu: the runs without --isa capped at this level "
+                         "(DEVICEKIT_CPU_ISA), so the counters are those of a host of that "
+                         "level on a host above it too (an AVX-512 host runs the AVX2 copies); "
+                         "the exclusion list's needs-host entries are written for it")
     ap.add_argument("--jobs", type=int, default=2, help="conformance worker processes")
     ap.add_argument("--build-jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=300,
@@ -284,7 +289,7 @@ def main(argv=None):
         times["build"] = time.monotonic() - start
         print(f"built {lib} with {' '.join(COVERAGE_FLAGS)} ({times['build']:.0f} s)", flush=True)
         failed = False
-        runs = [(t, None) for t in threads]
+        runs = [(t, args.cap_isa if args.target == "cpu" else None) for t in threads]
         runs += [("default", isa) for isa in (args.isa if threads else [])]
         for t, isa in runs:
             start = time.monotonic()
