@@ -204,21 +204,9 @@ def matches(entry, row):
 def check(rows, entries):
     """Splits unreached rows into (unlisted, needs_case, excused) and returns
     the entries that matched nothing (stale: the code moved, or a case now
-    reaches it). excused: unreachable and needs-host rows, as (row, status)."""
-    unlisted, needs, excused, used = [], [], [], set()
-    for r in rows:
-        hit = next((i for i, e in enumerate(entries) if matches(e, r)), None)
-        if hit is None:
-            unlisted.append(r)
-            continue
-        used.add(hit)
-        status = entries[hit].get("status", "unreachable")
-        if status == "needs-case":
-            needs.append(r)
-        else:
-            excused.append((r, status))
-    stale = [e for i, e in enumerate(entries) if i not in used]
-    return unlisted, needs, excused, stale
+    reaches it). excused: unreachable and needs-host rows, as (row, status).
+    The bridge list's check, with this list's entry matching."""
+    return _bridge_coverage.check(rows, entries, matches)
 
 
 def fmt_row(r):
