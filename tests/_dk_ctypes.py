@@ -11,41 +11,44 @@ with the argument structs laid out as device_api.h writes them.
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, c_char, c_int32, c_int64, c_size_t, c_uint64, c_void_p
+from ctypes import POINTER, c_char, c_int32, c_int64, c_uint64, c_void_p
 
-# DK_ErrorCode
-INVALID_ARGUMENT, OUT_OF_MEMORY, UNIMPLEMENTED, INTERNAL = 1, 2, 3, 4
-UNAVAILABLE, OUT_OF_RANGE, FAILED_PRECONDITION = 5, 6, 7
+# The device API's constants and argument structs, as the shipped conformance
+# suite's ctypes layer lays them out (one copy of device_api.h's layouts).
+from devicekit.conformance_tests._api import (  # noqa: F401
+    _API_FNS,
+    _FN,
+    _VFN,
+    D2D,
+    D2H,
+    FAILED_PRECONDITION,
+    H2D,
+    INTERNAL,
+    INVALID_ARGUMENT,
+    OUT_OF_MEMORY,
+    OUT_OF_RANGE,
+    UNAVAILABLE,
+    UNIMPLEMENTED,
+    Alloc as _Alloc,
+    ErrorCode as _ErrorCode,
+    ErrorDestroy as _ErrorDestroy,
+    ErrorMessage as _ErrorMessage,
+    Free as _Free,
+    Memcpy as _Memcpy,
+    Stream as _Stream,
+    StreamCreate as _StreamCreate,
+    _ExtBase,
+    _Table as _Api,
+)
+from devicekit.conformance_tests._api import args as _args
 
 # DK_DType
 FLOAT32, FLOAT16, BFLOAT16, FLOAT64, INT8, INT32, INT64, UINT8, BOOL = range(9)
-# DK_CopyKind
-H2D, D2H, D2D = 0, 1, 2
 # DK_CollectiveId, DK_CollReduceOp
 ALL_REDUCE, BROADCAST, REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND, RECV = range(8)
 SUM, PROD, MAX, MIN, AVG = range(5)
 EXTENSION_COLLECTIVES = 1
 UNIQUE_ID_BYTES = 128
-
-_FN = ctypes.CFUNCTYPE(c_void_p, c_void_p)  # DK_Error* f(Args*)
-_VFN = ctypes.CFUNCTYPE(None, c_void_p)  # void f(Args*)
-
-_API_FNS = (
-    "Error_Destroy Error_Message Error_GetCode Plugin_Initialize Plugin_GetInfo Device_Count "
-    "Device_GetProperties Device_MemoryStats Device_Synchronize Memory_Allocate Memory_Free "
-    "Memcpy Stream_Create Stream_Destroy Stream_Synchronize Stream_Query Stream_WaitEvent "
-    "Event_Create Event_Destroy Event_Record Event_Query Event_Synchronize Event_ElapsedTime"
-).split()
-
-
-class _Api(ctypes.Structure):
-    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p),
-                ("api_major", c_int32), ("api_minor", c_int32)] + [
-        (name, c_void_p) for name in _API_FNS] + [("kernels", c_void_p), ("fused_kernels", c_void_p)]
-
-
-class _ExtBase(ctypes.Structure):
-    _fields_ = [("struct_size", c_size_t), ("type", c_int32), ("next", c_void_p)]
 
 
 class _Collectives(ctypes.Structure):
@@ -55,21 +58,7 @@ class _Collectives(ctypes.Structure):
         ("Comm_GetUniqueId", "Comm_Init", "Comm_Destroy", "Comm_Abort", "Coll_Run", "Coll_Group")]
 
 
-def _args(*fields):
-    """An argument struct: struct_size first, then `fields`."""
-    return type("Args", (ctypes.Structure,), {"_fields_": [("struct_size", c_size_t), *fields]})
-
-
-_ErrorMessage = _args(("error", c_void_p), ("message", ctypes.c_char_p), ("message_size", c_size_t))
-_ErrorCode = _args(("error", c_void_p), ("code", c_int32))
-_ErrorDestroy = _args(("error", c_void_p))
 _Init = _args(("sdk_api_major", c_int32), ("sdk_api_minor", c_int32))
-_Alloc = _args(("device", c_int32), ("size", c_size_t), ("ptr", c_void_p))
-_Free = _args(("device", c_int32), ("ptr", c_void_p))
-_Memcpy = _args(("device", c_int32), ("kind", c_int32), ("dst", c_void_p), ("src", c_void_p),
-                ("size", c_size_t), ("stream", c_void_p))
-_StreamCreate = _args(("device", c_int32), ("stream", c_void_p))
-_Stream = _args(("stream", c_void_p))
 UniqueId = c_char * UNIQUE_ID_BYTES
 _GetUniqueId = _args(("device", c_int32), ("id", UniqueId))
 _CommInit = _args(("id", POINTER(UniqueId)), ("nranks", c_int32), ("rank", c_int32),
