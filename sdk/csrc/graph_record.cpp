@@ -102,6 +102,16 @@ size_t Recording::random_calls() const {
   return random_calls_;
 }
 
+void Recording::mark_incomplete(const char* what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (incomplete_.empty()) incomplete_ = what;
+}
+
+std::string Recording::incomplete() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return incomplete_;
+}
+
 void Recording::replay(Device& dev, DK_Stream* stream, const Philox* philox) const {
   std::lock_guard<std::mutex> lock(mu_);
   const DK_Api* api = dev.api();
