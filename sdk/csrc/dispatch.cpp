@@ -163,7 +163,7 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
   // beside it, which becomes the graph when it holds random launches)
   if (dev.capturing()) {
     dev.count_captured_call();
-    if (Recording* sh = dev.shadow()) sh->add_kernel(fn, a, op_name(op), false, random);
+    if (Recording* sh = dev.shadow()) sh->shadow_kernel(fn, a, op_name(op), false, random);
   }
   DK_Error* err;
   if (trace::on()) {

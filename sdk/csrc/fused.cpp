@@ -239,7 +239,7 @@ bool try_fused(int op, const std::vector<Tensor>& inputs, FusedAttrs attrs,
     } else {
       if (dev.capturing()) {
         dev.count_captured_call();
-        if (Recording* sh = dev.shadow()) sh->add_kernel(k->launch, a, k->name, true);
+        if (Recording* sh = dev.shadow()) sh->shadow_kernel(k->launch, a, k->name, true);
       }
       if (trace::on()) {
         trace::Span span(trace::kFused, dev, a.stream, k->name);  // the plugin owns k->name

@@ -52,9 +52,15 @@ class Recording {
   void add_event(DK_Event* event, bool wait);
   size_t size() const;  // kernels, fused kernels and copies (not event calls)
   size_t random_calls() const;  // the random launches among them
-  // A shadow recording (Device::begin_capture) that missed a call the plugin's
-  // capture took (`what`, e.g. a collective): it cannot stand in for the graph.
-  void mark_incomplete(const char* what);
+  // add_kernel for a shadow recording (Device::begin_capture): the call is
+  // issued into the plugin's capture anyway, so a copy that fails must not
+  // fail it; the recording is marked incomplete instead (and a random launch
+  // still counted, so that the capture's end sees it).
+  void shadow_kernel(DK_KernelFn* fn, const DK_Kernel_Args& a, const char* name, bool fused,
+                     bool random = false) noexcept;
+  // A shadow recording that missed a call the plugin's capture took (`what`,
+  // e.g. a collective): it cannot stand in for the graph.
+  void mark_incomplete(const std::string& what);
   std::string incomplete() const;  // "" when complete, else what it missed
   // Issues every recorded call on `stream` of `dev`, in order, the random
   // launches patched by `philox` when given (else as captured). Stops at the
