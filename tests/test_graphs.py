@@ -560,10 +560,42 @@ def test_native_graphs_hold_no_sdk_recording(cpu):
     g = devicekit.graphs.Graph()  # auto: the CPU plugin has the part
     with devicekit.graphs.capture(g, cpu):
         y = x * 2.0
-    assert g.mode == "native" and g.recorded_calls == 0
+    assert g.mode == "native" and g.recorded_calls == 0 and not g.auto_recorded
     g.replay()
     assert y.numpy().tolist() == [2.0] * 8
     g.reset()
+
+
+def test_an_auto_capture_with_random_ops_becomes_recorded(cpu):
+    """mode "auto" on the CPU plugin (which has the graphs part, so auto is
+    native without random ops: the test above): a capture holding a random
+    launch ends as DeviceKit's recording of the same calls, which
+    replay(seed, offset_shift) patches, bitwise as eager calls with the
+    shifted counters (the Philox oracle)."""
+    import devicekit
+    from devicekit import ops
+    from devicekit.testing import philox
+
+    x = devicekit.tensor(np.arange(7, dtype=np.float32), device=cpu)
+    ops.rand([7], seed=11, offset=8, device=cpu) * 2.0 + x  # warm-up (constant cache)
+    g = devicekit.graphs.Graph()  # auto
+    with devicekit.graphs.capture(g, cpu):
+        assert g.mode == "auto"  # undecided while the capture is open
+        u = ops.rand([7], seed=11, offset=8, device=cpu)
+        y = u * 2.0 + x
+    assert g.mode == "recorded" and g.auto_recorded, (g.mode, g.auto_recorded)
+    assert g.random_calls == 1 and g.recorded_calls == g.calls >= 3, (g.random_calls, g.calls)
+    g.replay()
+    assert np.array_equal(u.numpy(), philox.random_uniform([7], 11, 8))
+    first = y.numpy().copy()
+    for seed, shift in ((11, 9), (5, 0), (2**64 - 1, 2**64 - 3)):
+        g.replay(seed=seed, offset_shift=shift)
+        assert np.array_equal(u.numpy(), philox.random_uniform([7], seed, (8 + shift) % 2**64))
+        eager = ops.rand([7], seed=seed, offset=(8 + shift) % 2**64, device=cpu) * 2.0 + x
+        assert np.array_equal(y.numpy(), eager.numpy())
+    assert not np.array_equal(y.numpy(), first)
+    g.reset()
+    assert not g.auto_recorded
 
 
 @pytest.mark.parametrize("mode", ["native", "recorded"])

@@ -125,7 +125,7 @@ def test_hf_gpt2_nano_with_dropout_replays_device_graphs_like_op_by_op():
     """resid, embd and attn dropout 0.1: the compiled step runs as device
     graphs (DeviceKit's recording, its Philox offsets patched per replay),
     with losses bitwise those of the same compiled graphs run op by op from
-    the same torch.manual_seed."""
+    the same torch.manual_seed (and those of eager dk: the test below)."""
     compiled = _train(_gpt2_with_dropout(0.1, 0.1), _one_batch, DEV, True, 4, use_cache=False)
     _check_random_graphs(compiled, 4)
     torch._dynamo.reset()
@@ -138,16 +138,42 @@ def test_hf_gpt2_nano_with_dropout_replays_device_graphs_like_op_by_op():
     assert compiled == op_by_op, (compiled, op_by_op)
 
 
-def test_hf_gpt2_nano_with_resid_dropout_as_device_graphs_equals_eager():
-    """resid and embd dropout 0.1 (with attention dropout, compiled and eager
-    differ already op by op, by ~2e-4 on the loss): device-graph replays
-    give eager dk's losses within the bound of the tests above (compiled and
-    eager round the backward apart by ~1e-7; other dropout masks move the
-    loss by ~2%: seeds 5, 6, 7 give 5.07, 5.16, 5.23 on the first batch)."""
-    compiled = _train(_gpt2_with_dropout(0.1, 0.0), _one_batch, DEV, True, 4, use_cache=False)
+@pytest.mark.parametrize("attn", [0.0, 0.1])
+def test_hf_gpt2_nano_with_dropout_as_device_graphs_equals_eager(attn):
+    """resid and embd dropout 0.1, attention dropout 0 or 0.1: device-graph
+    replays give eager dk's losses within the bound of the tests above
+    (compiled and eager round the backward apart by ~1e-7; other dropout
+    masks move the loss by ~2%: seeds 5, 6, 7 give 5.07, 5.16, 5.23 on the
+    first batch). With attention dropout HF passes SDPA a boolean causal mask
+    under torch.compile (is_causal=True in eager), which the bridge once added
+    to the scores as 1 and 0 (test_sdpa_boolean_mask_with_dropout_...)."""
+    compiled = _train(_gpt2_with_dropout(0.1, attn), _one_batch, DEV, True, 4, use_cache=False)
     _check_random_graphs(compiled, 4)
-    eager = _train(_gpt2_with_dropout(0.1, 0.0), _one_batch, DEV, False, 4, use_cache=False)
+    eager = _train(_gpt2_with_dropout(0.1, attn), _one_batch, DEV, False, 4, use_cache=False)
     assert compiled == pytest.approx(eager, rel=1e-5), (compiled, eager)
+
+
+def test_sdpa_boolean_mask_with_dropout_masks_like_torch():
+    """Dropout sends SDPA on dk to torch's math decomposition, which adds the
+    mask to the scores as given: a boolean mask must first become 0 / -inf,
+    as torch's own SDPA makes it. Same draws, same bits as the additive mask;
+    and torch CPU's result when the dropout keeps everything."""
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 8, generator=g) for _ in range(3))
+    keep = torch.ones(5, 5, dtype=torch.bool).tril()
+    additive = torch.zeros(5, 5).masked_fill(~keep, float("-inf"))
+    outs = []
+    for mask in (keep, additive):
+        torch.manual_seed(3)
+        outs.append(F.scaled_dot_product_attention(q.to(DEV), k.to(DEV), v.to(DEV),
+                                                   attn_mask=mask.to(DEV), dropout_p=0.3).cpu())
+    assert torch.equal(outs[0], outs[1])
+    assert (outs[0] == 0).any()  # the dropout dropped something: the draws were used
+    got = F.scaled_dot_product_attention(q.to(DEV), k.to(DEV), v.to(DEV),
+                                         attn_mask=keep.to(DEV), dropout_p=1e-9).cpu()
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, attn_mask=keep),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_graph_break_is_counted_and_named():

@@ -5,9 +5,11 @@ Replays are bitwise equal to eager ``dk`` runs on the same inputs (an MLP
 forward, in both graph modes; forward and backward; replays after the static
 input was changed in place; ``make_graphed_callables``); host work inside a
 capture (``.item()``, an op the CPU fallback would run, a random op in a
-native capture) is refused with an error naming the ATen op and the capture is
-discarded; random ops in a recorded capture (dropout forward and backward,
-``torch.rand``) replay as N eager runs from the same seed, bitwise; the bridge's
+capture made with mode "native") is refused with an error naming the ATen op
+and the capture is discarded; random ops in a recorded capture, or in the
+default "auto" one (which then ends recorded; without them it stays native),
+(dropout forward and backward, ``torch.rand``) replay as N eager runs from the
+same seed, bitwise; the bridge's
 caches (convolution's index tensors: refused without a warm-up; a scalar
 constant first made inside the capture) work with the graph; and a greedy
 decode loop of the hf-gpt2 test model with a ``transformers`` StaticCache,
@@ -45,7 +47,7 @@ def _host(seed, *shape):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("mode", ["native", "recorded"])
+@pytest.mark.parametrize("mode", ["native", "recorded", "auto"])
 def test_mlp_forward_replays_bitwise_equal_to_eager_with_changed_inputs(cpu, mode):
     m = _mlp().to(DK)
     x = _host(1, 3, 8).to(DK)                      # the static input
@@ -54,7 +56,9 @@ def test_mlp_forward_replays_bitwise_equal_to_eager_with_changed_inputs(cpu, mod
         m(x)                                       # warm-up
         with dkt.graph(g):
             y = m(x).softmax(-1)
-        assert g.captured and g.mode == mode and g.calls > 5
+        # auto, no random op: the plugin's native graph (the CPU plugin has the part)
+        want_mode = "native" if mode == "auto" else mode
+        assert g.captured and g.mode == want_mode and not g.auto_recorded and g.calls > 5
         for seed in (2, 3, 4):
             x.copy_(_host(seed, 3, 8))             # the input, changed in place
             g.replay()
@@ -158,7 +162,7 @@ def test_random_op_in_a_native_capture_and_nested_capture_refused(cpu):
     with pytest.raises(devicekit.InvalidArgumentError,
                        match=r"native_dropout.default draws random numbers.*native graph.*"
                              r"mode='recorded'"):
-        with dkt.graph(dkt.DKGraph()):  # auto: native on the cpu plugin
+        with dkt.graph(dkt.DKGraph("native")):
             torch.nn.functional.dropout(x, 0.5, training=True)
     # the discarded capture drew nothing from the device's Philox stream
     assert dkt._device.rng(dkt._device.dk_device(torch.device(DK))).offset == before
@@ -271,10 +275,13 @@ def _random_step(x, w):
     return loss
 
 
-def test_random_ops_in_a_recorded_capture_replay_as_eager_runs(cpu):
+@pytest.mark.parametrize("mode", ["recorded", "auto"])
+def test_random_ops_in_a_recorded_capture_replay_as_eager_runs(cpu, mode):
     """N replays of a recorded capture with dropout and torch.rand give,
     bitwise, the N eager runs from the same torch.manual_seed (loss and
-    gradient), and two replays differ: each draws fresh counters."""
+    gradient), and two replays differ: each draws fresh counters. The
+    default mode ("auto") on the CPU plugin, which has native graphs, ends
+    as DeviceKit's recording because the capture drew random numbers."""
     x = _host(1, 6, 8).to(DK)
     w0 = _host(2, 8, 8)
 
@@ -292,11 +299,13 @@ def test_random_ops_in_a_recorded_capture_replay_as_eager_runs(cpu):
     w = w0.clone().to(DK).requires_grad_()
     _random_step(x, w)  # warm-up (makes w.grad, which the capture then overwrites)
     torch.manual_seed(7)
-    g = dkt.DKGraph(mode="recorded")
+    g = dkt.DKGraph(mode=mode)
     w.grad = None
     with dkt.graph(g):
+        assert g.mode == mode  # (auto: undecided while the capture is open)
         loss = _random_step(x, w)
     assert g.mode == "recorded" and g.device_graph.random_calls == 2  # dropout, rand
+    assert g.auto_recorded == (mode == "auto")
     replays = []
     for _ in range(4):
         g.replay()

@@ -183,6 +183,7 @@ class Comm {
                       "mode 'recorded') does not record collectives; run them outside the "
                       "capture");
     }
+    if (Recording* sh = dev_->shadow()) sh->mark_incomplete("a collective");  // not recordable
     auto a = DK_ARGS(DK_Coll_Run_Args);
     a.comm = comm;
     a.stream = dev_->default_stream();

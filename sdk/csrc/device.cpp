@@ -124,7 +124,10 @@ void Device::memcpy(DK_CopyKind kind, void* dst, const void* src, size_t n, DK_S
       r->add_copy(dst, src, n);
       return;
     }
-    if (capturing()) count_captured_call();
+    if (capturing()) {
+      count_captured_call();
+      if (Recording* sh = shadow()) sh->add_copy(dst, src, n);
+    }
   }
   auto c = DK_ARGS(DK_Memcpy_Args);
   c.device = index_;
@@ -286,11 +289,14 @@ void Device::pin_locked(void* p, size_t bs) {
   pinned_.emplace(p, capture_pool_);
 }
 
-void Device::begin_capture(std::shared_ptr<GraphPool> pool, std::shared_ptr<Recording> recording) {
+void Device::begin_capture(std::shared_ptr<GraphPool> pool, std::shared_ptr<Recording> recording,
+                           std::shared_ptr<Recording> shadow) {
   std::lock_guard<std::mutex> lock(mu_);
   capture_pool_ = std::move(pool);
   recording_ = std::move(recording);
   recording_ptr_.store(recording_.get());
+  shadow_ = std::move(shadow);
+  shadow_ptr_.store(shadow_.get());
   captured_calls_.store(0);
   capturing_.store(true);
 }
@@ -305,6 +311,8 @@ void Device::end_capture() {
   capture_pool_.reset();
   recording_ptr_.store(nullptr);
   recording_.reset();
+  shadow_ptr_.store(nullptr);
+  shadow_.reset();
   capturing_.store(false);
 }
 

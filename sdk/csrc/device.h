@@ -86,11 +86,21 @@ class Device {
   };
   // `recording`: the SDK records the capture's device work itself (see
   // graph_record.h) instead of the plugin's graphs part; NULL: the plugin does.
-  void begin_capture(std::shared_ptr<GraphPool> pool, std::shared_ptr<Recording> recording = {});
+  // `shadow` (with a NULL `recording`: mode "auto" on a plugin with the
+  // graphs part): the SDK also records every call it issues into the
+  // plugin's capture, so that the graph can become a recorded one when the
+  // capture holds random launches (a native graph cannot patch their Philox
+  // counters per replay; graphs_py.cpp decides when the capture ends).
+  void begin_capture(std::shared_ptr<GraphPool> pool, std::shared_ptr<Recording> recording = {},
+                     std::shared_ptr<Recording> shadow = {});
   void end_capture();
   // The open capture's SDK-side recording, or NULL (no capture, or the
   // plugin records it). One relaxed load: launch() asks on every op.
   Recording* recording() const { return recording_ptr_.load(std::memory_order_relaxed); }
+  // The open native capture's shadow recording (see begin_capture), or NULL.
+  // Asked only while capturing(): every call issued into the plugin's capture
+  // is added to it too.
+  Recording* shadow() const { return shadow_ptr_.load(std::memory_order_relaxed); }
   // Calls the SDK issued into the open capture (kernels, fused kernels,
   // device-to-device copies); reset by begin_capture.
   void count_captured_call() { captured_calls_.fetch_add(1, std::memory_order_relaxed); }
@@ -176,6 +186,8 @@ class Device {
   std::shared_ptr<GraphPool> capture_pool_;                            // under mu_
   std::shared_ptr<Recording> recording_;                               // under mu_
   std::atomic<Recording*> recording_ptr_{nullptr};                     // recording_.get()
+  std::shared_ptr<Recording> shadow_;                                  // under mu_
+  std::atomic<Recording*> shadow_ptr_{nullptr};                        // shadow_.get()
   std::atomic<uint64_t> captured_calls_{0};
   std::unordered_map<void*, std::shared_ptr<GraphPool>> pinned_;       // under mu_
   CacheStats stats_;

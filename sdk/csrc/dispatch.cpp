@@ -159,9 +159,12 @@ void launch(DK_OpId op, std::initializer_list<const TensorImpl*> in,
     return;
   }
   // (a native capture replays a random launch's seed and offset as captured:
-  // what an explicit seed asks for; devicekit.torch refuses it for the
-  // device's Philox stream, which must advance per replay)
-  if (dev.capturing()) dev.count_captured_call();
+  // what an explicit seed asks for; mode "auto" keeps a shadow recording
+  // beside it, which becomes the graph when it holds random launches)
+  if (dev.capturing()) {
+    dev.count_captured_call();
+    if (Recording* sh = dev.shadow()) sh->shadow_kernel(fn, a, op_name(op), false, random);
+  }
   DK_Error* err;
   if (trace::on()) {
     trace::Span span(trace::kLaunch, dev, a.stream, op_name(op));

@@ -237,7 +237,10 @@ bool try_fused(int op, const std::vector<Tensor>& inputs, FusedAttrs attrs,
     if (Recording* r = dev.recording()) {  // a capture the SDK records: not issued now
       r->add_kernel(k->launch, a, k->name, true);
     } else {
-      if (dev.capturing()) dev.count_captured_call();
+      if (dev.capturing()) {
+        dev.count_captured_call();
+        if (Recording* sh = dev.shadow()) sh->shadow_kernel(k->launch, a, k->name, true);
+      }
       if (trace::on()) {
         trace::Span span(trace::kFused, dev, a.stream, k->name);  // the plugin owns k->name
         err = k->launch(&a);

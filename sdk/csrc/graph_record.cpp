@@ -102,6 +102,32 @@ size_t Recording::random_calls() const {
   return random_calls_;
 }
 
+void Recording::shadow_kernel(DK_KernelFn* fn, const DK_Kernel_Args& a, const char* name,
+                              bool fused, bool random) noexcept {
+  try {
+    add_kernel(fn, a, name, fused, random);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (random) ++random_calls_;
+    if (!incomplete_.empty()) return;
+    try {
+      incomplete_ = std::string("a launch of '") + name + "' the recording could not copy";
+    } catch (...) {
+      incomplete_ = "a launch";  // (fits the small-string buffer: no allocation)
+    }
+  }
+}
+
+void Recording::mark_incomplete(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (incomplete_.empty()) incomplete_ = what;
+}
+
+std::string Recording::incomplete() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return incomplete_;
+}
+
 void Recording::replay(Device& dev, DK_Stream* stream, const Philox* philox) const {
   std::lock_guard<std::mutex> lock(mu_);
   const DK_Api* api = dev.api();

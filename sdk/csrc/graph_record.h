@@ -52,6 +52,16 @@ class Recording {
   void add_event(DK_Event* event, bool wait);
   size_t size() const;  // kernels, fused kernels and copies (not event calls)
   size_t random_calls() const;  // the random launches among them
+  // add_kernel for a shadow recording (Device::begin_capture): the call is
+  // issued into the plugin's capture anyway, so a copy that fails must not
+  // fail it; the recording is marked incomplete instead (and a random launch
+  // still counted, so that the capture's end sees it).
+  void shadow_kernel(DK_KernelFn* fn, const DK_Kernel_Args& a, const char* name, bool fused,
+                     bool random = false) noexcept;
+  // A shadow recording that missed a call the plugin's capture took (`what`,
+  // e.g. a collective): it cannot stand in for the graph.
+  void mark_incomplete(const std::string& what);
+  std::string incomplete() const;  // "" when complete, else what it missed
   // Issues every recorded call on `stream` of `dev`, in order, the random
   // launches patched by `philox` when given (else as captured). Stops at the
   // first call the plugin refuses and throws its error naming the call.
@@ -79,6 +89,7 @@ class Recording {
   std::vector<std::unique_ptr<Call>> calls_;
   size_t event_calls_ = 0;
   size_t random_calls_ = 0;
+  std::string incomplete_;
 };
 
 }  // namespace dk

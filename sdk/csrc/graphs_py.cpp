@@ -79,7 +79,12 @@ class Graph {
     a.stream = dev->default_stream();
     a.end = 0;
     dev->check(g.Graph_Capture(&a), "Graph_Capture(begin)");
-    dev->begin_capture(pool);
+    // "auto": which graph fits is known only once the capture's ops are
+    // (user code runs once, so it cannot be captured again): record a shadow
+    // copy of every call beside the plugin's capture, and keep it instead of
+    // the plugin's graph when it holds random launches (see end()).
+    if (mode == "auto") shadow_ = std::make_shared<Recording>();
+    dev->begin_capture(pool, {}, shadow_);
     dev_ = std::move(dev);
     pool_ = std::move(pool);
     capturing_ = true;
@@ -108,13 +113,37 @@ class Graph {
       dev_->check_created(a.graph, "Graph_Capture(end)", "graph", "DK_Graph_Capture_Args.graph");
     }
     graph_ = a.graph;
+    std::shared_ptr<Recording> shadow = std::move(shadow_);
+    if (shadow == nullptr || shadow->random_calls() == 0) return;  // native it stays
+    // Random launches in an "auto" capture: the plugin's graph would repeat
+    // their Philox counters on every replay; the SDK's recording of the same
+    // calls (same pool, same views, same order) patches them. Nothing was
+    // launched from the plugin's graph yet, so it goes now.
+    const std::string missed = shadow->incomplete();
+    if (!missed.empty() || shadow->size() != native_calls_) {
+      destroy();
+      invalid_argument(
+          "Graph.capture: the capture (mode 'auto') holds random launches, which only "
+          "DeviceKit's recording can draw afresh per replay, but it also holds " +
+          (missed.empty() ? std::string("a call the recording did not see") : missed) +
+          ", which only the plugin's graph can replay. The capture is discarded. Hint: capture "
+          "with mode='native' (the random launches then repeat their captured numbers) or move "
+          "one of them out of the capture");
+    }
+    auto d = DK_ARGS(DK_Graph_Destroy_Args);
+    d.graph = graph_;
+    graph_ = nullptr;
+    recording_ = std::move(shadow);
+    recorded_ = true;
+    auto_recorded_ = true;
+    dev_->check(graphs_of(*dev_).Graph_Destroy(&d), "Graph_Destroy");
   }
 
   // On the default stream, or on `stream` ordered after the default
   // stream's earlier work and before its later work (two events), so the
   // graph's pool and the tensors it writes keep the default stream's order.
-  // `seed`/`offset_shift`: see Philox (graph_record.h); a native graph has
-  // no random launches (dispatch.cpp refuses them), so it ignores them.
+  // `seed`/`offset_shift`: see Philox (graph_record.h); a native graph
+  // ignores them (devicekit.graphs refuses them for it).
   void replay(uintptr_t stream_handle, std::optional<uint64_t> seed, uint64_t offset_shift) {
     philox_.set_seed = seed.has_value();
     philox_.seed = seed.value_or(0);
@@ -156,7 +185,9 @@ class Graph {
     graph_ = nullptr;
     // The recorded calls already issued hold plain pointers: nothing to wait for.
     recording_.reset();
+    shadow_.reset();
     recorded_ = false;
+    auto_recorded_ = false;
     for (DK_Event** ev : {&before_, &after_}) {
       if (*ev == nullptr || dev_->stale_after_fork()) continue;
       auto a = DK_ARGS(DK_Event_Destroy_Args);
@@ -172,11 +203,15 @@ class Graph {
   }
 
   bool captured() const { return graph_ != nullptr || recorded_; }
-  // "native", "recorded", or "" before a capture.
+  // "native", "recorded", or "" before a capture; "auto" while an "auto"
+  // capture on a plugin with the graphs part is open (it ends as either).
   std::string mode() const {
     if (recording_ != nullptr) return "recorded";
+    if (capturing_ && shadow_ != nullptr) return "auto";
     return (graph_ != nullptr || capturing_) ? "native" : "";
   }
+  // An "auto" capture that became a recorded graph for its random launches.
+  bool auto_recorded() const { return auto_recorded_; }
   // The calls an SDK-side recording holds (0 for a native graph).
   size_t recorded_calls() const { return recording_ == nullptr ? 0 : recording_->size(); }
   // The calls a replay issues: the recording's, or those the SDK issued into
@@ -231,8 +266,10 @@ class Graph {
   std::shared_ptr<Device::GraphPool> pool_;
   DK_Graph* graph_ = nullptr;
   std::shared_ptr<Recording> recording_;  // mode "recorded"
-  bool recorded_ = false;                 // the recording's capture has ended
-  uint64_t native_calls_ = 0;             // calls issued into the plugin's capture
+  std::shared_ptr<Recording> shadow_;  // an open "auto" capture's copy (Device::begin_capture)
+  bool recorded_ = false;  // the recording's capture has ended
+  bool auto_recorded_ = false;  // recording_ was an "auto" capture's shadow
+  uint64_t native_calls_ = 0;  // calls issued into the plugin's capture
   bool capturing_ = false;
   DK_Event* before_ = nullptr;
   DK_Event* after_ = nullptr;
@@ -252,6 +289,7 @@ void bind_graphs(py::module_& m) {
       .def_property_readonly("captured", &Graph::captured)
       .def_property_readonly("capturing", &Graph::capturing)
       .def_property_readonly("mode", &Graph::mode)
+      .def_property_readonly("auto_recorded", &Graph::auto_recorded)
       .def_property_readonly("recorded_calls", &Graph::recorded_calls)
       .def_property_readonly("calls", &Graph::calls)
       .def_property_readonly("random_calls", &Graph::random_calls)

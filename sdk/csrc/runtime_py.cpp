@@ -77,6 +77,7 @@ bool capture_event(Stream& s, const std::shared_ptr<Event>& e, bool wait) {
     d.keep_for_capture(e);
     r = d.recording();
     if (r != nullptr) r->add_event(e->e, wait);
+    if (Recording* sh = d.shadow()) sh->add_event(e->e, wait);  // issued natively too
   }
   if (!wait) e->recorded_in = r;
   return r != nullptr;

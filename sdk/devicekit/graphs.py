@@ -48,10 +48,15 @@ eager call with the shifted counters draws. Without ``seed``/``offset_shift``
 a replay repeats the captured numbers (what an explicit seed asks for). A
 native graph (``mode="native"``, or ``"auto"`` on a plugin with the graphs
 part) cannot patch them: it always repeats them, and ``replay(seed=...)`` or a
-non-zero ``offset_shift`` on it raises :class:`devicekit.InvalidArgumentError`;
-capture with ``mode="recorded"`` for fresh numbers per replay.
-``devicekit.torch`` graphs and ``torch.compile`` drive the shift from the
-device's Philox stream (and refuse a random op in a native capture).
+non-zero ``offset_shift`` on it raises :class:`devicekit.InvalidArgumentError`.
+So ``mode="auto"`` on a plugin with the graphs part records a copy of every
+call beside the plugin's capture (a shadow recording, in C++) and, when the
+capture ends, keeps the plugin's graph if the capture holds no random launch,
+else the recording: ``Graph.mode`` is then "recorded" and
+``Graph.auto_recorded`` True, and ``replay(seed=..., offset_shift=...)`` works
+as in mode "recorded". ``devicekit.torch`` graphs and ``torch.compile`` drive
+the shift from the device's Philox stream (and refuse a random op in a capture
+made with ``mode="native"``).
 """
 
 from __future__ import annotations
@@ -80,9 +85,10 @@ class Graph:
     MODES = ("auto", "native", "recorded")
 
     def __init__(self, mode: str = "auto"):
-        """``mode``: "auto" (the plugin's graphs part when it has one, else
-        DeviceKit's recording), "native" (the plugin's part; an error
-        without it) or "recorded" (DeviceKit's recording on any plugin)."""
+        """``mode``: "auto" (the plugin's graphs part when it has one and the
+        capture holds no random launch, else DeviceKit's recording), "native"
+        (the plugin's part; an error without it) or "recorded" (DeviceKit's
+        recording on any plugin)."""
         if mode not in self.MODES:
             raise InvalidArgumentError(
                 f"devicekit.graphs.Graph: mode is {mode!r}; expected one of {self.MODES}")
@@ -92,8 +98,16 @@ class Graph:
     @property
     def mode(self) -> str:
         """How the capture is recorded: "native" or "recorded" once captured,
-        else the mode asked for."""
+        else the mode asked for ("auto" also while an auto capture on a plugin
+        with the graphs part is open: it ends as either)."""
         return self._g.mode or self._mode
+
+    @property
+    def auto_recorded(self) -> bool:
+        """True for an "auto" capture on a plugin with the graphs part that
+        became DeviceKit's recording because it holds random launches (which
+        only the recording can patch per replay)."""
+        return self._g.auto_recorded
 
     @property
     def calls(self) -> int:
@@ -151,7 +165,7 @@ class Graph:
             raise InvalidArgumentError(
                 "Graph.replay: seed/offset_shift patch the random launches of a recorded graph; "
                 "this one is native (the plugin's graph replays them as captured). Capture "
-                "with mode='recorded' to draw fresh numbers per replay")
+                "with mode='recorded' or 'auto' to draw fresh numbers per replay")
         if stream is None:
             self._g.replay(0, seed, int(offset_shift))
         else:

@@ -267,8 +267,16 @@ def _attention_kernel(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, s
     """``aten::scaled_dot_product_attention`` for dk tensors, at torch's autograd
     level (the op is a CompositeImplicitAutograd decomposition in torch, which
     would otherwise never reach the device as one op). Dropout, or a mask
-    together with is_causal, take torch's math decomposition."""
+    together with is_causal, take torch's math decomposition. That one adds
+    the mask to the scores as it is: torch's own ``scaled_dot_product_attention``
+    (which this kernel replaces on dk) first turns a boolean mask into 0 where
+    True and -inf where False (``convert_boolean_attn_mask``), so this does too
+    (else a boolean mask would add 1 and 0: what HF's GPT-2 passes under
+    torch.compile, with attention dropout)."""
     if dropout_p > 0.0 or (attn_mask is not None and is_causal):
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            attn_mask = torch.zeros_like(attn_mask, dtype=q.dtype).masked_fill(
+                attn_mask.logical_not(), float("-inf"))
         return aten._scaled_dot_product_attention_math(
             q, k, v, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
     return _Attention.apply(q, k, v, attn_mask, bool(is_causal), scale)

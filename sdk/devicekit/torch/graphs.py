@@ -36,17 +36,20 @@ capture is discarded and the device runs eagerly again:
   CPU tensor (``torch.tensor(..., device="dk")`` included);
 - an op run by the CPU fallback (``devicekit.torch.fallback("cpu")``): it copies
   its operands to the host;
-- a random op (dropout in training mode, ``torch.rand``) in a native capture
-  (``mode="native"``, or ``"auto"`` on a plugin with the graphs part): the
-  plugin's graph would replay its Philox counters as captured, the same numbers
-  every time. Capture it with ``DKGraph(mode="recorded")``.
+- a random op (dropout in training mode, ``torch.rand``) in a capture made
+  with ``DKGraph(mode="native")``: the plugin's graph would replay its Philox
+  counters as captured, the same numbers every time.
 
-Random ops in a recorded capture (``mode="recorded"``, or ``"auto"`` on a
-plugin without the graphs part) draw fresh numbers per replay, as CUDA graphs
-do: the capture consumes nothing from the device's Philox stream (the counters
-its ops took are given back), and each ``replay()`` takes the capture's whole
-consumption from the stream in one host step, passing the seed and offset
-shift to the C++ replay, which patches every random launch. So N replays
+Random ops in the default ``mode="auto"`` (or ``"recorded"``) draw fresh
+numbers per replay, as CUDA graphs do. On a plugin with the graphs part an
+"auto" capture keeps DeviceKit's recording of its launches beside the
+plugin's capture and, when it ends, keeps the recording if random ops ran
+(``DKGraph.mode == "recorded"``, ``DKGraph.auto_recorded``), else the
+plugin's graph (``"native"``); see ``devicekit.graphs``. Then: the capture
+consumes nothing from the device's Philox stream (the counters its ops took
+are given back), and each ``replay()`` takes the capture's whole consumption
+from the stream in one host step, passing the seed and offset shift to the
+C++ replay, which patches every random launch. So N replays
 give, bitwise, what N eager runs from the same ``torch.manual_seed`` give.
 
 A backward pass can be captured (``loss.backward()`` inside the block): the
@@ -142,7 +145,7 @@ def _capturing_dispatch(inner):
                 f"tensors) and read results after replay(). "
                 f"DeviceKit said: {cause}")
             return g._refuse(err, func, args, kwargs, cause=cause)
-        if rng.offset != drawn and g._capturing and g.mode != "recorded":
+        if rng.offset != drawn and g._capturing and g.mode == "native":
             return g._refuse(_random_refusal(func, g), func, args, kwargs)
         return out
 
@@ -155,7 +158,8 @@ def _random_refusal(func, g):
         f"{g.torch_device} is capturing a native graph (the plugin's graphs part), which "
         f"replays the op's Philox seed and offset as captured: every replay would repeat the "
         f"same numbers. The capture is discarded. Hint: capture with "
-        f"DKGraph(mode='recorded') (DeviceKit's recording draws fresh numbers per replay), "
+        f"DKGraph() or DKGraph(mode='recorded') (DeviceKit's recording draws fresh numbers "
+        f"per replay), "
         f"or capture in eval mode (no dropout).")
 
 
@@ -190,8 +194,9 @@ def _target(args, kwargs):
 class DKGraph:
     """A capture of eager torch work on one ``dk`` device (see the module docstring).
 
-    ``mode``: "auto" (the plugin's graphs part when it has one, else
-    DeviceKit's recording), "native" or "recorded", as ``devicekit.graphs.Graph``."""
+    ``mode``: "auto" (the plugin's graphs part when it has one and no random
+    op ran in the capture, else DeviceKit's recording), "native" or
+    "recorded", as ``devicekit.graphs.Graph``."""
 
     def __init__(self, mode: str = "auto"):
         self._graph = _graphs.Graph(mode)
@@ -205,6 +210,11 @@ class DKGraph:
     @property
     def mode(self) -> str:
         return self._graph.mode
+
+    @property
+    def auto_recorded(self) -> bool:
+        """An "auto" capture that became DeviceKit's recording for its random ops."""
+        return self._graph.auto_recorded
 
     @property
     def calls(self) -> int:
@@ -291,6 +301,9 @@ class DKGraph:
             self._graph.replay()
             return
         seed, shift = _device.rng(self.dk_device).replay_patch(*self._philox)
+        if self._graph.mode == "native":  # counters taken but no random launch (empty draws)
+            self._graph.replay()
+            return
         self._graph.replay(seed=seed, offset_shift=shift)
 
     def reset(self):
