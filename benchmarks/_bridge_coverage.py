@@ -40,12 +40,20 @@ def torch_dir():
     return os.path.join(os.path.dirname(os.path.abspath(devicekit.__file__)), "torch")
 
 
-def write_rc(out):
+def write_rc(out, lowering_only=False):
+    """The rc file; ``lowering_only``: the other files of devicekit/torch
+    omitted, so only the lowering files (``LOWERING``, what --check reads) are
+    traced. (``omit`` beside ``source``, not ``include``: a lowering file no
+    case imports, ``_lower_dist.py``, must still be reported, unexecuted.)"""
     data = os.path.join(out, ".coverage")
     rc = os.path.join(out, ".coveragerc-bridge")
+    where = f"source =\n    {torch_dir()}\n"
+    if lowering_only:
+        where += "omit =\n" + "".join(
+            f"    {os.path.join(torch_dir(), n)}\n" for n in sorted(os.listdir(torch_dir()))
+            if n.endswith(".py") and not any(m in n for m in LOWERING))
     with open(rc, "w") as f:
-        f.write("[run]\nbranch = True\nparallel = True\n"
-                f"source =\n    {torch_dir()}\ndata_file = {data}\n")
+        f.write(f"[run]\nbranch = True\nparallel = True\n{where}data_file = {data}\n")
     for n in os.listdir(out):  # a previous run's data would add up with this one's
         if n.startswith(".coverage") and n != os.path.basename(rc):
             os.unlink(os.path.join(out, n))
@@ -64,7 +72,7 @@ def run(args):
     os.makedirs(out, exist_ok=True)
     if getattr(args, "collect_only", False):
         return report(args, out, None)
-    rc = write_rc(out)
+    rc = write_rc(out, getattr(args, "lowering_only", False))
     # backward passes on the case's own thread, which coverage.py traces (torch
     # runs a dk backward on a C++ device thread otherwise: torch_opinfo.py)
     env = dict(os.environ, COVERAGE_PROCESS_START=rc, DEVICEKIT_COVERAGE_BACKWARD_IN_CALLER="1")

@@ -7,7 +7,7 @@ does the conformance suite reach?
     python benchmarks/coverage_run.py --bridge [--device cpu:0] [--level core|full]
                                       [--jobs N] [-k PATTERN ...] [--out DIR]
                                       [--check ci/bridge_coverage_exclusions.toml]
-                                      [--collect-only]
+                                      [--collect-only] [--lowering-only]
 
 --bridge measures the torch bridge instead: Python line and branch coverage
 (coverage.py) of ``devicekit/torch`` while the conformance ``torch`` section
@@ -252,6 +252,9 @@ def main(argv=None):
                     help="Python branch coverage of devicekit/torch under the conformance torch "
                          "section (coverage.py; no plugin build)")
     ap.add_argument("--device", default="cpu:0", help="with --bridge: the device (default cpu:0)")
+    ap.add_argument("--lowering-only", action="store_true",
+                    help="with --bridge: measure only the lowering files (_lower_*.py, "
+                         "_dispatch.py, _table.py: what --check reads), not all of devicekit/torch")
     ap.add_argument("--level", choices=("core", "full"), default="full",
                     help="with --bridge: the conformance level (default full)")
     args = ap.parse_args(argv)

@@ -18,18 +18,28 @@ branch on the rest, and these cases reach it (measured with
   on either side, checked for the values AND the result dtype torch's type
   promotion gives; and as a clamp bound and as the value ``x[i] = v`` writes;
   and CPU index tensors of a dk tensor (``x[i]``, ``x[i] = v``), which
-  torch accepts beside an accelerator tensor.
+  torch accepts beside an accelerator tensor;
+- ``draws.<op>``: random ops' call forms, kind ``draws``, judged without
+  torch's generator (``Draws``: range, dtype, every value drawn, the same
+  bits from the same seed);
+- ``refuse.<what>``: the calls the bridge refuses (docs/torch.md, "Nothing
+  silent"), kind ``raises``: torch on the CPU computes many of them, so there
+  is no oracle to compare; the case runs the call on the device (no coverage
+  recorder, as a user runs it) and judges the refusal itself: the documented
+  error class, a message naming the ATen op and the reason, and every operand
+  unchanged afterwards (a refused in-place or ``out=`` call writes nothing).
 
 Each family entry is one case per dtype: its samples are ``(text, fn,
 inputs)``; ``fn(*inputs)`` runs with the inputs on the CPU (torch, the
 oracle) and moved to the device (a 0-d CPU tensor meant to stay on the CPU
-is captured by ``fn``, not an input). Kind ``grad`` runs the floating inputs'
+is captured by ``fn``, not an input; in a refusal, an ``OnHost`` input stays
+on the CPU and is checked unchanged too). Kind ``grad`` runs the floating inputs'
 gradients of ``sum(out * w)`` on both sides. Nothing here imports torch at
 import time: ``families(torch)`` builds the tables.
 """
 
 #: The families, the first segment of a case's name (``torch/<family>.<op>/<dtype>/<kind>``).
-FAMILIES = ("args", "inplace", "scalar")
+FAMILIES = ("args", "inplace", "scalar", "refuse", "draws")
 
 #: The torch dtype names the bridge maps to DeviceKit dtypes (``_device._TO_DK``).
 BRIDGE_DTYPES = ("float32", "float16", "bfloat16", "float64", "int8", "int32", "int64", "uint8",
@@ -46,10 +56,48 @@ class Entry:
         self.name, self.samples, self.dtypes, self.grad = name, samples, dtypes, grad
 
 
+class Refusal(Entry):
+    """One ``raises`` case per dtype: ``samples(torch, dtype, gen)`` gives
+    (text, fn, inputs, expect), expect = (error class name, ATen op, reason):
+    ``fn(*inputs)`` on the device must raise that class (``HostOperandError``:
+    a CPU operand; ``UnloweredOpError``: a call the op's lowering does not
+    cover; ``RuntimeError``: an argument check, and then not one of those
+    two) with the op's name and the reason in its message."""
+
+    __slots__ = ()
+
+    def __init__(self, name, samples, dtypes=("float32",)):
+        super().__init__(name, samples, dtypes, grad=False)
+
+
+class Draws(Entry):
+    """One ``draws`` case per dtype for a random op, judged without torch's
+    generator (the bridge draws the device's Philox stream, torch's CPU its
+    own): ``samples(torch, dtype, gen)`` gives (text, fn, inputs, (lo, hi));
+    ``fn(*inputs)`` on the device, after ``torch.manual_seed(s)``, must keep
+    the dtype and shape, give integers in ``[lo, hi)`` with every one of them
+    drawn at least once, the same bits for the same seed and other bits for
+    another seed."""
+
+    __slots__ = ()
+
+    def __init__(self, name, samples, dtypes=("float32", "int64")):
+        super().__init__(name, samples, dtypes, grad=False)
+
+
+class OnHost:
+    """An input of a refusal that stays on the CPU (the host operand)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t):
+        self.t = t
+
+
 def families(torch):
     """{case name: Entry} of every family."""
     out = {}
-    for e in _args(torch) + _inplace(torch) + _scalar(torch):
+    for e in _args(torch) + _inplace(torch) + _scalar(torch) + _refuse(torch) + _draws(torch):
         if e.name in out:
             raise RuntimeError(f"reach case {e.name} defined twice")
         out[e.name] = e
@@ -635,6 +683,31 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
                 a.log_softmax(2).half(), torch.ones(2, 2, dtype=torch.long, device=a.device),
                 [5, 5], [2, 2])), x(5, 2, 4)),
         ], grad=False),
+        entry("ctc_loss", [
+            # lengths as tensors on the CPU beside dk log-probabilities, as torch takes them
+            # beside a CUDA tensor (they were refused as host operands); forward and backward
+            ("lengths as CPU tensors", lambda a: F.ctc_loss(
+                a.log_softmax(2), torch.tensor([[1, 2, 2], [3, 1, 0]], device=a.device),
+                torch.tensor([6, 5]), torch.tensor([3, 2])), x(6, 2, 4)),
+            ("int32 CPU lengths, CPU targets, reduction=sum", lambda a: F.ctc_loss(
+                a.log_softmax(2), torch.tensor([[1, 2, 2], [3, 1, 0]]),
+                torch.tensor([6, 5], dtype=torch.int32), torch.tensor([3, 2], dtype=torch.int32),
+                reduction="sum"), x(6, 2, 4)),
+            ("device lengths, concatenated targets, reduction=none", lambda a: F.ctc_loss(
+                a.log_softmax(2), torch.tensor([1, 2, 2, 3, 1], device=a.device),
+                torch.tensor([6, 4], device=a.device), torch.tensor([3, 2], device=a.device),
+                reduction="none"), x(6, 2, 4)),
+            ("unbatched, 0-d CPU lengths", lambda a: F.ctc_loss(
+                a.log_softmax(1), torch.tensor([2, 1, 1], device=a.device), torch.tensor(6),
+                torch.tensor(3)), x(6, 4)),
+            ("an empty target beside another", lambda a: F.ctc_loss(
+                a.log_softmax(2), torch.tensor([[1, 2, 2], [0, 0, 0]], device=a.device),
+                torch.tensor([6, 4]), torch.tensor([3, 0]), reduction="sum"), x(6, 2, 4)),
+            ("blank=3, zero_infinity, an input too short", lambda a: F.ctc_loss(
+                a.log_softmax(2), torch.tensor([[1, 2, 2], [0, 1, 0]], device=a.device),
+                torch.tensor([6, 2]), torch.tensor([3, 3]), blank=3, reduction="sum",
+                zero_infinity=True), x(6, 2, 4)),
+        ]),
         entry("foreach", [
             ("_foreach_add Scalar", lambda a, b: torch._foreach_add([a, b], 1.5), xy(3, 4)),
             ("_foreach_mul List", lambda a, b: torch._foreach_mul([a, b], [b, a]), xy(3, 4)),
@@ -811,3 +884,119 @@ def _scalar(torch):
     return [entry(name, fn) for name, fn in ops.items()] + [bound_entry(), put_entry(),
                                                              host_index_entry()]
 
+
+
+# ---- refuse: what the bridge refuses, and how ------------------------------------------
+
+def _refuse(torch):
+    """The refusals docs/torch.md documents (``HostOperandError``, "its lowering
+    does not cover this call", argument checks), each with the class, the op
+    named in the message and the reason."""
+    host = ("HostOperandError", "expected all tensors on the same device")
+
+    def r(gen, *shape):
+        return torch.randn(*shape, generator=gen)
+
+    F = torch.nn.functional
+
+    def offs(*ends):
+        return torch.tensor(ends, dtype=torch.int32)
+
+    def entry(name, rows):
+        def samples(torch, dtype, gen):
+            return [(text, fn, make(gen), expect) for text, fn, make, expect in rows]
+        return Refusal(f"refuse.{name}", samples)
+
+    return [
+        entry("host_operand", [
+            ("dk + CPU tensor", lambda a, h: a + h,
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))], (host[0], "aten::add.Tensor", host[1])),
+            ("CPU tensor * dk", lambda a, h: h * a,
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))], (host[0], "aten::mul.Tensor", host[1])),
+            ("cat of a dk and a CPU tensor", lambda a, h: torch.cat([a, h]),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 2, 4))], (host[0], "aten::cat.default", host[1])),
+            ("dk @ CPU tensor", lambda a, h: a @ h,
+             lambda g: [r(g, 3, 4), OnHost(r(g, 4, 2))], (host[0], "aten::mm.default", host[1])),
+        ]),
+        entry("host_operand_inplace", [
+            # nothing is written: the dk operand is checked unchanged
+            ("add_ of a CPU tensor", lambda a, h: a.add_(h),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))], (host[0], "aten::add_.Tensor", host[1])),
+            ("mul_ of a CPU tensor through a view", lambda a, h: a[1:, ::2].mul_(h),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 2, 2))], (host[0], "aten::mul_.Tensor", host[1])),
+            ("addcmul_ of CPU tensors", lambda a, h: a.addcmul_(h, h),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))],
+             (host[0], "aten::addcmul_.default", host[1])),
+        ]),
+        entry("to_other_device", [
+            # torch copies a CUDA tensor to "meta"; the bridge moves between dk and the CPU only
+            ("x.to('meta')", lambda a: a.to("meta"), lambda g: [r(g, 3, 4)],
+             ("UnloweredOpError", "aten::_to_copy.default", "between dk devices and the CPU only")),
+            ("x.to('meta', float16)", lambda a: a.to("meta", torch.float16), lambda g: [r(g, 3, 4)],
+             ("UnloweredOpError", "aten::_to_copy.default", "between dk devices and the CPU only")),
+        ]),
+        entry("mul_out", [
+            # torch resizes out (with a warning); the bridge does not resize a dk tensor
+            ("out of another shape", lambda a, b, o: torch.mul(a, b, out=o),
+             lambda g: [r(g, 3, 4), r(g, 3, 4), r(g, 2)],
+             ("UnloweredOpError", "aten::mul.out", "does not resize")),
+            ("out of the broadcast operand's shape", lambda a, b, o: torch.mul(a, b, out=o),
+             lambda g: [r(g, 3, 4), r(g, 1, 4), r(g, 1, 4)],
+             ("UnloweredOpError", "aten::mul.out", "does not resize")),
+        ]),
+        entry("grouped_mm", [
+            ("with a bias", lambda a, b, o, c: torch._grouped_mm(a, b, o, bias=c),
+             lambda g: [r(g, 8, 4), r(g, 2, 4, 4), offs(4, 8), r(g, 2, 4)],
+             ("UnloweredOpError", "aten::_grouped_mm.default", "takes no bias")),
+            ("1-D x 3-D", lambda a, b, o: torch._grouped_mm(a, b, o),
+             lambda g: [r(g, 4), r(g, 2, 4, 4), offs(4, 8)],
+             ("RuntimeError", "_grouped_mm", "takes 2-D or 3-D operands")),
+            ("2-D x 1-D", lambda a, b, o: torch._grouped_mm(a, b, o),
+             lambda g: [r(g, 8, 4), r(g, 4), offs(4, 8)],
+             ("RuntimeError", "_grouped_mm", "takes 2-D or 3-D operands")),
+            # torch's CPU kernel runs decreasing offs (its result for them is not specified)
+            ("2-D x 3-D, decreasing offs", lambda a, b, o: torch._grouped_mm(a, b, o),
+             lambda g: [r(g, 8, 4), r(g, 2, 4, 4), offs(6, 4)],
+             ("RuntimeError", "_grouped_mm", "offs must be non-decreasing")),
+            ("3-D x 2-D, decreasing offs", lambda a, b, o: torch._grouped_mm(a, b, o),
+             lambda g: [r(g, 2, 4, 4), r(g, 4, 8), offs(8, 2)],
+             ("RuntimeError", "_grouped_mm", "offs must be non-decreasing")),
+            ("2-D x 2-D, decreasing offs", lambda a, b, o: torch._grouped_mm(a, b, o),
+             lambda g: [r(g, 4, 8), r(g, 8, 4), offs(5, 3)],
+             ("RuntimeError", "_grouped_mm", "offs must be non-decreasing")),
+        ]),
+        entry("ctc_loss", [
+            # an argument check, as torch's ("input_lengths must be integral")
+            ("float input_lengths on the CPU", lambda a, t: F.ctc_loss(
+                a.log_softmax(2), t, torch.tensor([6.0, 5.0]), torch.tensor([3, 2])),
+             lambda g: [r(g, 6, 2, 4), torch.tensor([[1, 2, 2], [3, 1, 0]])],
+             ("RuntimeError", "ctc_loss", "input_lengths must be integral")),
+            ("bool target_lengths", lambda a, t: F.ctc_loss(
+                a.log_softmax(2), t, torch.tensor([6, 5]), torch.tensor([True, True])),
+             lambda g: [r(g, 6, 2, 4), torch.tensor([[1, 2, 2], [3, 1, 0]])],
+             ("RuntimeError", "ctc_loss", "target_lengths must be integral")),
+        ]),
+        entry("random_from", [
+            # torch draws from the dtype's whole range; the bridge lowers a bounded range only
+            ("x.random_(3, None)", lambda a: a.random_(3, None), lambda g: [r(g, 3, 4)],
+             ("UnloweredOpError", "aten::random_.from", "to=None")),
+        ]),
+    ]
+
+
+# ---- draws: random ops judged without torch's generator ---------------------------------
+
+def _draws(torch):
+    """``random_``'s bounded forms (``random_.from``: ``x.random_(a, b)``, and
+    ``random_.to``: ``x.random_(b)``), on a fresh tensor and through a view."""
+    def zeros(dtype, *shape):
+        return torch.zeros(*shape, dtype=getattr(torch, dtype))
+
+    def samples(torch, dtype, gen):
+        return [
+            ("x.random_(3, 13)", lambda a: a.random_(3, 13), [zeros(dtype, 40, 25)], (3, 13)),
+            ("x.random_(-4, 5) through a transpose", lambda a: a.t().random_(-4, 5),
+             [zeros(dtype, 30, 30)], (-4, 5)),
+            ("x.random_(7)", lambda a: a.random_(7), [zeros(dtype, 1000)], (0, 7)),
+        ]
+    return [Draws("draws.random_", samples)]

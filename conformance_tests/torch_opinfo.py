@@ -24,7 +24,10 @@ Beside them, hand-written cases for what OpInfo's samples do not reach
 (``_torch_reach``: non-default arguments, in-place ops through views, host
 scalars and 0-d CPU tensors with every bridge dtype), ids
 ``torch/<family>.<op>/<dtype>/<kind>`` (family ``args``, ``inplace`` or
-``scalar``; kind ``samples`` or ``grad``), judged the same way.
+``scalar``; kind ``samples`` or ``grad``), judged the same way; and the
+bridge's refusals, ids ``torch/refuse.<what>/<dtype>/raises``: the call on
+the device must raise the documented error class naming the op and the
+reason, and leave its operands unchanged (``_run_refusal``).
 
 Without torch (or with a torch whose OpInfo cannot be imported) the section
 is one skipped case, ``torch/unavailable``, whose message is the reason.
@@ -32,6 +35,7 @@ is one skipped case, ``torch/unavailable``, whose message is the reason.
 
 import functools
 import os
+import warnings
 
 from devicekit.conformance.case import Case, Section, Skip, id_may_contain
 from devicekit.errors import NotImplementedByPlugin
@@ -65,7 +69,7 @@ def _floor(target):
 #: ``torch/<opinfo>[.<variant>]/<dtype>/<kind>`` (the dtypes ``_opinfo.dtypes_of``
 #: gives), ``torch/<family>.<op>/<dtype>/<kind>`` (``_torch_reach``: every
 #: dtype the bridge has), or ``torch/unavailable``. ``cases`` holds the ids to it.
-ID_SHAPES = (("torch", None, _torch_reach.BRIDGE_DTYPES, KINDS),
+ID_SHAPES = (("torch", None, _torch_reach.BRIDGE_DTYPES, KINDS + ("raises", "draws")),
              ("torch", "unavailable"))
 
 
@@ -115,6 +119,16 @@ def cases(target):
                                 fn=functools.partial(_run, name, dtype, kind)))
     for name, entry in reach.items():
         for dtype in entry.dtypes:
+            if isinstance(entry, _torch_reach.Draws):
+                out.append(Case(id=f"torch/{name}/{dtype}/draws", section="torch",
+                                op=f"reach:{name}", dtype=dtype, required=False, level="core",
+                                fn=functools.partial(_run_draws, name, dtype)))
+                continue
+            if isinstance(entry, _torch_reach.Refusal):
+                out.append(Case(id=f"torch/{name}/{dtype}/raises", section="torch",
+                                op=f"reach:{name}", dtype=dtype, required=False, level="core",
+                                fn=functools.partial(_run_refusal, name, dtype)))
+                continue
             kinds = ("samples", "grad") if entry.grad and dtype == "float32" else ("samples",)
             for kind in kinds:
                 out.append(Case(id=f"torch/{name}/{dtype}/{kind}", section="torch",
@@ -327,6 +341,111 @@ class _Reach(_Samples):
         ws = [torch.randn(o.shape, generator=g, dtype=o.dtype).to(o.device) for o in outs]
         grads = torch.autograd.grad(outs, wrt, ws, allow_unused=True)
         return tuple(torch.zeros_like(w) if d is None else d for d, w in zip(grads, wrt))
+
+
+def _run_refusal(name, dtype, ctx):
+    """A ``refuse.*`` case: each sample's call on the device must raise the
+    documented class with the op and the reason in its message, and write
+    nothing to its operands. Run without a coverage recorder (which would
+    continue a refused call on the CPU): as a user's call runs. torch's own
+    outcome on the CPU is recorded, not judged (it computes many of them)."""
+    import devicekit.torch as dkt_public
+    from devicekit.errors import UnloweredOpError
+
+    torch, dkt, _, _, reach = _corpus()
+    classes = {"HostOperandError": dkt_public.HostOperandError,
+               "UnloweredOpError": UnloweredOpError, "RuntimeError": RuntimeError}
+    dev = _device_of(dkt, ctx)
+    gen = torch.Generator().manual_seed(ctx.seed)
+    made = reach[name].samples(torch, dtype, gen)
+    problems, rows = [], []
+    for text, fn, inputs, (cls_name, op, reason) in made:
+        plain = [i.t if isinstance(i, _torch_reach.OnHost) else i for i in inputs]
+        try:
+            with warnings.catch_warnings():  # (torch's "out was resized" warning)
+                warnings.simplefilter("ignore")
+                fn(*[t.clone() for t in plain])
+            on_cpu = "computes"
+        except Exception as e:  # noqa: BLE001 - recorded, not judged
+            on_cpu = f"raises {type(e).__name__}"
+        ops = [i.t.clone() if isinstance(i, _torch_reach.OnHost) else i.to(dev) for i in inputs]
+        before = [o.cpu().clone() for o in ops]
+        dkt.clear_pending_errors()
+        try:
+            fn(*ops)
+            got, why = None, "no error: the call ran on the device"
+        except Exception as e:  # noqa: BLE001 - judged below
+            got, msg, why = e, str(e), None
+            want = classes[cls_name]
+            if not isinstance(e, want) or (cls_name == "RuntimeError" and isinstance(
+                    e, (NotImplementedError, dkt_public.HostOperandError))):
+                why = f"raised {type(e).__name__}, not {cls_name}: {msg.splitlines()[0][:300]}"
+            elif op not in msg or reason not in msg:
+                why = (f"the message does not name {op!r} and {reason!r}: "
+                       f"{msg.splitlines()[0][:300]}")
+        if why is None:
+            changed = [k for k, (o, b) in enumerate(zip(ops, before))
+                       if not torch.equal(o.cpu(), b)]
+            if changed:
+                why = f"refused, but operands {changed} were written"
+        rows.append({"sample": text, "torch_cpu": on_cpu,
+                     "raised": type(got).__name__ if got is not None else None,
+                     "ok": why is None})
+        if why is not None:
+            problems.append(f"{text}: {why}")
+    ctx.details.update(torch={"reach": name, "kind": "raises", "samples": len(made),
+                              "refusals": rows})
+    if problems:
+        raise AssertionError(f"{name} ({dtype}; torch {torch.__version__}): {len(problems)} of "
+                             f"{len(made)} refusals wrong; " + "\n".join(problems[:6]))
+    if not made:
+        raise Skip(f"{name} ({dtype}): no sample")
+
+
+def _run_draws(name, dtype, ctx):
+    """A ``draws.*`` case (``_torch_reach.Draws``): each sample's random op on
+    the device, judged without torch's generator: dtype, shape, integers in
+    [lo, hi) with each drawn, bitwise the same from the same
+    ``torch.manual_seed``, different from another seed."""
+    torch, dkt, _, _, reach = _corpus()
+    dev = _device_of(dkt, ctx)
+    gen = torch.Generator().manual_seed(ctx.seed)
+    made = reach[name].samples(torch, dtype, gen)
+    seed = ctx.seed % 2**31
+    problems, rows = [], []
+
+    def draw(fn, inputs, s):
+        torch.manual_seed(s)
+        ins = [t.to(dev) for t in inputs]
+        fn(*ins)
+        return ins[0].cpu()
+
+    for text, fn, inputs, (lo, hi) in made:
+        # (the CPU's and the device's generators as the case found them)
+        with torch.random.fork_rng(devices=[dev], device_type=dev.type):
+            a, b, c = (draw(fn, inputs, seed), draw(fn, inputs, seed), draw(fn, inputs, seed + 1))
+        want = inputs[0]
+        why = None
+        if a.dtype != want.dtype or a.shape != want.shape:
+            why = f"{a.dtype} {list(a.shape)} where the operand is {want.dtype} {list(want.shape)}"
+        elif not bool(((a >= lo) & (a < hi) & (a == a.round())).all()):
+            why = f"values outside the integers of [{lo}, {hi}): {sorted(set(a.flatten().tolist()))[:8]}"
+        elif set(a.flatten().tolist()) != set(range(lo, hi)):
+            why = f"of [{lo}, {hi}) drew only {sorted(set(a.flatten().tolist()))}"
+        elif not torch.equal(a, b):
+            why = "another result from the same torch.manual_seed"
+        elif torch.equal(a, c):
+            why = "the same result from another seed"
+        rows.append({"sample": text, "ok": why is None})
+        if why is not None:
+            problems.append(f"{text}: {why}")
+    ctx.details.update(torch={"reach": name, "kind": "draws", "samples": len(made),
+                              "draws": rows, "seed": seed})
+    if problems:
+        raise AssertionError(f"{name} ({dtype}; torch {torch.__version__}): {len(problems)} of "
+                             f"{len(made)} samples wrong; " + "\n".join(problems[:6]))
+    if not made:
+        raise Skip(f"{name} ({dtype}): no sample")
 
 
 def _up(t, torch):

@@ -161,8 +161,10 @@ CTC_CASES = {  # targets, input lengths, target lengths, zero_infinity
 def test_ctc_loss_and_its_gradient(calls, case):
     import torch.nn.functional as F
     targets, il, tl, zero_inf = CTC_CASES[case]
-    over = ".Tensor" if isinstance(il, torch.Tensor) else ""
-    seen = calls("_ctc_loss" + over, "_ctc_loss_backward" + over)
+    # length tensors (dk or CPU) are read on the host and the int[] form runs, as torch
+    # does for a plain tensor (_lower_models._ctc_loss_kernel); the .Tensor form is below
+    seen = calls("_ctc_loss", "_ctc_loss_backward", "_ctc_loss.Tensor",
+                 "_ctc_loss_backward.Tensor")
     torch.manual_seed(3)
     lp = torch.randn(12, 3, 6).log_softmax(2).detach().requires_grad_()
     lp2 = lp.detach().to(DK).requires_grad_()
@@ -178,7 +180,17 @@ def test_ctc_loss_and_its_gradient(calls, case):
         close(lp2.grad, lp.grad, f"{reduction} gradient")
         assert torch.isfinite(lp.grad).all()
         lp.grad = lp2.grad = None
-    assert seen == {"_ctc_loss" + over: 2, "_ctc_loss_backward" + over: 2}, seen
+    assert seen == {"_ctc_loss": 2, "_ctc_loss_backward": 2}, seen
+    if isinstance(il, torch.Tensor):  # the .Tensor forms, called directly with dk lengths
+        want = aten._ctc_loss.Tensor(lp.detach(), targets, il, tl)
+        got = aten._ctc_loss.Tensor(lp2.detach(), targets.to(DK), il.to(DK), tl.to(DK))
+        close(got[0], want[0], ".Tensor loss")
+        g = torch.rand_like(want[0]) + 0.5
+        want_g = aten._ctc_loss_backward.Tensor(g, lp.detach(), targets, il, tl, *want, 0)
+        got_g = aten._ctc_loss_backward.Tensor(g.to(DK), lp2.detach(), targets.to(DK), il.to(DK),
+                                               tl.to(DK), *got, 0)
+        close(got_g, want_g, ".Tensor gradient")
+        assert seen["_ctc_loss.Tensor"] == 1 and seen["_ctc_loss_backward.Tensor"] == 1, seen
 
 
 def test_ctc_loss_unbatched():

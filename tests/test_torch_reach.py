@@ -25,7 +25,7 @@ pytest.importorskip("coverage", reason="coverage_run.py --bridge needs coverage.
 import devicekit.torch  # noqa: E402,F401  (registers the dk device)
 from devicekit.conformance.case import Target, run_case  # noqa: E402
 from devicekit.conformance_tests import _torch_reach, torch_opinfo  # noqa: E402
-from devicekit.torch import _dispatch, _lower_ops, _table  # noqa: E402
+from devicekit.torch import _dispatch, _lower_models, _lower_ops, _table  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 aten = torch.ops.aten
@@ -52,8 +52,9 @@ def _run(by_id, case_id):
 def test_families_are_cases_of_the_torch_section(by_id):
     _, cases = by_id
     reach = [i for i in cases if i.split("/")[1].split(".")[0] in _torch_reach.FAMILIES]
+    least = {"refuse": 6, "draws": 2}  # (one case per refused call form; per random op and dtype)
     for fam in _torch_reach.FAMILIES:
-        assert sum(i.startswith(f"torch/{fam}.") for i in reach) >= 10, fam
+        assert sum(i.startswith(f"torch/{fam}.") for i in reach) >= least.get(fam, 10), fam
     # every bridge dtype has scalar cases; the grad kind exists for float32 entries
     for d in _torch_reach.BRIDGE_DTYPES:
         assert f"torch/scalar.add/{d}/samples" in cases, d
@@ -173,6 +174,117 @@ def test_cpu_index_tensors_of_a_dk_tensor_are_taken_as_torch_takes_them(by_id, m
     assert r["outcome"] == "error" and "expected all tensors on the same device" in r["message"], r
 
 
+def test_refusals_raise_the_documented_error_and_write_nothing(by_id):
+    """Every refuse.* case passes on cpu:0: each refused call raises its
+    documented class naming the op and the reason, operands unchanged; torch on
+    the CPU computes most of them (recorded), so they have no oracle."""
+    _, cases = by_id
+    ids = sorted(i for i in cases if i.startswith("torch/refuse."))
+    assert len(ids) >= 6 and all(i.endswith("/float32/raises") for i in ids), ids
+    computes = 0
+    for case_id in ids:
+        r = _run(by_id, case_id)
+        assert r["outcome"] == "pass", (case_id, r.get("message"))
+        rows = r["details"]["torch"]["refusals"]
+        assert rows and all(row["ok"] and row["raised"] for row in rows), (case_id, rows)
+        computes += sum(row["torch_cpu"] == "computes" for row in rows)
+    assert computes >= 10
+
+
+def test_a_refusal_of_another_class_fails_refuse(by_id, monkeypatch):
+    """x.to("meta") refused with a bare RuntimeError (the lowering before this
+    round) is not the documented UnloweredOpError."""
+    def old(fn):
+        def bad(t, **kw):
+            if kw.get("device") is not None and torch.device(kw["device"]).type == "meta":
+                raise RuntimeError("_to_copy from dk:0 to meta: devicekit.torch moves data "
+                                   "between dk devices and the CPU only")
+            return fn(t, **kw)
+        return bad
+    _replace(monkeypatch, aten._to_copy.default, old)
+    r = _run(by_id, "torch/refuse.to_other_device/float32/raises")
+    assert r["outcome"] == "fail" and "raised RuntimeError, not UnloweredOpError" in r["message"], r
+
+
+def test_a_refusal_that_writes_first_fails_refuse(by_id, monkeypatch):
+    """mul(out=) that zeroes out before it refuses a shape: refused, but written."""
+    def writes(fn):
+        def bad(a, b, *, out):
+            out.zero_()
+            return fn(a, b, out=out)
+        return bad
+    _replace(monkeypatch, aten.mul.out, writes)
+    r = _run(by_id, "torch/refuse.mul_out/float32/raises")
+    assert r["outcome"] == "fail" and "operands [2] were written" in r["message"], r
+
+
+def test_a_bridge_that_runs_decreasing_offs_fails_refuse(by_id, monkeypatch):
+    """_grouped_mm without the offs check computes something for decreasing
+    offs (torch's CPU does too: unspecified); the documented refusal is gone."""
+    def lenient(offs, groups):
+        ends = [int(e) for e in devicekit.torch._device.to_host(offs).tolist()]
+        return list(zip([0] + ends[:-1], ends))
+    monkeypatch.setattr(_lower_models, "_ends", lenient)
+    r = _run(by_id, "torch/refuse.grouped_mm/float32/raises")
+    assert r["outcome"] == "fail" and "decreasing offs: no error" in r["message"], r
+
+
+def test_draws_judge_random_without_torchs_generator(by_id, monkeypatch):
+    """draws.random_ passes on cpu:0 (range, every value, same bits from the
+    same seed), and fails a random_.from lowering that ignores ``from``, and
+    one that does not advance the device's stream (the same bits from any seed)."""
+    for d in ("float32", "int64"):
+        r = _run(by_id, f"torch/draws.random_/{d}/draws")
+        assert r["outcome"] == "pass" and len(r["details"]["torch"]["draws"]) == 3, r
+    with monkeypatch.context() as m:
+        _replace(m, getattr(aten.random_, "from"),
+                 lambda fn: lambda x, lo, hi=None, **kw: fn(x, 0, hi, **kw))
+        r = _run(by_id, "torch/draws.random_/float32/draws")
+        assert r["outcome"] == "fail" and "outside the integers of [3, 13)" in r["message"], r
+    monkeypatch.setattr(devicekit.torch._device._Rng, "take", lambda self, n: (1, 0))
+    r = _run(by_id, "torch/draws.random_/int64/draws")
+    assert r["outcome"] == "fail" and "the same result from another seed" in r["message"], r
+
+
+def test_a_host_operand_error_names_the_op_and_the_device():
+    d = torch.ones(2, 3).to("dk")
+    with pytest.raises(devicekit.torch.HostOperandError,
+                       match=r"aten::add\.Tensor on dk:0 \(DeviceKit .*\): expected all tensors "
+                             r"on the same device, got a cpu tensor of shape \[2, 3\]"):
+        d + torch.ones(2, 3)
+
+
+def test_fallback_cpu_runs_a_copy_to_meta():
+    """x.to("meta") is "not covered" (UnloweredOpError); with fallback("cpu")
+    on it runs on the CPU, its meta result left on meta (not copied to dk)."""
+    with devicekit.torch.fallback("cpu"):
+        y = torch.ones(2, 3).to("dk").to("meta", torch.float16)
+    assert y.device.type == "meta" and y.shape == (2, 3) and y.dtype == torch.float16
+
+
+def test_ctc_loss_takes_length_tensors_on_the_cpu_as_torch_does(by_id):
+    """F.ctc_loss(dk log-probs, targets, CPU lengths) was refused as a host
+    operand; torch reads length tensors on the host (LossCTC.cpp), so it runs,
+    forward and backward, and args.ctc_loss passes."""
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(3)
+    lp = torch.randn(6, 2, 5, generator=g).log_softmax(2)
+    tg, il, tl = torch.tensor([[1, 2, 2], [3, 4, 0]]), torch.tensor([6, 5]), torch.tensor([3, 2])
+    for red in ("mean", "sum", "none"):
+        a, b = lp.clone().requires_grad_(True), lp.to("dk").requires_grad_(True)
+        want, got = F.ctc_loss(a, tg, il, tl, reduction=red), F.ctc_loss(b, tg, il, tl,
+                                                                           reduction=red)
+        torch.testing.assert_close(got.cpu(), want)
+        want.sum().backward()
+        got.sum().backward()
+        torch.testing.assert_close(b.grad.cpu(), a.grad)
+    with pytest.raises(RuntimeError, match="input_lengths must be integral"):
+        F.ctc_loss(lp.to("dk"), tg, il.float(), tl)
+    for kind in ("samples", "grad"):
+        r = _run(by_id, f"torch/args.ctc_loss/float32/{kind}")
+        assert r["outcome"] == "pass" and r["details"]["torch"]["outcomes"]["pass"] == 6, r
+
+
 def test_coverage_run_bridge_measures_devicekit_torch(tmp_path):
     out = tmp_path / "cov"
     cmd = [sys.executable, os.path.join(REPO, "benchmarks", "coverage_run.py"), "--bridge",
@@ -194,3 +306,19 @@ def test_coverage_run_bridge_measures_devicekit_torch(tmp_path):
     assert (out / "bridge-html" / "index.html").exists()
     unreached = (out / "bridge-unreached.txt").read_text()
     assert "devicekit/torch/_lower_cnn.py  convolution_backward:" in unreached
+
+
+def test_coverage_run_bridge_lowering_only_keeps_every_lowering_file(tmp_path):
+    """--lowering-only traces the lowering files only (the others omitted),
+    and still reports a lowering file no case imports (_lower_dist.py), so
+    --check sees its branches as untaken."""
+    out = tmp_path / "cov"
+    cmd = [sys.executable, os.path.join(REPO, "benchmarks", "coverage_run.py"), "--bridge",
+           "--lowering-only", "--level", "core", "--jobs", "1", "-k",
+           "torch/refuse.mul_out/float32/", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=HUNG_S)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    files = json.loads((out / "bridge-summary.json").read_text())["files"]
+    assert "devicekit/torch/_device.py" not in files and "devicekit/torch/__init__.py" not in files
+    assert files["devicekit/torch/_lower_dist.py"][0] == 0 < files["devicekit/torch/_lower_dist.py"][1]
+    assert files["devicekit/torch/_lower_ops.py"][0] > 0  # mul_out ran

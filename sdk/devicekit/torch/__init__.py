@@ -48,7 +48,7 @@ from ._coverage import Coverage, Recorder, coverage, recording
 from ._device import DKTensor, device, dk_device, prefer
 from ._dispatch import clear_pending_errors, dispatch as _dispatch_op
 from ._fallback import fallback, fallback_stats, reset_fallback_stats
-from ._table import LOWERINGS
+from ._table import LOWERINGS, HostOperandError
 from .graphs import DKGraph, graph, make_graphed_callables
 from . import _lower_views, _lower_ops, _lower_nn, _lower_cnn, _lower_select, _lower_models  # noqa: F401,E501  (they fill LOWERINGS)
 from . import _autocast  # torch.autocast("dk") policy; GradScaler's ops (in LOWERINGS)
@@ -63,6 +63,7 @@ _lib = torch.library.Library("aten", "IMPL")  # kept alive: it holds the registr
 _lower_views.register_factories(_lib, _dispatch_op)
 _lower_nn.register_attention(_lib)
 _lower_cnn.register_autograd(_lib)
+_lower_models.register_autograd(_lib)  # ctc_loss with lengths on the host
 # Any other op reaching the dk backend key with no kernel (a factory torch
 # has no generic form of, such as tril_indices(device="dk:0")) comes to the
 # same dispatch, so it is decomposed, falls back or is refused by its name.
@@ -131,7 +132,8 @@ def from_torch(t):
     return t._dk
 
 
-__all__ = ["Coverage", "DKGraph", "DKTensor", "Recorder", "clear_pending_errors", "compile_stats",
-           "coverage", "device", "dk_device", "fallback", "fallback_stats", "from_torch", "graph",
+__all__ = ["Coverage", "DKGraph", "DKTensor", "HostOperandError", "Recorder",
+           "clear_pending_errors", "compile_stats", "coverage", "device", "dk_device", "fallback",
+           "fallback_stats", "from_torch", "graph",
            "lowered_ops", "make_graphed_callables", "prefer",
            "recording", "reset_compile_stats", "reset_fallback_stats", "to_torch"]

@@ -212,9 +212,10 @@ def _dispatch(func, args, kwargs):
             raise err from None
         except UnloweredOpError:
             raise
-        except HostOperandError:
-            if func not in _host_index_ops():
-                raise
+        except HostOperandError as e:
+            if func not in _host_index_ops():  # torch's error, naming the op and the device
+                raise HostOperandError(f"{_name(func)} on {_where(args) or 'dk'}{_context()}: "
+                                       f"{e}") from None
             return _dispatch(func, _indices_on_device(args), kwargs)
         except NotImplementedError as e:
             # the lowering covers some calls of the op, not this one

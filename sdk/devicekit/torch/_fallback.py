@@ -126,7 +126,7 @@ def run(func, args, kwargs):
         return x
 
     def up(x):
-        if isinstance(x, torch.Tensor):
+        if isinstance(x, torch.Tensor) and x.device.type == "cpu":  # (x.to("meta") stays meta)
             moved[1] += x.numel() * x.element_size()
             return wrap(from_host(x, device[0]))
         if isinstance(x, (list, tuple)):

@@ -317,6 +317,29 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_in
     return _ctc_forward(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
 
 
+def _ctc_loss_kernel(log_probs, targets, input_lengths, target_lengths, blank=0, reduction=1,
+                     zero_infinity=False):
+    """``aten::ctc_loss.Tensor`` (CompositeImplicitAutograd in torch) for dk
+    tensors, at torch's autograd level: the lengths read on the host and the
+    ``int[]`` form run, as torch's own kernel does for a tensor that is not a
+    subclass (LossCTC.cpp), so length tensors on the CPU beside dk
+    log-probabilities work as beside a CUDA tensor. (torch's path for a
+    subclass passes them on as tensors: ``_ctc_loss.Tensor``, then, for
+    reduction="mean", a division of the dk loss by the CPU lengths, both
+    refused as host operands.)"""
+    lengths = []
+    for name, v in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
+        if v.dtype.is_floating_point or v.dtype.is_complex or v.dtype == torch.bool:
+            raise RuntimeError(f"ctc_loss: {name} must be integral, not {v.dtype}")
+        lengths.append(v.to("cpu", torch.int64).reshape(-1).tolist())
+    return torch.ops.aten.ctc_loss.IntList(log_probs, targets, *lengths, blank, reduction,
+                                           zero_infinity)
+
+
+def register_autograd(lib):
+    lib.impl("ctc_loss.Tensor", _ctc_loss_kernel, "AutogradPrivateUse1")
+
+
 @lowers("_ctc_loss_backward.default", "_ctc_loss_backward.Tensor", kind=COMPOSITE)
 def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, nll, log_alpha,
                       blank, zero_infinity=False):

@@ -106,9 +106,10 @@ def mul_out(a, b, *, out):
     reducer scales each gradient into its bucket this way (``mul_out(bucket
     view, grad, 1 / world size)``)."""
     value = ops.mul(unwrap(a), unwrap(b))
-    if tuple(value.shape) != tuple(out.shape):
-        raise RuntimeError(f"mul.out: out has shape {list(out.shape)}, the result "
-                           f"{list(value.shape)} (devicekit.torch does not resize out)")
+    if tuple(value.shape) != tuple(out.shape):  # (torch resizes out, with a warning)
+        raise NotImplementedError(f"out has shape {list(out.shape)}, the result "
+                                  f"{list(value.shape)}, and devicekit.torch does not resize "
+                                  f"a dk tensor")
     bridge.copy_into(out._dk, value)
     return out
 lowers("min.other")(ops.minimum)

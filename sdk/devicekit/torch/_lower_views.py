@@ -239,9 +239,9 @@ def to_copy(t, *, dtype=None, layout=None, device=None, pin_memory=None, non_blo
     if device.type == "cpu":
         host = to_host(x)
         return host.to(dtype) if dtype is not None else host
-    if device.type != _device.BACKEND:
-        raise RuntimeError(f"_to_copy from {t.device} to {device}: devicekit.torch moves data "
-                           f"between dk devices and the CPU only")
+    if device.type != _device.BACKEND:  # (torch copies to any device: "meta", another backend)
+        raise NotImplementedError(f"a copy from {t.device} to {device}: devicekit.torch moves "
+                                  f"data between dk devices and the CPU only")
     target = _device.dk_device(device)
     if target is not x.device:
         x = bridge.to_device(x, target)
