@@ -238,6 +238,11 @@ CALLS = {
         # no keys at all (Lk = 0), GQA: every query sees nothing, output 0 and
         # gradient 0 (a kernel's "no visible key" path without any mask)
         "no_keys": lambda r: _sdpa(r, 1, 2, 1, 3, 0, 4, 4),
+        # an empty batch (B = 0): every output and gradient is empty, nothing to compute
+        "empty_batch": lambda r: _sdpa(r, 0, 2, 1, 3, 5, 4, 4),
+        # head dim 0 (D = 0, Dv > 0; the scale given, 1/sqrt(D) being inf): every score
+        # is 0, so each output row is the plain mean of v's rows and q, k get empty grads
+        "head_dim_0": lambda r: _sdpa(r, 1, 2, 1, 3, 5, 0, 4, scale=0.5),
         # lengths spanning several 64-query / 128-key tiles (online rescaling
         # across key tiles, the causal boundary inside and between tiles)
         "large_tiles": lambda r: _sdpa(r, 1, 2, 2, 150, 300, 16, 8),

@@ -355,10 +355,12 @@ def check_layouts(ctx, op, dtype, shape):
 #: elements: inner dims with every tail for 8- and 16-wide loops (7, 33, 65,
 #: 257), extents along an axis from 5 to 8197 (x8 steps: below and past any
 #: pairwise, blocked or per-thread split), then dims of 1 (dropped) and of 0
-#: (empty inputs and outputs).
+#: (empty inputs and outputs), each of the three dims empty in turn (an empty
+#: innermost dim is the one a kernel reducing contiguous runs sees as runs
+#: of length 0).
 AXES_SHAPES = ((3, 5, 7), (5, 17, 33), (9, 129, 65), (65, 9, 257), (3, 8197, 5), (3, 1, 33),
                (1, 17, 1))
-AXES_EMPTY = ((0, 5, 7), (3, 0, 7))
+AXES_EMPTY = ((0, 5, 7), (3, 0, 7), (3, 5, 0))
 REDUCE = ("reduce_sum", "reduce_max", "reduce_min")
 
 
