@@ -426,7 +426,7 @@ def zero_(t):
 # torch.library kernels on PrivateUse1 route them to the same dispatch.
 FACTORY_OPS = ("empty.memory_format", "empty_strided.default", "full.default", "zeros.default",
                "ones.default", "scalar_tensor.default", "arange.start_step", "arange.default",
-               "arange.start")
+               "arange.start", "eye.default", "eye.m")
 
 
 def register_factories(lib, dispatch):
@@ -451,3 +451,19 @@ def _factory_kernel(op, dispatch):
     def kernel(*args, **kwargs):
         return dispatch(op, args, kwargs)
     return kernel
+
+
+@lowers("eye.m", kind=FACTORY)
+def eye_m(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """``torch.eye(n, m, device="dk")``: row index == column index, cast to
+    the dtype (torch's own decomposition goes through ``eye.m_out`` and a
+    ``resize_`` of its output, which a dk tensor does not do)."""
+    dev = _dev(device)
+    rows = dk_ops.arange(0, int(n), 1, dtype=dk_dtype(torch.int64), device=dev).reshape([int(n), 1])
+    cols = dk_ops.arange(0, int(m), 1, dtype=dk_dtype(torch.int64), device=dev).reshape([1, int(m)])
+    return dk_ops.cast(dk_ops.eq(rows, cols), dk_dtype(dtype or torch.get_default_dtype()))
+
+
+@lowers("eye.default", kind=FACTORY)
+def eye(n, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return eye_m(n, n, dtype=dtype, device=device)
