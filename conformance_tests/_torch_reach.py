@@ -337,10 +337,9 @@ def _args(torch):
         entry("sdpa", [
             ("is_causal, scale", lambda q, k, v: F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, scale=0.3), xyz(1, 2, 4, 8)),
-            ("bool mask", lambda q, k, v, m: F.scaled_dot_product_attention(
-                q, k, v, attn_mask=m | torch.eye(4, dtype=torch.bool, device=m.device)),
+            ("bool mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
              lambda gen: [r(gen, 1, 2, 4, 8), r(gen, 1, 2, 4, 8), r(gen, 1, 2, 4, 8),
-                          mask(gen, 4, 4)]),
+                          mask(gen, 4, 4) | torch.eye(4, dtype=torch.bool)]),
             ("float mask", lambda q, k, v, m: F.scaled_dot_product_attention(
                 q, k, v, attn_mask=m), lambda gen: [r(gen, 1, 2, 4, 8), r(gen, 1, 2, 4, 8),
                                                      r(gen, 1, 2, 4, 8), r(gen, 4, 4)]),
@@ -543,6 +542,13 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
             ("native_dropout p=0", lambda a: torch.native_dropout(a, 0.0, True), x(3, 4)),
             ("sdpa dropout_p=1 (all dropped)", lambda q, k, v: F.scaled_dot_product_attention(
                 q, k, v, dropout_p=1.0), xyz(1, 2, 4, 8)),
+            # dropout on, nothing dropped (keep probability 1 - 1e-30 is 1.0,
+            # scale 1.0): the math path with a boolean mask, which must mask
+            # (-inf where False), not add True/False as 1/0 to the scores
+            ("sdpa bool mask, dropout_p=1e-30", lambda q, k, v, m: F.scaled_dot_product_attention(
+                q, k, v, attn_mask=m, dropout_p=1e-30),
+             lambda gen: [r(gen, 1, 2, 4, 8), r(gen, 1, 2, 4, 8), r(gen, 1, 2, 4, 8),
+                          mask(gen, 4, 4) | torch.eye(4, dtype=torch.bool)]),
         ], grad=False),
         entry("bits", [
             ("bitwise_and int32", lambda a, b: a & b, iij(3, 4, dtype=torch.int32)),
@@ -728,6 +734,9 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
             ("functional copy into a CPU tensor", lambda a: torch.ops.aten.copy(
                 torch.zeros(3, 4), a), x(3, 4)),
             ("lift_fresh_copy", lambda a: torch.ops.aten.lift_fresh_copy(a) + 1, x(3, 4)),
+            ("eye", lambda a: torch.eye(3, device=a.device) + a[:3, :3], x(3, 4)),
+            ("eye n, m, dtype=bool", lambda a: torch.eye(2, 5, dtype=torch.bool, device=a.device),
+             x(3, 4)),
         ], grad=False),
     ]
 
