@@ -347,6 +347,8 @@ def run(selected, jobs, build_jobs, workdir, baseline=True, target=None, pattern
         killed, first, took, _ = conformance(lib, os.path.join(mdir, "rep"), jobs, wall=wall,
                                              patterns=mine, excludes=excludes)
         widened = False
+        if sees and killed and not first.startswith(("fail ", "error ", "crash ")):
+            killed = False  # narrowed, only a failing case counts (not "selected nothing")
         if sees and not killed and not (first or "").startswith("hung"):
             # its own ops' cases did not see it: every section may (a narrow
             # pattern costs time here, never a verdict)
