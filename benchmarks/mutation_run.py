@@ -2,7 +2,8 @@
 a reference plugin?
 
     python benchmarks/mutation_run.py [--target cpu|cuda_sim] [--only NAME ...] [--kind KIND ...]
-                                      [-k PATTERN ...] [--wall SECONDS]
+                                      [-k PATTERN ...] [--wall SECONDS] [--json FILE]
+                                      [--kernel] [--narrow] [--opt FLAGS] [--max-units N]
 
 Targets: ``cpu``, the reference CPU plugin (reference_backend/cpu/src,
 mutants in benchmarks/mutants.py), and ``cuda_sim``, the reference CUDA
@@ -40,6 +41,14 @@ per-case limit (``--timeout``, 60 s here) turns the stuck case into an error
 run is interrupted (SIGINT, then SIGKILL of its process group) and the variant
 counts as killed only if its partial report already holds a failing case;
 otherwise it is listed as SURVIVED (hung), a missing never-a-hang case.
+
+The kernel check (``.ci/mutants``; docs/conformance.md "The kernel-mutant
+check"): ``--kernel`` takes every kind but NOT_KERNEL's and the target's
+KERNEL_CHECK_LEFT_OUT, and never runs KERNEL_EXCLUDE's cases; ``--narrow``
+runs each variant on its own ops' cases first (the target's SEES; there only
+a failing case kills) and on every section only if they do not kill it, the
+unpatched build on their union; ``--opt`` replaces -O2; ``--max-units N``
+leaves out, and lists, each mutant whose patch rebuilds more than N units.
 
 Collective variants can leave shared-memory segments behind (one mutant
 skips shm_unlink on purpose); after each variant the run removes the
