@@ -62,6 +62,7 @@ import glob
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -272,6 +273,13 @@ def conformance(lib, report, jobs, exitfirst=True, wall=900, patterns=(), exclud
     return killed, first, took, out[-2000:] + err[-2000:]
 
 
+def child_cpu():
+    """CPU seconds (user + system) of the finished child processes so far: a
+    variant's cost on a loaded machine, where wall time says little."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def shm_segments():
     return set(glob.glob(SHM_GLOB))
 
@@ -323,7 +331,7 @@ def run(selected, jobs, build_jobs, workdir, baseline=True, target=None, pattern
     t0 = time.monotonic()
     base_lib, base_objs = build(src, os.path.join(workdir, "obj"),
                                 os.path.join(workdir, target.lib), pool=pool, target=target)
-    print(f"built in {time.monotonic() - t0:.1f} s", flush=True)
+    print(f"built in {time.monotonic() - t0:.1f} s (cpu {child_cpu():.1f} s)", flush=True)
     if baseline:
         base_patterns = sorted({p for m in selected for p in sees[m[0]]}) if sees else patterns
         killed, first, took, tail = conformance(base_lib, os.path.join(workdir, "rep-base"), jobs,
@@ -340,7 +348,7 @@ def run(selected, jobs, build_jobs, workdir, baseline=True, target=None, pattern
             original = f.read()
         patched = apply(original, old, new, name)  # raises PatchError: stop loudly
         affected = affected_by(file)
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), child_cpu()
         try:
             with open(path, "w") as f:
                 f.write(patched)
@@ -366,10 +374,11 @@ def run(selected, jobs, build_jobs, workdir, baseline=True, target=None, pattern
                                                  wall=wall, excludes=excludes)
             took += more
         remove_orphan_segments(before)
-        results.append((name, kind, killed, first, took, built, len(affected), widened))
+        cpu = child_cpu() - c0
+        results.append((name, kind, killed, first, took, built, len(affected), widened, cpu))
         print(f"{'killed  ' if killed else 'SURVIVED'} {name:40s} {kind:10s} build {built:5.1f} s "
               f"({len(affected)} units)  conformance {took:6.1f} s{' (widened)' if widened else ''}"
-              f"  {first or ''}", flush=True)
+              f"  cpu {cpu:5.1f} s  {first or ''}", flush=True)
     return results
 
 
@@ -463,7 +472,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump([dict(zip(("name", "kind", "killed", "first_failure", "seconds", "build_s",
-                                 "units", "widened"), r))
+                                 "units", "widened", "cpu_s"), r))
                        for r in results], f, indent=1)
     return 1 if survivors else 0
 
