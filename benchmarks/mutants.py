@@ -432,3 +432,81 @@ CI_SUBSET = ["fill_int_through_double", "gather_index_equal_size_accepted", "arg
 #: that are the first net for a kernel bug; the model-shaped sections (torch,
 #: fuzz, collectives) would only make each variant's run longer.
 CI_SECTIONS = ("runtime/", "ops/", "kernels/")
+
+# ---- what each kernel mutant's code serves: the narrowed kernel check ----
+#: Case-id patterns (mutation_run.py -k) of the ops whose kernels run the
+#: patched code, for the kernel check (mutation_run.py --kernel --narrow,
+#: .ci/mutants): "/erf/" selects ops/erf/, kernels/erf/, fuzz/erf/,
+#: autograd/erf/ alike. Each names the op or kernel the patch is in (read off
+#: the patched function), never a case known to kill; a mutant the narrowed
+#: run does not kill is rerun on every kernel section before it counts as
+#: survived, so a pattern too narrow costs time, never a verdict.
+_ELEMENTWISE = tuple(f"/{op}/" for op in (
+    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "erf",
+    "floor", "sign", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt",
+    "le", "logical_and", "logical_or", "logical_xor", "logical_not", "where"))
+_PREDICATES = ("/eq/", "/ne/", "/lt/", "/le/", "/logical_and/", "/logical_or/", "/logical_xor/",
+               "/logical_not/")
+_REDUCE = ("/reduce_sum/", "/reduce_max/", "/reduce_min/", "/argmax/", "/mean/", "/var/")
+_SDPA = ("sdpa", "scaled_dot_product_attention")
+_NORMS = ("rms_norm", "layer_norm")
+_INVALID = ("/invalid/", "errors/")
+SEES = {
+    **{m: ("/cast/",) for m in (
+        "half_round_half_up", "bf16_round_half_up", "bf16_nan_truncated",
+        "half_overflow_saturates", "half_subnormal_flush", "double_to_half_twice_rounded",
+        "float_to_int_rounds", "int_to_float32_via_double_float")},
+    "fill_through_float32": ("/fill/",), "fill_int_through_double": ("/fill/",),
+    "half_store_drops_lsb": _ELEMENTWISE, "abs_keeps_neg_zero": ("/abs/",),
+    "erf_cheap_approximation": ("/erf/",), "rsqrt_in_float": ("/rsqrt/",),
+    "exp_float64_in_float32": ("/exp/",), "tanh_early_saturation": ("/tanh/",),
+    "sign_keeps_neg_zero": ("/sign/",), "maximum_ignores_zero_sign": ("/maximum/", "/minimum/"),
+    "maximum_drops_nan_a": ("/maximum/", "/minimum/"), "le_as_not_gt": ("/le/",),
+    "bool_true_is_0xff": _PREDICATES, "div_by_reciprocal": ("/div/",), "pow_via_exp_log": ("/pow/",),
+    "odometer_carry_ignores_inner": _ELEMENTWISE, "elementwise_chunk_drops_last": _ELEMENTWISE,
+    "elementwise_chunk_capped": _ELEMENTWISE, "copy_odometer_rewind": ("/copy/", "/cast/"),
+    **{m: _REDUCE for m in (
+        "sum_pairwise_drops_one", "reduce_tail_skips_last", "max_nan_lost_in_vector_loop",
+        "reduce_ragged_tail_unwritten", "int_max_identity_zero", "reduce_axes_beyond_rank_accepted",
+        "sum_lanes_not_pairwise", "reduce_columns_long_running_sums")},
+    "argmax_last_tie": ("/argmax/",), "argmax_ignores_nan": ("/argmax/",),
+    "cumsum_half_accumulates_in_half": ("/cumsum/",),
+    "iota_float_in_float32": ("/iota/",), "iota_row_offset_int": ("/iota/",),
+    **{m: ("/gather/", "/scatter_add/", "/embedding/", "/cross_entropy/") for m in (
+        "gather_index_equal_size_accepted", "scatter_add_ignores_x",
+        "gather_row_ignores_index_stride", "scatter_add_row_ignores_src_stride",
+        "index_int32_accepted", "scatter_src_shape_unchecked", "gather_negative_index_accepted",
+        "gather_row_copy_ignores_table_stride", "gather_index_read_as_int32")},
+    **{m: ("/matmul/", "/linear/") for m in (
+        "gemm_second_k_block_overwrites", "gemm_direct_a_rows_kc_apart",
+        "gemm_pack_transposed_a_first_strip", "gemm_k_block_drops_one",
+        "gemm_cols_skips_row_block_edge", "gemm_int32_wraps_at_16_bits", "matmul_batch_capped",
+        "matmul_out_batch_dims_unchecked", "gemm_empty_early_return",
+        "gemm_half_accumulates_in_half")},
+    **{m: ("rng/", "/random_", "/dropout/") for m in (
+        "philox_nine_rounds", "uniform_half_wrong_bits", "random_counter_32_bits")},
+    **{m: _SDPA for m in (
+        "sdpa_backward_dots_drop_last_dim", "sdpa_backward_causal_sees_one_more",
+        "attention_no_online_rescale", "attention_causal_strict", "attention_causal_kend_short",
+        "attention_q_rows_dense", "attention_k_rows_dense", "attention_v_rows_dense",
+        "attention_accepts_strided_rows", "attention_additive_mask_first_key_tile",
+        "attention_without_max_subtraction")},
+    "gelu_grad_drops_cubic_factor": ("gelu",), "gelu_erf_grad_sign": ("gelu",),
+    "gelu_chunks_read_the_first": ("gelu",),
+    "norm_eps_outside_sqrt": _NORMS, "layer_norm_unbiased_variance": ("layer_norm",),
+    "layer_norm_bias_needs_weight": ("layer_norm",), "layer_norm_one_pass_variance": ("layer_norm",),
+    "norm_backward_dbias_needs_dweight": ("layer_norm_backward", "/layer_norm/"),
+    "norm_streaming_tail_unwritten": _NORMS,
+    "softmax_max_from_first_lanes": ("softmax",), "softmax_without_max_subtraction": ("softmax",),
+    # argument rules shared by every kernel (kernel_common.h) and the views'
+    # bounds check every kernel call makes (plugin_runtime.hpp)
+    "same_dtype_checks_size_only": _INVALID, "axis_negative_accepted": _INVALID,
+    "view_bounds_ignore_offset": _INVALID,
+}
+#: Kernel mutants the kernel check (--kernel) leaves out, and why: the full
+#: mutation run keeps them.
+KERNEL_CHECK_LEFT_OUT = {
+    m: "killed only by the huge_2g cases (2**31 elements: GiBs of memory, minutes of CPU), "
+       "which the kernel check does not run"
+    for m in ("gather_index_read_as_int32", "iota_row_offset_int")
+}

@@ -75,3 +75,24 @@ MUTANTS = [
 #: few units; a plugin_half.h mutant rebuilds them all).
 CI_SUBSET = ["matmul_no_barrier_before_restage", "warp_sum_one_step_short",
              "gather_negative_index_accepted"]
+
+#: Case-id patterns of the ops whose kernels run each mutant's code, for the
+#: narrowed kernel check (mutants.SEES says how they are chosen and used).
+_ROWS = ("rms_norm", "layer_norm", "softmax")  # the block-per-row kernels of fused_device.h
+_SDPA = ("sdpa", "scaled_dot_product_attention")
+_REDUCE = ("/reduce_sum/", "/reduce_max/", "/reduce_min/", "/argmax/", "/mean/", "/var/")
+SEES = {
+    "matmul_no_barrier_before_restage": ("/matmul/", "/linear/"),
+    "matmul_no_barrier_after_stage": ("/matmul/", "/linear/"),
+    "matmul_k_tail_read_past_end": ("/matmul/", "/linear/"),
+    "block_reduce_no_barrier_before_reuse": _ROWS, "warp_sum_one_step_short": _ROWS,
+    "fused_max_keeps_first_on_nan": _ROWS + _SDPA,
+    "attention_tile_overwritten_while_read": _SDPA, "attention_causal_tile_cut_one_short": _SDPA,
+    "reduce_warp_results_unsynced": _REDUCE, "reduce_shuffle_from_16_only": _REDUCE,
+    "norm_eps_outside_sqrt": ("rms_norm", "layer_norm"), "softmax_max_not_subtracted": ("softmax",),
+    "bf16_round_half_up": ("/cast/",), "half_round_half_up": ("/cast/",),
+    "bf16_nan_not_quieted": ("/cast/",),
+    "gather_negative_index_accepted": ("/gather/", "/scatter_add/", "/embedding/",
+                                       "/cross_entropy/"),
+    "philox_round_key_typo": ("rng/", "/random_", "/dropout/"),
+}

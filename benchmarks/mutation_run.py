@@ -2,7 +2,8 @@
 a reference plugin?
 
     python benchmarks/mutation_run.py [--target cpu|cuda_sim] [--only NAME ...] [--kind KIND ...]
-                                      [-k PATTERN ...] [--wall SECONDS]
+                                      [-k PATTERN ...] [--wall SECONDS] [--json FILE]
+                                      [--kernel] [--narrow] [--opt FLAGS] [--max-units N]
 
 Targets: ``cpu``, the reference CPU plugin (reference_backend/cpu/src,
 mutants in benchmarks/mutants.py), and ``cuda_sim``, the reference CUDA
@@ -41,6 +42,14 @@ run is interrupted (SIGINT, then SIGKILL of its process group) and the variant
 counts as killed only if its partial report already holds a failing case;
 otherwise it is listed as SURVIVED (hung), a missing never-a-hang case.
 
+The kernel check (``.ci/mutants``; docs/conformance.md "The kernel-mutant
+check"): ``--kernel`` takes every kind but NOT_KERNEL's and the target's
+KERNEL_CHECK_LEFT_OUT, and never runs KERNEL_EXCLUDE's cases; ``--narrow``
+runs each variant on its own ops' cases first (the target's SEES; there only
+a failing case kills) and on every section only if they do not kill it, the
+unpatched build on their union; ``--opt`` replaces -O2; ``--max-units N``
+leaves out, and lists, each mutant whose patch rebuilds more than N units.
+
 Collective variants can leave shared-memory segments behind (one mutant
 skips shm_unlink on purpose); after each variant the run removes the
 reference plugin's segments (/dev/shm/dkcpu-coll-<pid>-...) that appeared
@@ -53,6 +62,7 @@ import glob
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -99,6 +109,20 @@ TARGETS = {
 
 #: Kinds whose bugs one section alone can see: its case-id patterns (-k).
 SECTIONS = {"collectives": ("collectives/",), "graphs": ("graphs/",)}
+#: Kinds whose bugs are not in kernel code: left out of the kernel check
+#: (--kernel), which is what .ci/mutants runs; the full run keeps them.
+NOT_KERNEL = {
+    "runtime": "the runtime contract (streams, events, memory statistics), not a kernel",
+    "collectives": "the communicators (collectives.cpp), not a kernel; the collectives/ "
+                   "section sees them, with multi-process ranks and timeouts",
+    "graphs": "capture and replay (graphs.cpp), not a kernel; the graphs/ section sees them",
+}
+#: Cases the kernel check never runs: the torch bridge (a layer above the
+#: plugin, and the suite's costliest section), the non-kernel sections, and
+#: the tensors past 2**31 elements (GiBs of memory, minutes of CPU each).
+KERNEL_EXCLUDE = ("torch/", "collectives/", "graphs/", "huge_2g")
+#: The compile flags of every unit (--opt replaces them; COMMON's -O2 is the default).
+OPT = []
 #: The per-case limit the suite applies (conformance --timeout).
 CASE_TIMEOUT_S = 60
 SHM_GLOB = "/dev/shm/dkcpu-coll-*"
@@ -162,7 +186,7 @@ def compile_unit(src, unit, obj, fast=True, target=None):
         cmd += ["-x", "c++"]  # a SIMT kernel file: the host compiler builds the emulated kernels
     # DKCPU_FAST as CMakeLists.txt's DEVICEKIT_CPU_FAST sets it
     # -I{src} first: a copy of the shared headers in src/devicekit/ (run()) wins
-    cmd += [f"-I{src}", *COMMON, *(f.format(src=src) for f in target.flags),
+    cmd += [f"-I{src}", *COMMON, *OPT, *(f.format(src=src) for f in target.flags),
             f"-DDKCPU_FAST={int(fast)}",
             "-c", os.path.join(src, unit), "-o", obj]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -196,13 +220,15 @@ def build(src, objdir, libpath, only=None, base_objs=None, pool=None, fast=True,
     return link([objs[u] for u in units(src, fast, target)], libpath, target), objs
 
 
-def conformance(lib, report, jobs, exitfirst=True, wall=900, patterns=()):
+def conformance(lib, report, jobs, exitfirst=True, wall=900, patterns=(), excludes=()):
     """Runs the suite on lib; returns (killed, first failure, seconds, output tail).
     killed: the report lists a fail/error/crash case (see the module docstring)."""
     cmd = [sys.executable, "-m", "devicekit", "conformance", "--plugin", lib, "--jobs", str(jobs),
            "--report", report, "--timeout", str(CASE_TIMEOUT_S)]
     for pat in patterns:
         cmd += ["-k", pat]
+    for pat in excludes:
+        cmd += ["--exclude", pat]
     if exitfirst:
         cmd.append("--exitfirst")
     start = time.monotonic()
@@ -247,6 +273,13 @@ def conformance(lib, report, jobs, exitfirst=True, wall=900, patterns=()):
     return killed, first, took, out[-2000:] + err[-2000:]
 
 
+def child_cpu():
+    """CPU seconds (user + system) of the finished child processes so far: a
+    variant's cost on a loaded machine, where wall time says little."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def shm_segments():
     return set(glob.glob(SHM_GLOB))
 
@@ -271,7 +304,11 @@ def remove_orphan_segments(before):
             pass
 
 
-def run(selected, jobs, build_jobs, workdir, baseline=True, target=None, patterns=(), wall=900):
+def run(selected, jobs, build_jobs, workdir, baseline=True, target=None, patterns=(), wall=900,
+        sees=None, excludes=(), max_units=None):
+    """sees: {mutant: its case-id patterns} (--narrow): each variant runs its
+    own patterns first and, if not killed, every section but `excludes`
+    before it counts as survived; the unpatched build runs their union."""
     target = target or TARGETS["cpu"]
     src = os.path.join(workdir, "src")
     shutil.copytree(target.src, src)
@@ -279,13 +316,27 @@ def run(selected, jobs, build_jobs, workdir, baseline=True, target=None, pattern
     # a mutant may name "devicekit/plugin_half.h" like one of the plugin's files.
     shutil.copytree(os.path.join(INCLUDE, "devicekit"), os.path.join(src, "devicekit"))
     deps = includes(src)
+
+    def affected_by(file):
+        return {u for u in units(src, target=target) if u == file or file in deps.get(u, ())}
+    if max_units is not None:
+        wide = [(m[0], len(affected_by(m[1])), m[1]) for m in selected
+                if len(affected_by(m[1])) > max_units]
+        for name, n, file in wide:
+            print(f"left out (its patch of {file} rebuilds {n} units > --max-units "
+                  f"{max_units}): {name}", flush=True)
+        selected = [m for m in selected if m[0] not in {w[0] for w in wide}]
     pool = futures.ThreadPoolExecutor(max_workers=build_jobs)
     print(f"building the unpatched {target.name} plugin in {workdir} ...", flush=True)
+    t0 = time.monotonic()
     base_lib, base_objs = build(src, os.path.join(workdir, "obj"),
                                 os.path.join(workdir, target.lib), pool=pool, target=target)
+    print(f"built in {time.monotonic() - t0:.1f} s (cpu {child_cpu():.1f} s)", flush=True)
     if baseline:
+        base_patterns = sorted({p for m in selected for p in sees[m[0]]}) if sees else patterns
         killed, first, took, tail = conformance(base_lib, os.path.join(workdir, "rep-base"), jobs,
-                                                exitfirst=True, wall=wall, patterns=patterns)
+                                                exitfirst=True, wall=wall, patterns=base_patterns,
+                                                excludes=excludes)
         if killed or first:
             raise SystemExit(f"the unpatched build does not pass conformance ({first}); "
                              f"a mutation run needs a passing baseline:\n{tail}")
@@ -296,7 +347,8 @@ def run(selected, jobs, build_jobs, workdir, baseline=True, target=None, pattern
         with open(path) as f:
             original = f.read()
         patched = apply(original, old, new, name)  # raises PatchError: stop loudly
-        affected = {u for u in units(src, target=target) if u == file or file in deps.get(u, ())}
+        affected = affected_by(file)
+        t0, c0 = time.monotonic(), child_cpu()
         try:
             with open(path, "w") as f:
                 f.write(patched)
@@ -306,20 +358,34 @@ def run(selected, jobs, build_jobs, workdir, baseline=True, target=None, pattern
         finally:
             with open(path, "w") as f:
                 f.write(original)
+        built = time.monotonic() - t0
         before = shm_segments()
+        mine = sees[name] if sees else patterns
         killed, first, took, _ = conformance(lib, os.path.join(mdir, "rep"), jobs, wall=wall,
-                                             patterns=patterns)
+                                             patterns=mine, excludes=excludes)
+        widened = False
+        if sees and killed and not first.startswith(("fail ", "error ", "crash ")):
+            killed = False  # narrowed, only a failing case counts (not "selected nothing")
+        if sees and not killed and not (first or "").startswith("hung"):
+            # its own ops' cases did not see it: every section may (a narrow
+            # pattern costs time here, never a verdict)
+            widened = True
+            killed, first, more, _ = conformance(lib, os.path.join(mdir, "rep-wide"), jobs,
+                                                 wall=wall, excludes=excludes)
+            took += more
         remove_orphan_segments(before)
-        results.append((name, kind, killed, first, took))
-        print(f"{'killed  ' if killed else 'SURVIVED'} {name:40s} {kind:10s} {took:6.1f} s  "
-              f"{first or ''}", flush=True)
+        cpu = child_cpu() - c0
+        results.append((name, kind, killed, first, took, built, len(affected), widened, cpu))
+        print(f"{'killed  ' if killed else 'SURVIVED'} {name:40s} {kind:10s} build {built:5.1f} s "
+              f"({len(affected)} units)  conformance {took:6.1f} s{' (widened)' if widened else ''}"
+              f"  cpu {cpu:5.1f} s  {first or ''}", flush=True)
     return results
 
 
 def summary(results):
     killed = sum(r[2] for r in results)
     kinds = {}
-    for _, kind, k, _, _ in results:
+    for _, kind, k, *_ in results:
         a = kinds.setdefault(kind, [0, 0])
         a[0] += k
         a[1] += 1
@@ -349,6 +415,16 @@ def main(argv=None):
     ap.add_argument("--wall", type=float, default=900,
                     help="wall-clock limit of one variant's conformance run, in seconds "
                          "(default 900; a safety net, not a verdict: see the docstring)")
+    ap.add_argument("--kernel", action="store_true",
+                    help="the kernel check: every mutant but the kinds in NOT_KERNEL, each run "
+                         "on every section but KERNEL_EXCLUDE (.ci/mutants)")
+    ap.add_argument("--narrow", action="store_true",
+                    help="each mutant runs its own ops' cases first (the target's SEES) and every "
+                         "section only if they do not kill it")
+    ap.add_argument("--opt", help="compile flags replacing -O2, e.g. -O1 (the unpatched "
+                                  "build must still pass: run with the baseline)")
+    ap.add_argument("--max-units", type=int,
+                    help="leave out (and list) the mutants whose patch rebuilds more units")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip checking that the unpatched build passes (CI: the installed "
@@ -360,26 +436,43 @@ def main(argv=None):
     unknown = set(args.only) - names
     if unknown:
         ap.error(f"unknown mutants: {sorted(unknown)}")
+    if args.opt:
+        OPT[:] = args.opt.split()
+        COMMON[:] = [f for f in COMMON if not f.startswith("-O")]
+    left_out = getattr(__import__(target.mutants_module), "KERNEL_CHECK_LEFT_OUT", {})
+    if args.kernel:
+        for kind, why in NOT_KERNEL.items():
+            left = [m[0] for m in MUTANTS if m[4] == kind]
+            if left:
+                print(f"left out ({kind}: {why}): {', '.join(left)}", flush=True)
+        for name, why in left_out.items():
+            print(f"left out ({why}): {name}", flush=True)
     selected = [m for m in MUTANTS if (not args.only or m[0] in args.only)
                 and (not args.kind or m[4] in args.kind)
+                and (not args.kernel or (m[4] not in NOT_KERNEL and m[0] not in left_out))
                 and (args.headers is None or (m[1].endswith(".h") == (args.headers == "only")))]
     patterns = args.patterns
     if not patterns and selected and all(m[4] in SECTIONS for m in selected):
         patterns = sorted({p for m in selected for p in SECTIONS[m[4]]})
-    if patterns:
+    sees = __import__(target.mutants_module).SEES if args.narrow else None
+    if sees and args.patterns:
+        ap.error("--narrow takes each mutant's patterns from SEES: no -k with it")
+    excludes = KERNEL_EXCLUDE if args.kernel else ()
+    if patterns and not sees:
         print(f"conformance cases: -k {' -k '.join(patterns)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="dk-mutants-") as tmp:
         workdir = args.workdir or tmp
         try:
             results = run(selected, args.jobs, args.build_jobs, workdir, not args.no_baseline,
-                          target, patterns, args.wall)
+                          target, patterns, args.wall, sees, excludes, args.max_units)
         except PatchError as e:
             print(f"mutation run: error: {e}", file=sys.stderr)
             return 2
     survivors = summary(results)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([dict(zip(("name", "kind", "killed", "first_failure", "seconds"), r))
+            json.dump([dict(zip(("name", "kind", "killed", "first_failure", "seconds", "build_s",
+                                 "units", "widened", "cpu_s"), r))
                        for r in results], f, indent=1)
     return 1 if survivors else 0
 

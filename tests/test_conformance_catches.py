@@ -540,3 +540,33 @@ def test_composite_needs_are_the_recorded_launches():
     assert recorded == composites.NEEDS, {k: (sorted(recorded[k] ^ composites.NEEDS.get(k, set())))
                                           for k in recorded if recorded[k] != composites.NEEDS.get(k)}
     assert {"copy", "fill"} <= composites.NEEDS["scaled_dot_product_attention"]
+
+
+def test_kernel_check_narrows_every_kernel_mutant_to_cases_that_exist():
+    """The kernel check (.ci/mutants: mutation_run.py --kernel --narrow) runs
+    each kernel mutant first on the cases of the ops its patch is in
+    (mutants.SEES, mutants_cuda.SEES): every mutant of a kernel kind has its
+    patterns, every mutant left out is named with a reason, and every pattern
+    selects cases the check runs (one selecting none would only cost the
+    widened rerun, but would mean a wrong table)."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import mutants
+        import mutants_cuda
+        import mutation_run
+    finally:
+        sys.path.pop(0)
+    assert set(mutation_run.NOT_KERNEL) <= {m[4] for m in mutants.MUTANTS}  # real kinds
+    patterns = set()
+    for module in (mutants, mutants_cuda):
+        kernel = {m[0] for m in module.MUTANTS if m[4] not in mutation_run.NOT_KERNEL}
+        assert set(module.SEES) == kernel, set(module.SEES) ^ kernel
+        left_out = getattr(module, "KERNEL_CHECK_LEFT_OUT", {})
+        assert set(left_out) <= kernel and all(left_out.values())
+        patterns |= {p for pats in module.SEES.values() for p in pats}
+    listed = conformance("--device", "cpu:0", "--list")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    ids = [i for i in listed.stdout.split()
+           if "/" in i and not any(x in i for x in mutation_run.KERNEL_EXCLUDE)]
+    assert len(ids) > 5000
+    assert not [p for p in patterns if not any(p in i for i in ids)]
