@@ -37,7 +37,8 @@ views the case builds itself (``_raw``):
   elements (:data:`MATMUL_WIDENED`).
 - ``kernels/<op>/<dtype>/axes`` for gather, scatter_add: every axis of each
   :data:`INDEX_SHAPES` x, a dense index and (with DK_KERNEL_CAP_STRIDED) an
-  embedding's index, one id per row with stride 0 along it.
+  embedding's index, one id per row with stride 0 along it, from a dense x and
+  from an x whose rows are every other element (stride 2 along the last dim).
 - ``kernels/<op>/<dtype>/inplace``: for every kernel that declares
   DK_KERNEL_CAP_INPLACE ("out[0] may alias in[0] exactly"), each declared
   dtype whose output has input 0's dtype: the call made with output 0 being
@@ -561,10 +562,14 @@ def _index_calls(op, dtype, rng, strided):
         for axis in range(3):
             isz = tuple(d + 2 if k == axis else d for k, d in enumerate(xs))
             rows = strided and axis != 2 and xs[2] > 0  # one index per row, stride 0 along it
-            for layout in ("dense", "rows") if rows else ("dense",):
+            for layout in ("dense", "rows", "rows_strided_x") if rows else ("dense",):
                 x = rand(dtype, xs, rng)
+                x_in, x_view = x, (xs, None, 0)
+                if layout == "rows_strided_x":  # a table whose rows are every other element
+                    x_in = rand(dtype, xs[:2] + (2 * xs[2],), rng)
+                    x, x_view = x_in[..., ::2], (xs, [xs[1] * 2 * xs[2], 2 * xs[2], 2], 0)
                 hi = max(xs[axis], 1)
-                if layout == "rows":
+                if layout != "dense":
                     ids = rng.integers(0, hi, size=isz[:2] + (1,)).astype(np.int64)
                     idx, idx_view = np.broadcast_to(ids, isz), (isz, [isz[1], 1, 0], 0)
                 else:
@@ -572,8 +577,8 @@ def _index_calls(op, dtype, rng, strided):
                     idx_view = (isz, None, 0)
                 if xs[axis] == 0 and idx.size:
                     continue  # every index out of range: an invalid call
-                views = [(xs, None, 0), idx_view]
-                ins = [(x, dtype), (ids, "int64")]
+                views = [x_view, idx_view]
+                ins = [(x_in, dtype), (ids, "int64")]
                 if op == "gather":
                     want, n, scale = O.gather(x, axis, idx), None, None
                     out.append((axis, layout, ins, views, isz, want, n, scale))
@@ -592,7 +597,8 @@ def _index_calls(op, dtype, rng, strided):
 def check_index_axes(ctx, op, dtype, shape):
     """gather / scatter_add along every axis of each INDEX_SHAPES x (the index
     2 longer along it), with a dense index and, with DK_KERNEL_CAP_STRIDED,
-    an embedding's index (one id per row, stride 0 along the last dim)."""
+    an embedding's index (one id per row, stride 0 along the last dim), from
+    a dense x and from one with stride 2 along its last dim."""
     strided = bool(_rules.caps_of(ctx.target, op) & _rules.CAPS["STRIDED"])
     for axis, layout, ins, views, out_shape, want, n, scale in _index_calls(
             op, dtype, ctx.rng(), strided):
