@@ -80,6 +80,25 @@ def test_scaffolded_plugin_reports_its_untaken_branches(cov_build, tmp_path):
     assert "src/kernels.c" in table
 
 
+def test_a_worker_stopped_at_its_timeout_keeps_its_counters(cov_build, tmp_path):
+    """Every case runs past a 1 µs --timeout, so every worker is stopped
+    (SIGTERM, then SIGKILL) and none exits normally: the counters in the
+    report were written by <devicekit/plugin_coverage.h>'s handler, which the
+    scaffold includes under PLUGIN_COVERAGE. Without it the run has none."""
+    project, build, lib = cov_build
+    r = conformance("--plugin", lib, "--coverage", build, "-k", "ops/add/float32/", "--jobs", "1",
+                    "--timeout", "0.000001", "--report", tmp_path / "rep")
+    assert r.returncode == 1, r.stdout + r.stderr
+    rep = json.loads((tmp_path / "rep" / "report.json").read_text())
+    outcomes = {c["outcome"] for c in rep["cases"]}
+    assert outcomes == {"error"} and all(c["message"].startswith("timed out")
+                                         for c in rep["cases"]), outcomes
+    cov = rep["coverage"]
+    assert "error" not in cov, cov
+    lc, lt = cov["lines"]
+    assert lc > 0, cov  # Plugin_Initialize and device setup ran in each stopped worker
+
+
 def test_coverage_of_a_folder_without_a_coverage_build_is_a_usage_error(tmp_path):
     r = conformance("--device", "cpu:0", "--coverage", tmp_path, "--op", "add")
     assert r.returncode == 2
@@ -145,3 +164,40 @@ def test_kernel_patterns_name_existing_files():
                  for d, _, names in os.walk(REPO / src) for f in names]
         kernels = [f for f in files if re.search(coverage_run.KERNELS[target], f)]
         assert any(f.startswith("kernels") for f in kernels), (target, kernels)
+
+
+FLUSHED = r"""
+#include <stdio.h>
+#include <unistd.h>
+%s
+int main(int argc, char** argv) {
+  (void)argv;
+  if (argc > 1) puts("a branch");
+  puts("ready");
+  fflush(stdout);
+  for (;;) pause();
+}
+"""
+
+
+@pytest.mark.parametrize("lang", ["c", "c++"])
+@pytest.mark.parametrize("header", [True, False])
+def test_plugin_coverage_header_writes_the_counters_at_sigterm(tmp_path, lang, header):
+    """<devicekit/plugin_coverage.h> in a --coverage build: SIGTERM writes the
+    .gcda file and still ends the process by SIGTERM; without it, no counters."""
+    compiler = _find_c_compiler() if lang == "c" else shutil.which("c++")
+    if compiler is None or shutil.which("gcc") is None:
+        pytest.skip("needs gcc (its libgcov) and a C/C++ compiler")
+    src = tmp_path / "prog.c"
+    src.write_text(FLUSHED % ("#include <devicekit/plugin_coverage.h>" if header else ""))
+    exe = tmp_path / "prog"
+    flags = ["-std=c99"] if lang == "c" else ["-x", "c++"]
+    r = subprocess.run([compiler, *flags, "-Wall", "-Wextra", "-Werror", "--coverage", "-O1",
+                        f"-I{REPO / 'device_api' / 'include'}", str(src), "-o", str(exe)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    proc = subprocess.Popen([str(exe)], stdout=subprocess.PIPE, cwd=tmp_path)
+    assert proc.stdout.readline().strip() == b"ready"
+    proc.terminate()
+    assert proc.wait(timeout=60) == -15
+    assert bool(list(tmp_path.glob("*.gcda"))) == header

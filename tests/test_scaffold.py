@@ -45,6 +45,7 @@ EXPECTED_TREE = {
     "include/devicekit/plugin_runtime.hpp",
     "include/devicekit/plugin_half.h",
     "include/devicekit/plugin_philox.h",
+    "include/devicekit/plugin_coverage.h",
     "pyproject.toml",
     "python/devicekit_acme/__init__.py",
     "src/api.c",

@@ -71,3 +71,43 @@ def test_a_worker_that_already_died_is_reaped_without_error():
     proc = _spawn("import sys; sys.exit(3)")
     proc.wait()
     assert _workers.finish(proc, last=b"quit\n", timeout=5) == 3
+
+
+# A worker that, on SIGTERM, writes a file named by its argument and exits 143
+# (as a coverage build's handler writes its counters): stdin is ignored.
+TERM_WRITER = ("import signal, sys, time\n"
+               "def on_term(sig, frame):\n"
+               "    open(sys.argv[1], 'w').write('counters')\n"
+               "    sys.exit(143)\n"
+               "signal.signal(signal.SIGTERM, on_term)\n"
+               "print('ready', flush=True)\n"
+               "time.sleep(600)\n")
+
+
+def test_grace_sends_sigterm_first_and_waits_for_the_worker(tmp_path):
+    out = tmp_path / "counters"
+    proc = _workers.spawn([sys.executable, "-c", TERM_WRITER, str(out)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"ready"
+    assert _workers.finish(proc, now=True, grace=60) == 143
+    assert out.read_text() == "counters"
+
+
+def test_grace_ends_in_sigkill_for_a_worker_that_ignores_sigterm():
+    proc = _spawn("import signal, time\n"
+                  "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                  "print('ready', flush=True)\n"
+                  "time.sleep(600)\n")
+    assert proc.stdout.readline().strip() == b"ready"
+    t0 = time.monotonic()
+    assert _workers.finish(proc, now=True, grace=0.5) == -9
+    assert time.monotonic() - t0 < 300
+
+
+def test_without_grace_no_sigterm_is_sent(tmp_path):
+    out = tmp_path / "counters"
+    proc = _workers.spawn([sys.executable, "-c", TERM_WRITER, str(out)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"ready"
+    assert _workers.finish(proc, now=True) == -9
+    assert not out.exists()

@@ -30,10 +30,11 @@ FIRST_DEVICEKIT = _op_facts.FIRST_DEVICEKIT
 # What a project vendors: the device API (device_api.h and its generated op
 # part, device_api_ops.h), the plugin helpers (plugin_helpers.h and the parts
 # it includes) and the shared plugin runtime (plugin_runtime.h, its C++ part
-# plugin_runtime.hpp, plugin_half.h, plugin_philox.h).
+# plugin_runtime.hpp, plugin_half.h, plugin_philox.h) and plugin_coverage.h
+# (a coverage build's counters kept when a worker is stopped).
 HEADERS = ("device_api.h", "device_api_ops.h", "plugin_helpers.h", "plugin_helpers_ops.h",
            "plugin_errors.h", "plugin_views.h", "plugin_check_call.h", "plugin_runtime.h",
-           "plugin_runtime.hpp", "plugin_half.h", "plugin_philox.h")
+           "plugin_runtime.hpp", "plugin_half.h", "plugin_philox.h", "plugin_coverage.h")
 
 
 class ApiTargetError(DeviceKitError):

@@ -42,8 +42,23 @@ def spawn(cmd, **popen_args):
     return subprocess.Popen(cmd, start_new_session=True, **popen_args)
 
 
-def kill(proc):
-    """SIGKILL to ``proc``'s process group (it leads one: :func:`spawn`)."""
+#: Seconds a worker stopped at its case's timeout gets between SIGTERM and
+#: SIGKILL. A plain worker dies at SIGTERM at once; a plugin's coverage build
+#: writes its counters first (<devicekit/plugin_coverage.h>), so a run's
+#: coverage does not depend on which cases timed out.
+TERM_GRACE_S = 10.0
+
+
+def kill(proc, grace=0.0):
+    """SIGKILL to ``proc``'s process group (it leads one: :func:`spawn`).
+    With ``grace`` > 0, SIGTERM first, and up to ``grace`` seconds for
+    ``proc`` to exit before the SIGKILL (which still goes to the group)."""
+    if grace > 0:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace)
+        except (subprocess.TimeoutExpired, OSError):
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):  # gone already (or reaped: pid reused)
@@ -52,13 +67,14 @@ def kill(proc):
         proc.kill()
 
 
-def finish(proc, *, last=None, timeout=30, now=False):
+def finish(proc, *, last=None, timeout=30, now=False, grace=0.0):
     """End ``proc``, a worker reading requests on its stdin: write ``last``
     (bytes, e.g. a quit request) if given, close stdin and wait up to
     ``timeout`` seconds for it to exit; :func:`kill` it (its whole group)
-    if it does not, or at once with ``now``. Returns its exit status."""
+    if it does not, or at once with ``now`` (SIGTERM and ``grace`` seconds
+    first, see :func:`kill`). Returns its exit status."""
     if now:
-        kill(proc)
+        kill(proc, grace)
     else:
         try:
             if last:

@@ -4,7 +4,7 @@ Each of ``jobs`` slots owns one worker and takes the next case from the shared
 list. A worker that dies mid-case (segfault, abort, exit) gives that case the
 outcome ``crash`` with its signal and stderr tail, and the slot starts a fresh
 worker for the next case. A case that exceeds ``timeout`` s is an ``error``
-(its worker is killed and replaced). Results are keyed by case id, so the
+(its worker is stopped, SIGTERM and then SIGKILL, and replaced). Results are keyed by case id, so the
 report's order and content do not depend on scheduling. Ctrl-C or SIGTERM
 stops the run: every worker is killed (``devicekit._util.workers``) and
 :class:`Interrupted` carries the cases that finished.
@@ -76,9 +76,9 @@ class _Worker:
                 return f"killed by signal {-rc}"
         return f"exited with status {rc}"
 
-    def close(self, kill=False):
+    def close(self, kill=False, grace=0.0):
         self.pool.finished(self.proc)
-        _workers.finish(self.proc, now=kill)
+        _workers.finish(self.proc, now=kill, grace=grace)
         self.stderr.close()
 
 
@@ -132,7 +132,8 @@ def run(cases, *, device, plugin, level, jobs=1, timeout=120.0, on_result=None,
                     continue
                 took = round(time.perf_counter() - start, 6)
                 if answer == "timeout":
-                    worker.close(kill=True)
+                    # SIGTERM first: a coverage build writes its counters
+                    worker.close(kill=True, grace=_workers.TERM_GRACE_S)
                     record(case, {"outcome": ERROR, "duration_s": took, "details": {},
                                   "message": f"timed out after {timeout:g} s (worker killed)"})
                 else:

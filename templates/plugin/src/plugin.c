@@ -7,6 +7,11 @@
 
 #include "plugin.h"
 
+#ifdef PLUGIN_COVERAGE
+/* A coverage build (CMakeLists.txt): counters written when a worker is stopped */
+#include <devicekit/plugin_coverage.h>
+#endif
+
 uint64_t plugin_total_memory;
 static atomic_int initialized;
 
