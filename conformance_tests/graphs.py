@@ -32,6 +32,13 @@ through DeviceKit's own recording (mode "recorded", which every plugin gets).
   shifts (``replay(seed=, offset_shift=)``, patched in C++), equal eager calls
   with the patched seed and offsets bit for bit (the Philox stream is
   bit-identical on every conformant backend).
+- ``graphs/auto/random_patched``: the same in the default mode "auto": a
+  capture holding random launches ends as DeviceKit's recording (on a plugin
+  with the graphs part, the shadow recorded beside the native capture:
+  ``auto_recorded``), whose replays patch seed and offsets the same way.
+  ``graphs/auto/no_random``: without a random launch "auto" keeps the
+  plugin's native graph (a plugin without the part: the recording), and its
+  replays equal eager runs bit for bit.
 - ``graphs/plugin/<rule>``: the header's capture rules called on the
   plugin's own DK_Graphs (ctypes, under the SDK, which refuses these calls
   itself before a plugin sees them): ``not_nested`` (a begin capture on a
@@ -454,19 +461,26 @@ CHECKS = {"invalid": check_invalid, "destroyed_while_queued": check_destroyed_wh
 # ---- random launches patched per replay (recorded mode only) -------------------------
 
 
-def check_random_patched(ctx):
+def check_random_patched(ctx, mode="recorded"):
     d = ctx.device
-    fn = lambda: (ops.random_bits((5, 33), 77, 3, device=d),  # noqa: E731
-                  ops.rand((130,), 77, 40, device=d), ops.rand((4, 6), 77, 90, dtype=dk.float64,
-                                                              device=d))
-    eager = lambda seed, shift: (  # noqa: E731
-        ops.random_bits((5, 33), seed, (3 + shift) % 2**64, device=d),
-        ops.rand((130,), seed, (40 + shift) % 2**64, device=d),
-        ops.rand((4, 6), seed, (90 + shift) % 2**64, dtype=dk.float64, device=d))
-    g = dk.graphs.Graph(mode="recorded")
+
+    def draws(seed, shift):
+        u = ops.rand((130,), seed, (40 + shift) % 2**64, device=d)
+        return (ops.random_bits((5, 33), seed, (3 + shift) % 2**64, device=d), u,
+                ops.rand((4, 6), seed, (90 + shift) % 2**64, dtype=dk.float64, device=d),
+                ops.add(ops.mul(u, u), u))  # plain kernels between and after the draws
+
+    fn = lambda: draws(77, 0)  # noqa: E731
+    eager = draws
+    g = dk.graphs.Graph(mode=mode)
     with dk.graphs.capture(g, d):
         ys = fn()
     try:
+        # "auto" ends as the recording when the capture holds a random launch:
+        # on a plugin with the graphs part, its shadow of the native capture
+        assert g.mode == "recorded", g.mode
+        assert g.auto_recorded == (mode == "auto" and dk.graphs.is_available(d)), (
+            g.auto_recorded, mode)
         assert g.random_calls == 3, g.random_calls
         g.replay()
         _same_bits(ys, eager(77, 0), "random, replay as captured")
@@ -480,7 +494,33 @@ def check_random_patched(ctx):
         g.reset()
 
 
-RANDOM_PATCHED = {"graphs/recorded/random_patched": check_random_patched}
+def check_auto_without_random(ctx):
+    """mode "auto" without a random launch: the plugin's graph when it has the
+    part (the shadow recording dropped), else DeviceKit's recording."""
+    fn = _family("elementwise")
+    xs, w, idx = _inputs(ctx.device, ctx.seed)
+    x = dk.tensor(xs[0], device=ctx.device)
+    fn(x, w, idx)
+    g = dk.graphs.Graph()
+    with dk.graphs.capture(g, ctx.device):
+        ys = fn(x, w, idx)
+    try:
+        native = dk.graphs.is_available(ctx.device)
+        assert g.mode == ("native" if native else "recorded") and not g.auto_recorded, (
+            g.mode, g.auto_recorded)
+        assert g.recorded_calls == (0 if native else g.calls), (g.recorded_calls, g.calls)
+        for n, xv in enumerate(xs[1:]):
+            bridge.copy_into(x, dk.tensor(xv, device=ctx.device))
+            g.replay()
+            _same_bits(ys, fn(dk.tensor(xv, device=ctx.device), w, idx), f"auto, replay {n}")
+    finally:
+        g.reset()
+
+
+RANDOM_PATCHED = {"graphs/recorded/random_patched": check_random_patched,
+                  "graphs/auto/random_patched": functools.partial(check_random_patched,
+                                                                  mode="auto"),
+                  "graphs/auto/no_random": check_auto_without_random}
 
 
 def _ids(target):

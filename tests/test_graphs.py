@@ -661,6 +661,8 @@ def test_the_graphs_section_passes_on_cpu(cpu):
                       "events_two_streams", "event_synchronize"):
             assert f"graphs/{mode}/{check}" in ids
     assert "graphs/native_vs_recorded/random" in ids
+    # the default mode: a random launch makes it the recording, else native
+    assert {"graphs/auto/random_patched", "graphs/auto/no_random"} <= ids
     results = {c.id: run_case(c, target) for c in cases}
     bad = {i: r["message"] for i, r in results.items() if r["outcome"] != "pass"}
     assert not bad, bad
