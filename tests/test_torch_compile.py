@@ -194,6 +194,46 @@ def test_graph_break_is_counted_and_named():
     assert "graph break: aten::logcumsumexp.default (1 node(s), 2 call(s)" in text, text
 
 
+@pytest.mark.parametrize("lengths", ["lists", "dk tensors"])
+def test_ctc_loss_in_a_compiled_function_matches_the_cpu(lengths):
+    """ctc_loss breaks the graph (it reads its lengths on the host): the
+    lowering then runs eagerly under Dynamo's frame hook, and DeviceKit's own
+    frames must not be compiled as graphs of their own (they were, with host
+    tensors, and the backend refused them: DeviceNotFoundError 'cpu')."""
+    import torch.nn.functional as F
+    torch.manual_seed(3)
+    x = torch.randn(12, 3, 6)
+    targets = torch.tensor([[1, 2, 3, 4], [2, 3, 4, 5], [1, 1, 1, 1]])
+    il, tl = [12, 11, 6], [4, 3, 1]
+
+    def loss(x, targets, il, tl):
+        return F.ctc_loss((x * 1.5).log_softmax(2), targets, il, tl, reduction="mean")
+
+    want_x = x.clone().requires_grad_()
+    want = loss(want_x, targets, il, tl)
+    want.backward()
+    got_x = x.to(DEV).requires_grad_()
+    if lengths == "dk tensors":
+        il, tl = torch.tensor(il).to(DEV), torch.tensor(tl).to(DEV)
+    got = torch.compile(loss, backend="devicekit")(got_x, targets.to(DEV), il, tl)
+    got.backward()
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_x.grad.cpu(), want_x.grad, rtol=1e-4, atol=1e-6)
+    assert dkt.compile_stats()["graphs"] >= 1  # the parts around the break were compiled
+
+
+def test_the_entry_point_puts_devicekit_on_dynamos_skip_list():
+    from importlib.metadata import entry_points
+
+    from torch._dynamo import trace_rules
+
+    from devicekit.torch import _lower_models
+    (ep,) = [e for e in entry_points(group="torch_dynamo_backends") if e.name == "devicekit"]
+    assert ep.value == "devicekit.torch._dynamo_entry:backend"
+    assert ep.load() is _compile.backend
+    assert trace_rules.check(_lower_models._CTC.__init__)  # skipped: never traced
+
+
 def test_new_shape_recompiles():
     f = torch.compile(lambda x, w: torch.tanh(x @ w).sum(-1), backend="devicekit", dynamic=False)
     w = torch.randn(4, 4)

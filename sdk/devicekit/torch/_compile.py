@@ -513,10 +513,30 @@ def backend(gm, example_inputs, **kwargs):
     return aot(gm, example_inputs, **kwargs)
 
 
+_frames_skipped = False
+
+
+def skip_devicekit_frames():
+    """Puts DeviceKit's own files on Dynamo's skip list, once. At a graph
+    break inside a compiled function the unlowered call runs eagerly with
+    Dynamo's frame hook still set, so every Python frame it enters is a
+    candidate for compiling: the bridge's lowerings (``ctc_loss``'s, which
+    read host lengths, breaks the graph) would be traced as graphs of their
+    own, with host tensors, and handed to this backend. DeviceKit's frames are
+    never user code: skipped, they run as plain Python. Called where Dynamo is
+    loaded already: the entry point (``_dynamo_entry``), :func:`register`."""
+    global _frames_skipped
+    if not _frames_skipped:
+        from torch._dynamo import trace_rules
+        trace_rules.add("devicekit")
+        _frames_skipped = True
+
+
 def register():
     """Registers ``backend`` with Dynamo as ``"devicekit"`` (an installed
     DeviceKit does it through the ``torch_dynamo_backends`` entry point)."""
     from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
+    skip_devicekit_frames()
     if "devicekit" not in _COMPILER_FNS:
         _BACKENDS.pop("devicekit", None)
         register_backend(name="devicekit")(backend)
