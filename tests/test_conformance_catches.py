@@ -232,6 +232,18 @@ def test_exclude_leaves_out_cases_after_the_other_filters(tmp_path):
     assert report["run"]["partial"] and "not /odd" in report["run"]["filter"]
 
 
+def test_an_excluded_section_is_not_built():
+    """--exclude torch/ drops every case of the torch section before it is
+    built (its OpInfo samples need torch and take seconds), as a -k that
+    cannot select it does; a pattern like /erf/ alone may select it."""
+    from devicekit.conformance import registry
+    assert "torch" in registry.reachable_sections(["/erf/"])
+    assert "torch" not in registry.reachable_sections(["/erf/"], excludes=["torch/"])
+    reach = registry.reachable_sections(excludes=["graphs/", "collectives"])
+    assert reach == {s.name for s, _ in registry.sections()} - {"graphs", "collectives"}
+    assert registry.reachable_sections(excludes=["/erf/"]) == registry.reachable_sections()
+
+
 def test_same_plugin_same_report(tmp_path, cpu_core_conformance_run):
     """Two runs of one plugin in separate processes draw the same cases with the
     same seeds and reach the same outcomes (level core: the full level draws

@@ -285,7 +285,7 @@ def _parse_shard(args):
 def _select(args, target, shard):
     from . import registry
 
-    reach = registry.reachable_sections(args.patterns, args.exact, args.ops)
+    reach = registry.reachable_sections(args.patterns, args.exact, args.ops, args.excludes)
     unbuilt = tuple(sorted({s.name for s, _ in registry.sections()} - reach))
     all_cases, unavailable = registry.build(target, reach if unbuilt else None)
     selected = cases = registry.select(all_cases, args.patterns, args.exact, args.ops,

@@ -241,14 +241,17 @@ def judge_corpus(floor, rows):
             "short": short[:50], "blocked": blocked_pairs[:50]}
 
 
-def reachable_sections(patterns=(), exact=(), ops=()):
+def reachable_sections(patterns=(), exact=(), ops=(), excludes=()):
     """Names of the sections a run with these filters can select a case of
     (every section when there is no filter): a section that says, without
     building its cases, that none can match (``Section.may_select``) is left
-    out, so a run filtered to other sections never pays for building it."""
+    out, so a run filtered to other sections never pays for building it; so
+    is one whose every case an exclusion drops (every case id of a section
+    starts with its name and "/": ``--exclude torch/``)."""
     return {section.name for section, _ in sections()
-            if not (patterns or exact or ops) or section.may_select is None
-            or section.may_select(patterns, exact, ops)}
+            if not any(p in f"{section.name}/" for p in excludes)
+            and (not (patterns or exact or ops) or section.may_select is None
+                 or section.may_select(patterns, exact, ops))}
 
 
 def implementation_status(target, only=None):
