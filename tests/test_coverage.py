@@ -124,6 +124,28 @@ def test_exclusion_check_fails_unlisted_and_counts_needs_case():
     assert [e["file"] for e in stale] == ["gone.cpp"]
 
 
+def test_update_exclusions_writes_left_out_cases_apart_from_missing_ones(tmp_path):
+    """--update-exclusions --reached-in: lines every branch of which the whole
+    suite's run took are left-out-case (this run excluded their cases), the
+    others needs-case; another target's generated entries and the hand-written
+    part are kept, and the check counts left-out-case lines as excused."""
+    path = tmp_path / "ex.toml"
+    path.write_text('[[exclude]]\ntarget = "cuda_sim"\nfile = "a.cu"\nfunction = "oom"\nreason = "r"\n\n'
+                    f"{coverage_run.GENERATED}\n\n[[exclude]]\nfile = \"k.cpp\"\n"
+                    'line_list = [3]\nstatus = "needs-case"\ngenerated = true\nreason = "r"\n')
+    rows = [row("a.cu", 1, "oom_path"), row("a.cu", 7), row("a.cu", 9), row("b.cu", 2)]
+    reached = {("a.cu", 9, "f"), ("b.cu", 2, "f")}
+    coverage_run.update_exclusions(str(path), "cuda_sim", rows, reached)
+    entries = coverage_run.load_exclusions(str(path), "cuda_sim")
+    got = {(e["file"], e.get("status"), tuple(e.get("line_list", ()))) for e in entries}
+    assert got == {("a.cu", None, ()), ("a.cu", "needs-case", (7,)),
+                   ("a.cu", "left-out-case", (9,)), ("b.cu", "left-out-case", (2,))}, got
+    assert [e["file"] for e in coverage_run.load_exclusions(str(path), "cpu")] == ["k.cpp"]
+    unlisted, needs, excused, stale = coverage_run.check(rows, entries)
+    assert not unlisted and [r["line"] for r in needs] == [7]
+    assert sorted(st for _, st in excused) == ["left-out-case", "left-out-case", "unreachable"]
+
+
 def test_exclusion_function_re_names_a_set_of_instantiations():
     """``function_re``: one entry for chosen instantiations of a template (here
     kinds 1 and 2 of a reducer), never the others at the same line."""
