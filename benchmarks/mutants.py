@@ -423,21 +423,11 @@ MUTANTS += [
      "    }", "hostile"),
 ]
 
-#: A fast subset for CI: one per kind, each in one small translation unit (a
-#: mutant of a shared header rebuilds every unit that includes it), each killed
-#: by the kernel sections (runtime/, ops/, kernels/) the CI test runs alone.
-CI_SUBSET = ["fill_int_through_double", "gather_index_equal_size_accepted", "argmax_last_tie",
-             "matmul_out_batch_dims_unchecked"]
-#: The sections the CI subsets run (mutation_run.py -k): the per-kernel cases
-#: that are the first net for a kernel bug; the model-shaped sections (torch,
-#: fuzz, collectives) would only make each variant's run longer.
-CI_SECTIONS = ("runtime/", "ops/", "kernels/")
-
 # ---- what each kernel mutant's code serves: the narrowed kernel check ----
 #: Case-id patterns (mutation_run.py -k) of the ops whose kernels run the
-#: patched code, for the kernel check (mutation_run.py --kernel --narrow,
-#: .ci/mutants): "/erf/" selects ops/erf/, kernels/erf/, fuzz/erf/,
-#: autograd/erf/ alike. Each names the op or kernel the patch is in (read off
+#: patched code, for the kernel check (mutation_run.py --kernel --narrow, run
+#: by tests/test_conformance_catches.py): "/erf/" selects ops/erf/,
+#: kernels/erf/, fuzz/erf/, autograd/erf/ alike. Each names the op or kernel the patch is in (read off
 #: the patched function), never a case known to kill; a mutant the narrowed
 #: run does not kill is rerun on every kernel section before it counts as
 #: survived, so a pattern too narrow costs time, never a verdict.

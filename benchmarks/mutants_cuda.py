@@ -71,11 +71,6 @@ MUTANTS = [
      "      k1 += 0xBB67AE84u;", "random"),
 ]
 
-#: A fast subset for CI: a barrier, a shuffle, an index check (each rebuilds
-#: few units; a plugin_half.h mutant rebuilds them all).
-CI_SUBSET = ["matmul_no_barrier_before_restage", "warp_sum_one_step_short",
-             "gather_negative_index_accepted"]
-
 #: Case-id patterns of the ops whose kernels run each mutant's code, for the
 #: narrowed kernel check (mutants.SEES says how they are chosen and used).
 _ROWS = ("rms_norm", "layer_norm", "softmax")  # the block-per-row kernels of fused_device.h
@@ -95,4 +90,16 @@ SEES = {
     "gather_negative_index_accepted": ("/gather/", "/scatter_add/", "/embedding/",
                                        "/cross_entropy/"),
     "philox_round_key_typo": ("rng/", "/random_", "/dropout/"),
+}
+
+#: Kernel mutants the kernel check (mutation_run.py --kernel) leaves out, each
+#: with the reason it prints.
+KERNEL_CHECK_LEFT_OUT = {
+    "fused_max_keeps_first_on_nan": (
+        "not killed by the cases of its ops (rms_norm, layer_norm, softmax, sdpa: 2026-11-29) and "
+        "believed equivalent: the row max only shifts the exponentials of softmax and attention, "
+        "and one NaN in a row makes exp() and the row sum NaN whichever max is kept (softmax of "
+        "[nan, 1, 2, 3], and causal attention whose first key holds a NaN, give NaN rows on the "
+        "unpatched and the patched build); widened to every section it costs about 20 minutes "
+        "emulated"),
 }

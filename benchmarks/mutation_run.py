@@ -42,8 +42,8 @@ run is interrupted (SIGINT, then SIGKILL of its process group) and the variant
 counts as killed only if its partial report already holds a failing case;
 otherwise it is listed as SURVIVED (hung), a missing never-a-hang case.
 
-The kernel check (``.ci/mutants``; docs/conformance.md "The kernel-mutant
-check"): ``--kernel`` takes every kind but NOT_KERNEL's and the target's
+The kernel check (CI: tests/test_conformance_catches.py; docs/conformance.md
+"The kernel-mutant check"): ``--kernel`` takes every kind but NOT_KERNEL's and the target's
 KERNEL_CHECK_LEFT_OUT, and never runs KERNEL_EXCLUDE's cases; ``--narrow``
 runs each variant on its own ops' cases first (the target's SEES; there only
 a failing case kills) and on every section only if they do not kill it, the
@@ -110,7 +110,8 @@ TARGETS = {
 #: Kinds whose bugs one section alone can see: its case-id patterns (-k).
 SECTIONS = {"collectives": ("collectives/",), "graphs": ("graphs/",)}
 #: Kinds whose bugs are not in kernel code: left out of the kernel check
-#: (--kernel), which is what .ci/mutants runs; the full run keeps them.
+#: (--kernel), which CI runs (test_the_suite_alone_kills_every_kernel_mutant);
+#: the full run keeps them.
 NOT_KERNEL = {
     "runtime": "the runtime contract (streams, events, memory statistics), not a kernel",
     "collectives": "the communicators (collectives.cpp), not a kernel; the collectives/ "
@@ -417,7 +418,7 @@ def main(argv=None):
                          "(default 900; a safety net, not a verdict: see the docstring)")
     ap.add_argument("--kernel", action="store_true",
                     help="the kernel check: every mutant but the kinds in NOT_KERNEL, each run "
-                         "on every section but KERNEL_EXCLUDE (.ci/mutants)")
+                         "on every section but KERNEL_EXCLUDE (the CI check)")
     ap.add_argument("--narrow", action="store_true",
                     help="each mutant runs its own ops' cases first (the target's SEES) and every "
                          "section only if they do not kill it")
