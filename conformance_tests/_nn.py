@@ -248,6 +248,12 @@ CALLS = {
         "large_tiles": lambda r: _sdpa(r, 1, 2, 2, 150, 300, 16, 8),
         "large_causal": lambda r: _sdpa(r, 1, 1, 1, 200, 200, 16, 16, is_causal=True),
         "large_causal_lq_ne_lk": lambda r: _sdpa(r, 1, 2, 1, 130, 260, 8, 8, is_causal=True),
+        # causal, 65 queries: one past a multiple of 32 and of 64, so the last
+        # query's own key starts a new key tile; a kernel that bounds a query
+        # block's causal key tiles by its last row (not one past it) skips
+        # that tile. (The name is not "large_": CI's emulated coverage run
+        # keeps it; 65 x 65 is small.)
+        "causal_tile_edge": lambda r: _sdpa(r, 1, 1, 1, 65, 65, 8, 8, is_causal=True),
         "large_scores": lambda r: _sdpa(r, 1, 1, 1, 70, 270, 32, 8, scale=2.0),
         # a mask across several query and key tiles, ragged at both ends
         "large_bool_mask": lambda r: _large_masked(r, "bool"),
