@@ -3,7 +3,7 @@ CLI, reports and determinism behave as documented (docs/conformance.md).
 
 Needs: a C compiler (the faulty plugins wrap the installed reference CPU
 plugin, one fault each: tests/conformance_plugins/faulty.c), cc and c++ for
-the mutation subset (benchmarks/mutation_run.py builds variants of
+the kernel-mutant check (benchmarks/mutation_run.py builds variants of
 reference_backend/cpu from source), and cpu:0.
 """
 
