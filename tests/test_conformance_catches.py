@@ -4,7 +4,7 @@ CLI, reports and determinism behave as documented (docs/conformance.md).
 Needs: a C compiler (the faulty plugins wrap the installed reference CPU
 plugin, one fault each: tests/conformance_plugins/faulty.c), cc and c++ for
 the kernel-mutant check (benchmarks/mutation_run.py builds variants of
-reference_backend/cpu from source), and cpu:0.
+reference_backend/cpu and cuda from source), and cpu:0.
 """
 
 import json
