@@ -4,8 +4,9 @@ Each of ``jobs`` slots owns one worker and takes the next case from the shared
 list. A worker that dies mid-case (segfault, abort, exit) gives that case the
 outcome ``crash`` with its signal and stderr tail, and the slot starts a fresh
 worker for the next case. A case that exceeds ``timeout`` s is an ``error``
-(its worker is stopped, SIGTERM and then SIGKILL, and replaced). Results are keyed by case id, so the
-report's order and content do not depend on scheduling. Ctrl-C or SIGTERM
+(its worker is stopped, SIGTERM and then SIGKILL, and replaced). Results are
+keyed by case id, so the report's order and content do not depend on
+scheduling. Ctrl-C or SIGTERM
 stops the run: every worker is killed (``devicekit._util.workers``) and
 :class:`Interrupted` carries the cases that finished.
 """
