@@ -266,6 +266,7 @@ BREAK = {
         "in", 0, strides=[-abs(_dense(c.ins[0][0].shape)[0]) - 1] + _dense(c.ins[0][0].shape)[1:])),
     "output_null_data": lambda t, op, dt, c, p: c.but(mangle=_edit("out", 0, addr=0)),
     "input_null_data": lambda t, op, dt, c, p: c.but(mangle=_edit("in", 0, addr=0)),
+    "input_1_null_data": lambda t, op, dt, c, p: c.but(mangle=_edit("in", 1, addr=0)),
     "output_rank_above_max": _out_rank_above_max,
     "input_not_dense": lambda t, op, dt, c, p: c.but(
         mangle=_edit("in", 0, strides=_not_dense(c.ins[0][0].shape))),
@@ -301,6 +302,9 @@ BREAK = {
     "matmul_batch_dims_differ": lambda t, op, dt, c, p: _replace_input(
         c, 1, np.concatenate([c.ins[1][0], c.ins[1][0][:1]], axis=0)),
     "matmul_batch_rank_differs": lambda t, op, dt, c, p: _replace_input(c, 1, c.ins[1][0][0]),
+    "matmul_rank_below_2": lambda t, op, dt, c, p: _replace_input(
+        _replace_input(c, 0, c.ins[0][0][0, 0].copy()), 1, c.ins[1][0][0, :, 0].copy()).but(
+        out_shape=(1,)),
     "index_rank_differs": lambda t, op, dt, c, p: _gather_like(
         op, c, c.ins[1][0][..., 0].copy(), c.ins[2][0][..., 0].copy() if op == "scatter_add" else None),
     "index_larger_than_x": lambda t, op, dt, c, p: _gather_like(
