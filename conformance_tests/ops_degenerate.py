@@ -9,6 +9,12 @@ launched), another caller may make it, and a kernel that returns early on
 "nothing to multiply" leaves its output unwritten. The outputs are pre-filled
 with canary bytes inside guard bands: they must come back all zeros, the
 guards untouched, and the launch and the stream's synchronize clean.
+
+``ops/matmul/<dtype>/empty_direct``: calls whose output has no element, [0, 4]
+@ [4, 3], [3, 4] @ [4, 0] and a batch of none, [0, 2, 3] @ [0, 3, 5]. The SDK
+launches no kernel whose outputs are all empty, but the header makes such a
+call valid: the kernel must accept it, write nothing (the guard bands stay
+intact) and leave the stream clean.
 """
 
 import functools
@@ -24,7 +30,8 @@ from ._common import O
 # Section "ops" (defined by ops_elementwise.py); this file only adds cases.
 from .ops_elementwise import SECTION  # noqa: F401
 
-SHAPES = {"k0_direct": [((3, 0), (0, 4)), ((2, 5, 0), (2, 0, 7))]}
+SHAPES = {"k0_direct": [((3, 0), (0, 4)), ((2, 5, 0), (2, 0, 7))],
+          "empty_direct": [((0, 4), (4, 3)), ((3, 4), (4, 0)), ((0, 2, 3), (0, 3, 5))]}
 
 
 def check_matmul_k0(ctx, op, dtype, shape):
@@ -43,8 +50,9 @@ def check_matmul_k0(ctx, op, dtype, shape):
             for o in (a, b, out):
                 o.free()
         what = f"matmul {dtype} {list(sa)} @ {list(sb)} called directly"
+        valid = "K = 0" if shape == "k0_direct" else "an empty output"
         assert lc == 0 and scode == 0, (f"{what}: the launch returned {lc} ({lmsg}) and the "
-                                        f"synchronize {scode} ({smsg}); K = 0 is a valid call")
+                                        f"synchronize {scode} ({smsg}); {valid} is a valid call")
         assert guards, f"{what}: bytes outside the output were written"
         ctx.ran.add(("matmul", dtype))
         O.assert_close(got, np.zeros(sc, O.np_dtype(dtype)), dtype, op="matmul",
