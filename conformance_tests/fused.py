@@ -16,8 +16,11 @@ For each kernel K of composite op OP:
   When K declines the call, the path that did run was still checked and the
   case is *skipped* (reason given): K itself was not tested by it.
 - ``fused/K/rejects/<kind>``: inputs a predicate typically declines (float64,
-  a non-contiguous view, ...). Whichever path runs, fused or decomposition,
-  must be right; the message of a failure says which ran.
+  a non-contiguous view, ...; for attention ``wide_head``, head dims past 128
+  in each dtype, and ``mask_dtype``, an additive mask of another dtype than
+  q/k/v: float32 with float16 / bfloat16, float64 with each). Whichever path
+  runs, fused or decomposition, must be right; the message of a failure says
+  which ran.
 - ``fused/K/permuted/<kind>/<class>`` (attention kernels only): q/k/v as the
   permuted views attention code makes (the block at the end of this file).
   Skipped, with the reason, when K declines them; checked like a call above.
@@ -97,7 +100,18 @@ REJECTS = {
     "scaled_dot_product_attention": {
         "float64": lambda r: _to_float64(_nn.CALLS["scaled_dot_product_attention"]["gqa"](r)),
         "non_contiguous": lambda r: _first_noncontiguous(
-            _nn.CALLS["scaled_dot_product_attention"]["odd"](r))},
+            _nn.CALLS["scaled_dot_product_attention"]["odd"](r)),
+        # head dims past 128 (a kernel may bound them), D != Dv, in each dtype
+        "wide_head": lambda r: [(_nn._sdpa(r, 1, 2, 1, 3, 5, 129, 130), dtype, False)
+                                for dtype in DTYPES],
+        # an additive mask of another dtype than q/k/v: float32 with float16 or
+        # bfloat16 q/k/v (a kernel may read it as is), float64 with each dtype
+        "mask_dtype": lambda r: [
+            (_nn.CALLS["scaled_dot_product_attention"]["float_mask"](r), dtype, False,
+             {"attn_mask": mask})
+            for dtype, mask in (("float16", "float32"), ("bfloat16", "float32"),
+                                ("float32", "float64"), ("float16", "float64"),
+                                ("bfloat16", "float64"))]},
 }
 
 
@@ -155,12 +169,24 @@ def check_call(ctx, kernel, op, dtype, shape, backward=False, wrt=None):
 
 
 def check_reject(ctx, kernel, op, kind, backward=False):
-    call, dtype, noncontig = REJECTS[op][kind](ctx.rng())
-    if dtype not in ctx.target.dtypes:
-        raise Skip(f"the device has no {dtype}")
-    args, kwargs = _nn.rounded(call, dtype)
-    compare = _compare_grads if backward else _compare
-    compare(ctx, op, call, args, kwargs, dtype, noncontig, f"{kernel} rejects/{kind}")
+    """REJECTS[op][kind]: (call, dtype, first operand non-contiguous[, {keyword
+    argument: its own dtype}]), or a list of them, each checked in turn."""
+    made = REJECTS[op][kind](ctx.rng())
+    ran, missing = 0, set()
+    for call, dtype, noncontig, *own in made if isinstance(made, list) else [made]:
+        own = own[0] if own else {}
+        lacking = {dtype, *own.values()} - set(ctx.target.dtypes)
+        if lacking:
+            missing |= lacking
+            continue
+        args, kwargs = _nn.rounded(call, dtype)
+        kwargs.update({k: O.round_to(call.kwargs[k], d) for k, d in own.items()})
+        note = f"{kernel} rejects/{kind} {dtype}" + "".join(f", {k} {d}" for k, d in own.items())
+        compare = _compare_grads if backward else _compare
+        compare(ctx, op, call, args, kwargs, dtype, noncontig, note)
+        ran += 1
+    if not ran:
+        raise Skip(f"the device has no {', '.join(sorted(missing))}")
 
 
 def _launched(ctx, op, args, kwargs, dtype, backward):
