@@ -14,7 +14,10 @@ For each kernel K of composite op OP:
   float16 and bfloat16. With fused kernels on, the result must match the
   decomposition run on the same inputs (fused kernels off) and the oracle.
   When K declines the call, the path that did run was still checked and the
-  case is *skipped* (reason given): K itself was not tested by it.
+  case is *skipped* (reason given): K itself was not tested by it. OP's
+  classes here also include this section's own (``EXTRA``, below): empty
+  operands, a row past a row kernel's 32 Ki-element chunk, IEEE special
+  values (NaN, +-inf), an attention mask of another dtype than q.
 - ``fused/K/rejects/<kind>``: inputs a predicate typically declines (float64,
   a non-contiguous view, ...; for attention ``wide_head``, head dims past 128
   in each dtype, and ``mask_dtype``, an additive mask of another dtype than
@@ -115,6 +118,92 @@ REJECTS = {
 }
 
 
+# ---- Calls only this section makes ----------------------------------------------
+# op -> class -> rng -> Call, run like OP's ``_nn.CALLS`` classes (case ids
+# ``fused/K/<dtype>/<class>``) but kept out of ``_nn.CALLS``: the autograd
+# section differentiates those numerically and the composites section runs
+# them everywhere, while these are aimed at a fused kernel's own paths:
+# empty operands (a launch with nothing to compute; a norm's backward over no
+# rows still owes zero weight and bias gradients), one row longer than a row
+# kernel's parallel chunk (32 Ki elements: fewer rows than one per chunk), and
+# IEEE special values (NaN propagates through a row's maximum; gelu's +-inf
+# follow the formulas: gelu(+inf) = +inf, gelu(-inf) and both derivatives at
+# +-inf NaN; |x| up to 40, where exp's argument reaches its clamp, in the
+# tanh form's e^(-2|u|) from |x| ~ 22 and the erf form's from |x| ~ 38).
+
+def _special(rng, shape, scale=3.0):
+    """Random values with NaN, +-inf, +-0, +-22 and +-40 scattered through
+    them (in a row's vector part and its tail)."""
+    x = _nn._u(rng, *shape) * scale
+    flat = x.reshape(-1)
+    specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 22.0, -22.0, 40.0, -40.0, 23.5, -38.5]
+    at = rng.choice(flat.size, len(specials), replace=False)
+    flat[at] = specials
+    flat[-1] = -np.inf
+    return x
+
+
+def _softmax_special(rng):
+    """Two NaN rows (the NaN in a row's vector part, and in its tail past
+    the last 16 elements), a +inf row, a row with a -inf (never a whole
+    row), a plain row; 300 long, so a row kernel of 32 lanes a warp reduces
+    over several warps, the first NaN in the second one."""
+    x = _nn._u(rng, 5, 300) * 4
+    x[0, 100], x[1, 299], x[2, 3], x[3, 295] = np.nan, np.inf, -np.inf, np.nan
+    return _nn.Call([x], {"axis": -1}, n=300)
+
+
+def _sdpa_nan(rng):
+    """One NaN in q: every score of that query row is NaN, so is its output
+    row (as the decomposition's softmax makes it); the other rows are plain."""
+    call = _nn._sdpa(rng, 1, 2, 1, 3, 5, 4, 4)
+    call.args[0][0, 1, 2, 3] = np.nan
+    return call
+
+
+WIDE = 32769  # one row past 2**15 elements: a row kernel's chunk holds less than one row
+
+EXTRA = {
+    "softmax": {
+        "empty": lambda r: _nn.Call([np.zeros((0, 5))], {"axis": -1}, n=5),
+        "wide_row": lambda r: _nn.Call([_nn._u(r, 1, WIDE) * 4], {"axis": -1}, n=WIDE),
+        "special": _softmax_special,
+    },
+    "rms_norm": {
+        "empty": lambda r: _nn.Call([np.zeros((0, 7)), _nn._u(r, 7)], n=7),
+        "empty_rows": lambda r: _nn.Call([np.zeros((3, 0)), np.zeros(0)], n=1),
+        "wide_row": lambda r: _nn.Call([_nn._u(r, 1, WIDE), _nn._u(r, WIDE)], n=WIDE),
+    },
+    "layer_norm": {
+        "empty": lambda r: _nn.Call([np.zeros((0, 7)), _nn._u(r, 7), _nn._u(r, 7)], n=7),
+        "empty_rows": lambda r: _nn.Call([np.zeros((3, 0)), np.zeros(0), np.zeros(0)], n=1),
+        "wide_row": lambda r: _nn.Call([_nn._u(r, 1, WIDE), _nn._u(r, WIDE), _nn._u(r, WIDE)],
+                                       n=WIDE),
+    },
+    # attention: dims of size 0 the kernels' empty-view paths take (no queries:
+    # dk, dv are zeros; value dim 0: out is empty, dq, dk zeros; no query heads),
+    # a NaN in q, and an additive mask of another floating dtype than q (float16: a float32
+    # or bfloat16 kernel declines it, a float16 kernel reads it)
+    "scaled_dot_product_attention": {
+        "no_queries": lambda r: _nn._sdpa(r, 1, 2, 1, 0, 5, 4, 4),
+        "value_dim_0": lambda r: _nn._sdpa(r, 1, 2, 1, 3, 5, 4, 0),
+        "no_query_heads": lambda r: _nn._sdpa(r, 1, 0, 1, 3, 5, 4, 4),
+        "nan_query": _sdpa_nan,
+        "float16_mask": lambda r: _nn._sdpa(r, 1, 2, 2, 3, 5, 4, 4,
+                                            mask=(_nn._u(r, 3, 5) * 2).astype(np.float16)),
+    },
+    "gelu": {
+        "special": lambda r: _nn.Call([_special(r, (3, 37))]),
+        "tanh_special": lambda r: _nn.Call([_special(r, (3, 37))], {"approximate": "tanh"}),
+    },
+}
+
+
+def _calls(op):
+    """OP's call classes in this section: ``_nn.CALLS[op]``, then EXTRA's."""
+    return {**_nn.CALLS[op], **EXTRA.get(op, {})}
+
+
 def _placer(ctx, place):
     """``place(key, value)``: the device operand of positional input ``key`` (an
     index) or keyword ``key``; by default a dense copy (the fuzz section lays
@@ -155,7 +244,7 @@ def check_call(ctx, kernel, op, dtype, shape, backward=False, wrt=None):
     """``op``'s call class ``shape``: through ``kernel`` (the op's fused
     kernel, or with ``backward`` its backward kernel) vs the decomposition.
     ``wrt``: the inputs that require grad (default: every floating one)."""
-    call = _nn.CALLS[op][shape](ctx.rng())
+    call = _calls(op)[shape](ctx.rng())
     args, kwargs = _nn.rounded(call, dtype)
     note = f"{kernel} {dtype} {shape}"
     if backward:
@@ -251,7 +340,7 @@ def cases(target):
         out.append(Case(id=f"fused/{name}/accepts_some_call", **base,
                         fn=functools.partial(check_accepts, **which)))
         for dtype in DTYPES:
-            for shape in _nn.CALLS[fwd]:
+            for shape in _calls(fwd):
                 # Only float32 is a required dtype, as for the composites.
                 out.append(Case(id=f"fused/{name}/{dtype}/{shape}", dtype=dtype,
                                 required=dtype == "float32", **base,
