@@ -646,25 +646,24 @@ def empty_applies(op):
 
 def check_empty(ctx, op, dtype, shape):
     """``op``'s ``direct`` call with the output and every input emptied
-    (EMPTY_SHAPE): accepted, nothing written (guard bands intact), the stream
-    healthy."""
+    (EMPTY_SHAPE), with the SDK's strides for it (a size-0 dim counted as 1)
+    and with the plain row-major products (a stride 0 before the empty dim):
+    the header has every view without elements treated as dense whatever its
+    strides. Accepted, nothing written (guard bands intact), stream healthy."""
     ins, _, out_dtype, attr, _, _, _ = plan(op, dtype, ctx.rng())
     ins = [(np.zeros(EMPTY_SHAPE, a.dtype), d) for a, d in ins]
-    # numpy's row-major strides (no stride 0 before the empty dim; any strides
-    # are contiguous for an empty view, but copy refuses a stride 0 on an
-    # output dim > 1 whatever its size)
-    strides = [int(np.prod([max(n, 1) for n in EMPTY_SHAPE[d + 1:]])) for d in range(3)]
-
-    def mangle(in_views, out_views, operands):
-        def fix(vs):
-            return [(addr, dt, list(EMPTY_SHAPE), list(strides)) for addr, dt, _, _ in vs]
-        return fix(in_views), fix(out_views)
-    call = _invalid.Call(ins, EMPTY_SHAPE, out_dtype, attr, guard_inputs=True, mangle=mangle)
-    (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
-    what = f"{op} {dtype} of shape {EMPTY_SHAPE}"
-    assert lc == 0, f"{what}: the kernel rejected a valid empty call [{lc}]: {lmsg}"
-    assert sc == 0, f"{what}: the stream reported an error [{sc}]: {smsg}"
-    assert bands_ok and got.size == 0, f"{what}: the kernel wrote outside its (empty) output"
+    sdk = [int(np.prod([max(n, 1) for n in EMPTY_SHAPE[d + 1:]])) for d in range(3)]
+    for strides in (sdk, _raw._strides(list(EMPTY_SHAPE))):
+        def mangle(in_views, out_views, operands, strides=strides):
+            def fix(vs):
+                return [(addr, dt, list(EMPTY_SHAPE), list(strides)) for addr, dt, _, _ in vs]
+            return fix(in_views), fix(out_views)
+        call = _invalid.Call(ins, EMPTY_SHAPE, out_dtype, attr, guard_inputs=True, mangle=mangle)
+        (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
+        what = f"{op} {dtype} of shape {EMPTY_SHAPE}, strides {strides}"
+        assert lc == 0, f"{what}: the kernel rejected a valid empty call [{lc}]: {lmsg}"
+        assert sc == 0, f"{what}: the stream reported an error [{sc}]: {smsg}"
+        assert bands_ok and got.size == 0, f"{what}: the kernel wrote outside its (empty) output"
     ctx.ran.add((op, dtype))
 
 
