@@ -48,13 +48,16 @@ views the case builds itself (``_raw``):
   (int64, float64, bool), converted by cast's rules, exactly.
 - ``kernels/<op>/<dtype>/empty`` (every op whose operands all have the
   output's shape, and those without inputs; one dtype per op): the call
-  with every operand of EMPTY_SHAPE (a dim of 0) succeeds, writes nothing
-  and leaves the stream healthy.
+  with every operand of EMPTY_SHAPE (a dim of 0), with the SDK's strides
+  and with a stride 0 before the empty dim, succeeds, writes nothing and
+  leaves the stream healthy.
 - ``kernels/<op>/<dtype>/index_bounds`` (gather, scatter_add): an index
-  smaller than x in the dims but axis (valid, judged), and index values out
-  of range (negative, equal to the size, into an x empty along the axis, and
-  in every row of a large index in the dtype of the invalid calls): reported
-  from the call or the synchronize, once, nothing written outside the output.
+  smaller than x in the dims but axis and (gather) rows of one element whose
+  index and output have strides 0 and 7 along them (valid, judged), and
+  index values out of range (negative, equal to the size, into an x empty
+  along the axis, and in every row of a large index in the dtype of the
+  invalid calls): reported from the call or the synchronize, once, nothing
+  written outside the output.
 - ``kernels/<op>/<dtype>/inplace``: for every kernel that declares
   DK_KERNEL_CAP_INPLACE ("out[0] may alias in[0] exactly"), each declared
   dtype whose output has input 0's dtype: the call made with output 0 being
@@ -731,7 +734,7 @@ def _index_bound_calls(op, dtype, rng, large):
     out = []
     ax1 = _raw.attrs("DK_AxisAttrs", axis=1)
 
-    def call(what, x, idx, axis_attr, axis, want_ok):
+    def call(what, x, idx, axis_attr, axis, want_ok, mangle=None):
         src = rand(dtype, idx.shape, rng)
         ins = [(x, dtype), (idx, "int64")] + ([(src, dtype)] if op == "scatter_add" else [])
         out_shape = x.shape if op == "scatter_add" else idx.shape
@@ -740,12 +743,19 @@ def _index_bound_calls(op, dtype, rng, large):
             want = O.gather(x, axis, idx) if op == "gather" else O.scatter_add(x, axis, idx, src)
         out.append((what, ins, out_shape, axis_attr, want,
                     O.scatter_count(x.shape, axis, idx) if op == "scatter_add" and want_ok
-                    else None, src))
+                    else None, src, mangle))
 
     x = rand(dtype, (5, 7, 3), rng)
     # an index smaller than x in the dims but axis: valid, x's rest untouched by scatter_add
     call("index (4, 9, 2) into x (5, 7, 3)", x, rng.integers(0, 7, (4, 9, 2)).astype(np.int64),
          ax1, 1, True)
+    if op == "gather":  # rows of one element: the index's stride 0 and out's 7 along them
+        def size1_strides(in_views, out_views, operands):  # (any stride on a dim of size 1)
+            ins_ = list(in_views)
+            ins_[1] = ins_[1][:3] + ([9, 1, 0],)
+            return ins_, [out_views[0][:3] + ([9, 1, 7],)]
+        call("rows of one element, out's last stride 7", rand(dtype, (5, 7, 1), rng),
+             rng.integers(0, 7, (5, 9, 1)).astype(np.int64), ax1, 1, True, size1_strides)
     for bad in (-1, 7):
         idx = rng.integers(0, 7, (5, 9, 3)).astype(np.int64)
         idx[4, 8, 2], idx[1, 3, 1] = bad, bad  # the last element and an inner one
@@ -768,8 +778,9 @@ def check_index_bounds(ctx, op, dtype, shape):
     reported from the call or the synchronize of its stream, once, with
     nothing written outside the output."""
     large = dtype == invalid_dtype(ctx.target, op)
-    for what, ins, out_shape, attr, want, n, src in _index_bound_calls(op, dtype, ctx.rng(), large):
-        call = _invalid.Call(ins, tuple(out_shape), dtype, attr, guard_inputs=True)
+    for what, ins, out_shape, attr, want, n, src, mangle in _index_bound_calls(op, dtype, ctx.rng(),
+                                                                               large):
+        call = _invalid.Call(ins, tuple(out_shape), dtype, attr, guard_inputs=True, mangle=mangle)
         (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
         what = f"{op} {dtype}: {what}"
         assert bands_ok, f"{what}: the kernel wrote outside its output"
