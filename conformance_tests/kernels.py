@@ -26,7 +26,8 @@ views the case builds itself (``_raw``):
   step) at each of :data:`AXES_SHAPES` (inner
   dims with every 8- and 16-wide tail, reduced extents to 257, about 2**17
   elements at most, dims of 1) and :data:`AXES_EMPTY`, with a few NaNs among
-  float max/min/argmax inputs.
+  float max/min/argmax inputs (an empty max/min/argmax only where its output
+  is empty too); iota also with float64 start and step in integer dtypes.
 - ``kernels/matmul/<dtype>/layouts``: matmul at (M, K, N) with tails past
   every common register tile and K block (:data:`MATMUL_SMALL`) in every
   operand layout the kernel declared (a and / or b transposed, every other
@@ -39,6 +40,24 @@ views the case builds itself (``_raw``):
   :data:`INDEX_SHAPES` x, a dense index and (with DK_KERNEL_CAP_STRIDED) an
   embedding's index, one id per row with stride 0 along it, from a dense x and
   from an x whose rows are every other element (stride 2 along the last dim).
+- ``kernels/cast/<float dtype>/out_of_range``: cast to every declared
+  integer dtype of NaN, infinities and values past the target's range (the
+  header leaves their results unspecified) among values it holds: the call
+  succeeds, writes only its output, and the values held truncate exactly.
+- ``kernels/fill/<dtype>/scalars``: fill with a value of each DK_Scalar kind
+  (int64, float64, bool), converted by cast's rules, exactly.
+- ``kernels/<op>/<dtype>/empty`` (every op whose operands all have the
+  output's shape, and those without inputs; one dtype per op): the call
+  with every operand of EMPTY_SHAPE (a dim of 0), with the SDK's strides
+  and with a stride 0 before the empty dim, succeeds, writes nothing and
+  leaves the stream healthy.
+- ``kernels/<op>/<dtype>/index_bounds`` (gather, scatter_add): an index
+  smaller than x in the dims but axis and (gather) rows of one element whose
+  index and output have strides 0 and 7 along them (valid, judged), and
+  index values out of range (negative, equal to the size, into an x empty
+  along the axis, and in every row of a large index in the dtype of the
+  invalid calls): reported from the call or the synchronize, once, nothing
+  written outside the output.
 - ``kernels/<op>/<dtype>/inplace``: for every kernel that declares
   DK_KERNEL_CAP_INPLACE ("out[0] may alias in[0] exactly"), each declared
   dtype whose output has input 0's dtype: the call made with output 0 being
@@ -361,7 +380,7 @@ def check_layouts(ctx, op, dtype, shape):
 #: of length 0).
 AXES_SHAPES = ((3, 5, 7), (5, 17, 33), (9, 129, 65), (65, 9, 257), (3, 8197, 5), (3, 1, 33),
                (1, 17, 1))
-AXES_EMPTY = ((0, 5, 7), (3, 0, 7), (3, 5, 0))
+AXES_EMPTY = ((0, 5, 7), (3, 0, 7), (3, 5, 0), (0, 0, 7))
 REDUCE = ("reduce_sum", "reduce_max", "reduce_min")
 
 
@@ -383,10 +402,13 @@ def _axes_calls(op, dtype, rng):
             for mask in range(1, 8):
                 axes = tuple(d for d in range(3) if mask >> d & 1)
                 n = int(np.prod([shape[d] for d in axes]))
-                if n == 0 and op != "reduce_sum" and x.size == 0 and \
-                        np.prod([shape[d] for d in range(3) if d not in axes]) > 0:
-                    continue  # a max/min of nothing: an invalid call, not this case's
-                want = getattr(O, op)(x, axes, keepdims=True)
+                kept = tuple(1 if d in axes else shape[d] for d in range(3))
+                if n == 0 and op != "reduce_sum":
+                    if np.prod(kept) > 0:
+                        continue  # a max/min of nothing: an invalid call, not this case's
+                    want = np.empty(kept, x.dtype)  # nothing to reduce into: no output
+                else:
+                    want = getattr(O, op)(x, axes, keepdims=True)
                 scale = O.reduce_sum(wide, axes) if op == "reduce_sum" and wide is not None \
                     else None
                 out.append((x, _raw.attrs("DK_ReduceAttrs", axes=mask), want,
@@ -394,10 +416,12 @@ def _axes_calls(op, dtype, rng):
         else:
             for axis in range(3):
                 if op == "argmax":
-                    if shape[axis] == 0 and x.size == 0 and \
-                            np.prod([shape[d] for d in range(3) if d != axis]) > 0:
-                        continue
-                    want, n, scale = O.argmax(x, axis, keepdims=True), None, None
+                    kept = tuple(1 if d == axis else shape[d] for d in range(3))
+                    if shape[axis] == 0 and np.prod(kept) > 0:
+                        continue  # the argmax of nothing: an invalid call
+                    want = O.argmax(x, axis, keepdims=True) if shape[axis] else \
+                        np.empty(kept, np.int64)
+                    n, scale = None, None
                 else:
                     want, n = O.cumsum(x, axis), shape[axis]
                     scale = O.cumsum(wide, axis) if wide is not None else None
@@ -529,7 +553,8 @@ def _iota_scalars(dtype, length):
     if dtype in FLOATS:
         return [(3, 2), (0.25, 0.5), (1, 0.5), (0.5, 2)]
     hi = int(np.iinfo(O.np_dtype(dtype)).max)
-    return [(3, 1 if 3 + length <= hi else 0), (3, -1 if dtype != "uint8" and length < 100 else 0)]
+    return [(3, 1 if 3 + length <= hi else 0), (3, -1 if dtype != "uint8" and length < 100 else 0),
+            (2.5, 1.0 if 3 + length <= hi else 0.0)]  # float64 scalars: 2.5 + i truncates
 
 
 def check_iota_axes(ctx, op, dtype, shape):
@@ -609,6 +634,168 @@ def check_index_axes(ctx, op, dtype, shape):
         assert lc == 0 and sc == 0, f"{what}: [{lc}] {lmsg} [{sc}] {smsg}"
         assert bands_ok, f"{what}: the kernel wrote outside its output"
         O.assert_close(got, want, dtype, op=op, n=n, scale=scale, case=f"axes {what}")
+    ctx.ran.add((op, dtype))
+
+
+#: The empty case's shape: no element, a dim of 0 between non-empty ones.
+EMPTY_SHAPE = (3, 0, 5)
+
+
+def empty_applies(op):
+    """Ops whose every operand has the output's shape (or that have no input):
+    the empty case empties them all."""
+    return _rules.op_spec(op)["out_shape"] in ("same", "any")
+
+
+def check_empty(ctx, op, dtype, shape):
+    """``op``'s ``direct`` call with the output and every input emptied
+    (EMPTY_SHAPE), with the SDK's strides for it (a size-0 dim counted as 1)
+    and with the plain row-major products (a stride 0 before the empty dim):
+    the header has every view without elements treated as dense whatever its
+    strides. Accepted, nothing written (guard bands intact), stream healthy."""
+    ins, _, out_dtype, attr, _, _, _ = plan(op, dtype, ctx.rng())
+    ins = [(np.zeros(EMPTY_SHAPE, a.dtype), d) for a, d in ins]
+    sdk = [int(np.prod([max(n, 1) for n in EMPTY_SHAPE[d + 1:]])) for d in range(3)]
+    for strides in (sdk, _raw._strides(list(EMPTY_SHAPE))):
+        def mangle(in_views, out_views, operands, strides=strides):
+            def fix(vs):
+                return [(addr, dt, list(EMPTY_SHAPE), list(strides)) for addr, dt, _, _ in vs]
+            return fix(in_views), fix(out_views)
+        call = _invalid.Call(ins, EMPTY_SHAPE, out_dtype, attr, guard_inputs=True, mangle=mangle)
+        (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
+        what = f"{op} {dtype} of shape {EMPTY_SHAPE}, strides {strides}"
+        assert lc == 0, f"{what}: the kernel rejected a valid empty call [{lc}]: {lmsg}"
+        assert sc == 0, f"{what}: the stream reported an error [{sc}]: {smsg}"
+        assert bands_ok and got.size == 0, f"{what}: the kernel wrote outside its (empty) output"
+    ctx.ran.add((op, dtype))
+
+
+def _fill_values(dtype):
+    """fill's values per DK_Scalar kind (int64, float64, bool), each exact in
+    ``dtype`` by cast's rules (float to integer truncates toward zero)."""
+    if dtype == "bool":
+        return [0, 5, 0.5, -0.0, True, False]
+    if dtype in FLOATS:
+        return [-3, 0.25, True]
+    return [77, 2.75 if dtype == "uint8" else -2.75, True]
+
+
+def check_fill_scalars(ctx, op, dtype, shape):
+    """fill with a value of every DK_Scalar kind, converted by cast's rules."""
+    for v in _fill_values(dtype):
+        attr = _raw.attrs("DK_FillAttrs", value=_raw.scalar(v))
+        call = _invalid.Call([], SHAPE, dtype, attr)
+        (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
+        what = f"fill {dtype} with {type(v).__name__} {v!r}"
+        assert lc == 0 and sc == 0, f"{what}: [{lc}] {lmsg} [{sc}] {smsg}"
+        assert bands_ok, f"{what}: the kernel wrote outside its output"
+        O.assert_close(got, O.fill(SHAPE, v, dtype), dtype, op="fill", case=f"scalars {what}")
+    ctx.ran.add((op, dtype))
+
+
+def _out_of_range_inputs(dtype):
+    """Values of float ``dtype`` of which some truncate outside every integer
+    dtype's range (NaN, infinities, the largest finite values, 2**31, 2**63),
+    among values near the integer dtypes' limits and in every range."""
+    big = float(np.finfo(O.np_dtype(dtype)).max) if dtype != "bfloat16" else 3.3e38
+    v = [np.nan, -np.inf, np.inf, -big, big, 2.0**63, -2.0**63, 2.0**31, -2.0**31 - 4096,
+         1e10, -1e10, 3e4, -3e4, 300.5, -300.5, 255.75, 256.0, 127.5, 128.0, -128.75, -129.0,
+         -0.75, 0.75, -0.0, 0.0, 1.0, -1.0, 42.25, -7.5, 100.0, 2.0**31 - 65536, -2.0**31]
+    return O.round_to(np.array(v, np.float64), dtype)
+
+
+def check_cast_out_of_range(ctx, op, dtype, shape):
+    """cast from a float dtype to every declared integer dtype of values the
+    target cannot hold (NaN, infinities, past its range) among values it can:
+    those are unspecified by the header, the others truncate toward zero
+    exactly, and the call must neither fail nor write outside its output."""
+    x = _out_of_range_inputs(dtype)
+    ints = [d for d in spec_dtypes("cast")[0] if d in ctx.target.declared.get("cast", ())
+            and d not in FLOATS and d != "bool"]
+    with np.errstate(invalid="ignore"):
+        t = np.trunc(x.astype(np.float64))
+    for dst in ints:
+        info = np.iinfo(O.np_dtype(dst))
+        with np.errstate(invalid="ignore"):
+            held = np.isfinite(t) & (t >= float(info.min)) & (t < float(info.max) + 1)  # exact
+        call = _invalid.Call([(x, dtype)], x.shape, dst, None)
+        (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, "cast", call)
+        what = f"cast {dtype}->{dst} of out-of-range values"
+        assert lc == 0 and sc == 0, f"{what}: [{lc}] {lmsg} [{sc}] {smsg}"
+        assert bands_ok, f"{what}: the kernel wrote outside its output"
+        O.assert_close(got[held], O.cast(x[held], dst), dst, op="cast",
+                       case=f"{what} (the {int(held.sum())} it holds) seed={ctx.seed}")
+    ctx.ran.add(("cast", dtype))
+
+
+def _index_bound_calls(op, dtype, rng, large):
+    """[(what, ins, out shape, attrs, want or None)] of the index_bounds case:
+    want None where the call holds an out-of-range index (to be reported)."""
+    out = []
+    ax1 = _raw.attrs("DK_AxisAttrs", axis=1)
+
+    def call(what, x, idx, axis_attr, axis, want_ok, mangle=None):
+        src = rand(dtype, idx.shape, rng)
+        ins = [(x, dtype), (idx, "int64")] + ([(src, dtype)] if op == "scatter_add" else [])
+        out_shape = x.shape if op == "scatter_add" else idx.shape
+        want = None
+        if want_ok:
+            want = O.gather(x, axis, idx) if op == "gather" else O.scatter_add(x, axis, idx, src)
+        out.append((what, ins, out_shape, axis_attr, want,
+                    O.scatter_count(x.shape, axis, idx) if op == "scatter_add" and want_ok
+                    else None, src, mangle))
+
+    x = rand(dtype, (5, 7, 3), rng)
+    # an index smaller than x in the dims but axis: valid, x's rest untouched by scatter_add
+    call("index (4, 9, 2) into x (5, 7, 3)", x, rng.integers(0, 7, (4, 9, 2)).astype(np.int64),
+         ax1, 1, True)
+    if op == "gather":  # rows of one element: the index's stride 0 and out's 7 along them
+        def size1_strides(in_views, out_views, operands):  # (any stride on a dim of size 1)
+            ins_ = list(in_views)
+            ins_[1] = ins_[1][:3] + ([9, 1, 0],)
+            return ins_, [out_views[0][:3] + ([9, 1, 7],)]
+        call("rows of one element, out's last stride 7", rand(dtype, (5, 7, 1), rng),
+             rng.integers(0, 7, (5, 9, 1)).astype(np.int64), ax1, 1, True, size1_strides)
+    for bad in (-1, 7):
+        idx = rng.integers(0, 7, (5, 9, 3)).astype(np.int64)
+        idx[4, 8, 2], idx[1, 3, 1] = bad, bad  # the last element and an inner one
+        call(f"index value {bad} along an axis of 7", x, idx, ax1, 1, False)
+    # x empty along the axis, the index not: every index out of range
+    call("x (3, 4, 0) and an index (3, 4, 2) along axis 2", rand(dtype, (3, 4, 0), rng),
+         np.zeros((3, 4, 2), np.int64), _raw.attrs("DK_AxisAttrs", axis=2), 2, False)
+    if large:  # a bad index in every row, rows past any per-thread split
+        xl = rand(dtype, (17, 9, 257), rng)
+        idx = rng.integers(0, 9, (17, 11, 257)).astype(np.int64)
+        idx[:, :, 5] = 9
+        call("index (17, 11, 257) with a bad value in every row", xl, idx, ax1, 1, False)
+    return out
+
+
+def check_index_bounds(ctx, op, dtype, shape):
+    """gather / scatter_add with an index smaller than x in the dims but axis
+    (valid, judged), and with index values out of range (negative, equal to
+    the size, into an x empty along the axis, in every row of a large index):
+    reported from the call or the synchronize of its stream, once, with
+    nothing written outside the output."""
+    large = dtype == invalid_dtype(ctx.target, op)
+    for what, ins, out_shape, attr, want, n, src, mangle in _index_bound_calls(op, dtype, ctx.rng(),
+                                                                               large):
+        call = _invalid.Call(ins, tuple(out_shape), dtype, attr, guard_inputs=True, mangle=mangle)
+        (lc, lmsg, sc, smsg), [(got, bands_ok)] = _invalid.launch(ctx.device, op, call)
+        what = f"{op} {dtype}: {what}"
+        assert bands_ok, f"{what}: the kernel wrote outside its output"
+        if want is None:
+            assert lc != 0 or sc != 0, (f"{what}: neither the call nor the synchronize of its "
+                                        f"stream reported the out-of-range index")
+            ctx.device.synchronize()  # reported once: the device is clean again
+            continue
+        assert lc == 0 and sc == 0, f"{what}: [{lc}] {lmsg} [{sc}] {smsg}"
+        scale = None
+        if op == "scatter_add" and dtype in FLOATS:
+            x, idx = ins[0][0], ins[1][0]
+            scale = O.scatter_add(np.abs(x.astype(np.float64)), 1, idx,
+                                  np.abs(src.astype(np.float64)))
+        O.assert_close(got, want, dtype, op=op, n=n, scale=scale, case=f"index_bounds {what}")
     ctx.ran.add((op, dtype))
 
 
@@ -790,6 +977,16 @@ def cases(target):
         if op == "iota":
             out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
                             functools.partial(check_iota_axes, op=o, dtype=d, shape=s))
+        if op in ("gather", "scatter_add"):
+            out += op_cases(target, "kernels", op, ["index_bounds"], lambda o, d, s:
+                            functools.partial(check_index_bounds, op=o, dtype=d, shape=s))
+        if op == "fill":
+            out += op_cases(target, "kernels", op, ["scalars"], lambda o, d, s:
+                            functools.partial(check_fill_scalars, op=o, dtype=d, shape=s))
+        if op == "cast":
+            out += op_cases(target, "kernels", op, lambda d: ["out_of_range"] if d in FLOATS
+                            else [], lambda o, d, s:
+                            functools.partial(check_cast_out_of_range, op=o, dtype=d, shape=s))
         if op in ELEMENTWISE:
             out += op_cases(target, "kernels", op, ["layouts"], lambda o, d, s:
                             functools.partial(check_layouts, op=o, dtype=d, shape=s))
@@ -798,6 +995,10 @@ def cases(target):
                 ["widened"] if d in ("float16", "bfloat16") else []), lambda o, d, s:
                             functools.partial(check_matmul_layouts, op=o, dtype=d, shape=s))
         dtype = invalid_dtype(target, op)
+        if dtype is not None and empty_applies(op):
+            out.append(Case(id=f"kernels/{op}/{dtype}/empty", section="kernels", op=op,
+                            dtype=dtype, fn=functools.partial(check_empty, op=op, dtype=dtype,
+                                                              shape="empty")))
         for r, name in invalid_cases(target, op)[0]:
             out.append(Case(id=f"kernels/{op}/invalid/{name}", section="kernels", op=op,
                             dtype=dtype, fn=functools.partial(

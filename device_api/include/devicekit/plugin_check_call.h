@@ -304,8 +304,9 @@ static inline DK_Error* dkh_check_call(const char* call, const DK_Kernel_Args* a
   }
   if ((e = dkh_check_attrs(call, a, sig))) return e;
   if ((e = dkh_check_shapes(call, a, sig, a->attrs, caps))) return e;
-  /* copy's strided output writes no element twice: no stride 0 on a dim > 1 */
-  for (int32_t d = 0; is_copy && d < out->rank; ++d)
+  /* copy's strided output writes no element twice: no stride 0 on a dim > 1
+   * (an output without elements writes none, whatever its strides) */
+  for (int32_t d = 0; is_copy && dkh_numel(out) > 0 && d < out->rank; ++d)
     if (out->shape[d] > 1 && out->strides[d] == 0)
       return dkh_error(DK_ERROR_INVALID_ARGUMENT,
                        "%s: output 0 has stride 0 in dim %d of size %lld; expected an output "

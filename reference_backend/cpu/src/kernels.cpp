@@ -168,7 +168,7 @@ DK_Error* dk_cpu_kernel_copy(const DK_Kernel_Args* args) {
                        "broadcast to output 0's shape %s",
                        kCall, dims(in).c_str(), dims(l.out).c_str());
     }
-    for (int32_t d = 0; d < l.out.rank; ++d) {
+    for (int32_t d = 0; l.numel > 0 && d < l.out.rank; ++d) {  // (no element: any strides)
       if (l.out.shape[d] > 1 && l.out.strides[d] == 0) {
         return dkh_error(DK_ERROR_INVALID_ARGUMENT,
                          "%s: output 0 has stride 0 in dim %d of "
