@@ -960,40 +960,37 @@ def status(target):
             "rule_pairs_not_applicable": cov["not_applicable"], "line": _rules.coverage_line(cov)}
 
 
+def _family(check):
+    """op_cases' maker for a family's checker: CHECK(ctx, op=, dtype=, shape=)."""
+    return lambda o, d, s: functools.partial(check, op=o, dtype=d, shape=s)
+
+
+#: The kernels families past ``direct``, in case order: (the ops it applies to,
+#: its classes, or a function of the dtype giving them, its checker).
+FAMILIES = (
+    (lambda op: op == "cast", ["ladder"], check_cast_ladder),
+    (lambda op: op in REDUCE or op in ("argmax", "cumsum"), ["axes"], check_axes),
+    (lambda op: op in ("gather", "scatter_add"), ["axes"], check_index_axes),
+    (lambda op: op == "iota", ["axes"], check_iota_axes),
+    (lambda op: op in ("gather", "scatter_add"), ["index_bounds"], check_index_bounds),
+    (lambda op: op == "fill", ["scalars"], check_fill_scalars),
+    (lambda op: op == "cast", lambda d: ["out_of_range"] if d in FLOATS else [],
+     check_cast_out_of_range),
+    (lambda op: op in ELEMENTWISE, ["layouts"], check_layouts),
+    (lambda op: op == "matmul",
+     lambda d: ["layouts"] + (["widened"] if d in ("float16", "bfloat16") else []),
+     check_matmul_layouts),
+)
+
+
 def cases(target):
     out = []
     for o in spec()["ops"]:
         op = o["name"]
         out += op_cases(target, "kernels", op, ["direct"], _make_direct)
-        if op == "cast":
-            out += op_cases(target, "kernels", op, ["ladder"], lambda o, d, s:
-                            functools.partial(check_cast_ladder, op=o, dtype=d, shape=s))
-        if op in REDUCE or op in ("argmax", "cumsum"):
-            out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
-                            functools.partial(check_axes, op=o, dtype=d, shape=s))
-        if op in ("gather", "scatter_add"):
-            out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
-                            functools.partial(check_index_axes, op=o, dtype=d, shape=s))
-        if op == "iota":
-            out += op_cases(target, "kernels", op, ["axes"], lambda o, d, s:
-                            functools.partial(check_iota_axes, op=o, dtype=d, shape=s))
-        if op in ("gather", "scatter_add"):
-            out += op_cases(target, "kernels", op, ["index_bounds"], lambda o, d, s:
-                            functools.partial(check_index_bounds, op=o, dtype=d, shape=s))
-        if op == "fill":
-            out += op_cases(target, "kernels", op, ["scalars"], lambda o, d, s:
-                            functools.partial(check_fill_scalars, op=o, dtype=d, shape=s))
-        if op == "cast":
-            out += op_cases(target, "kernels", op, lambda d: ["out_of_range"] if d in FLOATS
-                            else [], lambda o, d, s:
-                            functools.partial(check_cast_out_of_range, op=o, dtype=d, shape=s))
-        if op in ELEMENTWISE:
-            out += op_cases(target, "kernels", op, ["layouts"], lambda o, d, s:
-                            functools.partial(check_layouts, op=o, dtype=d, shape=s))
-        if op == "matmul":
-            out += op_cases(target, "kernels", op, lambda d: ["layouts"] + (
-                ["widened"] if d in ("float16", "bfloat16") else []), lambda o, d, s:
-                            functools.partial(check_matmul_layouts, op=o, dtype=d, shape=s))
+        for applies, classes, check in FAMILIES:
+            if applies(op):
+                out += op_cases(target, "kernels", op, classes, _family(check))
         dtype = invalid_dtype(target, op)
         if dtype is not None and empty_applies(op):
             out.append(Case(id=f"kernels/{op}/{dtype}/empty", section="kernels", op=op,
