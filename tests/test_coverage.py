@@ -11,12 +11,14 @@ counts the ones listed as needing a case; the reviewed list
 Needs: a C compiler, cmake and gcovr (the test extra) for the vendor test.
 """
 
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tomllib
+import types
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,31 @@ def test_a_worker_stopped_at_its_timeout_keeps_its_counters(cov_build, tmp_path)
     assert "error" not in cov, cov
     lc, lt = cov["lines"]
     assert lc > 0, cov  # Plugin_Initialize and device setup ran in each stopped worker
+
+
+def test_an_answer_found_after_the_deadline_is_a_timeout(monkeypatch):
+    """The case's time is the parent's clock: an answer already waiting when
+    the parent looks, but after the deadline (it was descheduled on a loaded
+    host), is a timeout, as the test above needs on any host; one within the
+    deadline is the answer."""
+    from devicekit.conformance import runner
+
+    class Proc:
+        def __init__(self, fd):
+            self.stdin, self.stdout = io.BytesIO(), os.fdopen(fd, "rb")
+
+    answer = {"outcome": "pass"}
+    for took, expected in ((2.0, "timeout"), (0.5, answer)):
+        r, w = os.pipe()
+        os.write(w, json.dumps(answer).encode() + b"\n")
+        os.close(w)
+        worker = runner._Worker.__new__(runner._Worker)
+        worker.proc = Proc(r)
+        clock = types.SimpleNamespace(monotonic=iter((100.0, 100.0 + took)).__next__)
+        monkeypatch.setattr(runner, "time", clock)
+        assert worker.run("ops/add/float32/x", 1.0) == expected
+        assert worker.proc.stdin.getvalue() == b"ops/add/float32/x\n"
+        worker.proc.stdout.close()
 
 
 def test_coverage_of_a_folder_without_a_coverage_build_is_a_usage_error(tmp_path):

@@ -49,14 +49,20 @@ class _Worker:
             raise RuntimeError(f"conformance worker failed to start: {self.stderr_tail()}")
 
     def run(self, case_id, timeout):
-        """The worker's JSON answer; None if it died (EOF); "timeout"."""
+        """The worker's JSON answer; None if it died (EOF); "timeout".
+
+        The case's time is the parent's clock from sending the id to the
+        answer being ready, so an answer found after the deadline (this
+        process was descheduled while the worker finished) is a timeout too,
+        and what a timeout means does not depend on the host's load."""
+        start = time.monotonic()
         try:
             self.proc.stdin.write(case_id.encode() + b"\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             return None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
+        if not ready or time.monotonic() - start > timeout:
             return "timeout"
         line = self.proc.stdout.readline()
         return json.loads(line) if line else None
