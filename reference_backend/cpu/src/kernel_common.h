@@ -5,6 +5,7 @@
 // with the call, before enqueueing.
 #pragma once
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -24,11 +25,25 @@ struct View {
   uint64_t span_begin, span_end;  // addresses of the bytes it may touch
 };
 
-inline std::string dims(const View& v) {
-  std::string s = "[";
-  for (int32_t d = 0; d < v.rank; ++d) s += (d ? "," : "") + std::to_string(v.shape[d]);
-  return s + "]";
+// "[5,7,3]": a view's sizes or strides for a message, in a buffer that fits
+// every rank and value (21 characters per dim), so a message allocates
+// nothing and cannot throw.
+struct DimsText {
+  char text[DK_MAX_RANK * 21 + 3];
+  const char* c_str() const { return text; }
+};
+
+inline DimsText list_text(const int64_t* values, int32_t rank) {
+  DimsText s;
+  int used = snprintf(s.text, sizeof s.text, "[");
+  for (int32_t d = 0; d < rank; ++d)
+    used += snprintf(s.text + used, sizeof s.text - size_t(used), "%s%lld", d ? "," : "",
+                     (long long)values[d]);
+  snprintf(s.text + used, sizeof s.text - size_t(used), "]");
+  return s;
 }
+
+inline DimsText dims(const View& v) { return list_text(v.shape, v.rank); }
 
 // The header's rule (DK_TensorView): a view with zero elements is contiguous
 // whatever its strides; otherwise size-1 dims may have any stride.
@@ -114,11 +129,7 @@ inline DK_Error* check_same_shape(const char* call, const char* what, const View
                    what, dims(v).c_str(), dims(ref).c_str(), ref_what);
 }
 
-inline std::string strides_of(const View& v) {
-  std::string s = "[";
-  for (int32_t d = 0; d < v.rank; ++d) s += (d ? "," : "") + std::to_string(v.strides[d]);
-  return s + "]";
-}
+inline DimsText strides_of(const View& v) { return list_text(v.strides, v.rank); }
 
 // Without DK_KERNEL_CAP_STRIDED every input must be dense row-major.
 inline DK_Error* check_layout(const char* call, const char* what, DK_OpId op, const View& v) {
