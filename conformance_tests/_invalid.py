@@ -217,11 +217,36 @@ def _gather_like(op, c, index, src=None):
     return c.but(ins=ins, out_shape=tuple(index.shape))
 
 
-def _scalar_attrs(op, bad):
-    """``op``'s attributes with DK_Scalar ``bad`` in its first scalar field."""
+def _scalar_attrs(op, bad, field="start"):
+    """``op``'s attributes with DK_Scalar ``bad`` in its scalar ``field``
+    (fill has one, value; iota's start or step)."""
     if op == "fill":
         return _raw.attrs("DK_FillAttrs", value=bad)
-    return _raw.attrs("DK_IotaAttrs", axis=1, start=bad, step=_raw.scalar(1))
+    good = {"start": _raw.scalar(0), "step": _raw.scalar(1)}
+    return _raw.attrs("DK_IotaAttrs", axis=1, **{**good, field: bad})
+
+
+def _then(*mangles):
+    """One mangle that applies ``mangles`` in order."""
+    def mangle(in_views, out_views, operands):
+        for m in mangles:
+            in_views, out_views = m(in_views, out_views, operands)
+        return in_views, out_views
+    return mangle
+
+
+def _negative_stride(c, i):
+    dense = _dense(c.ins[i][0].shape)
+    return c.but(mangle=_edit("in", i, strides=[-abs(dense[0]) - 1] + dense[1:]))
+
+
+def _aliases_broadcast_input(t, op, dt, c, p):
+    """Output 0 at input 0's address, input 0 a view of size 1 in dim 0 (a
+    broadcast input, when the kernel declares DK_KERNEL_CAP_BROADCAST)."""
+    aliased = _output_aliases(t, op, dt, c, p)
+    shape = [1] + list(c.ins[0][0].shape[1:])
+    return aliased.but(mangle=_then(_edit("in", 0, shape=shape, strides=_dense(shape)),
+                                    aliased.mangle))
 
 
 def _bad_index(value):
@@ -262,8 +287,10 @@ BREAK = {
         mangle=_edit("in", 0, dtype=UNKNOWN_DTYPE_ID)),
     "output_unknown_dtype_id": lambda t, op, dt, c, p: c.but(
         mangle=_edit("out", 0, dtype=UNKNOWN_DTYPE_ID)),
-    "input_negative_stride": lambda t, op, dt, c, p: c.but(mangle=_edit(
-        "in", 0, strides=[-abs(_dense(c.ins[0][0].shape)[0]) - 1] + _dense(c.ins[0][0].shape)[1:])),
+    "input_negative_stride": lambda t, op, dt, c, p: _negative_stride(c, 0),
+    "input_2_negative_stride": lambda t, op, dt, c, p: _negative_stride(c, 2),
+    "input_negative_size": lambda t, op, dt, c, p: c.but(mangle=_edit(
+        "in", 0, shape=[-1] + list(c.ins[0][0].shape[1:]))),
     "output_null_data": lambda t, op, dt, c, p: c.but(mangle=_edit("out", 0, addr=0)),
     "input_null_data": lambda t, op, dt, c, p: c.but(mangle=_edit("in", 0, addr=0)),
     "input_1_null_data": lambda t, op, dt, c, p: c.but(mangle=_edit("in", 1, addr=0)),
@@ -274,12 +301,15 @@ BREAK = {
         mangle=_edit("out", 0, strides=_not_dense(c.out_shape))),
     "input_needs_broadcast": lambda t, op, dt, c, p: c.but(mangle=_edit(
         "in", 0, shape=[1] + list(c.ins[0][0].shape[1:]), strides=_dense([1] + list(c.ins[0][0].shape[1:])))),
+    "input_rank_above_output": lambda t, op, dt, c, p: c.but(mangle=_edit(
+        "in", 0, shape=[1] + list(c.ins[0][0].shape), strides=_dense([1] + list(c.ins[0][0].shape)))),
     "copy_output_writes_twice": lambda t, op, dt, c, p: c.but(
         mangle=_edit("out", 0, strides=[0] + _dense(c.out_shape)[1:])),
     # memory
     "output_aliases_input": _output_aliases,
     "output_overlaps_input": lambda t, op, dt, c, p: _output_aliases(t, op, dt, c, p, offset_elems=1),
     "output_aliases_input_1": lambda t, op, dt, c, p: _output_aliases(t, op, dt, c, p, index=1),
+    "output_aliases_broadcast_input": _aliases_broadcast_input,
     "input_past_allocation": _past_allocation,
     "input_offset_past_allocation": lambda t, op, dt, c, p: _past_allocation(t, op, dt, c, p,
                                                                              lead=_raw.GUARD),
@@ -318,7 +348,7 @@ BREAK = {
     "axes_beyond_rank": lambda t, op, dt, c, p: _reduce_attrs(c, axes=0b1101),
     "axis_range": lambda t, op, dt, c, p: c.but(attrs=_axis_attrs(op, p["axis"])),
     "scalar_dtype": lambda t, op, dt, c, p: c.but(attrs=_scalar_attrs(
-        op, _raw.Scalar(_raw.DTYPE_IDS["float32"], _raw._Value(f=1.0)))),
+        op, _raw.Scalar(_raw.DTYPE_IDS["float32"], _raw._Value(f=1.0)), "step")),
     "scalar_bool_not_01": lambda t, op, dt, c, p: c.but(attrs=_scalar_attrs(
         op, _raw.Scalar(_raw.DTYPE_IDS["bool"], _raw._Value(i=2)))),
     # indices, found while the kernel runs

@@ -65,6 +65,8 @@ INVALID = {
     "matmul_inner_dims_differ": lambda ctx: ops.matmul(_t(ctx, (3, 4)), _t(ctx, (5, 2))),
     "reduce_axis_out_of_range": lambda ctx: ops.sum(_t(ctx, (3, 4)), axis=2),
     "max_of_empty": lambda ctx: ops.max(_t(ctx, (0, 4)), axis=0),
+    "min_of_empty": lambda ctx: ops.min(_t(ctx, (4, 0)), axis=1),
+    "argmax_of_empty": lambda ctx: ops.argmax(_t(ctx, (0, 4)), axis=0),
     "reshape_wrong_size": lambda ctx: _t(ctx, (3, 4)).reshape(5, 3),
     "copy_h2d_out_of_bounds": lambda ctx: ctx.device.copy_h2d(ctx.device.alloc(16),
                                                                np.zeros(17, np.uint8)),

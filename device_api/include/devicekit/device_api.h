@@ -496,7 +496,7 @@ typedef struct DK_TensorView {
                              NULL only when the view has zero elements */
   int32_t dtype;          /* a DK_DType */
   int32_t rank;           /* 0 .. DK_MAX_RANK; rank 0 is a scalar */
-  const int64_t* shape;   /* [rank]; NULL when rank == 0 */
+  const int64_t* shape;   /* [rank], every size >= 0; NULL when rank == 0 */
   const int64_t* strides; /* [rank], in elements, may be 0 (broadcast) but
                              never negative; NULL when rank == 0 */
 } DK_TensorView;

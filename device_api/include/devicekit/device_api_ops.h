@@ -126,11 +126,13 @@ typedef enum DK_OpId {
    * are rejected by the SDK. */
   DK_OP_REDUCE_MAX = 33,
   /* reduce_min(x) -> out; attrs DK_ReduceAttrs; since 1.1. out = minimum over
-   * axes (NaN if any element is NaN); shape as reduce_sum. */
+   * axes (NaN if any element is NaN); shape as reduce_sum. Empty reductions
+   * are rejected by the SDK. */
   DK_OP_REDUCE_MIN = 34,
   /* argmax(x) -> out; attrs DK_AxisAttrs; since 1.1. out (int64) = index along
    * axis of the maximum; the first index on ties; a NaN counts as the maximum
-   * (first NaN wins). out has x's rank with axis of size 1. */
+   * (first NaN wins). out has x's rank with axis of size 1. An empty axis is
+   * rejected by the SDK. */
   DK_OP_ARGMAX = 35,
   /* cumsum(x) -> out; attrs DK_AxisAttrs; since 1.1. out[..., i, ...] = sum of
    * x[..., 0..i, ...] along axis (float16/bfloat16 accumulate in float32). */
