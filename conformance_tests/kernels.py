@@ -62,10 +62,10 @@ views the case builds itself (``_raw``):
   DK_KERNEL_CAP_INPLACE ("out[0] may alias in[0] exactly"), each declared
   dtype whose output has input 0's dtype: the call made with output 0 being
   input 0's memory (between guard bands) gives bit for bit what the same call
-  gives out of place; elementwise ops at LAYOUT_SMALL and LAYOUT_LARGE (work
-  split over threads, every vector tail), dense and, with
-  DK_KERNEL_CAP_BROADCAST, the other inputs broadcast along the last dim;
-  other ops at their ``direct`` call. A plugin that declares the capability
+  gives out of place; elementwise ops at LAYOUT_SMALL, LAYOUT_LARGE (work
+  split over threads, every vector tail) and LAYOUT_UNIT_DIM (a dim of size
+  1), dense and, with DK_KERNEL_CAP_BROADCAST, the other inputs broadcast
+  along the last dim; other ops at their ``direct`` call. A plugin that declares the capability
   for no kernel gets one case, ``kernels/inplace``, skipped with that reason
   (not applicable; never a pass).
 - ``kernels/<op>/invalid/<case>``: one call per argument rule the header
@@ -251,6 +251,10 @@ ELEMENTWISE = UNARY | BINARY | COMPARE | LOGICAL | {"logical_not", "where"}
 #: a row is shorter than the work a thread may get, so whatever size a plugin
 #: splits work at, some split lands inside a row and some chunk holds several.
 LAYOUT_SMALL, LAYOUT_LARGE = (3, 5, 7), (9, 17, 1025)
+#: The in-place case's third shape: a dim of size 1 between two others (a
+#: kernel comparing input 0's view with output 0's may compare that dim's
+#: stride, which names no other element).
+LAYOUT_UNIT_DIM = (3, 1, 7)
 
 
 def _arity(op):
@@ -807,7 +811,7 @@ def _inplace_runs(op, dtype, caps, rng):
         arity = _arity(op)
         out_dtype = "bool" if op in COMPARE or op in LOGICAL or op == "logical_not" else dtype
         runs = []
-        for shape in (LAYOUT_SMALL, LAYOUT_LARGE):
+        for shape in (LAYOUT_SMALL, LAYOUT_LARGE, LAYOUT_UNIT_DIM):
             layouts = [("dense", [shape] * arity)]
             if arity > 1 and caps & _rules.CAPS["BROADCAST"]:
                 layouts.append(("others_bcast", [shape] + [shape[:-1] + (1,)] * (arity - 1)))
