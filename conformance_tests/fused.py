@@ -180,11 +180,14 @@ EXTRA = {
         "wide_row": lambda r: _nn.Call([_nn._u(r, 1, WIDE), _nn._u(r, WIDE), _nn._u(r, WIDE)],
                                        n=WIDE),
     },
-    # attention: dims of size 0 the kernels' empty-view paths take (no queries:
+    # attention: a head dim past 2**15, dims of size 0 the kernels' empty-view paths take (no queries:
     # dk, dv are zeros; value dim 0: out is empty, dq, dk zeros; no query heads),
     # a NaN in q, and an additive mask of another floating dtype than q (float16: a float32
     # or bfloat16 kernel declines it, a float16 kernel reads it)
     "scaled_dot_product_attention": {
+        # one query and two keys with a head dim past a row kernel's chunk
+        # (a 16-bit kernel widens q and k in chunks of 32 Ki elements)
+        "wide_head_dim": lambda r: _nn._sdpa(r, 1, 1, 1, 1, 2, WIDE, 4),
         "no_queries": lambda r: _nn._sdpa(r, 1, 2, 1, 0, 5, 4, 4),
         "value_dim_0": lambda r: _nn._sdpa(r, 1, 2, 1, 3, 5, 4, 0),
         "no_query_heads": lambda r: _nn._sdpa(r, 1, 0, 1, 3, 5, 4, 4),
