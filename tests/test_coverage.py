@@ -143,22 +143,25 @@ def test_exclusion_check_fails_unlisted_and_counts_needs_case():
          "status": "needs-case"},
         {"file": "a.cpp", "function": "wide", "reason": "64-bit loop past 2**31 elements",
          "status": "past-budget"},
+        {"file": "a.cpp", "function": "check_args", "reason": "header: args is never NULL",
+         "status": "ruled-out"},
         {"file": "gone.cpp", "reason": "stale"},
     ]
-    rows = [row("a.cpp", 5, "oom_path"), row("a.cpp", 6, "wide_loop"), row("a.cpp", 12),
-            row("a.cpp", 30), row("b.cpp", 1)]
+    rows = [row("a.cpp", 5, "oom_path"), row("a.cpp", 6, "wide_loop"), row("a.cpp", 7, "check_args"),
+            row("a.cpp", 12), row("a.cpp", 30), row("b.cpp", 1)]
     unlisted, needs, excused, stale = coverage_run.check(rows, entries)
     assert [(r["file"], r["line"]) for r in unlisted] == [("a.cpp", 30), ("b.cpp", 1)]
     assert [r["line"] for r in needs] == [12]
     assert [(r["line"], status) for r, status in excused] == [(5, "unreachable"),
-                                                              (6, "past-budget")]
+                                                              (6, "past-budget"),
+                                                              (7, "ruled-out")]
     assert [e["file"] for e in stale] == ["gone.cpp"]
 
 
 def test_exclusion_status_must_be_a_known_one(tmp_path):
     path = tmp_path / "ex.toml"
     path.write_text('[[exclude]]\nfile = "a.cpp"\nstatus = "someday"\nreason = "r"\n')
-    with pytest.raises(SystemExit, match="status must be one of .*past-budget"):
+    with pytest.raises(SystemExit, match="status must be one of .*past-budget, ruled-out"):
         coverage_run.load_exclusions(str(path), "cpu")
 
 
