@@ -223,6 +223,12 @@ MUTANTS += [
      "inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {\n",
      "inline DK_Error* check_axis(const char* call, int32_t axis, const View& v, const char* what) {\n"
      "  if (axis < 0) return nullptr;\n", "arguments"),
+    # an input of higher rank than the output taken as broadcasting (input_rank_above_output)
+    ("broadcast_drops_leading_dims", "kernel_common.h", "  if (shift < 0) return false;\n",
+     "", "arguments"),
+    # in place over a broadcast input 0 (output_aliases_broadcast_input): strides not compared
+    ("inplace_ignores_strides", "kernel_common.h",
+     "(a.shape[d] != 1 && a.strides[d] != b.strides[d])", "false", "arguments"),
     # the argument rules (device_api/spec/arg_rules.json) that no case checked before
     ("matmul_out_batch_dims_unchecked", "kernels_matmul.cpp",
      "ok = ok && b.shape[d] == a.shape[d] && out.shape[d] == a.shape[d];",
@@ -491,6 +497,7 @@ SEES = {
     # argument rules shared by every kernel (kernel_common.h) and the views'
     # bounds check every kernel call makes (plugin_runtime.hpp)
     "same_dtype_checks_size_only": _INVALID, "axis_negative_accepted": _INVALID,
+    "broadcast_drops_leading_dims": _INVALID, "inplace_ignores_strides": _INVALID,
     "view_bounds_ignore_offset": _INVALID,
 }
 #: Kernel mutants the kernel check (--kernel) leaves out, and why: the full
