@@ -424,6 +424,32 @@ def test_bad_input_one_line_distinct_code_no_output(tmp_path, case, code, proble
     assert proc.stdout == "" and os.listdir(junit.parent) == []
 
 
+@pytest.mark.parametrize("text,what", [
+    ('{"cases": [{"id": "a"}, {"id": "b"}', "truncated"),  # cut just after an inner "}"
+    ('{"cases": [{"id": "a"}, {"id": "b"}]}', None),
+    ('{"cases": [{"id": "a"}, {"id": "b"', "truncated"),  # inside a string
+    ('{"cases": [{"id": "a"}, {"id": "b"}, ', "truncated"),
+    ('{"cases": [{"id": "a", "ok": tr', "truncated"),  # inside a literal
+    ('{"cases": [{"id": "\\u00', "truncated"),  # inside an escape
+    ('{"cases": [{"id": "a"} {"id": "b"}]}', "corrupted"),  # a comma lost mid-file
+    ('{"id": "\u00e9"}'.encode("utf-8")[:-3], "truncated"),  # inside a 2-byte character
+    (b'{"id": "\xff"}', "corrupted"),
+])
+def test_a_record_cut_anywhere_is_called_truncated(tmp_path, text, what):
+    """Whether the parser failed at the text's end decides, not the last
+    character: a report cut in half can end with an inner object's "}"."""
+    from devicekit.gate import validate
+    raw = text if isinstance(text, bytes) else text.encode()
+    path = tmp_path / "r.json"
+    path.write_bytes(raw)
+    with open(path, "rb") as f:
+        if what is None:
+            assert validate.read_json(path, "the record", f, len(raw))["cases"][1] == {"id": "b"}
+            return
+        with pytest.raises(Exception, match=rf"not valid JSON \({what}\?\)"):
+            validate.read_json(path, "the record", f, len(raw))
+
+
 def test_matrix_of_two_plugins_and_versions(tmp_path):
     a1 = make(tmp_path, "a1")
     a2 = make(tmp_path, "a2", [c if c[1] != "add" else (*c[:3], "fail") for c in BASE_CASES])
