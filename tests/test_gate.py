@@ -437,8 +437,10 @@ def test_bad_input_one_line_distinct_code_no_output(tmp_path, case, code, proble
 ])
 def test_a_record_cut_anywhere_is_called_truncated(tmp_path, text, what):
     """Whether the parser failed at the text's end decides, not the last
-    character: a report cut in half can end with an inner object's "}"."""
+    character: a report cut in half can end with an inner object's "}".
+    Release records (gate) and shard reports (report merge) say the same."""
     from devicekit.gate import validate
+    from devicekit.scale import merge
     raw = text if isinstance(text, bytes) else text.encode()
     path = tmp_path / "r.json"
     path.write_bytes(raw)
@@ -448,6 +450,8 @@ def test_a_record_cut_anywhere_is_called_truncated(tmp_path, text, what):
             return
         with pytest.raises(Exception, match=rf"not valid JSON \({what}\?\)"):
             validate.read_json(path, "the record", f, len(raw))
+    with pytest.raises(merge.BadReport, match=rf"not valid JSON \({what}\?\)"):
+        merge.parse(raw, str(path))
 
 
 def test_matrix_of_two_plugins_and_versions(tmp_path):

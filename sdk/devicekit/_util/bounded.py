@@ -2,10 +2,14 @@
 
 Policies, shard reports and records come from outside: a device, a FIFO or a
 2 GiB file must be refused by looking at it (``stat``), not by reading it.
-Each caller maps :class:`Unreadable`'s ``kind`` to its own error and exit code.
+Each caller maps :class:`Unreadable`'s ``kind`` to its own error and exit code,
+and :func:`truncated_or_corrupted` says which of the two a file that does not
+parse as JSON looks like.
 """
 
+import json
 import os
+import re
 import stat
 
 
@@ -40,3 +44,22 @@ def read_bounded(path, cap):
     if len(raw) > cap:
         raise Unreadable("too_large")
     return raw
+
+
+_CUT_TOKEN = re.compile(r"[-+0-9.eE]*|t(r(ue?)?)?|f(a(l(se?)?)?)?|n(u(ll?)?)?|\\?(u[0-9a-fA-F]{0,4})?")
+
+
+def truncated_or_corrupted(raw, e):
+    """Why ``raw`` (bytes) did not parse as JSON (``e``): "truncated" when the
+    text ended before the JSON did (the parser failed at its end, wherever the
+    cut fell: after an inner "}" too, or inside a multi-byte character), else
+    "corrupted"."""
+    if isinstance(e, json.JSONDecodeError):
+        # an open string runs to the end, or what is left from the failure on
+        # is nothing or the start of a literal, number or escape
+        ended = (e.msg.startswith("Unterminated string")
+                 or _CUT_TOKEN.fullmatch(e.doc[e.pos:].strip()) is not None)
+        return "truncated" if ended else "corrupted"
+    if isinstance(e, UnicodeDecodeError):
+        return "truncated" if e.end >= len(raw) else "corrupted"
+    return "corrupted"  # a ValueError of a complete text: an integer too long

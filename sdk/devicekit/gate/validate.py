@@ -10,9 +10,9 @@ documentation. It describes the on-disk form (cases as rows).
 """
 
 import json
-import re
 from importlib import resources
 
+from .._util.bounded import truncated_or_corrupted
 from .errors import BadRecord
 
 # Refused before reading: the reference CPU plugin's record is under 1 MiB; a
@@ -40,30 +40,12 @@ def read_json(path, role, stream, size):
         raise BadRecord(path, f"{role} is nested too deeply to be a record (more than "
                               f"{MAX_DEPTH} levels)") from None
     except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError, over-long integers
-        raise BadRecord(path, f"{role} is not valid JSON ({_truncated_or_corrupted(raw, e)}?): "
+        raise BadRecord(path, f"{role} is not valid JSON ({truncated_or_corrupted(raw, e)}?): "
                               f"{e}") from None
     where = too_deep(doc)
     if where is not None:
         raise BadRecord(path, f"{where}: nested deeper than {MAX_DEPTH} levels")
     return doc
-
-
-_CUT_TOKEN = re.compile(r"[-+0-9.eE]*|t(r(ue?)?)?|f(a(l(se?)?)?)?|n(u(ll?)?)?|\\?(u[0-9a-fA-F]{0,4})?")
-
-
-def _truncated_or_corrupted(raw, e):
-    """"truncated" when the text ended before the JSON did (the parser failed
-    at its end, wherever the cut fell: after an inner "}" too, or inside a
-    multi-byte character), else "corrupted"."""
-    if isinstance(e, json.JSONDecodeError):
-        # an open string runs to the end, or what is left from the failure on
-        # is nothing or the start of a literal, number or escape
-        ended = (e.msg.startswith("Unterminated string")
-                 or _CUT_TOKEN.fullmatch(e.doc[e.pos:].strip()) is not None)
-        return "truncated" if ended else "corrupted"
-    if isinstance(e, UnicodeDecodeError):
-        return "truncated" if e.end >= len(raw) else "corrupted"
-    return "corrupted"  # a ValueError of a complete text: an integer too long
 
 
 def _size(n):

@@ -30,7 +30,7 @@ import math
 import os
 import re
 
-from .._util.bounded import Unreadable, read_bounded
+from .._util.bounded import Unreadable, read_bounded, truncated_or_corrupted
 from ..errors import InputFileError
 from . import shard as sharding
 
@@ -183,8 +183,7 @@ def parse(raw, name):
         rep = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         text = raw if isinstance(raw, bytes) else raw.encode()
-        what = "truncated" if text and not text.rstrip().endswith(b"}") else "corrupted"
-        raise BadReport(name, f"not valid JSON ({what}?): {e}") from None
+        raise BadReport(name, f"not valid JSON ({truncated_or_corrupted(text, e)}?): {e}") from None
     except RecursionError:
         raise BadReport(name, "nests deeper than a report does (not a report)") from None
     if _too_deep(rep):
