@@ -154,6 +154,11 @@ def _replace_input(call, i, arr, dtype=None):
     return call.but(ins=ins)
 
 
+def _dense_input(index, shape):
+    """A mangle giving input ``index`` the view ``shape``, dense row-major."""
+    return _edit("in", index, shape=list(shape), strides=_dense(list(shape)))
+
+
 def _grow(shape, dim, by=1):
     s = list(shape)
     s[dim] += by
@@ -244,8 +249,7 @@ def _aliases_broadcast_input(t, op, dt, c, p):
     """Output 0 at input 0's address, input 0 a view of size 1 in dim 0 (a
     broadcast input, when the kernel declares DK_KERNEL_CAP_BROADCAST)."""
     aliased = _output_aliases(t, op, dt, c, p)
-    shape = [1] + list(c.ins[0][0].shape[1:])
-    return aliased.but(mangle=_then(_edit("in", 0, shape=shape, strides=_dense(shape)),
+    return aliased.but(mangle=_then(_dense_input(0, [1, *c.ins[0][0].shape[1:]]),
                                     aliased.mangle))
 
 
@@ -299,10 +303,10 @@ BREAK = {
         mangle=_edit("in", 0, strides=_not_dense(c.ins[0][0].shape))),
     "output_not_dense": lambda t, op, dt, c, p: c.but(
         mangle=_edit("out", 0, strides=_not_dense(c.out_shape))),
-    "input_needs_broadcast": lambda t, op, dt, c, p: c.but(mangle=_edit(
-        "in", 0, shape=[1] + list(c.ins[0][0].shape[1:]), strides=_dense([1] + list(c.ins[0][0].shape[1:])))),
-    "input_rank_above_output": lambda t, op, dt, c, p: c.but(mangle=_edit(
-        "in", 0, shape=[1] + list(c.ins[0][0].shape), strides=_dense([1] + list(c.ins[0][0].shape)))),
+    "input_needs_broadcast": lambda t, op, dt, c, p: c.but(
+        mangle=_dense_input(0, [1, *c.ins[0][0].shape[1:]])),
+    "input_rank_above_output": lambda t, op, dt, c, p: c.but(
+        mangle=_dense_input(0, [1, *c.ins[0][0].shape])),
     "copy_output_writes_twice": lambda t, op, dt, c, p: c.but(
         mangle=_edit("out", 0, strides=[0] + _dense(c.out_shape)[1:])),
     # memory
