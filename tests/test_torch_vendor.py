@@ -108,3 +108,43 @@ def test_torch_section_on_a_minimal_plugin_says_which_base_ops_it_needs(minimal_
         c = got[case]
         assert c["outcome"] == "not-implemented", (case, c["outcome"], c["message"][:500])
         assert f"needs base ops {ops}: " in c["message"], c["message"][:500]
+
+
+def test_a_factory_failing_inside_a_backward_is_raised_at_the_next_op(minimal_plugin, tmp_path):
+    # The scaffold lacks the fill kernel, so torch.zeros(device=dk) fails; inside a
+    # backward its placeholder comes from its device= argument (no dk tensor
+    # among its operands), and its error from the next dk op after the backward.
+    script = tmp_path / "factory_in_backward.py"
+    script.write_text(
+        "import torch\n"
+        "import devicekit.torch\n"
+        "from devicekit.errors import UnloweredOpError\n"
+        "class Op(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x):\n"
+        "        return x.clone()\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        return g + torch.zeros(tuple(g.shape), device=g.device)\n"
+        f"dev = devicekit.torch.prefer('{NAME}:0')\n"
+        "x = torch.ones(3, 4).to(dev).requires_grad_(True)\n"
+        "Op.apply(x).backward(torch.ones(3, 4).to(dev))\n"
+        "print('backward returned')\n"
+        "try:\n"
+        "    x.grad.cpu()\n"
+        "except UnloweredOpError as e:\n"
+        "    print('raised:', str(e).splitlines()[0])\n"
+        "    print('notes:', e.__notes__)\n"
+        "print('after:', x.grad.cpu().isnan().all().item())\n")
+    env = dict(os.environ, DEVICEKIT_PLUGIN_PATH=str(minimal_plugin))
+    env.pop("DEVICEKIT_PLUGIN_OVERRIDE", None)
+    env.pop("DEVICEKIT_TORCH_DEVICES", None)
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=HUNG_S)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "backward returned", proc.stdout
+    assert lines[1].startswith("raised: aten::zeros.default on dk:0 (DeviceKit mini:0, plugin "
+                               "'mini'): its lowering needs base op fill"), proc.stdout
+    assert "raised inside the backward pass by aten::zeros.default" in lines[2], proc.stdout
+    assert lines[3] == "after: True", proc.stdout  # the gradient is the NaN placeholder's sum

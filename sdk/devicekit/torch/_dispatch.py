@@ -125,17 +125,26 @@ def dispatch(func, args, kwargs):
                 f"such errors at the next dk op, here)")
         if hasattr(e, "add_note"):
             e.add_note(note)
+        try:
+            out = _placeholder(func, args, kwargs)
+        except Exception:  # noqa: BLE001 - no shapes for its results: the op's own error, now
+            raise e from None
         _pending.append(e)
-        return _placeholder(func, args, kwargs)
+        return out
 
 
 def _placeholder(func, args, kwargs):
     """Results of ``func``'s shapes and dtypes (from torch's meta kernels),
-    NaN-filled (0 for integers); an in-place op returns its operand untouched."""
+    NaN-filled (0 for integers); an in-place or ``out=`` op returns the
+    operands it writes, untouched."""
+    written = _written(func, args, kwargs)
+    if written is not None:
+        return written
     dev = _coverage._target(args, kwargs) or _device.dk_device(0)  # (a factory: its device=)
 
     def meta(x):
-        if isinstance(x, DKTensor):
+        # a host tensor too: the op's error may be that operand (HostOperandError)
+        if isinstance(x, torch.Tensor):
             return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
         if isinstance(x, (list, tuple)):
             return type(x)(meta(v) for v in x)
@@ -146,8 +155,6 @@ def _placeholder(func, args, kwargs):
         return x
 
     out = func(*meta(args), **meta(kwargs))
-    if func._schema.is_mutable and func._schema.returns and args:
-        return args[0]
 
     def fill(x):
         # made on the host and copied over: a plugin without the fill kernel (the
@@ -161,6 +168,25 @@ def _placeholder(func, args, kwargs):
             return type(x)(fill(v) for v in x)
         return x
     return fill(out)
+
+
+def _written(func, args, kwargs):
+    """What an in-place or ``out=`` op returns: the operands its results alias
+    for writing (``Tensor(a!)`` in its schema), by position or by name; None
+    when a result is not such an operand (and for ops with no results)."""
+    schema = func._schema
+    if not schema.is_mutable or not schema.returns:
+        return None
+    operands = {}
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            operands[frozenset(a.alias_info.before_set)] = (
+                args[i] if i < len(args) else kwargs.get(a.name))
+    outs = [operands.get(frozenset(r.alias_info.before_set)) if r.alias_info is not None
+            else None for r in schema.returns]
+    if any(o is None for o in outs):
+        return None
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 _HOST_INDEX = None
@@ -206,7 +232,7 @@ def _dispatch(func, args, kwargs):
             if check is not None:
                 rec.checker.after(check, out)
         except NotImplementedByPlugin as e:
-            err = _plugin_gap(func, args, e)
+            err = _plugin_gap(func, (*args, *kwargs.values()), e)  # (a factory: its device=)
             if rec is not None:  # the run goes on; the reference run names every base op
                 return rec.missing(func, err, args, kwargs, lambda a, k: _run(lowering, a, k))
             raise err from None
@@ -214,7 +240,8 @@ def _dispatch(func, args, kwargs):
             raise
         except HostOperandError as e:
             if func not in _host_index_ops():  # torch's error, naming the op and the device
-                raise HostOperandError(f"{_name(func)} on {_where(args) or 'dk'}{_context()}: "
+                raise HostOperandError(f"{_name(func)} on {_where((*args, *kwargs.values())) or 'dk'}"
+                                       f"{_context()}: "
                                        f"{e}") from None
             return _dispatch(func, _indices_on_device(args), kwargs)
         except NotImplementedError as e:
@@ -242,6 +269,8 @@ def _dispatch(func, args, kwargs):
                 rec.leave()
         if out is not NotImplemented:
             return out
+        return _unlowered(func, args, kwargs, rec, "torch._decomp's decomposition of it declines "
+                                                   "this call (it returned NotImplemented)")
     return _unlowered(func, args, kwargs, rec, None)
 
 
@@ -309,17 +338,12 @@ def _decomposition(func):
 # ---- errors -------------------------------------------------------------------------------
 
 def _where(args):
-    if isinstance(args, dict):
-        args = tuple(args.values())
-    for a in args:
-        if isinstance(a, DKTensor):
-            dev = a._dk.device
-            return f"{a.device} (DeviceKit {dev.name}, plugin '{dev.plugin.name}')"
-        if isinstance(a, (list, tuple)):
-            w = _where(a)
-            if w:
-                return w
-    return ""
+    """The device an error names: the first dk tensor's (in a list too), else a
+    factory's ``device=`` ("" for neither)."""
+    dev = _coverage._target(args, {})
+    if dev is None:
+        return ""
+    return f"{_device.torch_device_of(dev)} (DeviceKit {dev.name}, plugin '{dev.plugin.name}')"
 
 
 def _name(func):

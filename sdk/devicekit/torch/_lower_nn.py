@@ -266,14 +266,21 @@ def _attention_kernel(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, s
                       enable_gqa=False):
     """``aten::scaled_dot_product_attention`` for dk tensors, at torch's autograd
     level (the op is a CompositeImplicitAutograd decomposition in torch, which
-    would otherwise never reach the device as one op). Dropout, or a mask
-    together with is_causal, take torch's math decomposition. That one adds
-    the mask to the scores as it is: torch's own ``scaled_dot_product_attention``
-    (which this kernel replaces on dk) first turns a boolean mask into 0 where
-    True and -inf where False (``convert_boolean_attn_mask``), so this does too
+    would otherwise never reach the device as one op). A mask together with
+    is_causal applies both, as torch's CPU and CUDA kernels do (its math
+    decomposition refuses the pair): the causal triangle is folded into the
+    mask. Dropout takes torch's math decomposition. That one adds the mask to
+    the scores as it is: torch's own ``scaled_dot_product_attention`` (which
+    this kernel replaces on dk) first turns a boolean mask into 0 where True
+    and -inf where False (``convert_boolean_attn_mask``), so this does too
     (else a boolean mask would add 1 and 0: what HF's GPT-2 passes under
     torch.compile, with attention dropout)."""
-    if dropout_p > 0.0 or (attn_mask is not None and is_causal):
+    if attn_mask is not None and is_causal:
+        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        attn_mask = (attn_mask & keep if attn_mask.dtype == torch.bool
+                     else attn_mask.masked_fill(keep.logical_not(), float("-inf")))
+        is_causal = False
+    if dropout_p > 0.0:
         if attn_mask is not None and attn_mask.dtype == torch.bool:
             attn_mask = torch.zeros_like(attn_mask, dtype=q.dtype).masked_fill(
                 attn_mask.logical_not(), float("-inf"))
@@ -284,6 +291,16 @@ def _attention_kernel(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, s
 
 def register_attention(lib):
     lib.impl("scaled_dot_product_attention", _attention_kernel, "AutogradPrivateUse1")
+
+
+@lowers("scaled_dot_product_attention.default", kind=COMPOSITE, raw=True)
+def sdpa_below_autograd(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+                        enable_gqa=False):
+    """The same op where torch's autograd keys are off (``torch.inference_mode``,
+    which text generation uses): the kernel above never runs then, and torch's
+    composite would take its math path (it asks no device which kernel to use),
+    so a plugin's fused SDPA would never run at inference."""
+    return _attention_kernel(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
 
 def _vjp(fn, inputs, needs, g):
