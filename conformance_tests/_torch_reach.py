@@ -62,7 +62,8 @@ class Refusal(Entry):
     ``fn(*inputs)`` on the device must raise that class (``HostOperandError``:
     a CPU operand; ``UnloweredOpError``: a call the op's lowering does not
     cover; ``RuntimeError``: an argument check, and then not one of those
-    two) with the op's name and the reason in its message."""
+    two) with the op's name and the reason in its message (with its notes;
+    a tuple of reasons: each of them)."""
 
     __slots__ = ()
 
@@ -422,8 +423,92 @@ def _args(torch):
             ("mean keepdim", lambda a: a.mean(-1, keepdim=True), x(3, 4)),
         ]),
     ]
+    more += [
+        entry("layer_norm_backward_own_statistics", [
+            # statistics computed by the caller (torch's own decomposition of the
+            # forward does so), not by devicekit's layer norm: the composite backward
+            ("native_layer_norm_backward, mean and rstd made outside", _layer_norm_backward,
+             lambda gen: [r(gen, 3, 4), r(gen, 3, 4), r(gen, 4), r(gen, 4)]),
+            ("native_layer_norm_backward, no weight, dx only",
+             lambda g, a, w, b: _layer_norm_backward(g, a, None, None, (True, False, False)),
+             lambda gen: [r(gen, 2, 3, 4), r(gen, 2, 3, 4), r(gen, 4), r(gen, 4)]),
+        ], grad=False),
+        entry("sdpa_inference_mode", [
+            # torch.inference_mode turns autograd's kernels off: the attention op
+            # reaches the device below autograd (text generation runs so)
+            ("inference_mode", lambda q, k, v: _inference(torch, lambda: F.scaled_dot_product_attention(
+                q, k, v)), xyz(1, 2, 5, 8)),
+            ("inference_mode, causal, scale", lambda q, k, v: _inference(
+                torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                              scale=0.3)), xyz(1, 2, 5, 8)),
+            ("inference_mode, bool mask", lambda q, k, v, m: _inference(
+                torch, lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=m)),
+             lambda gen: [r(gen, 1, 2, 5, 8), r(gen, 1, 2, 5, 8), r(gen, 1, 2, 5, 8),
+                          mask(gen, 5, 5) | torch.eye(5, dtype=torch.bool)]),
+            ("inference_mode, mask and causal", lambda q, k, v, m: _inference(
+                torch, lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=m,
+                                                              is_causal=True)),
+             lambda gen: [r(gen, 1, 2, 5, 8), r(gen, 1, 2, 5, 8), r(gen, 1, 2, 5, 8),
+                          r(gen, 5, 5)]),
+        ], grad=False),
+        entry("sdpa_mask_and_causal", [
+            # both apply, as torch's CPU and CUDA kernels do (its math op refuses the pair)
+            ("float mask and is_causal", lambda q, k, v, m: F.scaled_dot_product_attention(
+                q, k, v, attn_mask=m, is_causal=True), lambda gen: [
+                    r(gen, 2, 2, 4, 8), r(gen, 2, 2, 6, 8), r(gen, 2, 2, 6, 8), r(gen, 4, 6)]),
+            ("bool mask and is_causal, fewer keys than queries", lambda q, k, v, m:
+             F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=True),
+             lambda gen: [r(gen, 1, 2, 5, 8), r(gen, 1, 2, 3, 8), r(gen, 1, 2, 3, 8),
+                          mask(gen, 1, 1, 5, 3) | torch.eye(5, 3, dtype=torch.bool)]),
+        ]),
+        entry("sdp_choice", [
+            # torch asks the device which attention kernel to use: math exactly where
+            # torch's CPU picks math (dropout), a fused kernel otherwise (the pair of a
+            # mask and is_causal is left out: DeviceKit's SDPA takes one of the two, so
+            # it answers math where torch's CPU answers flash)
+            ("no mask: a fused kernel", lambda q, k, v: _math_chosen(torch, q, k, v),
+             xyz(1, 2, 5, 8)),
+            ("is_causal: a fused kernel", lambda q, k, v: _math_chosen(torch, q, k, v,
+                                                                       is_causal=True),
+             xyz(1, 2, 5, 8)),
+            ("dropout: math", lambda q, k, v: _math_chosen(torch, q, k, v, dropout_p=0.5),
+             xyz(1, 2, 5, 8)),
+        ], grad=False),
+        entry("fallback_cpu", [
+            # devicekit.torch.fallback("cpu") on: ops DeviceKit does not lower run on the
+            # CPU, their dk operands copied down and their results back
+            ("kthvalue under fallback('cpu')", lambda a: _on_cpu_fallback(
+                lambda: torch.kthvalue(a, 2, dim=1)), x(3, 5)),
+            ("logcumsumexp under fallback('cpu')", lambda a: _on_cpu_fallback(
+                lambda: torch.logcumsumexp(a, 1) * 2), x(3, 5)),
+        ], grad=False),
+    ]
     return reductions + pointwise + nn + select + more + _branches(torch, entry, r, x, xy, xyz,
                                                                    ints, mask)
+
+
+def _layer_norm_backward(g, a, w, b, mask=(True, True, True)):
+    import torch
+    mean = a.mean(-1, keepdim=True)
+    rstd = torch.rsqrt(a.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    return torch.ops.aten.native_layer_norm_backward(g, a, [a.shape[-1]], mean, rstd, w, b,
+                                                     list(mask))
+
+
+def _math_chosen(torch, q, k, v, **kw):
+    from torch.nn.attention import SDPBackend
+    return torch.tensor(torch._fused_sdp_choice(q, k, v, **kw) == int(SDPBackend.MATH))
+
+
+def _inference(torch, call):
+    with torch.inference_mode():
+        return call()
+
+
+def _on_cpu_fallback(call):
+    import devicekit.torch as dkt
+    with dkt.fallback("cpu"):
+        return call()
 
 
 def _raised(call):
@@ -890,8 +975,26 @@ def _scalar(torch):
             ]
         return Entry("scalar.host_index", samples, dtypes=("float32", "int64", "bool"), grad=False)
 
+    def foreach_entry():
+        """A list of dk tensors with a 0-d CPU tensor (``_foreach_mul.Tensor``,
+        ``_foreach_add.Tensor``): no dk tensor among the positional operands
+        themselves (what grad clipping and optimizers call)."""
+        def samples(torch, dtype, gen):
+            out = []
+            for text, s in host_scalars(torch):
+                if not isinstance(s, torch.Tensor):
+                    continue  # (the Scalar overloads: the scalar.* cases above)
+                for name, fn in (("_foreach_mul", torch._foreach_mul),
+                                 ("_foreach_add", torch._foreach_add)):
+                    out.append((f"{name}([{dtype}, {dtype}], {text})",
+                                lambda a, b, _f=fn, _s=s: _f([a, b], _s),
+                                [value(torch, dtype, gen), value(torch, dtype, gen, (5,))]))
+            return out
+        return Entry("scalar.foreach", samples, dtypes=("float32", "bfloat16", "int64"),
+                     grad=False)
+
     return [entry(name, fn) for name, fn in ops.items()] + [bound_entry(), put_entry(),
-                                                             host_index_entry()]
+                                                             host_index_entry(), foreach_entry()]
 
 
 
@@ -926,6 +1029,9 @@ def _refuse(torch):
              lambda g: [r(g, 3, 4), OnHost(r(g, 2, 4))], (host[0], "aten::cat.default", host[1])),
             ("dk @ CPU tensor", lambda a, h: a @ h,
              lambda g: [r(g, 3, 4), OnHost(r(g, 4, 2))], (host[0], "aten::mm.default", host[1])),
+            # the dk tensor only in out= (nothing written to it)
+            ("CPU tensors into a dk out=", lambda o, h: torch.mul(h, h, out=o),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))], (host[0], "aten::mul.out", host[1])),
         ]),
         entry("host_operand_inplace", [
             # nothing is written: the dk operand is checked unchanged
@@ -990,7 +1096,80 @@ def _refuse(torch):
             ("x.random_(3, None)", lambda a: a.random_(3, None), lambda g: [r(g, 3, 4)],
              ("UnloweredOpError", "aten::random_.from", "to=None")),
         ]),
+        entry("fallback_refuses", [
+            # fallback('cpu') on, but an in-place op must write device memory
+            ("x.random_(3, None) under fallback('cpu')", lambda a: _on_cpu_fallback(
+                lambda: a.random_(3, None)), lambda g: [r(g, 3, 4)],
+             ("UnloweredOpError", "aten::random_.from",
+              "fallback('cpu') is on but refuses it: it writes in place")),
+        ]),
+        entry("decomposition_declines", [
+            # torch._decomp's adaptive_max_pool2d returns NotImplemented for an output
+            # size that does not divide the input (and the out= form is not lowered)
+            ("adaptive_max_pool2d(5x5 -> 2x2, out=)", lambda a, o, i: torch._C._nn.
+             adaptive_max_pool2d(a, (2, 2), out=(o, i)),
+             lambda g: [r(g, 1, 2, 5, 5), r(g, 1, 2, 2, 2), torch.zeros(1, 2, 2, 2,
+                                                                        dtype=torch.int64)],
+             ("UnloweredOpError", "aten::adaptive_max_pool2d.out",
+              "torch._decomp's decomposition of it declines this call")),
+        ]),
+        entry("in_backward", [
+            # an error inside torch's backward is raised by the next dk op after it, with
+            # a note saying where it came from; the failing op's results are NaN
+            # placeholders of its shapes (docs/torch.md, "Errors inside a backward")
+            ("a CPU operand in a backward", _after_backward(torch, lambda g, h: g + h),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))],
+             (host[0], "aten::add.Tensor", (host[1], "raised inside the backward pass"))),
+            ("an in-place op of a CPU operand in a backward",
+             _after_backward(torch, lambda g, h: g.clone().mul_(h)),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))],
+             (host[0], "aten::mul_.Tensor", (host[1], "raised inside the backward pass"))),
+            ("an op with several results, one None, in a backward", _after_backward(
+                torch, lambda g, h: torch.ops.aten.native_layer_norm_backward(
+                    g, g, [4], h[:, :1], h[:, 1:2], None, None, [True, False, False])[0]),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))],
+             (host[0], "aten::native_layer_norm_backward.default",
+              (host[1], "raised inside the backward pass"))),
+            ("batch norm (running statistics written in place) in a backward",
+             _after_backward(torch, lambda g, h: torch.ops.aten._native_batch_norm_legit(
+                 g, None, None, h[0].clone(), h[1].abs(), True, 0.1, 1e-5)[0]),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))],
+             (host[0], "aten::_native_batch_norm_legit.default",
+              (host[1], "raised inside the backward pass"))),
+            ("a torch.Generator in a backward", _after_backward(
+                torch, lambda g, h: g * torch.rand(g.shape, device=g.device,
+                                                   generator=torch.Generator())),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))],
+             ("UnloweredOpError", "aten::uniform_.default",
+              ("a torch.Generator cannot drive a dk device", "raised inside the backward pass"))),
+            ("an out= op with no lowering in a backward", _after_backward(
+                torch, lambda g, h: g + torch.randperm(4, device=g.device).to(g.dtype)),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))],
+             ("UnloweredOpError", "aten::randperm.generator_out",
+              ("has no DeviceKit lowering", "raised inside the backward pass"))),
+        ]),
     ]
+
+
+def _after_backward(torch, bw):
+    """``fn(a, h)``: a function whose backward is ``bw(grad, h)``, applied to
+    ``a`` and differentiated; then the next op on the gradient (where the
+    bridge raises an error from inside the backward). ``h`` is a CPU tensor."""
+    class _Op(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, h):
+            ctx.h = h
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return bw(g, ctx.h), None
+
+    def fn(a, h):
+        x = a.detach().requires_grad_(True)
+        _Op.apply(x, h).sum().backward()
+        return x.grad * 1
+    return fn
 
 
 # ---- draws: random ops judged without torch's generator ---------------------------------

@@ -353,6 +353,7 @@ def _run_refusal(name, dtype, ctx):
     from devicekit.errors import UnloweredOpError
 
     torch, dkt, _, _, reach = _corpus()
+    _backward_thread(torch)  # (a refusal inside a backward: refuse.in_backward)
     classes = {"HostOperandError": dkt_public.HostOperandError,
                "UnloweredOpError": UnloweredOpError, "RuntimeError": RuntimeError}
     dev = _device_of(dkt, ctx)
@@ -375,14 +376,16 @@ def _run_refusal(name, dtype, ctx):
             fn(*ops)
             got, why = None, "no error: the call ran on the device"
         except Exception as e:  # noqa: BLE001 - judged below
-            got, msg, why = e, str(e), None
+            # (its notes too: where an error raised inside a backward came from)
+            got, msg, why = e, "\n".join([str(e), *getattr(e, "__notes__", ())]), None
             want = classes[cls_name]
+            reasons = reason if isinstance(reason, tuple) else (reason,)
             if not isinstance(e, want) or (cls_name == "RuntimeError" and isinstance(
                     e, (NotImplementedError, dkt_public.HostOperandError))):
                 why = f"raised {type(e).__name__}, not {cls_name}: {msg.splitlines()[0][:300]}"
-            elif op not in msg or reason not in msg:
-                why = (f"the message does not name {op!r} and {reason!r}: "
-                       f"{msg.splitlines()[0][:300]}")
+            elif op not in msg or not all(t in msg for t in reasons):
+                why = (f"the message does not name {op!r} and {' and '.join(map(repr, reasons))}:"
+                       f" {msg[:400]}")
         if why is None:
             changed = [k for k, (o, b) in enumerate(zip(ops, before))
                        if not torch.equal(o.cpu(), b)]
