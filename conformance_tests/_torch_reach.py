@@ -474,6 +474,39 @@ def _args(torch):
             ("dropout: math", lambda q, k, v: _math_chosen(torch, q, k, v, dropout_p=0.5),
              xyz(1, 2, 5, 8)),
         ], grad=False),
+        entry("scatter_views", [
+            # slice_scatter / select_scatter and the backward of slicing and selecting
+            # (slice_backward, select_backward): a copy and a write into the view
+            ("slice_scatter, dim 1, end -1", lambda a, b: torch.slice_scatter(a, b[:, 1:], 1, 0, -1),
+             xy(3, 5, 4)),
+            ("slice_scatter, step 2, negative dim", lambda a, b: torch.slice_scatter(
+                a, b[..., :2], -1, 1, None, 2), xy(3, 5, 4)),
+            ("slice_scatter of a transposed input", lambda a, b: torch.slice_scatter(
+                a.transpose(0, 2), b.transpose(0, 2)[:3], 0, 1, 4), xy(3, 5, 4)),
+            ("select_scatter, negative index", lambda a, b: torch.select_scatter(a, b[:, 0], 1, -2),
+             xy(3, 5, 4)),
+            ("the gradient of x[:, :-1] and x[:, 3]", lambda a: a[:, :-1] * 2 + a[:, 3:4],
+             x(3, 5, 4)),
+            ("the gradient of x[1:, ::2] and x[..., -1]", lambda a: a[1:, ::2].sum(1) + a[1:, 0, -1:],
+             x(3, 5, 4)),
+        ]),
+        entry("scatter_views_forms", [
+            ("slice_scatter of a float64 src", lambda a, b: torch.slice_scatter(
+                a, b[:, 1:].double(), 1, 1), xy(3, 5, 4)),
+            ("slice_scatter of a src of another size", lambda a, b: _raised(
+                lambda: torch.slice_scatter(a, b[:, :2], 1, 0, 3)), xy(3, 5, 4)),
+            ("select_scatter of an index out of range", lambda a, b: _raised(
+                lambda: torch.select_scatter(a, b[:, 0], 1, 5)), xy(3, 5, 4)),
+        ], grad=False),
+        entry("int_remainder", [
+            # integer remainder (the sign of the divisor), tensor and scalar divisors
+            ("int64 % int64 of both signs", lambda a, b: torch.remainder(a, b), lambda gen: [
+                torch.randint(-9, 10, (3, 4), generator=gen),
+                torch.randint(1, 5, (3, 4), generator=gen) * (
+                    torch.randint(0, 2, (3, 4), generator=gen) * 2 - 1)]),
+            ("int32 % -3", lambda a: torch.remainder(a, -3), lambda gen: [
+                torch.randint(-9, 10, (3, 4), generator=gen, dtype=torch.int32)]),
+        ], grad=False),
         entry("fallback_cpu", [
             # devicekit.torch.fallback("cpu") on: ops DeviceKit does not lower run on the
             # CPU, their dk operands copied down and their results back

@@ -168,3 +168,33 @@ def test_integer_in_place_keeps_torchs_cast_check(cpu):
         d.mul_(0.5)
     d.mul_(3)  # int * int: the derived path, exact
     assert d.cpu().tolist() == [0, 3, 6, 9, 12, 15]
+
+
+def test_the_backward_of_slicing_is_a_fill_and_one_copy(cpu):
+    # logits[:, :-1] in a language-model loss: its backward (slice_backward) and
+    # select's were torch's decomposition, a gather through index tensors (arange,
+    # floor_divide, a masked index, where): a dozen launches
+    dev = dkt.device("cpu:0")
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, 5)
+    g = torch.randn(4, 5, 5)
+    xd = x.to(dev).requires_grad_(True)
+
+    def step():
+        xd.grad = None
+        (xd[:, :-1] * g.to(dev)).sum().backward()
+        (xd[:, 2] * 3).sum().backward()
+        return xd.grad
+    launches = _launches(step)
+    ref = x.clone().requires_grad_(True)
+    (ref[:, :-1] * g).sum().backward()
+    (ref[:, 2] * 3).sum().backward()
+    assert torch.equal(step().cpu(), ref.grad)
+    for op in ("gather", "where", "div", "iota", "logical_and"):
+        assert op not in launches, launches
+    for name, fn in (("slice_scatter", lambda a, b: torch.slice_scatter(a, b, 1, 1, None, 2)),
+                     ("select_scatter", lambda a, b: torch.select_scatter(a, b[:, 0], 1, -1))):
+        b = g[:, :3] if name == "slice_scatter" else g
+        got = _launches(lambda fn=fn, b=b: fn(x.to(dev), b.to(dev)))
+        assert set(got) <= {"copy", "h2d"}, (name, got)  # (h2d: the operands moved over)
+        assert torch.equal(fn(x.to(dev), b.to(dev)).cpu(), fn(x, b)), name

@@ -259,6 +259,53 @@ def clone(t, memory_format=None):
     return out
 
 
+# ---- scatters into a view, and the backward of slicing and selecting ------------------
+# torch's decompositions of these gather every element through index tensors
+# (arange, floor_divide, a masked index, where: a dozen launches and as many
+# temporaries); here each is a fill or a copy and one strided copy into the view
+# (``logits[:, :-1]``'s backward in every language-model loss)
+
+def _write(view, src, op):
+    if tuple(src.shape) != tuple(view.shape):
+        raise RuntimeError(f"{op}: expected src to have a size equal to the slice of self. src "
+                           f"size = {list(src.shape)}, slice size = {list(view.shape)}")
+    if bridge.dtype_id(src) != bridge.dtype_id(view):
+        src = bridge.cast(src, bridge.dtype_id(view))
+    bridge.copy_into(view, src)
+
+
+def _zeros(like, sizes):
+    return bridge.full(like.device, [int(s) for s in sizes], bridge.dtype_id(like), 0)
+
+
+@lowers("slice_scatter.default")
+def slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    out = clone(x)
+    _write(slice_(out, dim, start, end, step), src, "slice_scatter")
+    return out
+
+
+@lowers("select_scatter.default")
+def select_scatter(x, src, dim, index):
+    out = clone(x)
+    _write(select(out, dim, index), src, "select_scatter")
+    return out
+
+
+@lowers("slice_backward.default")
+def slice_backward(g, input_sizes, dim, start, end, step):
+    out = _zeros(g, input_sizes)
+    _write(slice_(out, dim, start, end, step), g, "slice_backward")
+    return out
+
+
+@lowers("select_backward.default")
+def select_backward(g, input_sizes, dim, index):
+    out = _zeros(g, input_sizes)
+    _write(select(out, dim, index), g, "select_backward")
+    return out
+
+
 @lowers("_local_scalar_dense.default", kind=TRANSFER)
 def local_scalar_dense(t):
     if t.numel() != 1:
