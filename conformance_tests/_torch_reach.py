@@ -697,6 +697,10 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
             ("view of a bad size", lambda a: _raised(lambda: a.view(5, 3)), x(3, 4)),
             ("view of non-contiguous", lambda a: _raised(lambda: a.t().view(12)), x(3, 4)),
             ("item of many", lambda a: _raised(lambda: a.item()), x(3, 4)),
+            ("eye of a negative n", lambda a: _raised(lambda: torch.eye(-1, device=a.device)),
+             x(3, 4)),
+            ("eye of a negative m", lambda a: _raised(lambda: torch.eye(2, -3, device=a.device)),
+             x(3, 4)),
             ("float in-place into int", lambda a, b: _raised(lambda: a.add_(b.float() / 2)),
              iij(3, 4)),
             ("pool kernel larger than the input", lambda a: _raised_any(

@@ -505,6 +505,9 @@ def eye_m(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
     """``torch.eye(n, m, device="dk")``: row index == column index, cast to
     the dtype (torch's own decomposition goes through ``eye.m_out`` and a
     ``resize_`` of its output, which a dk tensor does not do)."""
+    for name, size in (("n", int(n)), ("m", int(m))):
+        if size < 0:  # (torch's check; an arange of a negative count is empty)
+            raise RuntimeError(f"{name} must be greater or equal to 0, got {size}")
     dev = _dev(device)
     rows = dk_ops.arange(0, int(n), 1, dtype=dk_dtype(torch.int64), device=dev).reshape([int(n), 1])
     cols = dk_ops.arange(0, int(m), 1, dtype=dk_dtype(torch.int64), device=dev).reshape([1, int(m)])
