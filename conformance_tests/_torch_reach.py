@@ -498,6 +498,31 @@ def _args(torch):
             ("select_scatter of an index out of range", lambda a, b: _raised(
                 lambda: torch.select_scatter(a, b[:, 0], 1, 5)), xy(3, 5, 4)),
         ], grad=False),
+        entry("windows", [
+            # torch.stft's windows made on the device (device=): periodic and symmetric,
+            # the sizes where the formula has no interior (0, 1, 2), alpha and beta,
+            # float64, and torch's argument errors
+            ("hann_window(8)", lambda a: torch.hann_window(8, device=a.device), x(3)),
+            ("hann_window(400, periodic=False, float64)", lambda a: torch.hann_window(
+                400, False, dtype=torch.float64, device=a.device), x(3)),
+            ("hamming_window(7, False, 0.6, 0.3)", lambda a: torch.hamming_window(
+                7, False, 0.6, 0.3, device=a.device), x(3)),
+            ("hamming_window(6, alpha=0.5)", lambda a: torch.hamming_window(
+                6, True, 0.5, device=a.device), x(3)),
+            ("bartlett_window(5) and (6, periodic=False)", lambda a: torch.cat([
+                torch.bartlett_window(5, device=a.device),
+                torch.bartlett_window(6, False, device=a.device)]), x(3)),
+            ("blackman_window(9) and (8, periodic=False)", lambda a: torch.cat([
+                torch.blackman_window(9, device=a.device),
+                torch.blackman_window(8, False, device=a.device)]), x(3)),
+            ("windows of 0, 1 and 2", lambda a: torch.cat([
+                torch.hann_window(n, p, device=a.device) for n in (0, 1, 2)
+                for p in (True, False)]), x(3)),
+            ("hann_window(-1)", lambda a: _raised(lambda: torch.hann_window(-1, device=a.device)),
+             x(3)),
+            ("hann_window of an integer dtype", lambda a: _raised(lambda: torch.hann_window(
+                4, dtype=torch.int64, device=a.device)), x(3)),
+        ], grad=False),
         entry("int_remainder", [
             # integer remainder (the sign of the divisor), tensor and scalar divisors
             ("int64 % int64 of both signs", lambda a, b: torch.remainder(a, b), lambda gen: [

@@ -473,7 +473,11 @@ def zero_(t):
 # torch.library kernels on PrivateUse1 route them to the same dispatch.
 FACTORY_OPS = ("empty.memory_format", "empty_strided.default", "full.default", "zeros.default",
                "ones.default", "scalar_tensor.default", "arange.start_step", "arange.default",
-               "arange.start", "eye.default", "eye.m")
+               "arange.start", "eye.default", "eye.m", "hann_window.default",
+               "hann_window.periodic", "hamming_window.default", "hamming_window.periodic",
+               "hamming_window.periodic_alpha", "hamming_window.periodic_alpha_beta",
+               "bartlett_window.default", "bartlett_window.periodic", "blackman_window.default",
+               "blackman_window.periodic")
 
 
 def register_factories(lib, dispatch):
@@ -517,3 +521,62 @@ def eye_m(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
 @lowers("eye.default", kind=FACTORY)
 def eye(n, *, dtype=None, layout=None, device=None, pin_memory=None):
     return eye_m(n, n, dtype=dtype, device=device)
+
+
+# ---- window functions (torch.stft's): torch makes them through an arange into an
+# empty out= (a resize_, which a dk tensor does not do); here torch's formulas on
+# an iota, in the dtype (float32 for 16-bit dtypes, cast once)
+
+def _window(name, n, periodic, dtype, device, formula):
+    n = int(n)
+    dtype = dtype or torch.get_default_dtype()
+    if n < 0:
+        raise RuntimeError(f"{name} requires non-negative window_length, got "
+                           f"window_length={n}")
+    if not dtype.is_floating_point:
+        raise RuntimeError(f"{name} expects floating point dtypes, got: {dtype}")
+    dev, dt = _dev(device), dk_dtype(dtype)
+    if n <= 1:
+        return bridge.full(dev, [n], dt.id, 1)
+    work = dk_dtype(torch.float32) if dtype.itemsize == 2 else dt
+    m = n + 1 if periodic else n  # periodic: the first n of n + 1
+    w = formula(dk_ops.arange(0, n, 1, dtype=work, device=dev), m)
+    return dk_ops.cast(w, dt) if work.id != dt.id else w
+
+
+def _hamming(alpha, beta):
+    return lambda k, m: dk_ops.add(dk_ops.mul(dk_ops.cos(dk_ops.mul(k, 2.0 * math.pi / (m - 1))),
+                                              -beta), alpha)
+
+
+def _bartlett(k, m):
+    x = dk_ops.mul(k, 2.0 / (m - 1))
+    return dk_ops.where(dk_ops.lt(k, ((m - 1) >> 1) + 1), x, dk_ops.sub(2.0, x))
+
+
+def _blackman(k, m):
+    x = dk_ops.mul(k, math.pi / (m - 1))
+    return dk_ops.add(dk_ops.sub(dk_ops.mul(dk_ops.cos(dk_ops.mul(x, 4.0)), 0.08),
+                                 dk_ops.mul(dk_ops.cos(dk_ops.mul(x, 2.0)), 0.5)), 0.42)
+
+
+@lowers("hann_window.default", "hann_window.periodic", kind=FACTORY)
+def hann_window(n, periodic=True, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _window("hann_window", n, periodic, dtype, device, _hamming(0.5, 0.5))
+
+
+@lowers("hamming_window.default", "hamming_window.periodic", "hamming_window.periodic_alpha",
+        "hamming_window.periodic_alpha_beta", kind=FACTORY)
+def hamming_window(n, periodic=True, alpha=0.54, beta=0.46, *, dtype=None, layout=None,
+                   device=None, pin_memory=None):
+    return _window("hamming_window", n, periodic, dtype, device, _hamming(alpha, beta))
+
+
+@lowers("bartlett_window.default", "bartlett_window.periodic", kind=FACTORY)
+def bartlett_window(n, periodic=True, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _window("bartlett_window", n, periodic, dtype, device, _bartlett)
+
+
+@lowers("blackman_window.default", "blackman_window.periodic", kind=FACTORY)
+def blackman_window(n, periodic=True, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _window("blackman_window", n, periodic, dtype, device, _blackman)
