@@ -177,3 +177,37 @@ def test_coverage_cli_on_the_reference_plugin_finds_nothing_missing(cpu, tmp_pat
     assert "aten.gelu.default" in proc.stdout and "fused kernel" in proc.stdout
     assert "gelu_backward: cpu.gelu_backward_f32" in proc.stdout
     assert "missing" not in proc.stdout
+
+
+def test_an_op_failing_in_a_backward_with_no_result_shapes_raises_its_own_error(tmp_path):
+    # Inside a backward a failing op gets NaN placeholders of its result shapes,
+    # from torch's meta kernels. Where those refuse the call too (here a CPU
+    # operand of the wrong shape for mm), the op's own error leaves the backward
+    # at once: not the meta kernel's error, and without the note promising it
+    # at the next dk op. In a subprocess: torch's engine may end the process.
+    script = tmp_path / "no_shapes.py"
+    script.write_text(
+        "import torch\n"
+        "import devicekit.torch as dkt\n"
+        "class Op(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x):\n"
+        "        return x * 1\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        return g @ torch.ones(5, 2)\n"
+        "x = torch.ones(3, 4).to('dk:0').requires_grad_(True)\n"
+        "try:\n"
+        "    Op.apply(x).sum().backward()\n"
+        "except dkt.HostOperandError as e:\n"
+        "    print('raised:', str(e).splitlines()[0])\n"
+        "    print('notes:', getattr(e, '__notes__', []))\n"
+        "print('next op:', (x * 2).cpu().sum().item())\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=HUNG_S)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) == 3, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert lines[0].startswith("raised: aten::mm.default on dk:0 (DeviceKit cpu:0, plugin "
+                               "'cpu'): expected all tensors on the same device"), proc.stdout
+    assert lines[1] == "notes: []", proc.stdout
+    assert lines[2] == "next op: 24.0", proc.stdout  # nothing left pending

@@ -121,14 +121,14 @@ def dispatch(func, args, kwargs):
         # NaN-filled results of the right shapes, and its error is raised by
         # the first dk op after the backward (like an asynchronous device
         # error): optimizer.step(), .item(), .cpu(), ...
-        note = (f"(raised inside the backward pass by {_name(func)}; devicekit.torch reports "
-                f"such errors at the next dk op, here)")
-        if hasattr(e, "add_note"):
-            e.add_note(note)
         try:
             out = _placeholder(func, args, kwargs)
         except Exception:  # noqa: BLE001 - no shapes for its results: the op's own error, now
             raise e from None
+        note = (f"(raised inside the backward pass by {_name(func)}; devicekit.torch reports "
+                f"such errors at the next dk op, here)")
+        if hasattr(e, "add_note"):
+            e.add_note(note)
         _pending.append(e)
         return out
 
