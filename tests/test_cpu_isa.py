@@ -79,3 +79,43 @@ def test_tanh_avx2_and_avx512_builds_give_the_same_bits(tmp_path):
         out[isa] = np.load(path)
     assert out["avx2"].tobytes() == out["avx512"].tobytes()
     assert np.isnan(out["avx2"][-1]) and list(out["avx2"][-5:-1]) == [0.0, -0.0, 1.0, -1.0]
+
+
+_EXP = """
+import sys, numpy as np, devicekit as dk
+x = np.concatenate([np.linspace(-110, 90, 40001), np.geomspace(1e-9, 1e-2, 2001),
+                    -np.geomspace(1e-9, 1e-2, 2001), [-103.5, -87.5, 88.72, 88.73, 0.0, -0.0,
+                                                      np.inf, -np.inf, np.nan]])
+x = x.astype(np.float32)
+np.save(sys.argv[1], np.stack([x, dk.ops.exp(dk.tensor(x)).numpy()]))
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "AMD64"),
+                    reason="only x86-64 builds have more than the base level")
+def test_exp_is_within_one_ulp_at_every_level_and_the_same_bits_in_avx2_and_avx512(tmp_path):
+    """exp of dense float32 (fast/elementwise.cpp, exp_float in tanh.h: double
+    arithmetic rounded once) at each level the machine has: within 1 ulp of
+    float64's exp, exact at the ends (subnormal results, overflow to inf,
+    +-0, +-inf, NaN); the AVX2 and AVX-512 builds give the same bits."""
+    import numpy as np
+
+    levels = ["base", "avx2"] + (["avx512"] if _has_avx512() else [])
+    out = {}
+    for isa in levels:
+        env = dict(os.environ, DEVICEKIT_CPU_ISA=isa, DEVICEKIT_CPU_THREADS="1")
+        path = tmp_path / f"{isa}.npy"
+        proc = subprocess.run([sys.executable, "-c", _EXP, str(path)], env=env,
+                              capture_output=True, text=True, timeout=HUNG_S)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        x, got = np.load(path)
+        want = np.exp(x.astype(np.float64))
+        finite = np.isfinite(want) & (want < np.finfo(np.float32).max)
+        ulp = np.spacing(want[finite].astype(np.float32)).astype(np.float64)
+        err = np.abs(got[finite].astype(np.float64) - want[finite]) / ulp
+        assert err.max() <= 1.0, (isa, float(err.max()), x[finite][err.argmax()])
+        assert list(got[-6:-1]) == [np.inf, 1.0, 1.0, np.inf, 0.0]  # 88.73 overflows
+        assert np.isnan(got[-1])
+        out[isa] = got
+    if "avx512" in out:
+        assert out["avx2"].tobytes() == out["avx512"].tobytes()

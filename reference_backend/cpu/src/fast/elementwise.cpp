@@ -1,4 +1,4 @@
-// Fast paths of the elementwise engine's tanh (kernels_elementwise.cpp) and
+// Fast paths of the elementwise engine's tanh and exp (kernels_elementwise.cpp) and
 // of the fused gelu / gelu_backward (kernels_fused_gelu.cpp) on dense
 // float32: the same tanh_float (tanh.h) and gelu_span (gelu.h), so the same
 // arithmetic, in AVX2 (4 doubles per vector against SSE2's 2) and AVX-512
@@ -16,6 +16,9 @@ namespace {
 DKCPU_INLINE void tanh_impl(const float* __restrict in, float* __restrict out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = tanh_float(in[i]);
 }
+DKCPU_INLINE void exp_impl(const float* __restrict in, float* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = exp_float(in[i]);
+}
 
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) void tanh_avx2(const float* in, float* out, int64_t n) {
@@ -24,6 +27,13 @@ __attribute__((target("avx2,fma"))) void tanh_avx2(const float* in, float* out, 
 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,prefer-vector-width=512"))) void
 tanh_avx512(const float* in, float* out, int64_t n) {
   tanh_impl(in, out, n);
+}
+__attribute__((target("avx2,fma"))) void exp_avx2(const float* in, float* out, int64_t n) {
+  exp_impl(in, out, n);
+}
+__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,prefer-vector-width=512"))) void
+exp_avx512(const float* in, float* out, int64_t n) {
+  exp_impl(in, out, n);
 }
 __attribute__((target("avx2,fma"))) void gelu_avx2(const float* dout, const float* x, float* out,
                                                    int64_t n, bool tanh_form) {
@@ -35,6 +45,7 @@ gelu_avx512(const float* dout, const float* x, float* out, int64_t n, bool tanh_
 }
 #endif
 void tanh_base(const float* in, float* out, int64_t n) { tanh_impl(in, out, n); }
+void exp_base(const float* in, float* out, int64_t n) { exp_impl(in, out, n); }
 
 }  // namespace
 
@@ -44,6 +55,14 @@ void fast::tanh_f32(const float* in, float* out, int64_t n) {
   if (cpu_isa() == Isa::kAvx2) return tanh_avx2(in, out, n);
 #endif
   tanh_base(in, out, n);
+}
+
+void fast::exp_f32(const float* in, float* out, int64_t n) {
+#if defined(__x86_64__)
+  if (cpu_isa() == Isa::kAvx512) return exp_avx512(in, out, n);
+  if (cpu_isa() == Isa::kAvx2) return exp_avx2(in, out, n);
+#endif
+  exp_base(in, out, n);
 }
 
 void fast::gelu_f32(const float* dout, const float* x, float* out, int64_t n, bool tanh_form) {

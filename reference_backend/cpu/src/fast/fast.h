@@ -60,6 +60,8 @@ void gemm(const T* a, const T* b, T* c, int64_t m, int64_t k, int64_t n, const i
 // fast/elementwise.cpp: out[i] = tanh_float(in[i]) (tanh.h) for dense float32,
 // in AVX2 and AVX-512 builds (the same bits).
 void tanh_f32(const float* in, float* out, int64_t n);
+// The same for exp_float (tanh.h).
+void exp_f32(const float* in, float* out, int64_t n);
 
 // fast/elementwise.cpp: gelu_span (gelu.h) for dense float32 in AVX2 and
 // AVX-512 builds: out = gelu(x), or with dout its gradient.
