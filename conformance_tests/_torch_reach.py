@@ -532,6 +532,33 @@ def _args(torch):
             ("int32 % -3", lambda a: torch.remainder(a, -3), lambda gen: [
                 torch.randint(-9, 10, (3, 4), generator=gen, dtype=torch.int32)]),
         ], grad=False),
+        entry("out_forms", [
+            # out= forms derived from the functional lowering: computed, then written
+            # into out (a view, another layout, a wider dtype, several outs)
+            ("exp(out=)", lambda a, o: torch.exp(a, out=o), xy(3, 4)),
+            ("add(out=) of a scalar and alpha", lambda a, o: torch.add(a, 2, alpha=3, out=o),
+             xy(3, 4)),
+            ("mm(out=) into a transposed view", lambda a, b, o: torch.mm(a, b, out=o.t()),
+             lambda g: [r(g, 3, 4), r(g, 4, 5), r(g, 5, 3)]),
+            ("sum(dim, out=) into a column", lambda a, o: torch.sum(a, 1, out=o[:, 0]),
+             xy(3, 4)),
+            ("max(dim, out=(values, indices))", lambda a, o: torch.max(a, 1, out=(
+                o[:, 1], torch.zeros(3, dtype=torch.int64, device=a.device))), xy(3, 4)),
+            ("sort(out=)", lambda a, o: torch.sort(a, 1, descending=True, out=(
+                o, torch.zeros(3, 4, dtype=torch.int64, device=a.device))), xy(3, 4)),
+            ("adaptive_max_pool2d(5x5 -> 2x2, out=)", lambda a, o, i: torch._C._nn.
+             adaptive_max_pool2d(a, (2, 2), out=(o, i)),
+             lambda g: [r(g, 1, 2, 5, 5), r(g, 1, 2, 2, 2), torch.zeros(1, 2, 2, 2,
+                                                                        dtype=torch.int64)]),
+            ("float32 result into a float64 out=", lambda a, b: torch.mul(a, b, out=torch.zeros(
+                3, 4, dtype=torch.float64, device=a.device)), xy(3, 4)),
+            ("gt(out=) into bool", lambda a, b: torch.gt(a, b, out=torch.zeros(
+                3, 4, dtype=torch.bool, device=a.device)), xy(3, 4)),
+            ("exp(out=) into its own input", lambda a: (lambda c: torch.exp(c, out=c))(a * 1),
+             x(3, 4)),
+            ("float result into an int64 out=", lambda a: _raised(lambda: torch.exp(
+                a, out=torch.zeros(3, 4, dtype=torch.int64, device=a.device))), x(3, 4)),
+        ], grad=False),
         entry("fallback_cpu", [
             # devicekit.torch.fallback("cpu") on: ops DeviceKit does not lower run on the
             # CPU, their dk operands copied down and their results back
@@ -1165,15 +1192,26 @@ def _refuse(torch):
              ("UnloweredOpError", "aten::random_.from",
               "fallback('cpu') is on but refuses it: it writes in place")),
         ]),
-        entry("decomposition_declines", [
-            # torch._decomp's adaptive_max_pool2d returns NotImplemented for an output
-            # size that does not divide the input (and the out= form is not lowered)
-            ("adaptive_max_pool2d(5x5 -> 2x2, out=)", lambda a, o, i: torch._C._nn.
-             adaptive_max_pool2d(a, (2, 2), out=(o, i)),
-             lambda g: [r(g, 1, 2, 5, 5), r(g, 1, 2, 2, 2), torch.zeros(1, 2, 2, 2,
-                                                                        dtype=torch.int64)],
-             ("UnloweredOpError", "aten::adaptive_max_pool2d.out",
-              "torch._decomp's decomposition of it declines this call")),
+        entry("out_resize", [
+            # an out= tensor of another shape: torch resizes it (with a warning); a dk
+            # tensor's sizes are fixed, and nothing is written
+            ("exp(out=) of another shape", lambda a, o: torch.exp(a, out=o),
+             lambda g: [r(g, 3, 4), r(g, 2, 2)],
+             ("UnloweredOpError", "aten::exp.out", "does not resize a dk tensor")),
+            ("max(dim, out=) of another shape", lambda a, o, i: torch.max(a, 1, out=(o, i)),
+             lambda g: [r(g, 3, 4), r(g, 4), torch.zeros(4, dtype=torch.int64)],
+             ("UnloweredOpError", "aten::max.dim_max", "max= has shape [4], the result [3]")),
+        ]),
+        entry("out_unlowered", [
+            # the out= form of an op the bridge does not lower: nothing to derive it from
+            ("cummax(dim, out=)", lambda a, o, i: torch.cummax(a, 1, out=(o, i)),
+             lambda g: [r(g, 3, 4), r(g, 3, 4), torch.zeros(3, 4, dtype=torch.int64)],
+             ("UnloweredOpError", "aten::cummax.out", "devicekit.torch lowers no such op")),
+        ]),
+        entry("host_out", [
+            # dk operands, a CPU tensor as out=
+            ("exp of dk into a CPU out=", lambda a, h: torch.exp(a, out=h),
+             lambda g: [r(g, 3, 4), OnHost(r(g, 3, 4))], (host[0], "aten::exp.out", host[1])),
         ]),
         entry("in_backward", [
             # an error inside torch's backward is raised by the next dk op after it, with

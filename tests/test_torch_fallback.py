@@ -211,3 +211,32 @@ def test_an_op_failing_in_a_backward_with_no_result_shapes_raises_its_own_error(
                                "'cpu'): expected all tensors on the same device"), proc.stdout
     assert lines[1] == "notes: []", proc.stdout
     assert lines[2] == "next op: 24.0", proc.stdout  # nothing left pending
+
+
+def test_an_unlowered_op_whose_decomposition_declines_the_call_says_so(cpu, monkeypatch):
+    # torch._decomp's adaptive_max_pool2d returns NotImplemented for an output size
+    # that does not divide the input. The bridge lowers the op (and so derives its
+    # out= form); without that lowering the out= form has only the decomposition.
+    from devicekit.torch import _dispatch, _table
+    monkeypatch.delitem(_table.LOWERINGS, aten.adaptive_max_pool2d.default)
+    monkeypatch.setattr(_dispatch, "_derived", {})
+    x = torch.randn(1, 2, 5, 5).to(DK)
+    out, idx = torch.empty(1, 2, 2, 2, device=DK), torch.zeros(1, 2, 2, 2, dtype=torch.int64,
+                                                                device=DK)
+    with pytest.raises(devicekit.UnloweredOpError) as info:
+        torch._C._nn.adaptive_max_pool2d(x, (2, 2), out=(out, idx))
+    msg = str(info.value)
+    assert "aten::adaptive_max_pool2d.out" in msg
+    assert "torch._decomp's decomposition of it declines this call" in msg
+
+
+def test_out_forms_are_derived_from_the_functional_lowering(cpu):
+    x = torch.randn(3, 4)
+    out = torch.empty(3, 4, device=DK)
+    assert torch.exp(x.to(DK), out=out) is out
+    torch.testing.assert_close(out.cpu(), torch.exp(x))
+    values, indices = torch.empty(3, device=DK), torch.zeros(3, dtype=torch.int64, device=DK)
+    got = torch.max(x.to(DK), 1, out=(values, indices))
+    assert got[0] is values and got[1] is indices
+    want = torch.max(x, 1)
+    assert torch.equal(values.cpu(), want.values) and torch.equal(indices.cpu(), want.indices)

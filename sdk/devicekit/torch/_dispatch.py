@@ -34,7 +34,7 @@ _derived = {}  # OpOverload -> Lowering or None, built on first use
 
 def lookup(func):
     """The lowering of ATen overload ``func`` (the table's, or one derived
-    from it: in-place, ``_foreach_*``, distributed), or None."""
+    from it: in-place, ``out=``, ``_foreach_*``, distributed), or None."""
     return LOWERINGS.get(func) or _lookup(func)
 
 
@@ -67,6 +67,28 @@ def _no_inplace_view(func):
     return refuse
 
 
+def _functional_of_out(func):
+    """``exp.out`` -> (``exp.default``, ["out"]), ``max.dim_max`` ->
+    (``max.dim``, ["max", "max_values"]): the lowered overload of the same
+    name whose arguments are the ``out=`` form's but its out tensors, and
+    the names of those; None when there is none."""
+    schema = func._schema
+    names = [a.name for a in schema.arguments if a.is_out]
+    if not names or func.namespace != "aten":
+        return None
+    want = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+    packet = getattr(aten, schema.name.split("::")[1])
+    for overload in packet.overloads():
+        op = getattr(packet, overload)
+        s = op._schema
+        if (not s.is_mutable and len(s.returns) == len(names)
+                and [(a.name, str(a.type)) for a in s.arguments] == want):
+            inner = lookup(op)
+            if inner is not None and inner.kind != VIEW:
+                return inner, names
+    return None
+
+
 def _derive(func):
     functional = _functional_of(func)
     if functional is not None:
@@ -75,6 +97,12 @@ def _derive(func):
         if inner.kind == VIEW:  # squeeze_, t_, ...: a copy cannot change sizes and strides
             return Lowering(_no_inplace_view(func), KERNEL, True)
         return Lowering(lambda *a, **k: write_through(inner, a, k), inner.kind, True)
+    out_form = _functional_of_out(func)
+    if out_form is not None:
+        write_out = DERIVERS["out"]
+        inner, names = out_form
+        return Lowering(lambda *a, **k: write_out(lambda a2, k2: _run(inner, a2, k2), names, a, k),
+                        inner.kind, True)
     if func.namespace in ("fsdp", "_c10d_functional"):  # torch.distributed's library ops
         from ._lower_dist import lowering  # (adds them to the table)
         return lowering(func)

@@ -16,7 +16,8 @@ from .. import bridge
 from .. import ops as dk_ops
 from . import _device
 from ._device import DKTensor, dk_dtype, from_host, to_host, wrap
-from ._table import FACTORY, KERNEL, TRANSFER, VIEW, derives, lowers, resolve, unwrap, unwrap_kwargs
+from ._table import (FACTORY, KERNEL, TRANSFER, VIEW, HostOperandError, derives, lowers, resolve,
+                     unwrap, unwrap_kwargs)
 
 
 def _dim(d, n):
@@ -313,18 +314,46 @@ def local_scalar_dense(t):
     return to_host(t).reshape(()).item()
 
 
+def _cast_allowed(value, dst):
+    """torch's rule for writing a result into a tensor of another dtype: a
+    floating result never into an integer or bool tensor."""
+    if (isinstance(value, bridge.Tensor) and bridge.dtype_id(value) != bridge.dtype_id(dst._dk)
+            and value.dtype.is_floating_point and not dst._dk.dtype.is_floating_point):
+        raise RuntimeError(f"result type {_device.torch_dtype(value)} can't be cast to the "
+                           f"desired output type {dst.dtype}")
+
+
 @derives("in_place")
 def write_through(lowering, args, kwargs):
     """An in-place op: its out-of-place lowering's result written into ``self``."""
     dst = args[0]
     value = lowering.fn(*unwrap(args), **unwrap_kwargs(kwargs))
-    if isinstance(value, bridge.Tensor) and bridge.dtype_id(value) != bridge.dtype_id(dst._dk):
-        src_float = value.dtype.is_floating_point
-        if src_float and not dst._dk.dtype.is_floating_point:
-            raise RuntimeError(f"result type {_device.torch_dtype(value)} can't be cast to the "
-                               f"desired output type {dst.dtype}")
+    _cast_allowed(value, dst)
     bridge.copy_into(dst._dk, value)
     return dst
+
+
+@derives("out")
+def write_out(compute, names, args, kwargs):
+    """An ``out=`` op (``exp.out``, ``sum.IntList_out``, ``max.dim_max``): its
+    functional lowering's results (``compute(args, kwargs)``, wrapped) written
+    into the tensors named ``names``, which it returns. torch resizes an out
+    tensor of another shape; a dk tensor's sizes are fixed, so that call is
+    not covered (NotImplementedError: its decomposition is tried next)."""
+    outs = [kwargs[n] for n in names]
+    results = compute(args, {k: v for k, v in kwargs.items() if k not in names})
+    results = results if isinstance(results, (tuple, list)) else (results,)
+    for name, dst, value in zip(names, outs, results):
+        if not isinstance(dst, DKTensor):
+            raise HostOperandError(f"expected all tensors on the same device, got a "
+                                   f"{dst.device} tensor as {name}= of a dk op")
+        if tuple(value.shape) != tuple(dst.shape):
+            raise NotImplementedError(f"{name}= has shape {list(dst.shape)}, the result "
+                                      f"{list(value.shape)}, and devicekit.torch does not "
+                                      f"resize a dk tensor")
+        _cast_allowed(value._dk, dst)
+        bridge.copy_into(dst._dk, value._dk)
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 # ---- factories (reached through torch.library kernels on the PrivateUse1 key) ----------
