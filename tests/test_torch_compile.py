@@ -354,3 +354,114 @@ def test_hf_decode_with_static_kv_cache_replays_one_device_graph():
     # one shape every token: one graph, captured on the 2nd token, replayed after
     assert s["graph_breaks"] == {} and s["graphs"] == 1, s
     assert s["captured"] == 1 and s["op_by_op_calls"] == 1 and s["replays"] == 3, s
+
+
+def _gpt2_nano():
+    pytest.importorskip("transformers")
+    from devicekit.models.hf import HFModel
+    spec = HFModel("hf-gpt2")
+    m = spec.module()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            p.copy_(torch.from_numpy(spec.init_params(m)[name]))
+    return m.to(DEV)
+
+
+def _gpt2_params_after(steps, capture):
+    """The parameters of the hf-gpt2 test model after ``steps`` compiled SGD
+    steps, with device graphs (``capture``) or op by op."""
+    torch._dynamo.reset()
+    _compile.capture_enabled = capture
+    try:
+        m = _gpt2_nano()
+        fn = torch.compile(m, backend="devicekit")
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        ids, _ = _one_batch(0)
+        ids = ids.to(DEV)
+        for _ in range(steps):
+            logits = fn(ids, use_cache=False).logits
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 131),
+                                                     ids[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return [p.detach().cpu() for p in m.parameters()]
+    finally:
+        _compile.capture_enabled = True
+
+
+def test_hf_gpt2_training_replays_bitwise_op_by_op_with_the_fused_layer_norm_backward():
+    """Every parameter after four steps, bit for bit. The layer norm
+    backward's statistics reach the replayed backward graph tagged as
+    devicekit's forward made them (rstd's eps), so the fused kernel serves it
+    as op by op; an untagged copy sent it to the decomposed path: other
+    rounding (the parameters differed from step 2 on) and slower."""
+    import devicekit
+    devicekit.reset_composite_stats()
+    replayed = _gpt2_params_after(4, True)
+    s = dkt.compile_stats()
+    assert s["replays"] >= 6 and s["not_replayed"] == 0, s
+    ln = devicekit.composite_stats()["layer_norm_backward"]
+    assert ln["decomposed"] == 0 and ln["fused"], ln
+    op_by_op = _gpt2_params_after(4, False)
+    assert all(torch.equal(a, b) for a, b in zip(replayed, op_by_op))
+
+
+def _grads(fn, params, xs):
+    for p in params:
+        p.grad = None
+    sum(fn(x).square().sum() for x in xs).backward()
+    return [p.grad.cpu() for p in params]
+
+
+def test_activations_still_held_make_the_next_replay_run_op_by_op():
+    """A forward graph lends its saved activations out of its pool; a second
+    forward before the first one's backward would overwrite them, so it runs
+    op by op (counted as not replayed), and each backward reads its own
+    call's activations: the gradients equal eager dk's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)).to(DEV)
+    params = list(model.parameters())
+    fn = torch.compile(model, backend="devicekit")
+    g = torch.Generator().manual_seed(1)
+    batches = [[torch.randn(4, 8, generator=g).to(DEV) for _ in range(2)] for _ in range(4)]
+    for b in batches[:2]:  # warm-up, capture (one forward per backward)
+        _grads(fn, params, b[:1])
+    assert dkt.compile_stats()["not_replayed"] == 0
+    for b in batches[2:]:  # two forwards, then one backward through both
+        got = _grads(fn, params, b)
+        want = _grads(model, params, b)
+        assert all(torch.equal(a, w) for a, w in zip(got, want))
+    s = dkt.compile_stats()
+    assert s["not_replayed"] >= 2, s  # the second forward of each step
+    assert s["replays"] >= 4, s
+
+
+def test_a_backward_reads_lent_activations_only_of_its_own_call():
+    """Forward A replays and lends its activations; forward B, run op by op
+    while A's are held, makes its own. B's backward cannot replay over A's
+    memory (it runs op by op), A's backward then replays over A's: both
+    gradients equal eager dk's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(),
+                                torch.nn.Linear(16, 4)).to(DEV)
+    params = list(model.parameters())
+    fn = torch.compile(model, backend="devicekit")
+    g = torch.Generator().manual_seed(2)
+    xs = [torch.randn(4, 8, generator=g).to(DEV) for _ in range(4)]
+    for x in xs[:2]:
+        _grads(fn, params, [x])
+    la, lb = fn(xs[2]).square().sum(), fn(xs[3]).square().sum()
+    stats = dkt.compile_stats()
+    for p in params:
+        p.grad = None
+    lb.backward()
+    got_b = [p.grad.cpu() for p in params]
+    for p in params:
+        p.grad = None
+    la.backward()
+    got_a = [p.grad.cpu() for p in params]
+    assert dkt.compile_stats()["replays"] == stats["replays"] + 1  # A's backward only
+    assert all(torch.equal(a, w) for a, w in zip(got_b, _grads(model, params, [xs[3]])))
+    assert all(torch.equal(a, w) for a, w in zip(got_a, _grads(model, params, [xs[2]])))

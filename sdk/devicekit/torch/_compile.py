@@ -17,10 +17,14 @@ the second captures it into a ``devicekit.graphs.Graph`` over static input
 buffers, and later calls copy the inputs in (a parameter or buffer that is
 the same DeviceKit tensor on every call is used in place) and replay it;
 outputs are copied out of the graph's pool, so a later call never changes
-an earlier result. Capture is skipped, counted with its reason, for a graph
-with a graph break, and where the device refuses it (a host read). A plugin
-without the graphs part replays DeviceKit's own recording of the graph
-(``devicekit.graphs``, mode "auto"). Replay is bitwise equal to op by op: the same kernels, same order.
+an earlier result, except a training forward's activations (the outputs
+AOTAutograd saves for the backward): those are lent as views of the pool
+and the backward graph reads them there, and a replay that would overwrite
+lent activations still held runs op by op instead (``_Graphed``). Capture
+is skipped, counted with its reason, for a graph with a graph break, and
+where the device refuses it (a host read). A plugin without the graphs part
+replays DeviceKit's own recording of the graph (``devicekit.graphs``, mode
+"auto"). Replay is bitwise equal to op by op: the same kernels, same order.
 
 A graph with a random op (dropout in training, ``torch.rand``) is captured in
 DeviceKit's recording (mode "recorded", also on a plugin with native graphs,
@@ -38,6 +42,7 @@ device graph is kept per input-shape signature (at most ``GRAPHS_PER_SHAPE``).
 
 import collections
 import threading
+import weakref
 
 import torch
 import torch.utils._pytree as pytree
@@ -66,6 +71,7 @@ class _Stats:
         self.op_by_op = 0         # calls run node by node (warm-up included)
         self.random_graphs = 0    # device graphs captured recorded for their random ops
         self.no_capture = collections.Counter()  # reason -> graphs left op by op
+        self.not_replayed = 0     # calls of a captured graph run op by op (activations held)
 
     def as_dict(self):
         with self.lock:
@@ -73,7 +79,8 @@ class _Stats:
                     "graph_breaks": dict(self.breaks), "graph_break_calls": dict(self.break_calls),
                     "captured": self.captured, "replays": self.replays,
                     "random_graphs": self.random_graphs,
-                    "op_by_op_calls": self.op_by_op, "not_captured": dict(self.no_capture)}
+                    "op_by_op_calls": self.op_by_op, "not_replayed": self.not_replayed,
+                    "not_captured": dict(self.no_capture)}
 
 
 _stats = _Stats()
@@ -95,6 +102,9 @@ def format_compile_stats(stats=None):
     lines = [f"torch.compile(backend='devicekit'): {s['graphs']} graph(s), {s['lowered_nodes']} "
              f"node(s) lowered, {s['captured']} device graph(s) captured, {s['replays']} "
              f"replay(s), {s['op_by_op_calls']} call(s) op by op"]
+    if s.get("not_replayed"):
+        lines.append(f"  {s['not_replayed']} call(s) of a captured graph run op by op: the "
+                     f"activations an earlier replay lent were still held")
     if s.get("random_graphs"):
         lines.append(f"  {s['random_graphs']} device graph(s) with random ops, recorded by "
                      f"DeviceKit (Philox offsets patched per replay)")
@@ -351,16 +361,83 @@ def _shape_key(inputs):
     return tuple(tuple(x.shape) if type(x) is bridge.Tensor else x for x in inputs)
 
 
+def _where_in_memory(x):
+    return (x._storage_id, bridge.storage_offset(x), tuple(x.shape), tuple(x.strides),
+            bridge.dtype_id(x))
+
+
+def _alias(x):
+    """A new tensor object over ``x``'s memory (a weak reference to it says
+    whether anyone still holds it)."""
+    return _same_tags(x, bridge.view(x, tuple(x.shape), tuple(x.strides),
+                                     bridge.storage_offset(x)))
+
+
+def _same_tags(x, y):
+    """``y`` with the lowering tags of ``x``: layer norm's ``rstd`` carries the
+    forward's eps (``_lower_nn``), without which its backward cannot be
+    offered to the fused kernel and is decomposed (other rounding than op by
+    op, and slower)."""
+    eps = getattr(x, "_dk_eps", None)
+    if eps is not None:
+        y._dk_eps = eps
+    return y
+
+
+# Forward outputs saved for the backward are lent out of the forward graph's
+# pool instead of copied out: id(view) -> (weak reference to the view, the
+# _Graphed that lent it), an entry dropped when its view dies. (Keyed by id:
+# a tensor's == is elementwise.)
+_lent_by = {}
+
+
+def _lend(view, lender):
+    key = id(view)
+    ref = weakref.ref(view, lambda _, key=key: _lent_by.pop(key, None))
+    _lent_by[key] = (ref, lender)
+    return ref
+
+
+def _lender(x):
+    hit = _lent_by.get(id(x))
+    return hit[1] if hit is not None and hit[0]() is x else None
+
+
 class _Graphed:
-    """A device graph of one program for one input-shape signature."""
+    """A device graph of one program for one input-shape signature.
+
+    Activations: a forward graph's outputs that AOTAutograd saves for the
+    backward (``program.saved``) are not copied out of the graph's pool:
+    each replay lends views of them, and the backward graph captured over
+    such views reads them where they are (no copy in either direction, two
+    per activation before). The rule that keeps this exact: a forward replay
+    would overwrite what it lent before, so while any view lent by the last
+    replay is still held (its backward has not run: a second forward before
+    the first's backward, ``retain_graph=True``), the call runs op by op
+    instead, into new memory; and a backward replay reads lent memory only
+    when this call's activations are those very views of a live graph, else
+    it runs op by op (it never copies into another graph's pool)."""
 
     def __init__(self, program, inputs, device):
+        self.program = program
+        self.alive = True
+        self.lent = ()  # weak references to the views the last replay lent
         # random ops: only DeviceKit's recording patches their Philox counters
         self.graph = graphs.Graph("recorded" if program.random else "auto")
         # the same DeviceKit tensor on the warm-up and capture calls: a
-        # parameter or buffer, used in place; others get a static buffer
-        self.static = [x if type(x) is not bridge.Tensor or x is w else _static_copy(x)
-                       for x, w in zip(inputs, program.last_inputs)]
+        # parameter or buffer, used in place; an activation lent by a forward
+        # graph: read in place, through a view of its own (``borrowed``);
+        # others get a static buffer
+        self.static, self.borrowed = [], []
+        for i, (x, w) in enumerate(zip(inputs, program.last_inputs)):
+            lender = _lender(x) if type(x) is bridge.Tensor else None
+            if lender is not None:
+                self.static.append(_alias(x))
+                self.borrowed.append((i, lender, _where_in_memory(x)))
+            elif type(x) is not bridge.Tensor or x is w:
+                self.static.append(x)
+            else:
+                self.static.append(_static_copy(x))
         self.rng = _device.rng(device)
         origin = self.rng.offset
         try:
@@ -370,10 +447,26 @@ class _Graphed:
             used = self.rng.captured(origin)  # a capture draws nothing (see replay)
         self.philox = (origin, used)
         self.outputs = out
+        flat = out if isinstance(out, (list, tuple)) else ()
+        self.lends = {i for i in program.saved if i < len(flat) and type(flat[i]) is bridge.Tensor}
+
+    def reset(self):
+        self.alive = False
+        self.graph.reset()
+
+    def replayable(self, inputs):
+        """False when a replay would overwrite activations still held, or
+        would read activations other than this call's (see the class)."""
+        if any(r() is not None for r in self.lent):
+            return False
+        return all(lender.alive and type(inputs[i]) is bridge.Tensor
+                   and _where_in_memory(inputs[i]) == where
+                   for i, lender, where in self.borrowed)
 
     def run(self, inputs):
-        for s, x in zip(self.static, inputs):
-            if type(x) is bridge.Tensor and s is not x:
+        borrowed = {i for i, _, _ in self.borrowed}
+        for i, (s, x) in enumerate(zip(self.static, inputs)):
+            if type(x) is bridge.Tensor and s is not x and i not in borrowed:
                 bridge.copy_into(s, x)
         if self.philox[1]:
             seed, shift = self.rng.replay_patch(*self.philox)
@@ -381,16 +474,29 @@ class _Graphed:
         else:
             self.graph.replay()
         # an output that is an input (a saved parameter) is that call's input;
+        # an activation saved for the backward is lent (a view of the pool);
         # the others are copied out of the graph's pool
         inputs_of = {id(s): x for s, x in zip(self.static, inputs) if type(s) is bridge.Tensor}
-        return _tree(lambda y: _copy_out(y) if id(y) not in inputs_of else inputs_of[id(y)],
-                     self.outputs)
+        if not self.lends:
+            return _tree(lambda y: _copy_out(y) if id(y) not in inputs_of else inputs_of[id(y)],
+                         self.outputs)
+        lends, lent, out = self.lends, [], []
+        for i, y in enumerate(self.outputs):
+            if id(y) in inputs_of:
+                out.append(inputs_of[id(y)])
+            elif i in lends:
+                out.append(_alias(y))
+                lent.append(_lend(out[-1], self))
+            else:
+                out.append(_copy_out(y))
+        self.lent = lent
+        return type(self.outputs)(out)
 
 
 def _static_copy(x):
     out = bridge.empty(x.device, tuple(x.shape), bridge.dtype_id(x))
     bridge.copy_into(out, x)
-    return out
+    return _same_tags(x, out)
 
 
 def _copy_out(x):
@@ -399,11 +505,13 @@ def _copy_out(x):
 
 class _Compiled:
     """The callable AOTAutograd gets for one FX graph (forward, backward or
-    inference): DKTensors in, DKTensors out."""
+    inference): DKTensors in, DKTensors out. ``saved``: the positions of a
+    forward graph's outputs that AOTAutograd saves for the backward."""
 
-    def __init__(self, gm):
+    def __init__(self, gm, saved=()):
         self.program = _Program(gm)
         self.program.last_inputs = ()
+        self.program.saved = tuple(saved)
         self.device_graphs = collections.OrderedDict()  # shape key -> _Graphed
         self.seen = set()   # shape keys run once (warm-up done)
         self.why_not = None
@@ -437,10 +545,13 @@ class _Compiled:
             g = self.device_graphs.get(key)
             if g is None and key in self.seen:
                 g = self._capture(inputs, key)
-            if g is not None:
+            if g is not None and g.replayable(inputs):
                 with _stats.lock:
                     _stats.replays += 1
                 return g.run(inputs)
+            if g is not None:  # activations of an earlier call still held: op by op
+                with _stats.lock:
+                    _stats.not_replayed += 1
             self.seen.add(key)
         elif self.why_not is not None and not self._counted:
             self._counted = True
@@ -464,7 +575,7 @@ class _Compiled:
         finally:
             self.program.last_inputs = ()  # (the warm-up's tensors: not kept alive)
         if len(self.device_graphs) >= GRAPHS_PER_SHAPE:
-            self.device_graphs.popitem(last=False)[1].graph.reset()
+            self.device_graphs.popitem(last=False)[1].reset()
         self.device_graphs[key] = g
         with _stats.lock:
             _stats.captured += 1
@@ -479,6 +590,22 @@ capture_enabled = True
 def _compiler(gm, example_inputs):
     from torch._functorch.aot_autograd import make_boxed_func
     return make_boxed_func(_Compiled(gm))  # AOTAutograd's convention: one list of inputs
+
+
+def _forward_compiler(gm, example_inputs):
+    """The forward graph of a training graph: as ``_compiler``, knowing which
+    outputs are activations saved for the backward (AOTAutograd's metadata;
+    none where this torch does not give it: they are then copied out)."""
+    from torch._functorch.aot_autograd import make_boxed_func
+    saved = ()
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    try:
+        nout = len(next(n for n in gm.graph.nodes if n.op == "output").args[0])
+        saved = range(nout)[meta.tensors_saved_for_backwards_slice]
+    except (AttributeError, AssertionError, TypeError, StopIteration):
+        saved = ()
+    return make_boxed_func(_Compiled(gm, saved))
 
 
 _decomps = None
@@ -508,7 +635,7 @@ def backend(gm, example_inputs, **kwargs):
         known = ctx.tensor_to_context if ctx is not None else {}
         example_inputs = [fake_mode.from_tensor(x, symbolic_context=known.get(x))
                           if isinstance(x, DKTensor) else x for x in example_inputs]
-    aot = aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler,
+    aot = aot_autograd(fw_compiler=_forward_compiler, bw_compiler=_compiler,
                        inference_compiler=_compiler, decompositions=decompositions())
     return aot(gm, example_inputs, **kwargs)
 
