@@ -1208,6 +1208,12 @@ def _refuse(torch):
              lambda g: [r(g, 3, 4), r(g, 3, 4), torch.zeros(3, 4, dtype=torch.int64)],
              ("UnloweredOpError", "aten::cummax.out", "devicekit.torch lowers no such op")),
         ]),
+        entry("draw_on_host", [
+            # a *_like draw asked for on the CPU: the bridge makes dk tensors only
+            ("rand_like(x, device='cpu')", lambda a: torch.rand_like(a, device="cpu"),
+             lambda g: [r(g, 3, 4)],
+             ("DeviceNotFoundError", "cpu", "is not a DeviceKit torch device")),
+        ]),
         entry("host_out", [
             # dk operands, a CPU tensor as out=
             ("exp of dk into a CPU out=", lambda a, h: torch.exp(a, out=h),
@@ -1287,4 +1293,25 @@ def _draws(torch):
              [zeros(dtype, 30, 30)], (-4, 5)),
             ("x.random_(7)", lambda a: a.random_(7), [zeros(dtype, 1000)], (0, 7)),
         ]
-    return [Draws("draws.random_", samples)]
+    def like_samples(torch, dtype, gen):
+        # the *_like draws, each into a fresh tensor copied into the operand (the
+        # harness judges the operand): continuous draws binned to integers, so every
+        # bin must be drawn
+        return [
+            ("randint_like(x, 3, 13)", lambda a: a.copy_(torch.randint_like(a, 3, 13)),
+             [zeros(dtype, 40, 25)], (3, 13)),
+            ("randint_like(x, 7) of a transpose", lambda a: a.copy_(
+                torch.randint_like(a.t(), 7).t()), [zeros(dtype, 30, 30)], (0, 7)),
+        ] + ([] if dtype != "float32" else [
+            ("floor(10 rand_like(x))", lambda a: a.copy_((torch.rand_like(a) * 10).floor()),
+             [zeros(dtype, 1000)], (0, 10)),
+            ("floor(randn_like(x)) clamped to [-3, 3)", lambda a: a.copy_(
+                torch.randn_like(a).clamp(-2.5, 2.5).floor()), [zeros(dtype, 1000)], (-3, 3)),
+            ("floor(4 rand_like(x, float64))", lambda a: a.copy_(
+                (torch.rand_like(a, dtype=torch.float64) * 4).floor()), [zeros(dtype, 500)], (0, 4)),
+            ("floor(exponential_()) clamped to [0, 3)", lambda a: a.exponential_().clamp_(
+                0, 2.5).floor_(), [zeros(dtype, 1000)], (0, 3)),
+            ("floor(log_normal_(0, 0.5)) clamped to [0, 3)", lambda a: a.log_normal_(
+                0, 0.5).clamp_(0, 2.5).floor_(), [zeros(dtype, 1000)], (0, 3)),
+        ])
+    return [Draws("draws.random_", samples), Draws("draws.like", like_samples)]

@@ -350,12 +350,13 @@ def _run_refusal(name, dtype, ctx):
     continue a refused call on the CPU): as a user's call runs. torch's own
     outcome on the CPU is recorded, not judged (it computes many of them)."""
     import devicekit.torch as dkt_public
-    from devicekit.errors import UnloweredOpError
+    from devicekit.errors import DeviceNotFoundError, UnloweredOpError
 
     torch, dkt, _, _, reach = _corpus()
     _backward_thread(torch)  # (a refusal inside a backward: refuse.in_backward)
     classes = {"HostOperandError": dkt_public.HostOperandError,
-               "UnloweredOpError": UnloweredOpError, "RuntimeError": RuntimeError}
+               "UnloweredOpError": UnloweredOpError, "RuntimeError": RuntimeError,
+               "DeviceNotFoundError": DeviceNotFoundError}
     dev = _device_of(dkt, ctx)
     gen = torch.Generator().manual_seed(ctx.seed)
     made = reach[name].samples(torch, dtype, gen)

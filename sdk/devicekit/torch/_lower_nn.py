@@ -476,3 +476,34 @@ def random_from(self, from_, to=None, *, generator=None):
 def random_to(self, to, *, generator=None):
     return random_from(self, 0, to, generator=generator)
 
+
+# The *_like draws: a new tensor (torch.empty_like's arguments) filled by the
+# in-place draw above, as torch.rand(..., device=dk) is made. torch's
+# exponential_, geometric_, log_normal_ and cauchy_ decompose into them.
+
+def _like(x, dtype, device, memory_format):
+    # (device= a CPU device: empty_like's lowering refuses it, naming it)
+    return torch.empty_like(x, dtype=dtype, device=device, memory_format=memory_format)
+
+
+@lowers("rand_like.default", kind=RANDOM, raw=True)
+def rand_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return uniform_(_like(x, dtype, device, memory_format))
+
+
+@lowers("randn_like.default", kind=RANDOM, raw=True)
+def randn_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return normal_(_like(x, dtype, device, memory_format))
+
+
+@lowers("randint_like.default", kind=RANDOM, raw=True)
+def randint_like(x, high, *, dtype=None, layout=None, device=None, pin_memory=None,
+                 memory_format=None):
+    return random_from(_like(x, dtype, device, memory_format), 0, high)
+
+
+@lowers("randint_like.low_dtype", kind=RANDOM, raw=True)
+def randint_like_low(x, low, high, *, dtype=None, layout=None, device=None, pin_memory=None,
+                     memory_format=None):
+    return random_from(_like(x, dtype, device, memory_format), low, high)
+
