@@ -532,6 +532,32 @@ def _args(torch):
             ("int32 % -3", lambda a: torch.remainder(a, -3), lambda gen: [
                 torch.randint(-9, 10, (3, 4), generator=gen, dtype=torch.int32)]),
         ], grad=False),
+        entry("composed_math", [
+            # ceil, trunc, frac, log2, log10, log1p, expm1, fmax, fmin: composed of base ops;
+            # the edges of each formula (tiny, negative, ties, -1, subnormal e^x, inf, NaN)
+            (f"{name} at its edges", lambda a, name=name: getattr(torch, name)(a), lambda g: [
+                torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1e-8, -1e-8, 1e-4, -0.3, 0.5, -0.5, 2.5,
+                              -2.5, 0.49999997, -0.99999994, -1.0, -1.5, 3.7, -7.2, 80.0,
+                              -100.0, 8388609.0, float("inf"), float("-inf"), float("nan")])])
+            for name in ("ceil", "trunc", "frac", "log2", "log10", "log1p", "expm1")
+        ] + [
+            ("fmax and fmin with NaNs", lambda a, b: torch.stack([torch.fmax(a, b),
+                                                                 torch.fmin(a, b)]),
+             lambda g: [torch.tensor([1.0, float("nan"), 2.0, float("nan"), -3.0]),
+                        torch.tensor([float("nan"), 3.0, 1.0, float("nan"), -4.0])]),
+            ("ceil and trunc of int64", lambda a: torch.ceil(a) * 10 + torch.trunc(a),
+             lambda g: [torch.randint(-9, 10, (3, 4), generator=g)]),
+            ("log2 and log10 of int64", lambda a: torch.log2(a) + torch.log10(a),
+             lambda g: [torch.randint(1, 100, (3, 4), generator=g)]),
+        ], grad=False),
+        entry("composed_math_grad", [
+            (f"{name}", lambda a, name=name: getattr(torch, name)(a), x(3, 4))
+            for name in ("log1p", "expm1", "frac")
+        ] + [
+            ("log2 and log10", lambda a: torch.log2(a.abs() + 0.5) * torch.log10(a.abs() + 2),
+             x(3, 4)),
+            ("fmax, fmin", lambda a, b: torch.fmax(a, b) - torch.fmin(a, b) * 2, xy(3, 4)),
+        ]),
         entry("out_forms", [
             # out= forms derived from the functional lowering: computed, then written
             # into out (a view, another layout, a wider dtype, several outs)

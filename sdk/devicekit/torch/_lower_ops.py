@@ -8,6 +8,8 @@ for native DeviceKit code. The in-place forms (``add_``, ``mul_``, ...) need
 no entry: ``_dispatch`` runs the functional lowering and writes through.
 """
 
+import math
+
 import torch
 
 from .. import bridge
@@ -89,6 +91,79 @@ for _name, _fn in _BINARY.items():
                  else ("Tensor", "Scalar"))
     lowers(*(f"{_name}.{o}" for o in overloads))(lambda a, b, _fn=_fn: _fn(a, b))
 lowers("max.other")(ops.maximum)
+
+
+# ---- elementwise ops composed of the base set --------------------------------------------
+# torch._decomp sends these to prims ops nothing lowers. ceil, trunc and frac
+# are torch's own definitions (bit-exact); log2 and log10 round once more than
+# log; log1p and expm1 carry Goldberg's and Kahan's corrections, which keep a
+# small argument to a few ulp where log(1 + x) and exp(x) - 1 lose all of it.
+# 16-bit floats are computed in float32 and rounded once, as torch does.
+
+def _floating(x):
+    return x if x.dtype.is_floating_point else bridge.cast(x, _dt.float32.id)
+
+
+@lowers("ceil.default")
+def ceil(x):
+    return ops.neg(ops.floor(ops.neg(x)))
+
+
+@lowers("trunc.default")
+def trunc(x):
+    return ops.where(ops.lt(x, 0), ceil(x), ops.floor(x))
+
+
+@lowers("frac.default")
+def frac(x):
+    return ops.sub(x, trunc(x))
+
+
+@lowers("log2.default")
+@_in_float32
+def log2(x):
+    return ops.mul(ops.log(_floating(x)), 1.0 / math.log(2.0))
+
+
+@lowers("log10.default")
+@_in_float32
+def log10(x):
+    return ops.mul(ops.log(_floating(x)), 1.0 / math.log(10.0))
+
+
+@lowers("log1p.default")
+@_in_float32
+def log1p(x):
+    x = _floating(x)
+    u = ops.add(x, 1.0)
+    d = ops.sub(u, 1.0)
+    # where 1 + x rounds to 1, log1p(x) is x; where it is inf, x is
+    exact = ops.logical_or(ops.eq(d, 0.0), ops.eq(u, math.inf))
+    return ops.where(exact, x, ops.div(ops.mul(ops.log(u), x), d))
+
+
+@lowers("expm1.default")
+@_in_float32
+def expm1(x):
+    x = _floating(x)
+    u = ops.exp(x)
+    um1 = ops.sub(u, 1.0)
+    kahan = ops.div(ops.mul(um1, x), ops.log(u))
+    # where e^x rounds to 1, expm1(x) is x; where e^x - 1 rounds to -1 (x far below 0,
+    # e^x at most subnormal, its log inexact) it is -1; inf stays inf
+    return ops.where(ops.eq(u, 1.0), x,
+                     ops.where(ops.logical_or(ops.eq(um1, -1.0), ops.eq(u, math.inf)), um1, kahan))
+
+
+@lowers("fmax.default")
+def fmax(a, b):
+    """maximum, but a NaN loses to a number (torch.fmax)."""
+    return ops.where(ops.ne(b, b), a, ops.where(ops.ne(a, a), b, ops.maximum(a, b)))
+
+
+@lowers("fmin.default")
+def fmin(a, b):
+    return ops.where(ops.ne(b, b), a, ops.where(ops.ne(a, a), b, ops.minimum(a, b)))
 
 
 @lowers("isnan.default")
