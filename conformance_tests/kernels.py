@@ -32,8 +32,9 @@ views the case builds itself (``_raw``):
   every common register tile and K block (:data:`MATMUL_SMALL`) in every
   operand layout the kernel declared (a and / or b transposed, every other
   column, at an offset, a batch read through stride 0), at
-  :data:`MATMUL_LARGE` (rows past 2**12 and 2**14 columns) dense and with a
-  transposed a; judged as ``direct`` (integers exactly).
+  :data:`MATMUL_LARGE` (rows past 2**12 and 2**14 columns, one row over 2**23
+  multiply-adds) dense and with a or b transposed; judged as ``direct``
+  (integers exactly).
   ``kernels/matmul/<float16|bfloat16>/widened``: an operand past 2**22
   elements (:data:`MATMUL_WIDENED`).
 - ``kernels/<op>/<dtype>/axes`` for gather, scatter_add: every axis of each
@@ -462,8 +463,10 @@ def check_axes(ctx, op, dtype, shape):
 #: reached by ops/matmul's large classes (up to 5 * 2**23 multiply-adds);
 #: these stay small because the emulated CUDA plugin runs them too (about
 #: half a microsecond per multiply-add there).
-MATMUL_SMALL = ((1, 1, 1), (7, 9, 13), (13, 33, 17), (13, 259, 33), (65, 513, 7))
-MATMUL_LARGE = ((3, 17, 4101), (2, 3, 16411))
+MATMUL_SMALL = ((1, 1, 1), (2, 37, 19), (7, 9, 13), (13, 33, 17), (13, 259, 33), (65, 513, 7))
+#: (3, 17, 4101) and (2, 3, 16411): few rows, wide; (1, 2049, 4099): one row over
+#: 2**23 multiply-adds (a kernel may split its columns over threads)
+MATMUL_LARGE = ((3, 17, 4101), (2, 3, 16411), (1, 2049, 4099))
 MATMUL_WIDENED = (2049, 2049, 1)
 #: (name, view kind of a, view kind of b): a kind of _view_of, or "bcast" (a
 #: batch of 2 that reads one matrix twice, batch stride 0).
@@ -499,7 +502,7 @@ def _matmul_calls(dtype, caps, rng, shape):
     """[(layout name, a, b, a kind, b kind)] of the matmul case ``shape``
     (layouts or widened)."""
     strided = caps & _rules.CAPS["STRIDED"]
-    runs = [(MATMUL_SMALL, None), (MATMUL_LARGE, ("dense", "a_T"))] if shape == "layouts" \
+    runs = [(MATMUL_SMALL, None), (MATMUL_LARGE, ("dense", "a_T", "b_T"))] if shape == "layouts" \
         else [((MATMUL_WIDENED,), ("dense",))]
     out = []
     for shapes, names in runs:
@@ -521,7 +524,7 @@ def check_matmul_layouts(ctx, op, dtype, shape):
     """matmul at every MATMUL_SMALL shape in every operand layout its kernel
     declared it takes (dense; with DK_KERNEL_CAP_STRIDED a and / or b
     transposed, every other column, at an offset, a batch read through
-    stride 0), and at MATMUL_LARGE dense and with a transposed a; with
+    stride 0), and at MATMUL_LARGE dense and with a or b transposed; with
     ``shape`` "widened", MATMUL_WIDENED dense: a kernel may pick its blocking
     per layout, per dtype and per size. Judged against the
     float64 oracle with the spec's bound (K terms summing to |a| @ |b|);

@@ -310,11 +310,88 @@ template <class T> void gemm_cols(const Gemm<T>& g, const MacroKernel<T>& mk, in
   }
 }
 
+// ---- A few rows: b read once, not packed -------------------------------------
+
+// x @ W with a handful of rows (a decode step: one token, m = 1) went the
+// blocked way, which packs all of b on every call: several times the memory
+// traffic of the product, for one multiply-add per element of b (a small
+// GPT-2's decode ran its matmuls at under 1 GFLOP/s). Up to kFewRows rows now
+// read b once, as it lies. A row-major b streams its rows (out row +=
+// a[i, p] * b[p, :], in K order, as the plain kernel); a b stored transposed
+// (columns contiguous: x @ W^T, a tied LM head) takes the dot product of a
+// row of a with each column in 16 interleaved partial sums added pairwise.
+// Other layouts go the blocked way.
+constexpr int64_t kFewRows = 4;
+
+template <class T> DKCPU_INLINE void few_rows_impl(const Gemm<T>& g, int64_t j0, int64_t j1) {
+  for (int64_t i = 0; i < g.m; ++i) {
+    T* __restrict c = g.c + i * g.n;
+    if (g.b_col == 1) {
+      // four rows of b per pass over out's row (a quarter of its loads and
+      // stores), added one after another: the same order as one at a time
+      const T* ai = g.a + i * g.a_row;
+      for (int64_t j = j0; j < j1; ++j) c[j] = T(0);
+      int64_t p = 0;
+      for (; p + 4 <= g.k; p += 4) {
+        const T a0 = ai[p * g.a_col], a1 = ai[(p + 1) * g.a_col];
+        const T a2 = ai[(p + 2) * g.a_col], a3 = ai[(p + 3) * g.a_col];
+        const T* __restrict b0 = g.b + p * g.b_row;
+        const T* __restrict b1 = b0 + g.b_row;
+        const T* __restrict b2 = b1 + g.b_row;
+        const T* __restrict b3 = b2 + g.b_row;
+        for (int64_t j = j0; j < j1; ++j) {
+          T v = c[j];
+          v += a0 * b0[j];
+          v += a1 * b1[j];
+          v += a2 * b2[j];
+          v += a3 * b3[j];
+          c[j] = v;
+        }
+      }
+      for (; p < g.k; ++p) {
+        const T ap = ai[p * g.a_col];
+        const T* __restrict br = g.b + p * g.b_row;
+        for (int64_t j = j0; j < j1; ++j) c[j] += ap * br[j];
+      }
+      continue;
+    }
+    const T* __restrict a = g.a + i * g.a_row;  // a_col == 1 and b_row == 1 here
+    for (int64_t j = j0; j < j1; ++j) {
+      const T* __restrict bc = g.b + j * g.b_col;
+      T s[16] = {};
+      int64_t p = 0;
+      for (; p + 16 <= g.k; p += 16) {
+        for (int l = 0; l < 16; ++l) s[l] += a[p + l] * bc[p + l];
+      }
+      for (int l = 0; p < g.k; ++p, ++l) s[l] += a[p] * bc[p];
+      for (int w = 8; w > 0; w /= 2) {
+        for (int l = 0; l < w; ++l) s[l] += s[l + w];
+      }
+      c[j] = s[0];
+    }
+  }
+}
+
+// One build for every ISA level: these loops are bound by reading b from
+// memory, which 128-bit vectors keep up with.
+template <class T> bool few_rows(const Gemm<T>& g) {
+  if (g.m > kFewRows || !(g.b_col == 1 || (g.b_row == 1 && g.a_col == 1))) return false;
+  // columns in chunks of at least 256 (a 1 KiB row of out stays in L1), split
+  // over the pool only when the product is large (see gemm's `alone`)
+  if (double(g.m) * double(g.n) * double(g.k) < double(1 << 23)) {
+    few_rows_impl(g, 0, g.n);
+  } else {
+    parallel_for_may_throw(g.n, 256, [&](int64_t j0, int64_t j1) { few_rows_impl(g, j0, j1); });
+  }
+  return true;
+}
+
 template <class T> void gemm(const Gemm<T>& g) {
   if (g.k == 0) {  // an empty sum: zeros (the block loop below would not run)
     std::fill(g.c, g.c + g.m * g.n, T(0));
     return;
   }
+  if (few_rows(g)) return;
   const MacroKernel<T> mk = pick_kernel<T>();
   T* pb = scratch<T>(0, kKC * (kNC + mk.nr));
   // A small product (under 8 Mi multiply-adds, ~35 us on one AVX-512 core)
