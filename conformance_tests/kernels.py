@@ -32,7 +32,7 @@ views the case builds itself (``_raw``):
   every common register tile and K block (:data:`MATMUL_SMALL`) in every
   operand layout the kernel declared (a and / or b transposed, every other
   column, at an offset, a batch read through stride 0), at
-  :data:`MATMUL_LARGE` (rows past 2**12 and 2**14 columns, one row over 2**23
+  :data:`MATMUL_LARGE` (rows past 2**12 and 2**14 columns, one row over 2**21
   multiply-adds) dense and with a or b transposed; judged as ``direct``
   (integers exactly).
   ``kernels/matmul/<float16|bfloat16>/widened``: an operand past 2**22
@@ -464,9 +464,9 @@ def check_axes(ctx, op, dtype, shape):
 #: these stay small because the emulated CUDA plugin runs them too (about
 #: half a microsecond per multiply-add there).
 MATMUL_SMALL = ((1, 1, 1), (2, 37, 19), (7, 9, 13), (13, 33, 17), (13, 259, 33), (65, 513, 7))
-#: (3, 17, 4101) and (2, 3, 16411): few rows, wide; (1, 2049, 4099): one row over
-#: 2**23 multiply-adds (a kernel may split its columns over threads)
-MATMUL_LARGE = ((3, 17, 4101), (2, 3, 16411), (1, 2049, 4099))
+#: (3, 17, 4101) and (2, 3, 16411): few rows, wide; (1, 1025, 2049): one row over
+#: 2**21 multiply-adds (a kernel may split its columns over threads)
+MATMUL_LARGE = ((3, 17, 4101), (2, 3, 16411), (1, 1025, 2049))
 MATMUL_WIDENED = (2049, 2049, 1)
 #: (name, view kind of a, view kind of b): a kind of _view_of, or "bcast" (a
 #: batch of 2 that reads one matrix twice, batch stride 0).

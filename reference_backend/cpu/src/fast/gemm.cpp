@@ -377,8 +377,10 @@ template <class T> DKCPU_INLINE void few_rows_impl(const Gemm<T>& g, int64_t j0,
 template <class T> bool few_rows(const Gemm<T>& g) {
   if (g.m > kFewRows || !(g.b_col == 1 || (g.b_row == 1 && g.a_col == 1))) return false;
   // columns in chunks of at least 256 (a 1 KiB row of out stays in L1), split
-  // over the pool only when the product is large (see gemm's `alone`)
-  if (double(g.m) * double(g.n) * double(g.k) < double(1 << 23)) {
+  // over the pool from 2 Mi multiply-adds (a quarter of gemm's `alone` bound:
+  // each of these reads a new element of b, so a job is ~4x longer per
+  // multiply-add than the blocked kernel's)
+  if (double(g.m) * double(g.n) * double(g.k) < double(1 << 21)) {
     few_rows_impl(g, 0, g.n);
   } else {
     parallel_for_may_throw(g.n, 256, [&](int64_t j0, int64_t j1) { few_rows_impl(g, j0, j1); });
