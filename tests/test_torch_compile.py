@@ -465,3 +465,79 @@ def test_a_backward_reads_lent_activations_only_of_its_own_call():
     assert dkt.compile_stats()["replays"] == stats["replays"] + 1  # A's backward only
     assert all(torch.equal(a, w) for a, w in zip(got_b, _grads(model, params, [xs[3]])))
     assert all(torch.equal(a, w) for a, w in zip(got_a, _grads(model, params, [xs[2]])))
+
+
+def _gelu_new(x):  # GPT-2's / transformers' NewGELUActivation, as written there
+    import math
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class _MLP(torch.nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc, self.proj, self.act = torch.nn.Linear(16, 64), torch.nn.Linear(64, 16), act
+
+    def forward(self, x):
+        return self.proj(self.act(self.fc(x)))
+
+
+def _out_and_grads(model, fn, x):
+    model.zero_grad()
+    y = fn(x)
+    y.square().sum().backward()
+    return [y.detach().cpu()] + [p.grad.cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("spelling", ["transformers", "reordered"])
+def test_the_tanh_gelu_written_out_runs_as_the_fused_gelu(spelling):
+    """The tanh GELU spelled out in elementwise ops (transformers' gelu_new,
+    or the same in another operand order with a truncated constant) is
+    rewritten to F.gelu(approximate="tanh"): the plugin's fused GELU kernels
+    serve its forward and backward, and the results equal eager dk running
+    the written-out ops within float rounding."""
+    import devicekit
+    act = _gelu_new if spelling == "transformers" else (
+        lambda x: x * 0.5 * (torch.tanh((x.pow(3) * 0.044715 + x) * 0.7978845608) + 1.0))
+    model = _MLP(act).to(DEV)
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1)).to(DEV)
+    eager = _out_and_grads(model, model, x)
+    fn = torch.compile(model, backend="devicekit")
+    devicekit.reset_composite_stats()
+    for _ in range(3):  # op by op, capture, replay
+        got = _out_and_grads(model, fn, x)
+        for a, b in zip(got, eager):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    s = dkt.compile_stats()
+    assert s["rewrites"] == {"gelu_tanh": 1}, s
+    assert s["replays"] >= 2 and s["graph_breaks"] == {}, s
+    cs = devicekit.composite_stats()
+    assert sum(cs["gelu"]["fused"].values()) >= 2, cs.get("gelu")
+    assert sum(cs["gelu_backward"]["fused"].values()) >= 2, cs.get("gelu_backward")
+    assert "rewritten to a fused op: gelu_tanh" in _compile.format_compile_stats()
+
+
+@pytest.mark.parametrize("variant", ["other_constant", "intermediate_used", "disabled"])
+def test_a_formula_that_is_not_the_tanh_gelu_is_lowered_as_written(variant, monkeypatch):
+    """Not rewritten: another constant (a different function), an
+    intermediate the graph also returns (it must still be computed), and
+    ``rewrites_enabled = False``. Each still computes what eager dk does."""
+    import math
+
+    def act(x):
+        c = 0.045 if variant == "other_constant" else 0.044715
+        t = torch.tanh(math.sqrt(2.0 / math.pi) * (x + c * torch.pow(x, 3.0)))
+        y = 0.5 * x * (1.0 + t)
+        return y + t if variant == "intermediate_used" else y
+
+    if variant == "disabled":
+        monkeypatch.setattr(_compile, "rewrites_enabled", False)
+    model = _MLP(act).to(DEV)
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1)).to(DEV)
+    eager = _out_and_grads(model, model, x)
+    fn = torch.compile(model, backend="devicekit")
+    for _ in range(3):
+        for a, b in zip(_out_and_grads(model, fn, x), eager):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    s = dkt.compile_stats()
+    assert s["rewrites"] == {} and s["replays"] >= 2, s

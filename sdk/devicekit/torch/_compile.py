@@ -49,7 +49,7 @@ import torch.utils._pytree as pytree
 
 from .. import bridge, graphs
 from ..errors import DeviceKitError, NotImplementedByPlugin
-from . import _device, _dispatch
+from . import _device, _dispatch, _rewrite
 from ._device import DKTensor, wrap
 from ._table import RANDOM, rewrap
 
@@ -72,6 +72,7 @@ class _Stats:
         self.random_graphs = 0    # device graphs captured recorded for their random ops
         self.no_capture = collections.Counter()  # reason -> graphs left op by op
         self.not_replayed = 0     # calls of a captured graph run op by op (activations held)
+        self.rewrites = collections.Counter()    # rewrite name -> times applied (_rewrite)
 
     def as_dict(self):
         with self.lock:
@@ -80,7 +81,7 @@ class _Stats:
                     "captured": self.captured, "replays": self.replays,
                     "random_graphs": self.random_graphs,
                     "op_by_op_calls": self.op_by_op, "not_replayed": self.not_replayed,
-                    "not_captured": dict(self.no_capture)}
+                    "not_captured": dict(self.no_capture), "rewrites": dict(self.rewrites)}
 
 
 _stats = _Stats()
@@ -108,6 +109,8 @@ def format_compile_stats(stats=None):
     if s.get("random_graphs"):
         lines.append(f"  {s['random_graphs']} device graph(s) with random ops, recorded by "
                      f"DeviceKit (Philox offsets patched per replay)")
+    for name, n in sorted(s.get("rewrites", {}).items()):
+        lines.append(f"  rewritten to a fused op: {name} ({n} time(s); docs/torch_compile.md)")
     for op, n in sorted(s["graph_breaks"].items()):
         lines.append(f"  graph break: {op} ({n} node(s), {s['graph_break_calls'].get(op, 0)} "
                      f"call(s) through the eager bridge)")
@@ -586,6 +589,10 @@ class _Compiled:
 #: False: every call runs op by op (no device graphs); for comparisons and debugging.
 capture_enabled = True
 
+#: False: the Dynamo graph is lowered as written, without ``_rewrite``'s
+#: fused-op rewrites; for comparisons and debugging.
+rewrites_enabled = True
+
 
 def _compiler(gm, example_inputs):
     from torch._functorch.aot_autograd import make_boxed_func
@@ -635,6 +642,10 @@ def backend(gm, example_inputs, **kwargs):
         known = ctx.tensor_to_context if ctx is not None else {}
         example_inputs = [fake_mode.from_tensor(x, symbolic_context=known.get(x))
                           if isinstance(x, DKTensor) else x for x in example_inputs]
+    if rewrites_enabled:
+        done = _rewrite.rewrite(gm)
+        with _stats.lock:
+            _stats.rewrites.update(done)
     aot = aot_autograd(fw_compiler=_forward_compiler, bw_compiler=_compiler,
                        inference_compiler=_compiler, decompositions=decompositions())
     return aot(gm, example_inputs, **kwargs)
