@@ -674,6 +674,14 @@ def _foreach_inplace(torch, xs):
     return xs
 
 
+def _foreach_maximum_inplace(torch, xs, ys):
+    """``_foreach_maximum_`` (AdamW's amsgrad with foreach=True): ATen has
+    ``maximum`` but no ``maximum_``, so each element's result is copied in."""
+    xs = [t.clone() for t in xs]
+    torch._foreach_maximum_(xs, ys)
+    return xs
+
+
 def _branches(torch, entry, r, x, xy, xyz, ints, mask):
     """Cases written to reach the lowerings' branches that the ones above do
     not (``ci/bridge_coverage_exclusions.toml`` lists the branches left, each
@@ -918,6 +926,8 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
             ("_foreach_add Scalar", lambda a, b: torch._foreach_add([a, b], 1.5), xy(3, 4)),
             ("_foreach_mul List", lambda a, b: torch._foreach_mul([a, b], [b, a]), xy(3, 4)),
             ("_foreach_mul_ in place", lambda a, b: _foreach_inplace(torch, [a, b]), xy(3, 4)),
+            ("_foreach_maximum_ in place (no maximum_ in ATen)",
+             lambda a, b: _foreach_maximum_inplace(torch, [a, b], [b, a]), xy(3, 4)),
         ], grad=False),
         entry("factories_copies", [
             ("full, default dtype", lambda a: torch.full((2, 3), 1.5, device=a.device) + a[:2, :3],

@@ -247,3 +247,29 @@ def test_the_order_variable_puts_named_devices_first(cpu, run_python):
             "print(dkt.device('cpu:0'))")
     p = run_python(code)
     assert p.returncode == 0 and p.stdout.strip() == "dk:0", p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True,
+                               foreach=True),
+    lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1, foreach=True),
+    lambda ps: torch.optim.AdamW(ps, lr=0.01, amsgrad=True, foreach=True),
+    lambda ps: torch.optim.RMSprop(ps, lr=0.01, foreach=True),
+], ids=["sgd-nesterov", "adamw", "adamw-amsgrad", "rmsprop"])
+def test_torch_optimizers_with_foreach_true_update_like_the_cpu(cpu, make):
+    """``foreach=True`` makes torch.optim call the ``_foreach_*`` ops, each
+    lowered per list element; ``_foreach_maximum_`` (amsgrad), whose element op
+    has no in-place ATen form, runs ``maximum`` and copies into the element."""
+    def run(device):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                torch.nn.Linear(16, 3)).to(device)
+        opt = make(list(m.parameters()))
+        x = torch.randn(5, 8, generator=torch.Generator().manual_seed(1)).to(device)
+        for _ in range(3):
+            opt.zero_grad()
+            m(x).square().sum().backward()
+            opt.step()
+        return [p.detach().cpu() for p in m.parameters()]
+    for got, want in zip(run(DK), run("cpu")):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -606,9 +606,17 @@ def foreach(func, args, kwargs):
     """``_foreach_<op>[_](lists..., scalars...)`` as ``<op>[_]`` on each element
     (each a dispatched ATen call of its own, so each is lowered and counted).
     Arguments a foreach op takes positionally that ``<op>`` takes by keyword
-    (``_foreach_addcmul_(s, t1, t2, value)``) are passed by that keyword."""
+    (``_foreach_addcmul_(s, t1, t2, value)``) are passed by that keyword. An
+    in-place foreach op whose per-element op has no in-place form in ATen
+    (``_foreach_maximum_``: there is ``maximum``, no ``maximum_``; AdamW's
+    ``amsgrad`` with ``foreach=True`` calls it) runs the functional op and
+    copies each result into its list element."""
     name = func._schema.name.split("::")[1][len("_foreach_"):]
-    packet = getattr(aten, name)
+    in_place = name.endswith("_")
+    packet = getattr(aten, name, None)
+    into = packet is None and in_place
+    if into:
+        packet = getattr(aten, name[:-1])
     schema = getattr(packet, packet.overloads()[0])._schema
     positional = [a.name for a in schema.arguments if not a.kwarg_only]
     keyword = [a.name for a in schema.arguments if a.kwarg_only]
@@ -617,5 +625,6 @@ def foreach(func, args, kwargs):
     for i in range(n):
         per = [a[i] if isinstance(a, (list, tuple)) and len(a) == n else a for a in args]
         extra = dict(zip(keyword, per[len(positional):]))
-        out.append(packet(*per[:len(positional)], **extra, **kwargs))
-    return None if name.endswith("_") else out
+        r = packet(*per[:len(positional)], **extra, **kwargs)
+        out.append(aten.copy_(per[0], r) if into else r)
+    return None if in_place else out
