@@ -541,3 +541,34 @@ def test_a_formula_that_is_not_the_tanh_gelu_is_lowered_as_written(variant, monk
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     s = dkt.compile_stats()
     assert s["rewrites"] == {} and s["replays"] >= 2, s
+
+
+def test_an_inference_graph_computes_no_layer_norm_statistics(monkeypatch):
+    """A compiled no-grad forward reads only native_layer_norm's output, so
+    its mean and rstd are not computed: the fused layer norm is the graph's
+    only launch. A training forward still computes them (its backward may
+    read them), and both give eager dk's values. (Op by op, so that every
+    launch is counted: a replay is one call into the plugin.)"""
+    import devicekit
+    monkeypatch.setattr(_compile, "capture_enabled", False)
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm(32).to(DEV)
+    x = torch.randn(4, 8, 32, generator=torch.Generator().manual_seed(1)).to(DEV)
+    eager = ln(x).detach().cpu()
+    fn = torch.compile(ln, backend="devicekit")
+
+    def launches(call):
+        devicekit.synchronize()
+        devicekit.reset_dispatch_stats()
+        out = call()
+        devicekit.synchronize()
+        return out, {op for op, s in devicekit.dispatch_stats().items() if s.get("kernel")}
+
+    with torch.no_grad():
+        got, launched = launches(lambda: fn(x))
+    torch.testing.assert_close(got.cpu(), eager, rtol=0, atol=0)
+    assert not {"reduce_sum", "rsqrt", "sub"} & launched, launched
+    y, launched = launches(lambda: fn(x))  # training: computed for the backward
+    assert {"reduce_sum", "rsqrt"} <= launched, launched
+    y.square().sum().backward()
+    torch.testing.assert_close(y.detach().cpu(), eager, rtol=0, atol=0)

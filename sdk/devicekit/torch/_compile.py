@@ -41,6 +41,7 @@ device graph is kept per input-shape signature (at most ``GRAPHS_PER_SHAPE``).
 """
 
 import collections
+import operator
 import threading
 import weakref
 
@@ -49,7 +50,7 @@ import torch.utils._pytree as pytree
 
 from .. import bridge, graphs
 from ..errors import DeviceKitError, NotImplementedByPlugin
-from . import _device, _dispatch, _rewrite
+from . import _device, _dispatch, _lower_nn, _rewrite
 from ._device import DKTensor, wrap
 from ._table import RANDOM, rewrap
 
@@ -284,6 +285,12 @@ class _Program:
         if (target._schema.is_mutable and node.args and isinstance(node.args[0], torch.fx.Node)
                 and node.args[0].op == "placeholder"):
             self.mutated.append(_name(target))
+        if target is torch.ops.aten.native_layer_norm.default and all(
+                u.target is operator.getitem and u.args[1] == 0 for u in node.users):
+            # an inference graph: nothing reads the mean and rstd, so they are
+            # not computed (eight launches a layer norm)
+            return ("lowered", _lower_nn.native_layer_norm_without_statistics, args, kwargs,
+                    slot, target)
         lowering = _dispatch.lookup(target)
         if lowering is None:
             self.breaks.append(_name(target))

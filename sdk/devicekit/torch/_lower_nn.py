@@ -60,13 +60,26 @@ def _flat(x, k):
     return x.reshape(*lead, math.prod(x.shape[x.ndim - k:]))
 
 
+def _layer_norm_output(x, normalized_shape, weight, bias, eps):
+    """(layer norm of ``x`` over its last len(normalized_shape) dims, ``x``
+    flattened to 2-d there)."""
+    x2 = _flat(x, len(normalized_shape))
+    w2 = weight.reshape(-1) if weight is not None else None
+    b2 = bias.reshape(-1) if bias is not None else None
+    return F.layer_norm(x2, w2, b2, eps).reshape(*x.shape), x2
+
+
+def native_layer_norm_without_statistics(x, normalized_shape, weight, bias, eps):
+    """``native_layer_norm`` where nothing reads the statistics (a compiled
+    inference graph, which uses only output 0: ``_compile`` picks this one
+    then): the output alone, one fused launch instead of nine."""
+    return _layer_norm_output(x, normalized_shape, weight, bias, eps)[0], None, None
+
+
 @lowers("native_layer_norm.default", kind=COMPOSITE)
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
     k = len(normalized_shape)
-    x2 = _flat(x, k)
-    w2 = weight.reshape(-1) if weight is not None else None
-    b2 = bias.reshape(-1) if bias is not None else None
-    out = F.layer_norm(x2, w2, b2, eps).reshape(*x.shape)
+    out, x2 = _layer_norm_output(x, normalized_shape, weight, bias, eps)
     # torch returns the statistics too (its backward may use them); the fused
     # kernel gives only `out`, so they are two reductions here.
     xf = _compute(x2)
