@@ -834,6 +834,11 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
                 torch.tensor(2.5, device=a.device)), x(3, 4)),
             ("index_put bool mask, row per position", lambda a, v: a.index_put(
                 (torch.tensor([True, False, True], device=a.device),), v[:2]), xy(3, 4)),
+            ("index_put with an empty index", lambda a, v: torch.ops.aten.index_put(
+                a, [None, torch.tensor([], dtype=torch.int64, device=a.device)], v[:, :0]),
+             xy(3, 4)),
+            ("index_copy_ into a cache along dim 2, a repeated position", lambda a, v: a.clone()
+             .index_copy_(2, torch.tensor([3, 1, 3], device=a.device), v[:, :, :3]), xy(2, 3, 5, 4)),
         ]),
         entry("ops_more", [
             ("div rounding_mode=None", lambda a, b: torch.div(a, b, rounding_mode=None),

@@ -608,13 +608,28 @@ def index_put(x, indices, values, accumulate=False):
     v = bridge.cast(v, x.dtype.id) if v.dtype != x.dtype else v
     if accumulate:
         out = ops.scatter_add(xm, d0, idx, v)
-    else:  # a repeated index: the last write wins (as torch's CPU), not the sum
-        win = _last_writes(flat).reshape(*view)
-        v = ops.where(win, v, 0)
-        hit = ops.scatter_add(bridge.full(x.device, merged, _dt.int32.id, 0), d0, idx,
-                              bridge.cast(win, _dt.int32.id).expand(*full).contiguous())
-        out = ops.where(ops.gt(hit, 0), ops.scatter_add(ops.mul(xm, 0), d0, idx, v), xm)
+    elif n == 0:  # nothing written: x's values, in a tensor of its own
+        out = bridge.cast(ops.mul(xm, 1), x.dtype.id)
+    else:
+        out = _put_slices(xm, d0, flat, v)
     return out.reshape(*shape)
+
+
+def _put_slices(xm, d0, flat, v):
+    """``xm`` with slice ``flat[j]`` along dim ``d0`` replaced by slice ``j``
+    of ``v`` (each index names a whole slice; a repeated index: the last
+    write wins, as torch's CPU). Which row of ``v`` lands at each position of
+    dim ``d0`` (0: none, else row + 1) is a scatter over that dim alone; then
+    one gather and one select over x. (A static KV cache's ``index_copy_``:
+    two passes over the cache, where scattering over it took six.)"""
+    n, m = flat.numel(), xm.shape[d0]
+    rows = _const(xm.device, ("iota", n), lambda: torch.arange(n))
+    rows = ops.mul(ops.add(rows, 1), bridge.cast(_last_writes(flat), _dt.int64.id))
+    src = ops.scatter_add(bridge.full(xm.device, [m], _dt.int64.id, 0), 0, flat, rows)
+    view = [1] * xm.ndim
+    view[d0] = m
+    pick = ops.maximum(ops.sub(src, 1), 0).reshape(*view).expand(*xm.shape)
+    return ops.where(ops.gt(src, 0).reshape(*view), ops.gather(v, d0, pick), xm)
 
 
 def _last_writes(flat):
