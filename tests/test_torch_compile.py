@@ -572,3 +572,24 @@ def test_an_inference_graph_computes_no_layer_norm_statistics(monkeypatch):
     assert {"reduce_sum", "rsqrt"} <= launched, launched
     y.square().sum().backward()
     torch.testing.assert_close(y.detach().cpu(), eager, rtol=0, atol=0)
+
+
+def test_dynamic_true_runs_a_float_globals_arithmetic_on_the_host():
+    """``dynamic=True`` makes a Python float global (``math.pi`` in
+    transformers' gelu_new) a 0-d CPU graph input, whose arithmetic
+    AOTAutograd traces as tensor ops (convert_element_type, true_divide,
+    sqrt): those run on the CPU with torch at each call, their 0-d result is
+    a scalar operand of the dk op, and the graph runs op by op, counted with
+    the reason (a replay would keep the host values of the capture). Before,
+    prims.convert_element_type raised UnloweredOpError."""
+    model = _MLP(_gelu_new).to(DEV)
+    fn = torch.compile(model, backend="devicekit", dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 16, generator=torch.Generator().manual_seed(n)).to(DEV)
+        eager = _out_and_grads(model, model, x)
+        for a, b in zip(_out_and_grads(model, fn, x), eager):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    s = dkt.compile_stats()
+    assert s["graph_breaks"] == {} and s["replays"] == 0, s
+    assert any("computes on host tensors that are graph inputs" in why and "sqrt" in why
+               for why in s["not_captured"]), s

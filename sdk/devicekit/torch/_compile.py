@@ -49,6 +49,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .. import bridge, graphs
+from .. import dtypes as _dt
 from ..errors import DeviceKitError, NotImplementedByPlugin
 from . import _device, _dispatch, _lower_nn, _rewrite
 from ._device import DKTensor, wrap
@@ -194,6 +195,14 @@ class _Program:
         # one beside dk tensors gets it uploaded once, at build time, so a
         # call (and its device graph) never copies from the host.
         self.host = {}    # node -> its CPU value
+        # A node traced as a CPU tensor from CPU tensors that are not all
+        # constants, so from a CPU graph input (``dynamic=True`` makes a Python
+        # float global such as ``math.pi`` a 0-d CPU input, whose arithmetic
+        # AOTAutograd traces as tensor ops), runs on the CPU with torch at each
+        # call, as eager torch runs it; its values may change from call to
+        # call, so a graph with one is not captured (``_Compiled``).
+        self.host_nodes = set()
+        self.host_steps = []  # their ops' names
         self.uploaded = {}  # (host node, DeviceKit device) -> slot of its value there
         self.nslots = 0
         for node in gm.graph.nodes:
@@ -202,7 +211,15 @@ class _Program:
                 self.inputs.append(slots[node])
             elif node.op == "call_function":
                 slots[node] = self._slot()
-                if not self._fold(node, slots):
+                if self._fold(node, slots):
+                    continue
+                if _on_host(node):
+                    self.host_nodes.add(node)
+                    self.host_steps.append(_name(node.target))
+                    self.steps.append(("host", node.target, self._template(node.args, slots),
+                                       self._template(node.kwargs, slots), slots[node],
+                                       node.target))
+                else:
                     self.steps.append(self._step(node, self._uploading(node, slots)))
             elif node.op == "output":
                 self.output = self._template(node.args[0], slots)  # (a host output stays one)
@@ -222,10 +239,14 @@ class _Program:
 
     def _fold(self, node, slots):
         """Evaluates ``node`` on the CPU now when all its tensor inputs are host
-        constants (and it is not random): a const step. False otherwise."""
+        constants, or it has no inputs and is traced as a CPU tensor (a CPU
+        factory: ``scalar_tensor(2.0)``), and it is not random: a const step.
+        False otherwise."""
         ins = node.all_input_nodes
         target = node.target
-        if (not ins or any(n not in self.host for n in ins)
+        val = node.meta.get("val")
+        if (any(n not in self.host for n in ins)
+                or (not ins and not (isinstance(val, torch.Tensor) and val.device.type == "cpu"))
                 or not isinstance(target, torch._ops.OpOverload)
                 or torch.Tag.nondeterministic_seeded in target.tags):
             return False
@@ -299,9 +320,10 @@ class _Program:
             self.random.append(_name(target))
         if lowering.raw:  # a lowering that takes the torch tensors as they are
             return ("raw", lowering.fn, args, kwargs, slot, target)
-        if target in _VIEWS:
-            return ("lowered", _view_or_copy(lowering.fn), args, kwargs, slot, target)
-        return ("lowered", lowering.fn, args, kwargs, slot, target)
+        fn = _view_or_copy(lowering.fn) if target in _VIEWS else lowering.fn
+        if any(n in self.host_nodes for n in node.all_input_nodes):
+            fn = _host_operands(fn)
+        return ("lowered", fn, args, kwargs, slot, target)
 
     def run(self, inputs):
         values = [None] * self.nslots
@@ -326,6 +348,9 @@ class _Program:
             try:
                 if kind == "lowered" or kind == "python":
                     out = fn(*a, **k)
+                elif kind == "host":
+                    with torch.no_grad():
+                        out = fn(*a, **k)
                 elif kind == "raw":
                     out = _tree(_to_dk, rewrap(fn(*_tree(_to_torch, a),
                                                   **{n: _tree(_to_torch, v) for n, v in k.items()})))
@@ -339,6 +364,43 @@ class _Program:
                 out = _eager(op, a, k)  # the lowering does not cover this call
             values[slot] = out
         return fill(self.output)
+
+
+def _on_host(node):
+    """True for an ATen node whose traced value is a CPU tensor and whose
+    inputs are all CPU tensors or not tensors (no dk operand)."""
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    vals = [node.meta.get("val")] + [n.meta.get("val") for n in node.all_input_nodes]
+    leaves = [v for x in vals for v in pytree.tree_leaves(x) if isinstance(v, torch.Tensor)]
+    return (isinstance(vals[0], torch.Tensor) and bool(leaves)
+            and all(v.device.type == "cpu" for v in leaves))
+
+
+def _host_operands(fn):
+    """``fn`` (a lowering) taking CPU tensors a host step computed, as eager
+    dispatch passes them (``_dispatch._zero_d_operands``): a 0-d one is a
+    number, unless its category (bool < integer < floating) is above every dk
+    operand's, when it goes to their device as a 0-d tensor, which promotes as
+    torch does; a larger one goes to the device."""
+    def run(*args, **kwargs):
+        dks = [x for x in args if type(x) is bridge.Tensor]
+        top = max((_dk_category(x) for x in dks), default=2)
+        dev = dks[0].device if dks else _device.dk_device(0)
+
+        def operand(x):
+            if type(x) is not torch.Tensor:
+                return x
+            if x.dim() == 0 and _dispatch._category(x.dtype) <= top:
+                return x.item()
+            return _device.from_host(x, dev)
+        return fn(*[operand(x) for x in args], **{n: operand(v) for n, v in kwargs.items()})
+    return run
+
+
+def _dk_category(x):
+    dt = x.dtype
+    return 0 if dt == _dt.bool_ else 2 if dt.is_floating_point else 1
 
 
 def _unfaked():
@@ -529,6 +591,10 @@ class _Compiled:
         p = self.program
         if p.breaks:
             self.why_not = f"graph break ({', '.join(sorted(set(p.breaks)))})"
+        elif p.host_steps:
+            self.why_not = (f"computes on host tensors that are graph inputs "
+                            f"({', '.join(sorted(set(p.host_steps)))}): a replay would keep "
+                            f"their values from the capture")
         elif p.mutated:
             self.why_not = (f"writes into an input ({', '.join(sorted(set(p.mutated)))}), which a "
                             f"replay would write into its static copy")
