@@ -600,14 +600,13 @@ def index_put(x, indices, values, accumulate=False):
     vshape = shape[:d0] + ishape + shape[d0 + k:]
     v = values if list(values.shape) == vshape else values.expand(*vshape)
     v = v.contiguous().reshape(*shape[:d0], n, *shape[d0 + k:])
-    view = [1] * len(merged)
-    view[d0] = n
-    full = list(merged)
-    full[d0] = n
-    idx = flat.reshape(*view).expand(*full).contiguous()
     v = bridge.cast(v, x.dtype.id) if v.dtype != x.dtype else v
-    if accumulate:
-        out = ops.scatter_add(xm, d0, idx, v)
+    if accumulate:  # the index of every element of v
+        view = [1] * len(merged)
+        view[d0] = n
+        full = list(merged)
+        full[d0] = n
+        out = ops.scatter_add(xm, d0, flat.reshape(*view).expand(*full).contiguous(), v)
     elif n == 0:  # nothing written: x's values, in a tensor of its own
         out = bridge.cast(ops.mul(xm, 1), x.dtype.id)
     else:
