@@ -441,8 +441,15 @@ def _where_in_memory(x):
 def _alias(x):
     """A new tensor object over ``x``'s memory (a weak reference to it says
     whether anyone still holds it)."""
-    return _same_tags(x, bridge.view(x, tuple(x.shape), tuple(x.strides),
-                                     bridge.storage_offset(x)))
+    return _same_tags(x, bridge.view(x, *_view_args(x)))
+
+
+def _view_args(x):
+    return tuple(x.shape), tuple(x.strides), bridge.storage_offset(x)
+
+
+def _empty_args(x):
+    return x.device, tuple(x.shape), bridge.dtype_id(x)
 
 
 def _same_tags(x, y):
@@ -463,16 +470,17 @@ def _same_tags(x, y):
 _lent_by = {}
 
 
-def _lend(view, lender):
+def _lend(view, lender, position):
     key = id(view)
     ref = weakref.ref(view, lambda _, key=key: _lent_by.pop(key, None))
-    _lent_by[key] = (ref, lender)
+    _lent_by[key] = (ref, lender, position)
     return ref
 
 
-def _lender(x):
+def _lent(x):
+    """(the _Graphed that lent ``x``, the output position it lent it at), or None."""
     hit = _lent_by.get(id(x))
-    return hit[1] if hit is not None and hit[0]() is x else None
+    return hit[1:] if hit is not None and hit[0]() is x else None
 
 
 class _Graphed:
@@ -502,10 +510,10 @@ class _Graphed:
         # others get a static buffer
         self.static, self.borrowed = [], []
         for i, (x, w) in enumerate(zip(inputs, program.last_inputs)):
-            lender = _lender(x) if type(x) is bridge.Tensor else None
-            if lender is not None:
+            lent = _lent(x) if type(x) is bridge.Tensor else None
+            if lent is not None:
                 self.static.append(_alias(x))
-                self.borrowed.append((i, lender, _where_in_memory(x)))
+                self.borrowed.append((i, *lent, _where_in_memory(x)))
             elif type(x) is not bridge.Tensor or x is w:
                 self.static.append(x)
             else:
@@ -521,6 +529,21 @@ class _Graphed:
         self.outputs = out
         flat = out if isinstance(out, (list, tuple)) else ()
         self.lends = {i for i in program.saved if i < len(flat) and type(flat[i]) is bridge.Tensor}
+        # What a replay does, worked out once (it runs per call, and a
+        # training graph has tens of inputs and outputs): which inputs are
+        # copied into their static buffer (not a borrowed activation, and not
+        # the very tensor captured: a parameter); and per output, the input
+        # it is (a saved parameter: that call's input), a view to lend (an
+        # activation saved for the backward) or a copy out of the pool.
+        borrowed = {i for i, *_ in self.borrowed}
+        self.copy_in = [(i, s) for i, s in enumerate(self.static)
+                        if type(s) is bridge.Tensor and i not in borrowed]
+        position_of = {id(s): i for i, s in enumerate(self.static) if type(s) is bridge.Tensor}
+        self.plan = [(_INPUT, position_of[id(y)]) if id(y) in position_of
+                     else (_LEND, _view_args(y)) if i in self.lends
+                     else (_COPY, _empty_args(y)) if type(y) is bridge.Tensor
+                     else (_COPY, None)
+                     for i, y in enumerate(flat)]
 
     def reset(self):
         self.alive = False
@@ -529,44 +552,59 @@ class _Graphed:
     def replayable(self, inputs):
         """False when a replay would overwrite activations still held, or
         would read activations other than this call's (see the class)."""
-        if any(r() is not None for r in self.lent):
-            return False
-        return all(lender.alive and type(inputs[i]) is bridge.Tensor
-                   and _where_in_memory(inputs[i]) == where
-                   for i, lender, where in self.borrowed)
+        for r in self.lent:
+            if r() is not None:
+                return False
+        for i, lender, position, where in self.borrowed:
+            x = inputs[i]
+            if not lender.alive or type(x) is not bridge.Tensor:
+                return False
+            # the view that lender's last replay lent at that position is
+            # where the capture read it (the cheap check); any other tensor
+            # must be at the very same place in memory
+            if _lent(x) != (lender, position) and _where_in_memory(x) != where:
+                return False
+        return True
 
     def run(self, inputs):
-        borrowed = {i for i, _, _ in self.borrowed}
-        for i, (s, x) in enumerate(zip(self.static, inputs)):
-            if type(x) is bridge.Tensor and s is not x and i not in borrowed:
+        for i, s in self.copy_in:
+            x = inputs[i]
+            if s is not x and type(x) is bridge.Tensor:
                 bridge.copy_into(s, x)
         if self.philox[1]:
             seed, shift = self.rng.replay_patch(*self.philox)
             self.graph.replay(seed=seed, offset_shift=shift)
         else:
             self.graph.replay()
+        outputs = self.outputs
+        if type(outputs) is not list and type(outputs) is not tuple:
+            return _tree(_copy_out, outputs)
         # an output that is an input (a saved parameter) is that call's input;
         # an activation saved for the backward is lent (a view of the pool);
         # the others are copied out of the graph's pool
-        inputs_of = {id(s): x for s, x in zip(self.static, inputs) if type(s) is bridge.Tensor}
-        if not self.lends:
-            return _tree(lambda y: _copy_out(y) if id(y) not in inputs_of else inputs_of[id(y)],
-                         self.outputs)
-        lends, lent, out = self.lends, [], []
-        for i, y in enumerate(self.outputs):
-            if id(y) in inputs_of:
-                out.append(inputs_of[id(y)])
-            elif i in lends:
-                out.append(_alias(y))
-                lent.append(_lend(out[-1], self))
+        lent, out = [], []
+        for i, (y, (kind, a)) in enumerate(zip(outputs, self.plan)):
+            if kind is _INPUT:
+                out.append(inputs[a])
+            elif kind is _LEND:
+                view = _same_tags(y, bridge.view(y, *a))
+                out.append(view)
+                lent.append(_lend(view, self, i))
+            elif a is not None:
+                copy = bridge.empty(*a)
+                bridge.copy_into(copy, y)
+                out.append(_same_tags(y, copy))
             else:
-                out.append(_copy_out(y))
+                out.append(_tree(_copy_out, y))
         self.lent = lent
-        return type(self.outputs)(out)
+        return type(outputs)(out)
+
+
+_INPUT, _LEND, _COPY = "input", "lend", "copy"  # (_Graphed.plan)
 
 
 def _static_copy(x):
-    out = bridge.empty(x.device, tuple(x.shape), bridge.dtype_id(x))
+    out = bridge.empty(*_empty_args(x))
     bridge.copy_into(out, x)
     return _same_tags(x, out)
 
@@ -612,6 +650,9 @@ class _Compiled:
     def __call__(self, *args):
         inputs = [_to_dk(a) for a in args]
         out = self._run(inputs)
+        t = type(out)
+        if t is list or t is tuple:  # (per call, tens of outputs: the flat case inline)
+            return t([wrap(y) if type(y) is bridge.Tensor else _tree(_to_torch, y) for y in out])
         return _tree(_to_torch, out)
 
     def _run(self, inputs):
