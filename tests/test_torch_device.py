@@ -273,3 +273,56 @@ def test_torch_optimizers_with_foreach_true_update_like_the_cpu(cpu, make):
         return [p.detach().cpu() for p in m.parameters()]
     for got, want in zip(run(DK), run("cpu")):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _sgd_run(foreach, steps=3):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).to(DK)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01,
+                          nesterov=True, foreach=foreach)
+    x = torch.randn(5, 8, generator=torch.Generator().manual_seed(1)).to(DK)
+    for _ in range(steps):
+        opt.zero_grad()
+        m(x).square().sum().backward()
+        opt.step()
+    return [p.detach().cpu() for p in m.parameters()]
+
+
+def test_foreach_sgd_is_bitwise_the_per_parameter_sgd(cpu):
+    """torch's foreach SGD makes, element by element, the calls its
+    per-parameter SGD makes (mul_, add_ with alpha, add); the bridge runs a
+    ``_foreach_*`` list's in-place elements straight to the element op's
+    kernel: the same kernels in the same order, so the same bits."""
+    for got, want in zip(_sgd_run(True), _sgd_run(False)):
+        assert torch.equal(got, want)
+
+
+def test_a_coverage_run_counts_each_element_of_a_foreach_op(cpu):
+    """In a coverage run a ``_foreach_add_`` list's elements are dispatched
+    one by one (each counted as ``add_.Tensor``), not taken straight to the
+    kernel; the values are the same either way."""
+    ps = [torch.ones(3, device=DK) for _ in range(4)]
+    gs = [torch.full((3,), 2.0, device=DK) for _ in range(4)]
+    cov = dkt.coverage(lambda dev: torch._foreach_add_(ps, gs, alpha=0.5))
+    rows = {r["op"]: r for r in cov.rows}
+    assert cov.error is None
+    assert rows["aten.add_.Tensor"]["calls"] == 4
+    assert "aten._foreach_add_.List" in rows["aten.add_.Tensor"]["via"]
+    torch._foreach_add_(ps, gs, alpha=0.5)  # the direct path
+    assert all(torch.equal(p.cpu(), torch.full((3,), 3.0)) for p in ps)
+
+
+def test_torch_optimizers_on_dk_take_the_foreach_path_by_default(cpu):
+    """As on CUDA: ``foreach=None`` (the default) picks the foreach path for dk
+    parameters (torch's ``_default_to_fused_or_foreach``, told that a DKTensor
+    parameter is a tensor foreach kernels take)."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+    ps = [torch.nn.Parameter(torch.ones(3, device=DK)) for _ in range(2)]
+    assert _default_to_fused_or_foreach(ps, differentiable=False, use_fused=False) == (False, True)
+    assert _default_to_fused_or_foreach([torch.nn.Parameter(torch.ones(3))], False, False)[1] is False
+    m = torch.nn.Linear(4, 2).to(DK)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    m(torch.ones(1, 4, device=DK)).sum().backward()
+    cov = dkt.coverage(lambda dev: opt.step())
+    ops = {r["op"] for r in cov.rows}
+    assert cov.error is None and "aten._foreach_add_.List" in ops, sorted(ops)

@@ -558,5 +558,22 @@ def install():
         # torch.dk (BackendModule) and torch's Python device guard and hooks.
         from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
         _setup_privateuseone_for_python_backend(rename=BACKEND, backend_module=BackendModule())
+    _foreach_by_default()
     _installed = True
+
+
+def _foreach_by_default():
+    """torch.optim runs an optimizer's ``foreach`` path (one ``_foreach_*``
+    call per list of tensors instead of one call per tensor) by default where
+    every parameter's type is in its ``_foreach_supported_types`` and its
+    device supports foreach kernels, as dk does (torch names the
+    PrivateUse1 backend among them). A dk parameter is a DKTensor, which that
+    list does not name: without this, every optimizer on dk took the
+    per-parameter path unless asked for ``foreach=True``, unlike on CUDA. The
+    list is torch's, not public API: where this torch has none, the default
+    stays per parameter."""
+    import torch.optim.optimizer as optimizer
+    types = getattr(optimizer, "_foreach_supported_types", None)
+    if isinstance(types, list) and DKTensor not in types:
+        types.append(DKTensor)
 

@@ -16,6 +16,7 @@ from .. import bridge
 from .. import dtypes as _dt
 from .. import ops
 from ..nn import functional as F
+from . import _coverage
 from ._device import DKTensor, dk_dtype, torch_dtype
 from ._table import DERIVERS, LOWERINGS, derives, lowers, resolve, unwrap, unwrap_kwargs
 
@@ -349,18 +350,28 @@ def _into_ok(self, *others):
                if isinstance(o, bridge.Tensor))
 
 
+_IN_PLACE = {}  # in-place OpOverload -> its compute (for _foreach_'s lists, below)
+
+
 def _in_place(name, functional, compute):
     """Registers the in-place overload ``name``: ``compute(self, *args,
     **kwargs)`` gives (base op, the operand b) of ``self = self <op> b``."""
     def lowered(self, *args, **kwargs):
-        a, k = unwrap(args), unwrap_kwargs(kwargs)
-        if type(self) is DKTensor and _into_ok(self._dk, *a, *k.values()):
-            op, b = compute(self._dk, *a, **k)
-            bridge.binary_into(op, self._dk, self._dk, b)
+        if type(self) is DKTensor and _into(self._dk, compute, unwrap(args), unwrap_kwargs(kwargs)):
             return self
         # the derived path (_lower_views.write_through, registered in the table)
         return DERIVERS["in_place"](LOWERINGS[resolve(functional)], (self, *args), kwargs)
     lowers(name, raw=True)(lowered)
+    _IN_PLACE[resolve(name)] = compute
+
+
+def _into(d, compute, a, k):
+    """``d = d <op> b`` by ``bridge.binary_into`` when ``_into_ok``; whether it ran."""
+    if not _into_ok(d, *a, *k.values()):
+        return False
+    op, b = compute(d, *a, **k)
+    bridge.binary_into(op, d, d, b)
+    return True
 
 
 for _o in ("Tensor", "Scalar"):
@@ -601,16 +612,17 @@ def index_select(x, dim, index):
 
 # ---- _foreach_*: one op per list element ---------------------------------------------------
 
-@derives("foreach")
-def foreach(func, args, kwargs):
-    """``_foreach_<op>[_](lists..., scalars...)`` as ``<op>[_]`` on each element
-    (each a dispatched ATen call of its own, so each is lowered and counted).
-    Arguments a foreach op takes positionally that ``<op>`` takes by keyword
-    (``_foreach_addcmul_(s, t1, t2, value)``) are passed by that keyword. An
-    in-place foreach op whose per-element op has no in-place form in ATen
-    (``_foreach_maximum_``: there is ``maximum``, no ``maximum_``; AdamW's
-    ``amsgrad`` with ``foreach=True`` calls it) runs the functional op and
-    copies each result into its list element."""
+# the per-element overload of a _foreach_ overload, by name: a list of
+# tensors is one tensor, a list of scalars one scalar
+_ELEMENT_OVERLOAD = {"List": "Tensor", "ScalarList": "Scalar", "Scalar": "Scalar",
+                     "Tensor": "Tensor", "default": "default"}
+_elements = {}  # _foreach_ overload -> (per-element OpOverload or None, positional, keyword, into)
+
+
+def _element_op(func):
+    hit = _elements.get(func)
+    if hit is not None:
+        return hit
     name = func._schema.name.split("::")[1][len("_foreach_"):]
     in_place = name.endswith("_")
     packet = getattr(aten, name, None)
@@ -620,11 +632,60 @@ def foreach(func, args, kwargs):
     schema = getattr(packet, packet.overloads()[0])._schema
     positional = [a.name for a in schema.arguments if not a.kwarg_only]
     keyword = [a.name for a in schema.arguments if a.kwarg_only]
+    # The overload torch would pick for one element, when the names say it
+    # (else None: the element call goes through torch's dispatcher, which
+    # picks it). Calling its lowering directly skips two trips through torch's
+    # dispatcher and __torch_dispatch__ per element.
+    element = None
+    for overload in (_ELEMENT_OVERLOAD.get(func._overloadname), "default"):
+        if overload in packet.overloads():
+            element = getattr(packet, overload)
+            break
+    if element is not None:  # (it must take the arguments as they are passed)
+        args = element._schema.arguments
+        if ([a.name for a in args if not a.kwarg_only] != positional
+                or not set(keyword) <= {a.name for a in args if a.kwarg_only}):
+            element = None
+    _elements[func] = hit = (packet, element, positional, keyword, into, in_place)
+    return hit
+
+
+@derives("foreach")
+def foreach(func, args, kwargs):
+    """``_foreach_<op>[_](lists..., scalars...)`` as ``<op>[_]`` on each element
+    (each a lowered call of its own, counted as that op; where the foreach
+    overload's name does not say which overload of ``<op>`` an element
+    takes, through torch's dispatcher, which picks it). Arguments a foreach
+    op takes positionally that ``<op>`` takes by keyword
+    (``_foreach_addcmul_(s, t1, t2, value)``) are passed by that keyword. An
+    in-place foreach op whose per-element op has no in-place form in ATen
+    (``_foreach_maximum_``: there is ``maximum``, no ``maximum_``; AdamW's
+    ``amsgrad`` with ``foreach=True`` calls it) runs the functional op and
+    copies each result into its list element. torch.optim's optimizers run
+    their ``foreach`` path on dk by default, as on CUDA (``_device.install``)."""
+    from ._dispatch import _dispatch
+    packet, element, positional, keyword, into, in_place = _element_op(func)
     n = len(args[0])
+    npos = len(positional)
+    # An optimizer's update (add_, mul_, lerp_, addcmul_, addcdiv_ ...):
+    # each element straight to _in_place's kernel, as the element's own
+    # lowering would run it, without its dispatch; not in a coverage run,
+    # which counts each element's call.
+    compute = _IN_PLACE.get(element) if _coverage._active is None else None
     out = []
     for i in range(n):
         per = [a[i] if isinstance(a, (list, tuple)) and len(a) == n else a for a in args]
-        extra = dict(zip(keyword, per[len(positional):]))
-        r = packet(*per[:len(positional)], **extra, **kwargs)
-        out.append(aten.copy_(per[0], r) if into else r)
+        extra = dict(zip(keyword, per[npos:]))
+        if kwargs:
+            extra.update(kwargs)
+        if (compute is not None and type(per[0]) is DKTensor
+                and _into(per[0]._dk, compute, unwrap(per[1:npos]), unwrap_kwargs(extra))):
+            continue
+        if element is not None:
+            r = _dispatch(element, per[:npos], extra)
+        else:
+            r = packet(*per[:npos], **extra)
+        if into:
+            r = _dispatch(aten.copy_.default, (per[0], r), {})
+        out.append(r)
     return None if in_place else out
