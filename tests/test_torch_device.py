@@ -275,11 +275,19 @@ def test_torch_optimizers_with_foreach_true_update_like_the_cpu(cpu, make):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-def _sgd_run(foreach, steps=3):
+def _sgd(ps, foreach):
+    return torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True,
+                           foreach=foreach)
+
+
+def _adamw(ps, foreach):
+    return torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1, foreach=foreach)
+
+
+def _train_run(make, foreach, steps=3):
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).to(DK)
-    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01,
-                          nesterov=True, foreach=foreach)
+    opt = make(m.parameters(), foreach)
     x = torch.randn(5, 8, generator=torch.Generator().manual_seed(1)).to(DK)
     for _ in range(steps):
         opt.zero_grad()
@@ -288,12 +296,14 @@ def _sgd_run(foreach, steps=3):
     return [p.detach().cpu() for p in m.parameters()]
 
 
-def test_foreach_sgd_is_bitwise_the_per_parameter_sgd(cpu):
-    """torch's foreach SGD makes, element by element, the calls its
-    per-parameter SGD makes (mul_, add_ with alpha, add); the bridge runs a
-    ``_foreach_*`` list's in-place elements straight to the element op's
-    kernel: the same kernels in the same order, so the same bits."""
-    for got, want in zip(_sgd_run(True), _sgd_run(False)):
+@pytest.mark.parametrize("make", [_sgd, _adamw], ids=["sgd-nesterov", "adamw"])
+def test_a_foreach_optimizer_is_bitwise_its_per_parameter_loop(cpu, make):
+    """torch's foreach SGD and AdamW make, element by element, the calls their
+    per-parameter loops make (mul_, lerp_, addcmul_, addcdiv_, add_ with
+    alpha ...); the bridge runs a ``_foreach_*`` list's in-place elements
+    straight to the element op's kernel: the same kernels in the same order,
+    so the same bits."""
+    for got, want in zip(_train_run(make, True), _train_run(make, False)):
         assert torch.equal(got, want)
 
 
