@@ -17,8 +17,17 @@ rows: median and spread over every token of every round). Sizes: ``nano``
 block 128); batch 8 for training.
 
 Sides alternate round by round (a load change on a shared machine hits every
-side alike); each row gives the median and the spread (min, max) in ms. The
-first call (compile + warm-up) is timed apart: ``compile s``. Each thread
+side alike); each row gives the median and the spread (min, max) in ms. In a
+round each side runs ``--block`` calls in a row (train and decode; default
+4), each timed: ``after switch`` is the median of each block's first call,
+which runs right after the other sides' calls, ``steady`` the median of the
+others, as calls follow one another in a training run or a serving loop.
+On this project's 2-core virtual machines every side's first call after the
+others' is the slower (torch eager's by about 1.2x, DeviceKit's by 1.2x at 1
+thread and up to 2x at 2 threads, where torch's OpenMP workers still spin
+after its calls; see docs/torch_compile.md, "Speed"). ``--block 1`` times
+first calls only. The first call (compile + warm-up) is timed apart:
+``compile s``. Each thread
 count runs in its own process (``DEVICEKIT_CPU_THREADS`` and
 ``torch.set_num_threads`` are read at start-up).
 Each size starts from ``torch._dynamo.reset()``: Dynamo keeps at most
@@ -126,6 +135,10 @@ def _side(name, size):
     return train, decode, kv_decode, finish, tokens
 
 
+def _median(v):
+    return sorted(v)[len(v) // 2]
+
+
 def _child(args):
     import torch
     torch.set_num_threads(args.threads)
@@ -157,20 +170,25 @@ def _child(args):
                     compile_s[s] = time.perf_counter() - t0
                 compiled[s] = s == "eager" or counters["stats"]["unique_graphs"] > graphs
             times = {s: [] for s in sides}
+            first = {s: [] for s in sides}  # each block's first call
             for _ in range(args.rounds):
                 for s, fns in sides.items():
                     if per_token:
                         times[s] += fns[idx]()
                         continue
-                    t0 = time.perf_counter()
-                    fns[idx]()
-                    fns[3]()
-                    times[s].append((time.perf_counter() - t0) * 1e3)
+                    for k in range(args.block):
+                        t0 = time.perf_counter()
+                        fns[idx]()
+                        fns[3]()
+                        (times[s] if k else first[s]).append((time.perf_counter() - t0) * 1e3)
             for s in sides:
-                v = sorted(times[s])
-                results[f"{size}/{task}/{s}"] = {"median_ms": v[len(v) // 2], "min_ms": v[0],
-                                                 "max_ms": v[-1], "first_two_calls_s": compile_s[s],
-                                                 "compiled": compiled[s]}
+                v = sorted(times[s] + first[s])
+                row = {"median_ms": v[len(v) // 2], "min_ms": v[0], "max_ms": v[-1],
+                       "first_two_calls_s": compile_s[s], "compiled": compiled[s]}
+                if first[s] and times[s]:
+                    row["after_switch_ms"] = _median(first[s])
+                    row["steady_ms"] = _median(times[s])
+                results[f"{size}/{task}/{s}"] = row
             if per_token:  # greedy tokens: every side must agree
                 toks = {s: fns[4]["last"] for s, fns in sides.items()}
                 first = next(iter(toks.values()))
@@ -189,6 +207,8 @@ def main():
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--block", type=int, default=4,
+                    help="calls in a row per side and round (train, decode); default 4")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.sizes, args.sides = args.sizes.split(","), args.sides.split(",")
@@ -196,6 +216,8 @@ def main():
     bad = [t for t in args.tasks if t not in TASKS]
     if bad:
         ap.error(f"unknown task(s) {', '.join(bad)}; tasks: {', '.join(TASKS)}")
+    if args.block < 1 or args.rounds < 1:
+        ap.error("--block and --rounds must be at least 1")
     if args.child:
         args.threads = int(args.threads)
         return _child(args)
@@ -203,6 +225,7 @@ def main():
     for n in args.threads.split(","):
         env = dict(os.environ, DEVICEKIT_CPU_THREADS=n, OMP_NUM_THREADS=n)
         cmd = [sys.executable, __file__, "--child", "--threads", n, "--rounds", str(args.rounds),
+               "--block", str(args.block),
                "--sizes", ",".join(args.sizes), "--sides", ",".join(args.sides),
                "--tasks", ",".join(args.tasks)]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
@@ -212,16 +235,37 @@ def main():
         res = json.loads(out.stdout.strip().splitlines()[-1])
         stats = res.pop("dk_compile_stats", None)
         print(f"\n{n} thread(s); load average now {os.getloadavg()}")
-        print(f"{'size/task/side':28} {'median ms':>10} {'min':>9} {'max':>9} {'first 2 calls s':>16}")
+        print(f"{'size/task/side':28} {'median ms':>10} {'min':>9} {'max':>9} "
+              f"{'after switch':>13} {'steady':>9} {'first 2 calls s':>16}")
         for k, r in res.items():
             if k.endswith("/tokens_agree"):
                 print(f"{k:28} {r}")
                 continue
+            split = (f"{r['after_switch_ms']:13.2f} {r['steady_ms']:9.2f}" if "steady_ms" in r
+                     else f"{'':13} {'':9}")
             print(f"{k:28} {r['median_ms']:10.2f} {r['min_ms']:9.2f} {r['max_ms']:9.2f} "
-                  f"{r['first_two_calls_s']:16.2f}"
+                  f"{split} {r['first_two_calls_s']:16.2f}"
                   + ("" if r["compiled"] else "  ** Dynamo compiled nothing: ran eagerly **"))
+        _ratios(res)
         if stats:
             print(f"devicekit compile_stats: {stats}")
+
+
+def _ratios(res):
+    """dk's time over eager's and inductor's, per size and task, for each
+    column both have."""
+    for key in res:
+        size_task, _, side = key.rpartition("/")
+        if side != "dk":
+            continue
+        dk = res[key]
+        for other in ("eager", "inductor"):
+            o = res.get(f"{size_task}/{other}")
+            if not o:
+                continue
+            cols = [c for c in ("median_ms", "after_switch_ms", "steady_ms") if c in dk and c in o]
+            print(f"  {size_task}: dk / {other} " + ", ".join(
+                f"{c[:-3].replace('_', ' ')} {dk[c] / o[c]:.2f}x" for c in cols))
 
 
 if __name__ == "__main__":
