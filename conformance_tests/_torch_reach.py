@@ -674,6 +674,13 @@ def _foreach_inplace(torch, xs):
     return xs
 
 
+def _foreach_add_alpha_inplace(torch, xs, ys):
+    """``_foreach_add_(xs, ys, alpha=...)``: SGD's update, alpha a keyword."""
+    xs = [t.clone() for t in xs]
+    torch._foreach_add_(xs, ys, alpha=-0.25)
+    return xs
+
+
 def _foreach_maximum_inplace(torch, xs, ys):
     """``_foreach_maximum_`` (AdamW's amsgrad with foreach=True): ATen has
     ``maximum`` but no ``maximum_``, so each element's result is copied in."""
@@ -933,6 +940,11 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
             ("_foreach_mul_ in place", lambda a, b: _foreach_inplace(torch, [a, b]), xy(3, 4)),
             ("_foreach_maximum_ in place (no maximum_ in ATen)",
              lambda a, b: _foreach_maximum_inplace(torch, [a, b], [b, a]), xy(3, 4)),
+            ("_foreach_add_ List, alpha keyword",
+             lambda a, b: _foreach_add_alpha_inplace(torch, [a, b], [b, a]), xy(3, 4)),
+            # pow.Scalar is pow(Scalar, Tensor): the element's overload is left
+            # to torch's dispatcher (pow.Tensor_Scalar)
+            ("_foreach_pow Scalar", lambda a, b: torch._foreach_pow([a, b], 3.0), xy(3, 4)),
         ], grad=False),
         entry("factories_copies", [
             ("full, default dtype", lambda a: torch.full((2, 3), 1.5, device=a.device) + a[:2, :3],

@@ -629,25 +629,37 @@ def _element_op(func):
     into = packet is None and in_place
     if into:
         packet = getattr(aten, name[:-1])
-    schema = getattr(packet, packet.overloads()[0])._schema
-    positional = [a.name for a in schema.arguments if not a.kwarg_only]
-    keyword = [a.name for a in schema.arguments if a.kwarg_only]
-    # The overload torch would pick for one element, when the names say it
-    # (else None: the element call goes through torch's dispatcher, which
-    # picks it). Calling its lowering directly skips two trips through torch's
+    # The overload torch would pick for one element, where the foreach
+    # overload's name says it and its argument types agree (pow.Scalar is
+    # pow(Scalar self, Tensor exponent), not _foreach_pow.Scalar's element);
+    # else None, and each element goes through torch's dispatcher, which picks
+    # it. Calling the lowering directly skips two trips through torch's
     # dispatcher and __torch_dispatch__ per element.
+    types = [t[5:-1] if t.startswith("List[") else t
+             for t in (str(a.type) for a in func._schema.arguments if not a.kwarg_only)]
     element = None
-    for overload in (_ELEMENT_OVERLOAD.get(func._overloadname), "default"):
-        if overload in packet.overloads():
+    for overload in dict.fromkeys((_ELEMENT_OVERLOAD.get(func._overloadname), "default")):
+        if overload in packet.overloads() and _takes(getattr(packet, overload), types):
             element = getattr(packet, overload)
             break
-    if element is not None:  # (it must take the arguments as they are passed)
-        args = element._schema.arguments
-        if ([a.name for a in args if not a.kwarg_only] != positional
-                or not set(keyword) <= {a.name for a in args if a.kwarg_only}):
-            element = None
+    schema = (element or getattr(packet, packet.overloads()[0]))._schema
+    positional = [a.name for a in schema.arguments if not a.kwarg_only]
+    keyword = [a.name for a in schema.arguments if a.kwarg_only]
     _elements[func] = hit = (packet, element, positional, keyword, into, in_place)
     return hit
+
+
+def _takes(op, types):
+    """Whether ``op`` takes one element's arguments, of these types: its
+    positional arguments first (those past the given ones must have
+    defaults: add_.Scalar's alpha), the rest by its keyword arguments in
+    order (how ``foreach`` passes them)."""
+    args = op._schema.arguments
+    pos = [a for a in args if not a.kwarg_only]
+    kw = [str(a.type) for a in args if a.kwarg_only]
+    return (types[:len(pos)] == [str(a.type) for a in pos[:len(types)]]
+            and all(a.has_default_value() for a in pos[len(types):])
+            and types[len(pos):] == kw[:max(0, len(types) - len(pos))])
 
 
 @derives("foreach")
