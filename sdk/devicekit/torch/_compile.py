@@ -578,7 +578,7 @@ class _Graphed:
             self.graph.replay()
         outputs = self.outputs
         if type(outputs) is not list and type(outputs) is not tuple:
-            return _tree(_copy_out, outputs)
+            return _tree(self._pass_or_copy(inputs), outputs)
         # an output that is an input (a saved parameter) is that call's input;
         # an activation saved for the backward is lent (a view of the pool);
         # the others are copied out of the graph's pool
@@ -594,10 +594,16 @@ class _Graphed:
                 copy = bridge.empty(*a)
                 bridge.copy_into(copy, y)
                 out.append(_same_tags(y, copy))
-            else:
-                out.append(_tree(_copy_out, y))
+            else:  # (not a tensor: a nested list, a number)
+                out.append(_tree(self._pass_or_copy(inputs), y))
         self.lent = lent
         return type(outputs)(out)
+
+    def _pass_or_copy(self, inputs):
+        """For outputs outside the flat plan: an input of the capture is that
+        call's input, another tensor is copied out of the pool."""
+        inputs_of = {id(s): x for s, x in zip(self.static, inputs) if type(s) is bridge.Tensor}
+        return lambda y: inputs_of[id(y)] if id(y) in inputs_of else _copy_out(y)
 
 
 _INPUT, _LEND, _COPY = "input", "lend", "copy"  # (_Graphed.plan)
