@@ -616,7 +616,7 @@ def index_select(x, dim, index):
 # tensors is one tensor, a list of scalars one scalar
 _ELEMENT_OVERLOAD = {"List": "Tensor", "ScalarList": "Scalar", "Scalar": "Scalar",
                      "Tensor": "Tensor", "default": "default"}
-_elements = {}  # _foreach_ overload -> (per-element OpOverload or None, positional, keyword, into)
+_elements = {}  # _foreach_ overload -> _element_op's tuple (the packet, the element overload or None, ...)
 
 
 def _element_op(func):
