@@ -593,3 +593,45 @@ def test_dynamic_true_runs_a_float_globals_arithmetic_on_the_host():
     assert s["graph_breaks"] == {} and s["replays"] == 0, s
     assert any("computes on host tensors that are graph inputs" in why and "sqrt" in why
                for why in s["not_captured"]), s
+
+
+def _two_mlps():
+    torch.manual_seed(0)
+    a = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 5))
+    b = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 5))
+    return a.to(DEV), b.to(DEV)
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_two_models_sharing_a_compiled_graph_keep_their_own_parameters(train):
+    # Dynamo serves every instance of a class from one compiled graph (the
+    # parameters are its inputs): a device graph captured with one model's
+    # parameters in place must never be replayed for the other's (a replay
+    # copied B's parameters into A's, in place, before this was fixed).
+    def run(compiled):
+        torch._dynamo.reset()
+        models = _two_mlps()
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+        fns = [torch.compile(m, backend="devicekit") if compiled else m for m in models]
+        out = []
+        # A twice (its device graph is captured with its parameters in place), then both
+        for i, which in enumerate([0, 0, 1, 1, 0, 1, 0, 1, 1, 0]):
+            x, y = _mlp_batches(i)
+            fn, opt = fns[which], opts[which]
+            if not train:
+                with torch.no_grad():
+                    out.append(fn(x.to(DEV)).cpu())
+                continue
+            loss = torch.nn.functional.cross_entropy(fn(x.to(DEV)), y.to(DEV))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            out.append(loss.detach().cpu())
+        return out, [p.detach().cpu() for m in models for p in m.parameters()]
+
+    (got, got_params), (want, want_params) = run(True), run(False)
+    s = dkt.compile_stats()
+    # each model its own device graph (forward, and backward when training), both replayed
+    assert s["captured"] == (4 if train else 2) and s["replays"] >= 4, repr(s)
+    for a, b in zip(got + got_params, want + want_params):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), (a, b)

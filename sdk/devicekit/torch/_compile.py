@@ -38,6 +38,9 @@ Shapes: static. A new input shape makes Dynamo recompile (its cache is
 bounded by ``torch._dynamo.config.recompile_limit``); if Dynamo marks a
 size dynamic, the graph's symbolic sizes are computed per call and one
 device graph is kept per input-shape signature (at most ``GRAPHS_PER_SHAPE``).
+A device graph belongs to the tensors it reads in place (a model's
+parameters; Dynamo serves every instance of a class from one program): a
+call with other ones captures its own (``_Graphed.owns``).
 """
 
 import collections
@@ -536,8 +539,13 @@ class _Graphed:
         # it is (a saved parameter: that call's input), a view to lend (an
         # activation saved for the backward) or a copy out of the pool.
         borrowed = {i for i, *_ in self.borrowed}
+        # the caller's tensors the graph reads and writes in place (a model's
+        # parameters): a replay is this graph's only for those very tensors
+        # (Dynamo serves every instance of a model class from one program)
+        self.in_place = [(i, s) for i, s in enumerate(self.static)
+                         if type(s) is bridge.Tensor and s is inputs[i]]
         self.copy_in = [(i, s) for i, s in enumerate(self.static)
-                        if type(s) is bridge.Tensor and i not in borrowed]
+                        if type(s) is bridge.Tensor and i not in borrowed and s is not inputs[i]]
         position_of = {id(s): i for i, s in enumerate(self.static) if type(s) is bridge.Tensor}
         self.plan = [(_INPUT, position_of[id(y)]) if id(y) in position_of
                      else (_LEND, _view_args(y)) if i in self.lends
@@ -548,6 +556,21 @@ class _Graphed:
     def reset(self):
         self.alive = False
         self.graph.reset()
+
+    def owns(self, inputs):
+        """Whether ``inputs`` hold, where the capture used the caller's
+        tensors in place, those very tensors (a replay for another model's
+        parameters would read this model's, and an update write into them),
+        and no activation lent by a graph other than the one this capture
+        read its activations from."""
+        for i, s in self.in_place:
+            if inputs[i] is not s:
+                return False
+        for i, lender, *_ in self.borrowed:  # activations another graph lent: its call's
+            lent = _lent(inputs[i])
+            if lent is not None and lent[0] is not lender:
+                return False
+        return True
 
     def replayable(self, inputs):
         """False when a replay would overwrite activations still held, or
@@ -569,7 +592,7 @@ class _Graphed:
     def run(self, inputs):
         for i, s in self.copy_in:
             x = inputs[i]
-            if s is not x and type(x) is bridge.Tensor:
+            if type(x) is bridge.Tensor:
                 bridge.copy_into(s, x)
         if self.philox[1]:
             seed, shift = self.rng.replay_patch(*self.philox)
@@ -609,6 +632,7 @@ class _Graphed:
 _INPUT, _LEND, _COPY = "input", "lend", "copy"  # (_Graphed.plan)
 
 
+
 def _static_copy(x):
     out = bridge.empty(*_empty_args(x))
     bridge.copy_into(out, x)
@@ -628,7 +652,9 @@ class _Compiled:
         self.program = _Program(gm)
         self.program.last_inputs = ()
         self.program.saved = tuple(saved)
-        self.device_graphs = collections.OrderedDict()  # shape key -> _Graphed
+        # shape key -> the _Graphed of that shape, one per set of in-place
+        # tensors (see _Graphed.owns); at most GRAPHS_PER_SHAPE in all
+        self.device_graphs = collections.OrderedDict()
         self.seen = set()   # shape keys run once (warm-up done)
         self.why_not = None
         self._counted = False  # why_not counted in the stats
@@ -665,8 +691,12 @@ class _Compiled:
         p = self.program
         if self.why_not is None and capture_enabled:
             key = _shape_key(inputs)
-            g = self.device_graphs.get(key)
-            if g is None and key in self.seen:
+            g = None
+            for c in self.device_graphs.get(key, ()):
+                if c.owns(inputs):
+                    g = c
+                    break
+            if g is None and key in self.seen and self._warmed_up(inputs, key):
                 g = self._capture(inputs, key)
             if g is not None and g.replayable(inputs):
                 with _stats.lock:
@@ -685,6 +715,17 @@ class _Compiled:
         p.last_inputs = list(inputs)
         return p.run(inputs)
 
+    def _warmed_up(self, inputs, key):
+        """Whether this shape's last op-by-op call had these in-place tensors
+        (a capture uses in place only what the warm-up call had), where a
+        graph of the shape for other ones exists."""
+        others = self.device_graphs.get(key)
+        if not others:
+            return True
+        last = self.program.last_inputs
+        return len(last) == len(inputs) and all(inputs[i] is last[i]
+                                                for i, _ in others[0].in_place)
+
     def _capture(self, inputs, key):
         device = next((x.device for x in inputs if type(x) is bridge.Tensor), None)
         if device is None:
@@ -697,9 +738,12 @@ class _Compiled:
             return None
         finally:
             self.program.last_inputs = ()  # (the warm-up's tensors: not kept alive)
-        if len(self.device_graphs) >= GRAPHS_PER_SHAPE:
-            self.device_graphs.popitem(last=False)[1].reset()
-        self.device_graphs[key] = g
+        if sum(len(v) for v in self.device_graphs.values()) >= GRAPHS_PER_SHAPE:
+            oldest_key, oldest = next(iter(self.device_graphs.items()))
+            oldest.pop(0).reset()
+            if not oldest:
+                del self.device_graphs[oldest_key]
+        self.device_graphs.setdefault(key, []).append(g)
         with _stats.lock:
             _stats.captured += 1
             _stats.random_graphs += bool(self.program.random)
