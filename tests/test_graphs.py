@@ -406,6 +406,26 @@ def test_invalid_captures_and_replays_are_rejected(cpu):
     assert devicekit.graphs.is_available(cpu)
 
 
+@pytest.mark.parametrize("mode", ["recorded", "native"])
+def test_a_replay_inside_another_capture_is_refused_and_runs_nothing(cpu, mode):
+    import devicekit
+
+    from devicekit import bridge
+
+    x = devicekit.ones(8, device=cpu)
+    x + 1.0  # warm-up: the constant
+    inner, outer = devicekit.graphs.Graph(mode), devicekit.graphs.Graph()
+    with devicekit.graphs.capture(inner, cpu):
+        bridge.copy_into(x, x + 1.0)  # in place: a replay that ran would show in x
+    with devicekit.graphs.capture(outer, cpu):
+        with pytest.raises(devicekit.InvalidArgumentError,
+                           match="is capturing a graph; a replay is not recorded"):
+            inner.replay()
+    assert x.numpy().tolist() == [1.0] * 8  # neither the capture nor the refused replay ran
+    inner.replay()
+    assert x.numpy().tolist() == [2.0] * 8
+
+
 
 def test_a_plugin_without_the_part_says_not_implemented(tmp_path):
     import devicekit

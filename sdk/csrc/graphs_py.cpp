@@ -153,6 +153,14 @@ class Graph {
                                   : "Graph.replay: this graph holds no capture (capture one "
                                     "with devicekit.graphs.capture first)");
     }
+    if (dev_->capturing()) {
+      // A recorded graph would run now, outside the open capture, and a
+      // plugin's graph launch cannot be captured by every plugin.
+      invalid_argument("Graph.replay: device " + dev_->name() +
+                       " is capturing a graph; a replay is not recorded into another capture "
+                       "(captures do not nest). Hint: replay after capture_end(), or run the "
+                       "work itself inside the capture");
+    }
     dev_->check_fork();
     DK_Stream* dflt = dev_->default_stream();
     auto* side = reinterpret_cast<DK_Stream*>(stream_handle);
