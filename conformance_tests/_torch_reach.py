@@ -945,6 +945,10 @@ def _branches(torch, entry, r, x, xy, xyz, ints, mask):
             # pow.Scalar is pow(Scalar, Tensor): the element's overload is left
             # to torch's dispatcher (pow.Tensor_Scalar)
             ("_foreach_pow Scalar", lambda a, b: torch._foreach_pow([a, b], 3.0), xy(3, 4)),
+            # a scalar base and a list of exponents (Adam's bias corrections
+            # with capturable=True): the list is not the first argument
+            ("_foreach_pow ScalarAndTensor",
+             lambda a, b: torch._foreach_pow(0.9, [a, b]), xy(3, 4)),
         ], grad=False),
         entry("factories_copies", [
             ("full, default dtype", lambda a: torch.full((2, 3), 1.5, device=a.device) + a[:2, :3],

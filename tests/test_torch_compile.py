@@ -635,3 +635,53 @@ def test_two_models_sharing_a_compiled_graph_keep_their_own_parameters(train):
     assert s["captured"] == (4 if train else 2) and s["replays"] >= 4, repr(s)
     for a, b in zip(got + got_params, want + want_params):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), (a, b)
+
+
+def test_a_whole_training_step_of_a_compiled_model_captures_and_replays_bitwise():
+    # devicekit.torch.graph around forward (compiled), loss, backward and the
+    # optimizer step: the compiled graphs run op by op inside the capture,
+    # recorded into it (their own device graphs cannot nest), and each replay
+    # is one compiled step, bitwise, with no Python per op.
+    batches = [_mlp_batches(i) for i in range(6)]
+
+    def setup():
+        torch._dynamo.reset()
+        model = _mlp().to(DEV)
+        x, y = (t.to(DEV) for t in batches[0])
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        fn = torch.compile(model, backend="devicekit")
+
+        def step():
+            loss = torch.nn.functional.cross_entropy(fn(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        return model, x, y, step
+
+    model, x, y, step = setup()
+    want = []
+    for bx, by in batches:
+        x.copy_(bx.to(DEV))
+        y.copy_(by.to(DEV))
+        want.append(step().detach().cpu())
+    want_params = [p.detach().cpu() for p in model.parameters()]
+
+    model, x, y, step = setup()
+    got = []
+    for bx, by in batches[:2]:  # warm-up: compiles, captures the compiled graphs
+        x.copy_(bx.to(DEV))
+        y.copy_(by.to(DEV))
+        got.append(step().detach().cpu())
+    g = dkt.DKGraph()
+    with dkt.graph(g):
+        loss = step()
+    assert dkt.compile_stats()["in_capture_calls"] == 2  # forward and backward, recorded
+    for bx, by in batches[2:]:
+        x.copy_(bx.to(DEV))
+        y.copy_(by.to(DEV))
+        g.replay()
+        got.append(loss.detach().cpu())
+    for a, b in zip(got + [p.detach().cpu() for p in model.parameters()], want + want_params):
+        assert torch.equal(a, b), (a, b)

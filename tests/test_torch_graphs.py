@@ -318,3 +318,50 @@ def test_random_ops_in_a_recorded_capture_replay_as_eager_runs(cpu, mode):
     torch.manual_seed(7)
     g.replay()
     assert torch.equal(loss.cpu(), eager[0][0])
+
+
+def _adamw_steps(capturable, capture, steps=5):
+    """Losses of ``steps`` AdamW steps of the MLP on dk: eagerly, or two eager
+    steps then one step captured and replayed."""
+    model = _mlp().to(DK)
+    x, y = _host(1, 16, 8).to(DK), _host(2, 16, 4).to(DK)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, capturable=capturable)
+
+    def step():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    if not capture:
+        return [step().item() for _ in range(steps)]
+    losses = [step().item() for _ in range(2)]
+    g = dkt.DKGraph()
+    with dkt.graph(g):
+        loss = step()
+    for _ in range(steps - 2):
+        g.replay()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_captured_adamw_step_with_capturable_replays_as_eager_steps(cpu):
+    # capturable=True keeps the step count on the device: its bias
+    # corrections (_foreach_pow(beta, steps): a scalar base and a list of
+    # exponents) advance with every replay
+    got, want = _adamw_steps(True, True), _adamw_steps(True, False)
+    assert got == want
+    assert len(set(got)) == len(got)  # the loss moves: every replay is a step
+
+
+def test_an_optimizer_keeping_its_step_on_the_host_is_refused_in_a_capture(cpu):
+    # capturable=False: the bias corrections are host numbers, fixed at the
+    # capture; every replay would repeat them, silently
+    before = _adamw_steps(False, False)
+    with pytest.raises(devicekit.InvalidArgumentError,
+                       match=r"AdamW.step\(\) with capturable=False on dk:0.*capturable=True"):
+        _adamw_steps(False, True)
+    from devicekit.torch import graphs
+    assert not graphs._active                              # the capture is discarded
+    assert _adamw_steps(False, False) == before            # eager steps run as before

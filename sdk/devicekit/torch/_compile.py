@@ -51,7 +51,7 @@ import weakref
 import torch
 import torch.utils._pytree as pytree
 
-from .. import bridge, graphs
+from .. import _graph_state, bridge, graphs
 from .. import dtypes as _dt
 from ..errors import DeviceKitError, NotImplementedByPlugin
 from . import _device, _dispatch, _lower_nn, _rewrite
@@ -77,6 +77,7 @@ class _Stats:
         self.random_graphs = 0    # device graphs captured recorded for their random ops
         self.no_capture = collections.Counter()  # reason -> graphs left op by op
         self.not_replayed = 0     # calls of a captured graph run op by op (activations held)
+        self.in_capture = 0       # calls made inside an outer capture (recorded op by op there)
         self.rewrites = collections.Counter()    # rewrite name -> times applied (_rewrite)
 
     def as_dict(self):
@@ -86,6 +87,7 @@ class _Stats:
                     "captured": self.captured, "replays": self.replays,
                     "random_graphs": self.random_graphs,
                     "op_by_op_calls": self.op_by_op, "not_replayed": self.not_replayed,
+                    "in_capture_calls": self.in_capture,
                     "not_captured": dict(self.no_capture), "rewrites": dict(self.rewrites)}
 
 
@@ -111,6 +113,9 @@ def format_compile_stats(stats=None):
     if s.get("not_replayed"):
         lines.append(f"  {s['not_replayed']} call(s) of a captured graph run op by op: the "
                      f"activations an earlier replay lent were still held")
+    if s.get("in_capture_calls"):
+        lines.append(f"  {s['in_capture_calls']} call(s) inside a devicekit.torch.graph capture, "
+                     f"recorded op by op into it")
     if s.get("random_graphs"):
         lines.append(f"  {s['random_graphs']} device graph(s) with random ops, recorded by "
                      f"DeviceKit (Philox offsets patched per replay)")
@@ -632,6 +637,13 @@ class _Graphed:
 _INPUT, _LEND, _COPY = "input", "lend", "copy"  # (_Graphed.plan)
 
 
+def _in_capture(inputs):
+    """Whether the device of the call's tensors is capturing a graph."""
+    for x in inputs:
+        if type(x) is bridge.Tensor:
+            return x.device.name in _graph_state.capturing
+    return False
+
 
 def _static_copy(x):
     out = bridge.empty(*_empty_args(x))
@@ -689,6 +701,14 @@ class _Compiled:
 
     def _run(self, inputs):
         p = self.program
+        if _graph_state.capturing and _in_capture(inputs):
+            # Inside a capture of the caller's (devicekit.torch.graph around
+            # a step that calls the compiled model): the nodes' launches are
+            # recorded into that graph, op by op; a replay of this graph's own
+            # device graph would not be (captures do not nest).
+            with _stats.lock:
+                _stats.in_capture += 1
+            return p.run(inputs)
         if self.why_not is None and capture_enabled:
             key = _shape_key(inputs)
             g = None

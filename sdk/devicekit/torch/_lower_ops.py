@@ -677,7 +677,8 @@ def foreach(func, args, kwargs):
     their ``foreach`` path on dk by default, as on CUDA (``_device.install``)."""
     from ._dispatch import _dispatch
     packet, element, positional, keyword, into, in_place = _element_op(func)
-    n = len(args[0])
+    # (the first list: ``_foreach_pow.ScalarAndTensor`` starts with its scalar base)
+    n = next(len(a) for a in args if isinstance(a, (list, tuple)))
     npos = len(positional)
     # An optimizer's update (add_, mul_, lerp_, addcmul_, addcdiv_ ...):
     # each element straight to _in_place's kernel, as the element's own

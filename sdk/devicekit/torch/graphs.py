@@ -65,6 +65,7 @@ import contextlib
 import threading
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .. import graphs as _graphs
 from ..errors import DeviceKitError, InvalidArgumentError
@@ -331,6 +332,31 @@ class DKGraph:
         if cause is not None:
             raise err from cause
         raise err
+
+
+def _optimizer_step_check(optimizer, args, kwargs):
+    """A torch.optim step inside a capture: refused where the optimizer keeps
+    its step count on the host (``capturable=False``: Adam, AdamW, RMSprop
+    ...), whose bias corrections would then be fixed at the capture's values
+    in every replay, silently (torch refuses the same under CUDA graphs)."""
+    if not _active:
+        return
+    for group in optimizer.param_groups:
+        if group.get("capturable", True):
+            continue
+        for p in group["params"]:
+            g = _active.get(p._dk.device.name) if type(p) is DKTensor else None
+            if g is not None and g._capturing:
+                g.reset()  # the device runs eagerly again
+                raise _refusal(
+                    f"devicekit.torch.graphs: {type(optimizer).__name__}.step() with "
+                    f"capturable=False on {g.torch_device}, which is capturing a graph: the "
+                    f"optimizer keeps its step count on the host, so every replay would repeat "
+                    f"the capture's bias corrections. The capture is discarded. Hint: make the "
+                    f"optimizer with capturable=True (its step count then lives on the device).")
+
+
+register_optimizer_step_pre_hook(_optimizer_step_check)  # (a no-op unless capturing)
 
 
 @contextlib.contextmanager
