@@ -2,7 +2,12 @@
 
 Sides: ``dk`` (the model on ``dk:0``, the CPU plugin, under
 ``torch.compile(backend="devicekit")``: lowered graphs replayed as device
-graphs), ``eager`` (torch eager on the CPU) and ``inductor``
+graphs), ``dk-step`` (``train`` only: the same compiled model, its whole
+training step, forward, cross-entropy, backward and SGD, captured once with
+``devicekit.torch.graph`` after one warm-up call, each later call one replay
+on a static batch; docs/torch_compile.md, "A whole training step as one
+graph"; its compile is dk's, shared: its ``first 2 calls`` are the warm-up
+and the capture), ``eager`` (torch eager on the CPU) and ``inductor``
 (``torch.compile(backend="inductor")`` on the CPU; needs a C++ compiler).
 Tasks: ``train``, one training step (forward, cross-entropy, backward, SGD
 step) on a batch; ``decode``, a greedy decode of 64 tokens (batch 1; each
@@ -68,10 +73,11 @@ def _model(size):
 
 
 def _side(name, size):
-    """(train_step, decode, kv_decode, finish) for one side."""
+    """(train_step, decode, kv_decode, finish, tokens) for one side; a task
+    the side does not run is None."""
     import torch
     import transformers
-    dev = "dk:0" if name == "dk" else "cpu"
+    dev = "dk:0" if name.startswith("dk") else "cpu"
     model = _model(size).to(dev)
     block = SIZES[size]["n_positions"]
     g = torch.Generator().manual_seed(1)
@@ -79,7 +85,7 @@ def _side(name, size):
     prompt = torch.randint(0, VOCAB, (1, block), generator=g).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     fwd = model if name == "eager" else torch.compile(
-        model, backend="devicekit" if name == "dk" else "inductor")
+        model, backend="devicekit" if dev != "cpu" else "inductor")
 
     def train():
         logits = fwd(ids).logits
@@ -101,8 +107,25 @@ def _side(name, size):
         return torch.cat(out, 1).cpu()
 
     def finish():
-        if name == "dk":
+        if dev != "cpu":
             torch.dk.synchronize()
+
+    whole = {}  # dk-step: the captured step and its loss
+
+    def train_step_graph():
+        if "graph" in whole:
+            whole["graph"].replay()
+            return whole["loss"]
+        if not whole:  # warm-up: compiles, fills the bridge's caches
+            whole["warm"] = True
+            return train()
+        import devicekit.torch as dkt
+        g = dkt.DKGraph()
+        with dkt.graph(g):
+            loss = train()  # recorded, not run
+        whole.update(graph=g, loss=loss)
+        g.replay()
+        return loss
 
     # the KV cache: one StaticCache, emptied before each decode (a new one
     # would be a new Dynamo input, so a recompile)
@@ -132,6 +155,8 @@ def _side(name, size):
         tokens["last"] = torch.cat(out, 1).cpu()
         return ms
 
+    if name == "dk-step":
+        return train_step_graph, None, None, finish, tokens
     return train, decode, kv_decode, finish, tokens
 
 
@@ -142,7 +167,7 @@ def _median(v):
 def _child(args):
     import torch
     torch.set_num_threads(args.threads)
-    if "dk" in args.sides:
+    if any(s.startswith("dk") for s in args.sides):
         import devicekit.torch  # noqa: F401
     import torch._dynamo
     from torch._dynamo.utils import counters
@@ -158,8 +183,9 @@ def _child(args):
             idx = TASKS.index(task)
             per_token = task == "kvdecode"
             compile_s, compiled = {}, {}
-            for s, fns in sides.items():
-                graphs = counters["stats"]["unique_graphs"]
+            run = {s: fns for s, fns in sides.items() if fns[idx] is not None}
+            for s, fns in run.items():
+                graphs = counters["stats"]["unique_graphs"] + _in_capture_calls()
                 t0 = time.perf_counter()
                 if per_token:  # the first two tokens' calls (compile, warm-up, capture)
                     compile_s[s] = sum(fns[idx]()[:2]) / 1e3
@@ -168,11 +194,14 @@ def _child(args):
                     fns[idx]()  # the dk side captures its device graphs on the second call
                     fns[3]()
                     compile_s[s] = time.perf_counter() - t0
-                compiled[s] = s == "eager" or counters["stats"]["unique_graphs"] > graphs
-            times = {s: [] for s in sides}
-            first = {s: [] for s in sides}  # each block's first call
+                # (dk-step: its model shares dk's compiled program; its capture
+                # records the compiled graphs' calls, counted as in_capture_calls)
+                compiled[s] = (s == "eager"
+                               or counters["stats"]["unique_graphs"] + _in_capture_calls() > graphs)
+            times = {s: [] for s in run}
+            first = {s: [] for s in run}  # each block's first call
             for _ in range(args.rounds):
-                for s, fns in sides.items():
+                for s, fns in run.items():
                     if per_token:
                         times[s] += fns[idx]()
                         continue
@@ -181,7 +210,7 @@ def _child(args):
                         fns[idx]()
                         fns[3]()
                         (times[s] if k else first[s]).append((time.perf_counter() - t0) * 1e3)
-            for s in sides:
+            for s in run:
                 v = sorted(times[s] + first[s])
                 row = {"median_ms": v[len(v) // 2], "min_ms": v[0], "max_ms": v[-1],
                        "first_two_calls_s": compile_s[s], "compiled": compiled[s]}
@@ -190,20 +219,26 @@ def _child(args):
                     row["steady_ms"] = _median(times[s])
                 results[f"{size}/{task}/{s}"] = row
             if per_token:  # greedy tokens: every side must agree
-                toks = {s: fns[4]["last"] for s, fns in sides.items()}
-                first = next(iter(toks.values()))
-                results[f"{size}/{task}/tokens_agree"] = all(t.equal(first) for t in toks.values())
-    if "dk" in args.sides:
+                toks = {s: fns[4]["last"] for s, fns in run.items()}
+                ref = next(iter(toks.values()))
+                results[f"{size}/{task}/tokens_agree"] = all(t.equal(ref) for t in toks.values())
+    if any(s.startswith("dk") for s in args.sides):
         import devicekit.torch as dkt
         results["dk_compile_stats"] = dkt.compile_stats()
     print(json.dumps(results))
+
+
+def _in_capture_calls():
+    if "devicekit.torch" not in sys.modules:
+        return 0
+    return sys.modules["devicekit.torch"].compile_stats()["in_capture_calls"]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="nano,small")
-    ap.add_argument("--sides", default="dk,eager,inductor")
+    ap.add_argument("--sides", default="dk,dk-step,eager,inductor")
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=7)
@@ -256,7 +291,7 @@ def _ratios(res):
     column both have."""
     for key in res:
         size_task, _, side = key.rpartition("/")
-        if side != "dk":
+        if side not in ("dk", "dk-step"):
             continue
         dk = res[key]
         for other in ("eager", "inductor"):
@@ -264,7 +299,7 @@ def _ratios(res):
             if not o:
                 continue
             cols = [c for c in ("median_ms", "after_switch_ms", "steady_ms") if c in dk and c in o]
-            print(f"  {size_task}: dk / {other} " + ", ".join(
+            print(f"  {size_task}: {side} / {other} " + ", ".join(
                 f"{c[:-3].replace('_', ' ')} {dk[c] / o[c]:.2f}x" for c in cols))
 
 
