@@ -231,7 +231,7 @@ def _child(args):
 def _in_capture_calls():
     if "devicekit.torch" not in sys.modules:
         return 0
-    return sys.modules["devicekit.torch"].compile_stats()["in_capture_calls"]
+    return sys.modules["devicekit.torch"].compile_stats().get("in_capture_calls", 0)
 
 
 def main():
