@@ -365,3 +365,39 @@ def test_an_optimizer_keeping_its_step_on_the_host_is_refused_in_a_capture(cpu):
     from devicekit.torch import graphs
     assert not graphs._active                              # the capture is discarded
     assert _adamw_steps(False, False) == before            # eager steps run as before
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: torch.optim.AdamW(ps, lr=0.01, capturable=True),
+], ids=["sgd-momentum", "adamw"])
+def test_an_optimizers_first_step_is_refused_in_a_capture(cpu, make):
+    # the first step makes the state (momentum buffers, moments): a replay
+    # would make it afresh every time and the optimizer never accumulate
+    model = _mlp().to(DK)
+    x, y = _host(1, 16, 8).to(DK), _host(2, 16, 4).to(DK)
+    opt = make(model.parameters())
+
+    def step():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    with torch.no_grad():
+        model(x)  # warm-up of the forward only: the optimizer has not stepped
+    with pytest.raises(devicekit.InvalidArgumentError,
+                       match=r"step\(\) inside a capture made the optimizer's state \(.*\): a "
+                             r"first step.*warm-up"):
+        with dkt.graph(dkt.DKGraph()):
+            step()
+    assert len(opt.state) == 0  # the state the capture made is gone
+    from devicekit.torch import graphs
+    assert not graphs._active
+    # eager steps from there are those of a fresh optimizer
+    got = [step().item() for _ in range(3)]
+    model2 = _mlp().to(DK)
+    opt = make(model2.parameters())
+    model = model2
+    assert got == [step().item() for _ in range(3)]

@@ -65,7 +65,8 @@ import contextlib
 import threading
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                   register_optimizer_step_pre_hook)
 
 from .. import graphs as _graphs
 from ..errors import DeviceKitError, InvalidArgumentError
@@ -334,29 +335,76 @@ class DKGraph:
         raise err
 
 
+def _capturing_graph_of(optimizer):
+    """The DKGraph capturing the device of one of the optimizer's parameters, or None."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            g = _active.get(p._dk.device.name) if type(p) is DKTensor else None
+            if g is not None and g._capturing:
+                return g
+    return None
+
+
+_state_before = {}  # id(optimizer) -> [(parameter, its state's keys)] over a captured step
+
+
 def _optimizer_step_check(optimizer, args, kwargs):
     """A torch.optim step inside a capture: refused where the optimizer keeps
     its step count on the host (``capturable=False``: Adam, AdamW, RMSprop
     ...), whose bias corrections would then be fixed at the capture's values
-    in every replay, silently (torch refuses the same under CUDA graphs)."""
+    in every replay, silently (torch refuses the same under CUDA graphs).
+    Else the state's keys are noted for ``_optimizer_step_after``."""
     if not _active:
         return
-    for group in optimizer.param_groups:
-        if group.get("capturable", True):
-            continue
-        for p in group["params"]:
-            g = _active.get(p._dk.device.name) if type(p) is DKTensor else None
-            if g is not None and g._capturing:
-                g.reset()  # the device runs eagerly again
-                raise _refusal(
-                    f"devicekit.torch.graphs: {type(optimizer).__name__}.step() with "
-                    f"capturable=False on {g.torch_device}, which is capturing a graph: the "
-                    f"optimizer keeps its step count on the host, so every replay would repeat "
-                    f"the capture's bias corrections. The capture is discarded. Hint: make the "
-                    f"optimizer with capturable=True (its step count then lives on the device).")
+    g = _capturing_graph_of(optimizer)
+    if g is None:
+        return
+    if not all(group.get("capturable", True) for group in optimizer.param_groups):
+        g.reset()  # the device runs eagerly again
+        raise _refusal(
+            f"devicekit.torch.graphs: {type(optimizer).__name__}.step() with "
+            f"capturable=False on {g.torch_device}, which is capturing a graph: the "
+            f"optimizer keeps its step count on the host, so every replay would repeat "
+            f"the capture's bias corrections. The capture is discarded. Hint: make the "
+            f"optimizer with capturable=True (its step count then lives on the device).")
+    _state_before[id(optimizer)] = [(p, set(optimizer.state.get(p, ())))
+                                    for group in optimizer.param_groups for p in group["params"]]
 
 
-register_optimizer_step_pre_hook(_optimizer_step_check)  # (a no-op unless capturing)
+def _optimizer_step_after(optimizer, args, kwargs):
+    """A captured step that created optimizer state (a first step: SGD's
+    momentum buffers, Adam's moments) is refused: the creation is a host
+    decision, so every replay would create it afresh (Adam's moments zeroed,
+    the momentum reset to the gradient) and the optimizer would never
+    accumulate, silently. The new state is removed again."""
+    before = _state_before.pop(id(optimizer), None)
+    if before is None:
+        return
+    made = {}
+    for p, keys in before:
+        new = set(optimizer.state.get(p, ())) - keys
+        if new:
+            made.update(dict.fromkeys(sorted(new)))
+            state = optimizer.state[p]
+            for k in new:
+                del state[k]
+            if not state:
+                del optimizer.state[p]
+    if not made:
+        return
+    g = _capturing_graph_of(optimizer)
+    if g is not None:
+        g.reset()  # the device runs eagerly again
+    raise _refusal(
+        f"devicekit.torch.graphs: {type(optimizer).__name__}.step() inside a capture made "
+        f"the optimizer's state ({', '.join(made)}): a first step, which every replay would "
+        f"repeat (the state made afresh each time, never accumulated). The capture is "
+        f"discarded and that state removed. Hint: run the step eagerly at least once before "
+        f"capturing (a warm-up), as with CUDA graphs.")
+
+
+register_optimizer_step_pre_hook(_optimizer_step_check)  # (no-ops unless capturing)
+register_optimizer_step_post_hook(_optimizer_step_after)
 
 
 @contextlib.contextmanager
