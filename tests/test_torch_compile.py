@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch._dynamo")
 import devicekit.torch as dkt  # noqa: E402
-from devicekit.errors import UnloweredOpError  # noqa: E402
+from devicekit.errors import InvalidArgumentError, UnloweredOpError  # noqa: E402
 from devicekit.torch import _compile  # noqa: E402
 
 DEV = "dk:0"
@@ -685,3 +685,52 @@ def test_a_whole_training_step_of_a_compiled_model_captures_and_replays_bitwise(
         got.append(loss.detach().cpu())
     for a, b in zip(got + [p.detach().cpu() for p in model.parameters()], want + want_params):
         assert torch.equal(a, b), (a, b)
+
+
+def _dropout_steps(mode, steps=5):
+    """Losses of compiled training steps of an MLP with dropout, from one
+    seed: op by op and replayed device graphs (mode None), or two such steps
+    then the whole step captured in a DKGraph(mode) and replayed."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Dropout(0.5),
+                                torch.nn.Linear(32, 5)).to(DEV)
+    x, y = (t.to(DEV) for t in _mlp_batches(0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fn = torch.compile(model, backend="devicekit")
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(fn(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    torch.manual_seed(5)
+    if mode is None:
+        return [step().item() for _ in range(steps)]
+    losses = [step().item() for _ in range(2)]
+    g = dkt.DKGraph(mode)
+    with dkt.graph(g):
+        loss = step()
+    assert g.mode == "recorded"  # (only DeviceKit's recording draws afresh per replay)
+    for _ in range(steps - 2):
+        g.replay()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("mode", ["auto", "recorded"])
+def test_a_whole_step_with_dropout_replays_fresh_masks_as_compiled_steps_draw(mode):
+    want = _dropout_steps(None)
+    assert _dropout_steps(mode) == want
+    assert len(set(want)) == len(want)
+
+
+def test_a_compiled_graph_with_dropout_in_a_native_capture_is_refused():
+    with pytest.raises(InvalidArgumentError,
+                       match=r"torch.compile'd graph with random ops \(aten::native_dropout"
+                             r".*mode='native'.*discarded"):
+        _dropout_steps("native")
+    from devicekit.torch import graphs
+    assert not graphs._active

@@ -637,12 +637,18 @@ class _Graphed:
 _INPUT, _LEND, _COPY = "input", "lend", "copy"  # (_Graphed.plan)
 
 
-def _in_capture(inputs):
-    """Whether the device of the call's tensors is capturing a graph."""
+def _device_of(inputs):
+    """The device of the call's first DeviceKit tensor, or None."""
     for x in inputs:
         if type(x) is bridge.Tensor:
-            return x.device.name in _graph_state.capturing
-    return False
+            return x.device
+    return None
+
+
+def _in_capture(inputs):
+    """Whether the device of the call's tensors is capturing a graph."""
+    dev = _device_of(inputs)
+    return dev is not None and dev.name in _graph_state.capturing
 
 
 def _static_copy(x):
@@ -706,6 +712,9 @@ class _Compiled:
             # a step that calls the compiled model): the nodes' launches are
             # recorded into that graph, op by op; a replay of this graph's own
             # device graph would not be (captures do not nest).
+            if p.random:
+                from .graphs import refuse_random_in_native
+                refuse_random_in_native(_device_of(inputs).name, p.random)
             with _stats.lock:
                 _stats.in_capture += 1
             return p.run(inputs)
@@ -747,7 +756,7 @@ class _Compiled:
                                                 for i, _ in others[0].in_place)
 
     def _capture(self, inputs, key):
-        device = next((x.device for x in inputs if type(x) is bridge.Tensor), None)
+        device = _device_of(inputs)
         if device is None:
             self._no_capture("no tensor inputs")
             return None

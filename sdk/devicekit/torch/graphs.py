@@ -165,6 +165,28 @@ def _random_refusal(func, g):
         f"or capture in eval mode (no dropout).")
 
 
+def refuse_random_in_native(device_name, ops):
+    """A ``torch.compile``'d graph with random ops (``ops``) run inside a
+    capture of ``device_name``: refused where the capture is native (its
+    lowered nodes do not pass the capturing dispatch, which refuses them for
+    eager code). Inside torch's backward the refusal waits for capture_end."""
+    g = _active.get(device_name)
+    if g is None or not g._capturing or g.mode != "native":
+        return
+    err = _refusal(
+        f"devicekit.torch.graphs: a torch.compile'd graph with random ops "
+        f"({', '.join(sorted(set(ops)))}) runs inside a capture on {g.torch_device} made with "
+        f"DKGraph(mode='native'): the plugin's graph would replay their Philox counters as "
+        f"captured, the same numbers every time. The capture is discarded. Hint: capture "
+        f"with DKGraph() or DKGraph(mode='recorded') (DeviceKit's recording draws fresh "
+        f"numbers per replay), or in eval mode (no dropout).")
+    g.reset()  # the device runs eagerly again
+    if torch._C._current_autograd_node() is not None:
+        g._error = g._error or err  # (an exception inside torch's backward is not safe)
+        return
+    raise err
+
+
 def _is_capture_refusal(e):
     text = str(e)
     return isinstance(e, DeviceKitError) and (
