@@ -637,6 +637,19 @@ def test_two_models_sharing_a_compiled_graph_keep_their_own_parameters(train):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), (a, b)
 
 
+def _training_step(fn, opt, x, y):
+    """A training step of ``fn`` on the static batch ``x``, ``y`` (cross-entropy,
+    SGD): returns the loss."""
+    def step():
+        loss = torch.nn.functional.cross_entropy(fn(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
 def test_a_whole_training_step_of_a_compiled_model_captures_and_replays_bitwise():
     # devicekit.torch.graph around forward (compiled), loss, backward and the
     # optimizer step: the compiled graphs run op by op inside the capture,
@@ -651,14 +664,7 @@ def test_a_whole_training_step_of_a_compiled_model_captures_and_replays_bitwise(
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         fn = torch.compile(model, backend="devicekit")
 
-        def step():
-            loss = torch.nn.functional.cross_entropy(fn(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            return loss
-
-        return model, x, y, step
+        return model, x, y, _training_step(fn, opt, x, y)
 
     model, x, y, step = setup()
     want = []
@@ -699,13 +705,7 @@ def _dropout_steps(mode, steps=5):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     fn = torch.compile(model, backend="devicekit")
 
-    def step():
-        loss = torch.nn.functional.cross_entropy(fn(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = _training_step(fn, opt, x, y)
     torch.manual_seed(5)
     if mode is None:
         return [step().item() for _ in range(steps)]

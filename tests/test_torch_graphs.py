@@ -320,19 +320,25 @@ def test_random_ops_in_a_recorded_capture_replay_as_eager_runs(cpu, mode):
     assert torch.equal(loss.cpu(), eager[0][0])
 
 
-def _adamw_steps(capturable, capture, steps=5):
-    """Losses of ``steps`` AdamW steps of the MLP on dk: eagerly, or two eager
-    steps then one step captured and replayed."""
-    model = _mlp().to(DK)
-    x, y = _host(1, 16, 8).to(DK), _host(2, 16, 4).to(DK)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.01, capturable=capturable)
-
+def _mse_step(model, opt, x, y):
+    """A training step of ``model`` on the static batch ``x``, ``y``: returns the loss."""
     def step():
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         return loss
+
+    return step
+
+
+def _adamw_steps(capturable, capture, steps=5):
+    """Losses of ``steps`` AdamW steps of the MLP on dk: eagerly, or two eager
+    steps then one step captured and replayed."""
+    model = _mlp().to(DK)
+    x, y = _host(1, 16, 8).to(DK), _host(2, 16, 4).to(DK)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, capturable=capturable)
+    step = _mse_step(model, opt, x, y)
 
     if not capture:
         return [step().item() for _ in range(steps)]
@@ -377,13 +383,7 @@ def test_an_optimizers_first_step_is_refused_in_a_capture(cpu, make):
     model = _mlp().to(DK)
     x, y = _host(1, 16, 8).to(DK), _host(2, 16, 4).to(DK)
     opt = make(model.parameters())
-
-    def step():
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
+    step = _mse_step(model, opt, x, y)
 
     with torch.no_grad():
         model(x)  # warm-up of the forward only: the optimizer has not stepped
@@ -397,7 +397,6 @@ def test_an_optimizers_first_step_is_refused_in_a_capture(cpu, make):
     assert not graphs._active
     # eager steps from there are those of a fresh optimizer
     got = [step().item() for _ in range(3)]
-    model2 = _mlp().to(DK)
-    opt = make(model2.parameters())
-    model = model2
-    assert got == [step().item() for _ in range(3)]
+    fresh = _mlp().to(DK)
+    fresh_step = _mse_step(fresh, make(fresh.parameters()), x, y)
+    assert got == [fresh_step().item() for _ in range(3)]
