@@ -28,9 +28,10 @@ round each side runs ``--block`` calls in a row (train and decode; default
 which runs right after the other sides' calls, ``steady`` the median of the
 others, as calls follow one another in a training run or a serving loop.
 On this project's 2-core virtual machines every side's first call after the
-others' is the slower (torch eager's by about 1.2x, DeviceKit's by 1.2x at 1
-thread and up to 2x at 2 threads, where torch's OpenMP workers still spin
-after its calls; see docs/torch_compile.md, "Speed"). ``--block 1`` times
+others' is the slower (torch eager's by about 1.1-1.4x, DeviceKit's compiled
+calls' by 1.2-1.4x at 1 thread and up to 2.4x at 2 threads, where torch's
+OpenMP workers still spin after its calls, the whole-step replay's by
+1.1-1.2x; see docs/torch_compile.md, "Speed"). ``--block 1`` times
 first calls only. The first call (compile + warm-up) is timed apart:
 ``compile s``. Each thread
 count runs in its own process (``DEVICEKIT_CPU_THREADS`` and
