@@ -367,9 +367,10 @@ def _gpt2_nano():
     return m.to(DEV)
 
 
-def _gpt2_params_after(steps, capture):
+def _gpt2_params_after(steps, capture, whole_step=False):
     """The parameters of the hf-gpt2 test model after ``steps`` compiled SGD
-    steps, with device graphs (``capture``) or op by op."""
+    steps, with device graphs (``capture``) or op by op; ``whole_step``: one
+    such step, then the whole step captured in a DKGraph and replayed."""
     torch._dynamo.reset()
     _compile.capture_enabled = capture
     try:
@@ -378,16 +379,36 @@ def _gpt2_params_after(steps, capture):
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
         ids, _ = _one_batch(0)
         ids = ids.to(DEV)
-        for _ in range(steps):
+
+        def step():
             logits = fn(ids, use_cache=False).logits
             loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 131),
                                                      ids[:, 1:].reshape(-1))
             opt.zero_grad()
             loss.backward()
             opt.step()
+
+        if not whole_step:
+            for _ in range(steps):
+                step()
+            return [p.detach().cpu() for p in m.parameters()]
+        step()
+        g = dkt.DKGraph()
+        with dkt.graph(g):  # HF's causal mask reads the host eagerly; Dynamo traced it
+            step()
+        for _ in range(steps - 1):
+            g.replay()
         return [p.detach().cpu() for p in m.parameters()]
     finally:
         _compile.capture_enabled = True
+
+
+def test_hf_gpt2_whole_training_step_replays_bitwise_as_compiled_steps():
+    want = _gpt2_params_after(4, True)
+    got = _gpt2_params_after(4, True, whole_step=True)
+    assert dkt.compile_stats()["in_capture_calls"] == 2
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert not all(torch.equal(a, b) for a, b in zip(got, _gpt2_params_after(3, True)))
 
 
 def test_hf_gpt2_training_replays_bitwise_op_by_op_with_the_fused_layer_norm_backward():
