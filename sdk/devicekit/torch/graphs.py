@@ -154,15 +154,17 @@ def _capturing_dispatch(inner):
     return capturing
 
 
+_RANDOM_HINT = ("The capture is discarded. Hint: capture with DKGraph() or "
+                "DKGraph(mode='recorded') (DeviceKit's recording draws fresh numbers per "
+                "replay), or capture in eval mode (no dropout).")
+
+
 def _random_refusal(func, g):
     return _refusal(
         f"devicekit.torch.graphs: {_op_name(func)} draws random numbers, but "
         f"{g.torch_device} is capturing a native graph (the plugin's graphs part), which "
         f"replays the op's Philox seed and offset as captured: every replay would repeat the "
-        f"same numbers. The capture is discarded. Hint: capture with "
-        f"DKGraph() or DKGraph(mode='recorded') (DeviceKit's recording draws fresh numbers "
-        f"per replay), "
-        f"or capture in eval mode (no dropout).")
+        f"same numbers. {_RANDOM_HINT}")
 
 
 def refuse_random_in_native(device_name, ops):
@@ -177,9 +179,7 @@ def refuse_random_in_native(device_name, ops):
         f"devicekit.torch.graphs: a torch.compile'd graph with random ops "
         f"({', '.join(sorted(set(ops)))}) runs inside a capture on {g.torch_device} made with "
         f"DKGraph(mode='native'): the plugin's graph would replay their Philox counters as "
-        f"captured, the same numbers every time. The capture is discarded. Hint: capture "
-        f"with DKGraph() or DKGraph(mode='recorded') (DeviceKit's recording draws fresh "
-        f"numbers per replay), or in eval mode (no dropout).")
+        f"captured, the same numbers every time. {_RANDOM_HINT}")
     g.reset()  # the device runs eagerly again
     if torch._C._current_autograd_node() is not None:
         g._error = g._error or err  # (an exception inside torch's backward is not safe)
